@@ -1,0 +1,49 @@
+"""The Celery application, configured for crash safety on a Redis broker.
+
+Late acks plus reject-on-worker-lost mean a killed worker's message is
+redelivered rather than lost; every task re-checks the row, so running twice
+is harmless. Countdowns stay far below the visibility timeout (longer waits
+are parked in Postgres), which avoids Redis redelivering held ETA tasks.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from config.settings import Settings, get_settings
+
+
+def make_celery(settings: Settings) -> Celery:
+    app = Celery("jobwarden", broker=settings.broker_url, include=["tasks.pipeline"])
+    transport = {
+        "visibility_timeout": settings.visibility_timeout_seconds,
+        "global_keyprefix": f"{settings.key_prefix}:celery:",
+    }
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        task_default_queue=settings.queue,
+        broker_transport_options=transport,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        beat_schedule={
+            "jobwarden-sweep": {
+                "task": "jobwarden.sweep",
+                "schedule": settings.sweep_interval_seconds,
+                # A sweep older than one interval is useless: the next one covers it.
+                "options": {"expires": settings.sweep_interval_seconds},
+            }
+        },
+        timezone="UTC",
+    )
+    return app
+
+
+app = make_celery(get_settings())

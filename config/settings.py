@@ -1,0 +1,64 @@
+"""One typed settings object, read once per process from JOBWARDEN_* variables."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from models.errors import SettingsError
+
+DEFAULT_PROVIDERS_DIR = Path(__file__).resolve().parent / "providers"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JOBWARDEN_", extra="ignore", frozen=True)
+
+    database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/jobwarden"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    # Prefix for every Redis key jobwarden owns (leases, webhook dedup); tests isolate by it.
+    key_prefix: str = "jobwarden"
+    queue: str = "jobwarden"
+    lease_ttl_seconds: float = Field(default=60.0, gt=0)
+    # Waits longer than this are parked in Postgres (next_poll_at) instead of a countdown.
+    max_countdown_seconds: float = Field(default=120.0, gt=0)
+    sweep_interval_seconds: float = Field(default=5.0, gt=0)
+    sweep_batch_size: int = Field(default=500, gt=0)
+    # Must exceed max_countdown_seconds, or Redis redelivers countdown tasks still held by a worker.
+    visibility_timeout_seconds: int = Field(default=3600, gt=0)
+    providers_dir: Path = DEFAULT_PROVIDERS_DIR
+    # A create_pending row older than this without progress is re-sent by the sweeper (outbox relay).
+    relay_after_seconds: float = Field(default=10.0, ge=0)
+    # A wake-up message this overdue is presumed lost and re-sent by the sweeper.
+    redispatch_after_seconds: float = Field(default=60.0, gt=0)
+    worker_name: str = "worker"
+
+    @model_validator(mode="after")
+    def _countdown_below_visibility(self) -> Settings:
+        if self.max_countdown_seconds * 2 > self.visibility_timeout_seconds:
+            raise ValueError(
+                "JOBWARDEN_MAX_COUNTDOWN_SECONDS must be at most half of "
+                "JOBWARDEN_VISIBILITY_TIMEOUT_SECONDS (Redis redelivers longer countdowns)"
+            )
+        return self
+
+
+def load_settings() -> Settings:
+    """Read the environment; raise SettingsError naming the variable on a bad value."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = "_".join(str(p) for p in err["loc"]).upper()
+            name = f"JOBWARDEN_{loc}" if loc else "JOBWARDEN_* settings"
+            problems.append(f"{name}: {err['msg']}")
+        raise SettingsError("invalid settings: " + "; ".join(problems)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

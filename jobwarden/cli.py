@@ -1,0 +1,168 @@
+"""The `jobwarden` command: operate, inspect and demo. Every flag has a JOBWARDEN_ twin."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from config.settings import get_settings
+from models.errors import JobwardenError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Drive long-running jobs at external HTTP APIs, safely.")
+providers_app = typer.Typer(no_args_is_help=True, help="Provider contracts.")
+db_app = typer.Typer(no_args_is_help=True, help="The Postgres schema.")
+app.add_typer(providers_app, name="providers")
+app.add_typer(db_app, name="db")
+console = Console()
+err = Console(stderr=True)
+
+
+@providers_app.command("check")
+def providers_check(
+    directory: Annotated[Path | None, typer.Option(
+        "--dir", envvar="JOBWARDEN_PROVIDERS_DIR", help="Directory of provider contracts.")] = None,
+) -> None:
+    """Validate every contract file; exit 1 naming file and field on the first problem."""
+    from models.contract_loader import check_contracts
+
+    path = directory or get_settings().providers_dir
+    contracts, errors = check_contracts(path)
+    for name in sorted(contracts):
+        console.print(f"ok      {name}  ({contracts[name].source_file})")
+    for error in errors:
+        err.print(f"invalid {error}", highlight=False)
+    if errors:
+        raise typer.Exit(1)
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    create: Annotated[bool, typer.Option(help="Create the database first if missing.")] = True,
+) -> None:
+    """Apply migrations to JOBWARDEN_DATABASE_URL."""
+    from models.migrate import ensure_database, upgrade
+
+    url = get_settings().database_url
+    if create:
+        ensure_database(url)
+    upgrade(url)
+    console.print("database is at head")
+
+
+def _row_and_events(operation_id: str):  # type: ignore[no-untyped-def]
+    from models import store
+    from models.db import transaction
+
+    with transaction(get_settings().database_url) as session:
+        op_id = uuid.UUID(operation_id)
+        row = store.load(session, op_id)
+        if row is None:
+            err.print(f"no operation {operation_id}")
+            raise typer.Exit(1)
+        return row, store.events_for(session, op_id), store.verify(session, op_id)
+
+
+@app.command()
+def show(operation_id: str) -> None:
+    """State, remote job, counters, deadlines and escalation reason."""
+    from jobwarden.story import summary_lines
+
+    row, _, _ = _row_and_events(operation_id)
+    for line in summary_lines(row):
+        console.print(line, highlight=False)
+
+
+@app.command()
+def history(operation_id: str) -> None:
+    """The operation's story, one line per event."""
+    from jobwarden.story import event_line
+
+    _, events, _ = _row_and_events(operation_id)
+    for ev in events:
+        console.print(event_line(ev), highlight=False)
+
+
+@app.command()
+def verify(operation_id: str) -> None:
+    """Recompute the event hash chain; exit 1 if any event was altered or removed."""
+    _, events, problems = _row_and_events(operation_id)
+    if problems:
+        for p in problems:
+            err.print(f"event {p.seq}: {p.problem}")
+        raise typer.Exit(1)
+    console.print(f"chain verified: {len(events)} events")
+
+
+@app.command()
+def submit(
+    provider: str,
+    command: Annotated[str, typer.Argument(help="The command as a JSON object.")],
+    key: Annotated[str, typer.Option("--key", help="Idempotency key.")],
+    tenant: Annotated[str, typer.Option(envvar="JOBWARDEN_TENANT")] = "default",
+    requested_by: Annotated[str, typer.Option(envvar="JOBWARDEN_REQUESTED_BY")] = "cli",
+) -> None:
+    """Submit an operation; prints created / replayed / in_progress / conflict / duplicate_event."""
+    from tasks.intake import submit_operation
+
+    try:
+        parsed = json.loads(command)
+    except ValueError as exc:
+        err.print(f"command is not JSON: {exc}")
+        raise typer.Exit(2) from None
+    result = submit_operation(tenant=tenant, provider=provider, idempotency_key=key,
+                              command=parsed, requested_by=requested_by)
+    console.print_json(json.dumps(result.as_dict()))
+
+
+@app.command()
+def cancel(
+    operation_id: str,
+    reason: Annotated[str, typer.Option()] = "requested from the CLI",
+    requested_by: Annotated[str, typer.Option(envvar="JOBWARDEN_REQUESTED_BY")] = "cli",
+) -> None:
+    """Record a cancel request; a worker sends the one cancel and waits for confirmation."""
+    from tasks.intake import request_cancel
+
+    console.print(request_cancel(operation_id, requested_by, reason))
+
+
+@app.command()
+def sandbox(
+    host: Annotated[str, typer.Option(envvar="JOBWARDEN_SANDBOX_HOST")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="JOBWARDEN_SANDBOX_PORT")] = 8765,
+    token: Annotated[str | None, typer.Option(envvar="JOBWARDEN_SANDBOX_TOKEN")] = None,
+) -> None:
+    """Run the sandbox provider (the simulated async job API) in the foreground."""
+    from jobwarden.sandbox.server import serve
+
+    console.print(f"sandbox provider on http://{host}:{port}")
+    serve(host, port, token)
+
+
+@app.command()
+def demo(
+    keep: Annotated[bool, typer.Option(help="Leave the demo's rows in the database.")] = True,
+) -> None:
+    """Run the full pipeline against the sandbox: worker, beat, five scenarios, their stories."""
+    from jobwarden.demo import run_demo
+
+    raise typer.Exit(run_demo(console))
+
+
+def main() -> None:
+    try:
+        app()
+    except JobwardenError as exc:
+        err.print(f"error: {exc}", highlight=False)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""Scripted per-job behaviour for the sandbox provider.
+
+A create request's body may carry a ``"behaviour"`` object; it is parsed here
+into an immutable :class:`Behaviour`. Unknown keys and wrongly typed values are
+rejected (the create answers 400) so a typo in a test script fails loudly
+instead of silently running the default behaviour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+OUTCOMES = ("succeeded", "failed", "expired")
+CREATE_RESPONSES = ("normal", "drop", "hold")
+CANCEL_MODES = ("honour", "race", "never")
+ERROR_ACTIONS = ("drop", "hold")
+
+
+class BehaviourError(ValueError):
+    """The behaviour object is malformed; the message says which field."""
+
+
+@dataclass(frozen=True)
+class StatusError:
+    """One phase of scripted status errors: ``count`` calls answered with ``code``."""
+
+    code: int | str  # an HTTP status code, or "drop" / "hold"
+    count: int = 1
+    retry_after: int | None = None
+    retry_after_date: int | None = None
+    hold_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    polls_to_finish: int = 2
+    seconds_to_finish: float | None = None
+    outcome: str = "succeeded"
+    error_code: str = "job_failed"
+    error_message: str = "the job failed (scripted by the sandbox)"
+    progress: bool = True
+    retry_after: int | None = None
+    retry_after_date: int | None = None
+    poll_hint: Any = None
+    has_poll_hint: bool = False
+    create_response: str = "normal"
+    hold_seconds: float = 5.0
+    status_errors: tuple[StatusError, ...] = ()
+    unauthorized_from: int | None = None
+    unknown_state_at: int | None = None
+    succeed_without_result: bool = False
+    expires_in_seconds: float | None = None
+    run_past_expiry: bool = False
+    cancel: str = "honour"
+    result_items: int = 10
+    result_failed_items: int = 0
+    result_bad_checksum: bool = False
+    never_finish: bool = False
+
+    def status_error_for(self, index: int) -> StatusError | None:
+        """The scripted error for the ``index``-th (0-based) status call, if any."""
+        for phase in self.status_errors:
+            if index < phase.count:
+                return phase
+            index -= phase.count
+        return None
+
+
+def _int(raw: dict[str, Any], name: str, *, minimum: int = 0) -> int | None:
+    value = raw.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise BehaviourError(f"behaviour.{name} must be an integer >= {minimum}")
+    return value
+
+
+def _float(raw: dict[str, Any], name: str) -> float | None:
+    value = raw.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise BehaviourError(f"behaviour.{name} must be a number >= 0")
+    return float(value)
+
+
+def _bool(raw: dict[str, Any], name: str, default: bool) -> bool:
+    value = raw.get(name, default)
+    if not isinstance(value, bool):
+        raise BehaviourError(f"behaviour.{name} must be a boolean")
+    return value
+
+
+def _choice(raw: dict[str, Any], name: str, choices: tuple[str, ...]) -> str:
+    value = raw.get(name, choices[0])
+    if value not in choices:
+        raise BehaviourError(f"behaviour.{name} must be one of {', '.join(choices)}")
+    return str(value)
+
+
+def _str(raw: dict[str, Any], name: str, default: str) -> str:
+    value = raw.get(name, default)
+    if not isinstance(value, str):
+        raise BehaviourError(f"behaviour.{name} must be a string")
+    return value
+
+
+_STATUS_ERROR_KEYS = frozenset({"code", "count", "retry_after", "retry_after_date", "hold_seconds"})
+
+
+def _status_error(raw: Any) -> StatusError:
+    if not isinstance(raw, dict):
+        raise BehaviourError("behaviour.status_errors entries must be objects")
+    unknown = set(raw) - _STATUS_ERROR_KEYS
+    if unknown:
+        raise BehaviourError(f"behaviour.status_errors: unknown keys {sorted(unknown)}")
+    code = raw.get("code")
+    if isinstance(code, bool) or not (
+        (isinstance(code, int) and 100 <= code <= 599) or code in ERROR_ACTIONS
+    ):
+        raise BehaviourError(
+            'behaviour.status_errors.code must be an HTTP status, "drop" or "hold"'
+        )
+    count = _int(raw, "count")
+    hold = _float(raw, "hold_seconds")
+    return StatusError(
+        code=code,
+        count=1 if count is None else count,
+        retry_after=_int(raw, "retry_after"),
+        retry_after_date=_int(raw, "retry_after_date"),
+        hold_seconds=5.0 if hold is None else hold,
+    )
+
+
+_FIELDS = frozenset(
+    {
+        "polls_to_finish",
+        "seconds_to_finish",
+        "outcome",
+        "error_code",
+        "error_message",
+        "progress",
+        "retry_after",
+        "retry_after_date",
+        "poll_hint",
+        "create_response",
+        "hold_seconds",
+        "status_errors",
+        "unauthorized_from",
+        "unknown_state_at",
+        "succeed_without_result",
+        "expires_in_seconds",
+        "run_past_expiry",
+        "cancel",
+        "result_items",
+        "result_failed_items",
+        "result_bad_checksum",
+        "never_finish",
+    }
+)
+
+
+def parse_behaviour(raw: Any) -> Behaviour:
+    """Parse ``body["behaviour"]`` (``None`` means all defaults)."""
+    if raw is None:
+        return Behaviour()
+    if not isinstance(raw, dict):
+        raise BehaviourError("behaviour must be an object")
+    unknown = set(raw) - _FIELDS
+    if unknown:
+        raise BehaviourError(f"behaviour: unknown keys {sorted(unknown)}")
+    errors_raw = raw.get("status_errors")
+    if errors_raw is None:
+        status_errors: tuple[StatusError, ...] = ()
+    elif isinstance(errors_raw, list):
+        status_errors = tuple(_status_error(item) for item in errors_raw)
+    else:
+        status_errors = (_status_error(errors_raw),)
+    polls = _int(raw, "polls_to_finish", minimum=1)
+    hold = _float(raw, "hold_seconds")
+    items = _int(raw, "result_items")
+    failed_items = _int(raw, "result_failed_items")
+    return Behaviour(
+        polls_to_finish=2 if polls is None else polls,
+        seconds_to_finish=_float(raw, "seconds_to_finish"),
+        outcome=_choice(raw, "outcome", OUTCOMES),
+        error_code=_str(raw, "error_code", Behaviour.error_code),
+        error_message=_str(raw, "error_message", Behaviour.error_message),
+        progress=_bool(raw, "progress", True),
+        retry_after=_int(raw, "retry_after"),
+        retry_after_date=_int(raw, "retry_after_date"),
+        poll_hint=raw.get("poll_hint"),
+        has_poll_hint="poll_hint" in raw,
+        create_response=_choice(raw, "create_response", CREATE_RESPONSES),
+        hold_seconds=5.0 if hold is None else hold,
+        status_errors=status_errors,
+        unauthorized_from=_int(raw, "unauthorized_from", minimum=1),
+        unknown_state_at=_int(raw, "unknown_state_at", minimum=1),
+        succeed_without_result=_bool(raw, "succeed_without_result", False),
+        expires_in_seconds=_float(raw, "expires_in_seconds"),
+        run_past_expiry=_bool(raw, "run_past_expiry", False),
+        cancel=_choice(raw, "cancel", CANCEL_MODES),
+        result_items=10 if items is None else items,
+        result_failed_items=0 if failed_items is None else failed_items,
+        result_bad_checksum=_bool(raw, "result_bad_checksum", False),
+        never_finish=_bool(raw, "never_finish", False),
+    )

@@ -1,0 +1,404 @@
+"""Job table, request log and scripted job behaviour of the sandbox provider.
+
+Everything here is transport-free: each API method takes what the HTTP layer
+parsed and returns a :class:`Reply` saying what to send (or to drop the
+connection, or to hold first). One lock guards the job table and the log; no
+method sleeps, so the lock is never held while a response is being delayed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from typing import Any
+
+from jobwarden.sandbox.behaviour import Behaviour, BehaviourError, parse_behaviour
+
+FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
+_JSON = "application/json"
+
+
+def iso_utc(moment: datetime) -> str:
+    """RFC 3339 / ISO-8601 UTC with microseconds and a ``Z`` suffix."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def http_date_in(seconds: int) -> str:
+    """IMF-fixdate ``seconds`` from now, rounded UP to a whole second."""
+    moment = datetime.fromtimestamp(math.ceil(time.time() + seconds), UTC)
+    return format_datetime(moment, usegmt=True)
+
+
+def retry_after_value(seconds: int | None, date_seconds: int | None) -> str | None:
+    """The Retry-After header value: delay-seconds wins over the HTTP-date form."""
+    if seconds is not None:
+        return str(seconds)
+    if date_seconds is not None:
+        return http_date_in(date_seconds)
+    return None
+
+
+@dataclass
+class Reply:
+    """What the HTTP layer must do for one request."""
+
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    drop: bool = False  # close the socket without sending a byte
+    hold_seconds: float = 0.0  # sleep (lock released) before acting
+    reprocess_status: bool = False  # after the hold, ask status(..., after_hold=True)
+
+
+def json_reply(status: int, payload: Any, headers: dict[str, str] | None = None) -> Reply:
+    merged = {"Content-Type": _JSON, **(headers or {})}
+    return Reply(status=status, body=json.dumps(payload).encode(), headers=merged)
+
+
+def error_reply(status: int, code: str, message: str, **headers: str) -> Reply:
+    return json_reply(status, {"error": code, "message": message}, headers)
+
+
+@dataclass
+class Job:
+    id: str
+    key: str
+    canonical: str
+    command: dict[str, Any]
+    behaviour: Behaviour
+    created_at: datetime
+    created_mono: float
+    create_body: bytes
+    result_bytes: bytes
+    result_sha256: str
+    create_requests: int = 1
+    status_calls: int = 0  # normal status calls (scripted error calls excluded)
+    error_calls: int = 0  # status calls consumed by status_errors
+    cancel_requested: bool = False
+    final: str | None = None
+    last_status: str = "queued"
+    last_progress: int = 0
+
+    @property
+    def expires_at(self) -> datetime | None:
+        seconds = self.behaviour.expires_in_seconds
+        return None if seconds is None else self.created_at + timedelta(seconds=seconds)
+
+    def create_headers(self) -> dict[str, str]:
+        return {"Content-Type": _JSON, "Location": f"/v1/jobs/{self.id}"}
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "idempotency_key": self.key,
+            "status": self.final or ("cancelling" if self.cancel_requested else self.last_status),
+            "created_at": iso_utc(self.created_at),
+            "command": self.command,
+            "create_requests": self.create_requests,
+            "status_calls": self.status_calls,
+            "error_calls": self.error_calls,
+            "cancel_requested": self.cancel_requested,
+        }
+
+
+def _build_result(job_id: str, behaviour: Behaviour) -> bytes:
+    items = [
+        {"ref": f"item-{i}", "value": f"{job_id}:{i}"} for i in range(1, behaviour.result_items + 1)
+    ]
+    first_failed = behaviour.result_items + 1
+    failed = [
+        {"ref": f"item-{i}", "error": "item rejected by the sandbox"}
+        for i in range(first_failed, first_failed + behaviour.result_failed_items)
+    ]
+    document = {"record_count": len(items), "items": items, "failed_items": failed}
+    return json.dumps(document).encode()
+
+
+class SandboxState:
+    """The provider's memory: jobs by id and by idempotency key, and the request log."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, Job] = {}
+        self._by_key: dict[str, Job] = {}
+        self._log: dict[int, dict[str, Any]] = {}
+        self._seq = 0  # never reset, so an in-flight request cannot touch a new entry
+
+    # ----------------------------------------------------------------- log
+    def log_request(
+        self,
+        *,
+        method: str,
+        path: str,
+        query: str | None,
+        kind: str,
+        idempotency_key: str | None,
+        job_id: str | None,
+        traceparent: str | None,
+    ) -> int:
+        now = datetime.now(UTC)
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            self._log[seq] = {
+                "seq": seq,
+                "time": iso_utc(now),
+                "monotonic": time.monotonic(),
+                "method": method,
+                "path": path,
+                "query": query,
+                "kind": kind,
+                "idempotency_key": idempotency_key,
+                "job_id": job_id,
+                "status": None,
+                "retry_after": None,
+                "traceparent": traceparent,
+                "replayed": False,
+            }
+        return seq
+
+    def answered(self, seq: int, status: int, retry_after: str | None) -> None:
+        with self._lock:
+            entry = self._log.get(seq)
+            if entry is not None:
+                entry["status"] = status
+                entry["retry_after"] = retry_after
+
+    def _note(self, seq: int, **fields: Any) -> None:
+        entry = self._log.get(seq)  # caller holds the lock
+        if entry is not None:
+            entry.update(fields)
+
+    def requests(
+        self, *, key: str | None = None, job_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        with self._lock:
+            return [
+                dict(entry)
+                for entry in self._log.values()
+                if (key is None or entry["idempotency_key"] == key)
+                and (job_id is None or entry["job_id"] == job_id)
+            ]
+
+    def jobs_for_key(self, key: str | None) -> list[dict[str, Any]]:
+        with self._lock:
+            return [job.public() for job in self._jobs.values() if key is None or job.key == key]
+
+    def reset(self) -> None:
+        with self._lock:
+            self._jobs.clear()
+            self._by_key.clear()
+            self._log.clear()
+
+    # ----------------------------------------------------------------- API
+    def create(self, seq: int, key: str | None, raw_body: bytes) -> Reply:
+        if not key:
+            return error_reply(400, "idempotency_key_required", "send an Idempotency-Key header")
+        try:
+            command = json.loads(raw_body)
+        except (ValueError, UnicodeDecodeError):
+            return error_reply(400, "invalid_json", "the body must be a JSON object")
+        if not isinstance(command, dict):
+            return error_reply(400, "invalid_json", "the body must be a JSON object")
+        try:
+            behaviour = parse_behaviour(command.get("behaviour"))
+        except BehaviourError as exc:
+            return error_reply(400, "invalid_behaviour", str(exc))
+        canonical = json.dumps(command, sort_keys=True)
+        with self._lock:
+            existing = self._by_key.get(key)
+            if existing is not None:
+                if existing.canonical != canonical:
+                    return error_reply(
+                        422, "idempotency_key_reused", "this key was used with a different body"
+                    )
+                existing.create_requests += 1
+                self._note(seq, job_id=existing.id, replayed=True)
+                headers = {**existing.create_headers(), "Idempotent-Replayed": "true"}
+                return Reply(status=202, body=existing.create_body, headers=headers)
+            job = self._new_job(key, canonical, command, behaviour)
+            self._note(seq, job_id=job.id)
+        reply = Reply(status=202, body=job.create_body, headers=job.create_headers())
+        if behaviour.create_response == "drop":
+            reply.drop = True
+        elif behaviour.create_response == "hold":
+            reply.hold_seconds = behaviour.hold_seconds
+        return reply
+
+    def _new_job(
+        self, key: str, canonical: str, command: dict[str, Any], behaviour: Behaviour
+    ) -> Job:
+        job_id = f"job_{uuid.uuid4().hex[:12]}"
+        while job_id in self._jobs:  # pragma: no cover - 48 random bits
+            job_id = f"job_{uuid.uuid4().hex[:12]}"
+        created = datetime.now(UTC)
+        body = {"id": job_id, "status": "queued", "created_at": iso_utc(created)}
+        result = _build_result(job_id, behaviour)
+        job = Job(
+            id=job_id,
+            key=key,
+            canonical=canonical,
+            command=command,
+            behaviour=behaviour,
+            created_at=created,
+            created_mono=time.monotonic(),
+            create_body=json.dumps(body).encode(),
+            result_bytes=result,
+            result_sha256=hashlib.sha256(result).hexdigest(),
+        )
+        self._jobs[job_id] = job
+        self._by_key[key] = job
+        return job
+
+    def status(self, seq: int, job_id: str, *, after_hold: bool = False) -> Reply:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return error_reply(404, "not_found", f"no job {job_id}")
+            b = job.behaviour
+            if not after_hold:
+                scripted = b.status_error_for(job.error_calls)
+                if scripted is not None:
+                    job.error_calls += 1
+                    if scripted.code == "drop":
+                        return Reply(drop=True)
+                    if scripted.code == "hold":
+                        return Reply(hold_seconds=scripted.hold_seconds, reprocess_status=True)
+                    assert isinstance(scripted.code, int)
+                    retry = retry_after_value(scripted.retry_after, scripted.retry_after_date)
+                    headers = {"Retry-After": retry} if retry is not None else {}
+                    return error_reply(
+                        scripted.code, "scripted_error", "scripted status error", **headers
+                    )
+            job.status_calls += 1
+            n = job.status_calls
+            status, progress = self._advance(job, n)
+            if b.unauthorized_from is not None and n >= b.unauthorized_from:
+                return error_reply(
+                    401, "unauthorized", "credential rejected", **{"WWW-Authenticate": "Bearer"}
+                )
+            if b.unknown_state_at is not None and n >= b.unknown_state_at:
+                status = "mystery"
+            return self._status_reply(job, status, progress)
+
+    def _finished(self, job: Job, n: int) -> bool:
+        b = job.behaviour
+        if b.never_finish or b.run_past_expiry:
+            return False
+        if b.seconds_to_finish is not None:
+            return time.monotonic() - job.created_mono >= b.seconds_to_finish
+        return n >= b.polls_to_finish
+
+    def _advance(self, job: Job, n: int) -> tuple[str, int | None]:
+        """Move the job along for status call ``n``; return (status, progress)."""
+        b = job.behaviour
+        if job.final is None:
+            if job.cancel_requested:
+                if b.cancel == "honour":
+                    job.final = "cancelled"
+            elif self._finished(job, n):
+                job.final = b.outcome
+        if job.final is not None:
+            status = job.final
+            if status != "cancelled":
+                job.last_progress = 100
+        elif job.cancel_requested:
+            status = "cancelling"
+        elif n == 1:
+            status = "queued"
+        else:
+            status = "running"
+            job.last_progress = max(job.last_progress, self._running_progress(job, n))
+        job.last_status = status
+        return status, (job.last_progress if b.progress else None)
+
+    @staticmethod
+    def _running_progress(job: Job, n: int) -> int:
+        b = job.behaviour
+        if b.never_finish or b.run_past_expiry:
+            fraction = 1 - 1 / (n + 1)
+        elif b.seconds_to_finish:
+            fraction = (time.monotonic() - job.created_mono) / b.seconds_to_finish
+        else:
+            fraction = n / b.polls_to_finish
+        return max(0, min(99, int(100 * fraction)))
+
+    def _status_reply(self, job: Job, status: str, progress: int | None) -> Reply:
+        b = job.behaviour
+        expires = job.expires_at
+        body: dict[str, Any] = {
+            "id": job.id,
+            "status": status,
+            "progress": progress,
+            "expires_at": None if expires is None else iso_utc(expires),
+            "result": None,
+            "error": None,
+        }
+        headers: dict[str, str] = {}
+        if status == "succeeded" and not b.succeed_without_result:
+            digest = job.result_sha256
+            if b.result_bad_checksum:
+                digest = hashlib.sha256(job.result_bytes + b"tampered").hexdigest()
+            body["result"] = {
+                "url": f"/v1/jobs/{job.id}/result",
+                "sha256": digest,
+                "record_count": b.result_items,
+            }
+        elif status == "failed":
+            body["error"] = {"code": b.error_code, "message": b.error_message}
+        if status not in FINAL_STATUSES:
+            if b.has_poll_hint:
+                body["poll_after_seconds"] = b.poll_hint
+            retry = retry_after_value(b.retry_after, b.retry_after_date)
+            if retry is not None:
+                headers["Retry-After"] = retry
+        return json_reply(200, body, headers)
+
+    def cancel(self, seq: int, job_id: str) -> Reply:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return error_reply(404, "not_found", f"no job {job_id}")
+            if job.final is None and not job.cancel_requested:
+                # A time-scripted job may have finished without anyone asking.
+                b = job.behaviour
+                if b.seconds_to_finish is not None and self._finished(job, job.status_calls):
+                    job.final = b.outcome
+            if job.final is not None:
+                return json_reply(409, {"error": "job_terminal", "id": job.id, "status": job.final})
+            job.cancel_requested = True
+            if job.behaviour.cancel == "race":
+                job.final = job.behaviour.outcome  # crossed its commit point first
+            return json_reply(202, {"id": job.id, "status": "cancelling"})
+
+    def result(self, seq: int, job_id: str) -> Reply:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return error_reply(404, "not_found", f"no job {job_id}")
+            if job.final != "succeeded" or job.behaviour.succeed_without_result:
+                return error_reply(404, "result_not_available", "the job has no result (yet)")
+            return Reply(status=200, body=job.result_bytes, headers={"Content-Type": _JSON})
+
+    def lookup(self, seq: int, reference: str | None) -> Reply:
+        if not reference:
+            return error_reply(400, "reference_required", "use GET /v1/jobs?reference=KEY")
+        with self._lock:
+            job = self._by_key.get(reference)
+            data = []
+            if job is not None:
+                data.append(
+                    {
+                        "id": job.id,
+                        "status": job.public()["status"],
+                        "created_at": iso_utc(job.created_at),
+                    }
+                )
+        return json_reply(200, {"data": data})

@@ -1,0 +1,199 @@
+"""Provider contracts as typed, immutable values.
+
+A contract file (TOML, one per provider) is parsed into these by
+``models.contract_loader``. Everything that differs between providers lives
+here as data; the HTTP edge and the decision core read it and never branch
+on a provider's name.
+
+JSON pointers (RFC 6901, e.g. ``/result/url``) locate fields in response bodies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class RemoteStatus(StrEnum):
+    pending = "pending"  # the remote job has not finished
+    succeeded = "succeeded"  # the provider says the job finished well (result not yet checked)
+    failed = "failed"  # the provider says the job failed
+    cancelled = "cancelled"  # the provider says the job was cancelled
+    expired = "expired"  # the provider says the job expired
+    unknown = "unknown"  # anything the state table does not name
+
+
+class TokenPlacement(StrEnum):
+    header = "header"  # e.g. Idempotency-Key, Repeatability-Request-ID
+    body = "body"  # e.g. a request_id field in the JSON body
+
+
+class JobLocator(StrEnum):
+    body = "body"  # job id at create.job_id_pointer in the response body
+    location = "location"  # status URL in the Location header
+    operation_location = "operation_location"  # status URL in the Operation-Location header
+
+
+class ReconciliationPath(StrEnum):
+    same_token_retry = "same_token_retry"  # resend the create with the same token; the provider replays
+    lookup_by_reference = "lookup_by_reference"  # GET a lookup endpoint with the token as reference
+    none = "none"  # at-most-once cannot be proven; an ambiguous create escalates
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthSpec:
+    """Credentials by reference only: the secret itself never enters a contract."""
+
+    scheme: str  # "bearer" or "header"
+    header: str = "Authorization"
+    secret_env: str | None = None  # environment variable holding the secret
+    secret_file: str | None = None  # file holding the secret
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateSpec:
+    method: str
+    path: str  # relative to base_url
+    token_placement: TokenPlacement
+    token_name: str  # header name or body field name
+    job_locator: JobLocator
+    job_id_pointer: str | None = None  # required when job_locator is body
+    # Statuses that mean "accepted"; anything 2xx not listed is still accepted.
+    accepted_statuses: tuple[int, ...] = (200, 201, 202)
+    # Status code the provider uses for "same token, different body" (e.g. 422, 409).
+    conflict_status: int | None = None
+    body_template: str = "command"  # "command": the command is the body; "wrapped": {"command": ...}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusSpec:
+    method: str
+    path: str | None  # template with {job_id}; None when the status URL comes from a header
+    state_pointer: str
+    # Used when the state field is absent: AIP-151 omits `done` until the operation finishes.
+    state_default: str | None = None
+    progress_pointer: str | None = None
+    poll_hint_pointer: str | None = None  # seconds until the next poll, as the provider suggests
+    expiry_pointer: str | None = None  # RFC 3339 time after which the job may not run
+    result_ref_pointer: str | None = None  # where a finished job names its result
+    error_pointer: str | None = None  # presence of a value here means failed (AIP-151 `error`)
+    # Seconds after acceptance during which 404 means "not visible yet" (eventual consistency).
+    not_found_grace_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateTable:
+    """Raw provider state values (as strings; JSON true/false become "true"/"false")."""
+
+    pending: frozenset[str]
+    succeeded: frozenset[str]
+    failed: frozenset[str]
+    cancelled: frozenset[str] = frozenset()
+    expired: frozenset[str] = frozenset()
+    # Raw values that mean "cancel received, not yet done" (e.g. OpenAI "cancelling").
+    cancelling: frozenset[str] = frozenset()
+
+    def classify(self, raw: str) -> RemoteStatus:
+        if raw in self.pending or raw in self.cancelling:
+            return RemoteStatus.pending
+        if raw in self.succeeded:
+            return RemoteStatus.succeeded
+        if raw in self.failed:
+            return RemoteStatus.failed
+        if raw in self.cancelled:
+            return RemoteStatus.cancelled
+        if raw in self.expired:
+            return RemoteStatus.expired
+        return RemoteStatus.unknown
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelSpec:
+    method: str
+    path: str  # template with {job_id}
+    accepted_statuses: tuple[int, ...] = (200, 202, 204)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReconciliationSpec:
+    path: ReconciliationPath
+    lookup_path: str | None = None  # template with {token}, for lookup_by_reference
+    lookup_job_id_pointer: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultSpec:
+    """How a finished job's result is fetched and validated."""
+
+    # "url": the result reference is an absolute or base-relative URL to GET.
+    # "inline": the status body at result_ref_pointer is the result itself.
+    # "path": GET path template with {job_id} / {result_ref}.
+    fetch: str
+    path: str | None = None
+    allowed_origins: tuple[str, ...] = ()  # empty means: only the contract's base_url origin
+    content_type: str | None = "application/json"
+    checksum_pointer: str | None = None  # in the status body: expected sha256 hex of the result
+    checksum_header: str | None = None  # or in the result response
+    record_count_pointer: str | None = None  # in the result body: declared record count
+    items_pointer: str | None = None  # in the result body: list of succeeded items
+    failed_items_pointer: str | None = None  # in the result body: list of failed items
+    max_bytes: int = 50 * 1024 * 1024
+    # Fraction of failed items above which the result is invalid (per-item failures).
+    max_failed_fraction: float = 1.0
+    # Raw result lines as JSONL (OpenAI batch output) rather than one JSON document.
+    jsonl: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebhookSpec:
+    signature_header: str
+    timestamp_header: str
+    event_id_pointer: str
+    job_id_pointer: str
+    secret_env: str | None = None
+    secret_file: str | None = None
+    tolerance_seconds: float = 300.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PollPolicy:
+    initial_delay_seconds: float
+    base_seconds: float
+    max_seconds: float
+    jitter_floor: float  # lower bound of the random factor in [jitter_floor, 1]
+    hint_floor_seconds: float  # provider hints and Retry-After shorter than this are raised to it
+    hint_cap_seconds: float  # and longer than this are lowered to it
+    rate_limit_base_seconds: float  # 429 without Retry-After: backoff starts here ("back off hard")
+    max_rate_limited: int  # consecutive 429s before escalating rate_limited
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    create_deadline_seconds: float
+    result_deadline_seconds: float
+    cancel_deadline_seconds: float
+    max_status_requests: int
+    max_transport_failures: int
+    request_timeout_seconds: float
+    max_create_attempts: int = 5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderContract:
+    name: str
+    source_file: str
+    base_url: str
+    create: CreateSpec
+    status: StatusSpec
+    states: StateTable
+    reconciliation: ReconciliationSpec
+    poll: PollPolicy
+    limits: Limits
+    cancel: CancelSpec | None = None
+    result: ResultSpec | None = None
+    auth: AuthSpec | None = None
+    webhook: WebhookSpec | None = None
+    requires_approval: bool = False
+    base_url_env: str | None = None  # environment variable that overrides base_url when set
+    plugin: str | None = None  # "module:attribute" of a ProviderPlugin for code-needing providers
+    extra_headers: dict[str, str] = field(default_factory=dict)

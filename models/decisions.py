@@ -1,0 +1,363 @@
+"""The decision core: what to do after each status answer, and before each request.
+
+Pure functions of a ``PollView`` (the row's bounds and counters), the
+contract's ``PollPolicy``, a classified ``HttpSignal`` / ``StatusReading``,
+the time ``now`` and a random draw ``u`` in [0, 1]. The Celery shell persists
+the returned counters and action; it never second-guesses them. All datetimes
+must be timezone-aware.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from models.backoff import backoff_delay
+from models.contract import PollPolicy, RemoteStatus
+from models.signals import HttpSignal, SignalKind, StatusReading
+from models.states import OperationState
+
+
+class DelaySource(StrEnum):
+    provider_retry_after = "provider_retry_after"  # the provider's Retry-After header
+    provider_poll_hint = "provider_poll_hint"  # a validated hint in the status body
+    local_backoff = "local_backoff"  # jittered exponential backoff, nothing from the provider
+    initial_delay = "initial_delay"  # the contract's wait before the first poll
+    manual_extension = "manual_extension"  # a human extended the bounds
+
+
+class EscalationReason(StrEnum):
+    deadline_exceeded = "deadline_exceeded"  # the result deadline passed while the job ran
+    request_budget_exhausted = "request_budget_exhausted"  # no status request left to send
+    rate_limited = "rate_limited"  # too many consecutive 429s
+    unknown_state = "unknown_state"  # a state the contract does not name, or an unexpected 404
+    authorization_denied = "authorization_denied"  # 401/403: never retry the same credential
+    provider_failure = "provider_failure"  # transport budget spent, or a refused request
+    contract_violation = "contract_violation"  # the provider contradicted itself or the contract
+    cancellation_unconfirmed = "cancellation_unconfirmed"  # cancel bounds ran out unconfirmed
+
+
+class Phase(StrEnum):
+    observing = "observing"  # waiting for the remote job to end
+    cancelling = "cancelling"  # waiting for the provider to confirm a cancel
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PollView:
+    """The row's bounds and counters, as the decision core needs them."""
+
+    phase: Phase
+    deadline: datetime  # result deadline when observing, cancel deadline when cancelling
+    accepted_at: datetime
+    status_requests_used: int  # already includes the request just answered
+    max_status_requests: int
+    transport_failures_used: int
+    max_transport_failures: int
+    consecutive_rate_limited: int
+    poll_attempt: int  # waits after status answers so far; the backoff attempt
+    next_poll_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Wait:
+    """Send the next status request no earlier than ``until``."""
+
+    until: datetime
+    delay_seconds: float
+    delay_source: DelaySource
+    clipped_to_deadline: bool  # the chosen delay would have passed the deadline
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collect:
+    """The remote job succeeded: move to result_collecting."""
+
+    result_ref: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finish:
+    """The remote job ended badly: move to ``state`` (failed, expired or cancelled)."""
+
+    state: OperationState
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Escalate:
+    """Stop automation: move to ``state`` and let a human choose."""
+
+    reason: EscalationReason
+    detail: str
+    state: OperationState  # escalated, result_timed_out or cancellation_unconfirmed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotYet:
+    """An early wake-up (duplicated or early message): do nothing until ``until``."""
+
+    until: datetime
+
+
+Action = Wait | Collect | Finish | Escalate | NotYet
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """An action plus the counters the shell must persist with it."""
+
+    action: Action
+    transport_failures_used: int  # never reset: a budget, not a streak
+    consecutive_rate_limited: int  # reset by any answer that is not a 429
+    poll_attempt: int  # +1 on each wait after a status answer
+
+
+def _escalate(phase: Phase, reason: EscalationReason, detail: str) -> Escalate:
+    # cancelling may only stop in cancellation_unconfirmed (see the transition table).
+    if phase is Phase.cancelling:
+        return Escalate(reason=reason, detail=detail, state=OperationState.cancellation_unconfirmed)
+    if reason is EscalationReason.deadline_exceeded:
+        return Escalate(reason=reason, detail=detail, state=OperationState.result_timed_out)
+    return Escalate(reason=reason, detail=detail, state=OperationState.escalated)
+
+
+def _deadline_passed(view: PollView) -> Escalate:
+    if view.phase is Phase.cancelling:
+        return _escalate(
+            view.phase, EscalationReason.cancellation_unconfirmed, "cancel deadline passed"
+        )
+    return _escalate(view.phase, EscalationReason.deadline_exceeded, "result deadline passed")
+
+
+def _budget_spent(view: PollView) -> Escalate:
+    detail = f"request_budget_exhausted: {view.status_requests_used}/{view.max_status_requests}"
+    if view.phase is Phase.cancelling:
+        return _escalate(view.phase, EscalationReason.cancellation_unconfirmed, detail)
+    return _escalate(view.phase, EscalationReason.request_budget_exhausted, detail)
+
+
+def guard_before_status_request(view: PollView, *, now: datetime) -> Action | None:
+    """Checked before every status request; None means the request may go out.
+
+    Order: deadline first (a long sleep must not buy one more request), then an
+    early wake-up (``NotYet``), then the request budget. The shell increments
+    and commits ``status_requests_used`` before sending.
+    """
+    if now >= view.deadline:
+        return _deadline_passed(view)
+    if view.next_poll_at is not None and now < view.next_poll_at:
+        return NotYet(until=view.next_poll_at)
+    if view.status_requests_used >= view.max_status_requests:
+        return _budget_spent(view)
+    return None
+
+
+def _wait_for(view: PollView, *, now: datetime, seconds: float, source: DelaySource) -> Wait:
+    # Compare in seconds first: a huge Retry-After would overflow timedelta.
+    remaining = max(0.0, (view.deadline - now).total_seconds())
+    if seconds > remaining:
+        return Wait(
+            until=view.deadline,
+            delay_seconds=remaining,
+            delay_source=source,
+            clipped_to_deadline=True,
+        )
+    until = min(now + timedelta(seconds=seconds), view.deadline)
+    return Wait(until=until, delay_seconds=seconds, delay_source=source, clipped_to_deadline=False)
+
+
+def first_poll(view: PollView, policy: PollPolicy, *, now: datetime) -> Wait:
+    """Wait the contract's initial delay before the first status request.
+
+    Clipped to the deadline like every wait; a deadline already passed gives a
+    zero wait until the deadline, and the guard then escalates.
+    """
+    return _wait_for(
+        view, now=now, seconds=policy.initial_delay_seconds, source=DelaySource.initial_delay
+    )
+
+
+def _next_wait(
+    view: PollView,
+    policy: PollPolicy,
+    signal: HttpSignal,
+    reading: StatusReading | None,
+    *,
+    now: datetime,
+    u: float,
+    rate_limited: int,
+) -> Action:
+    """A wait, or an escalation when no further request could be sent anyway."""
+    if view.status_requests_used >= view.max_status_requests:
+        return _budget_spent(view)
+    if now >= view.deadline:
+        return _deadline_passed(view)
+    retry_after = signal.retry_after.seconds if signal.retry_after.valid else None
+    hint = reading.poll_hint.seconds if reading is not None and reading.poll_hint.valid else None
+    # Invariant 3: never poll before the provider asked, so floors apply and caps do not.
+    if retry_after is not None:
+        seconds = max(retry_after, policy.hint_floor_seconds)
+        source = DelaySource.provider_retry_after
+    elif hint is not None:
+        seconds = max(hint, policy.hint_floor_seconds)
+        source = DelaySource.provider_poll_hint
+    elif rate_limited > 0:
+        # A 429 without Retry-After: back off hard, from the rate-limit base.
+        seconds = backoff_delay(
+            attempt=rate_limited - 1,
+            base=policy.rate_limit_base_seconds,
+            maximum=max(policy.max_seconds, policy.rate_limit_base_seconds),
+            jitter_floor=policy.jitter_floor,
+            u=u,
+        )
+        source = DelaySource.local_backoff
+    else:
+        seconds = backoff_delay(
+            attempt=view.poll_attempt,
+            base=policy.base_seconds,
+            maximum=policy.max_seconds,
+            jitter_floor=policy.jitter_floor,
+            u=u,
+        )
+        source = DelaySource.local_backoff
+    return _wait_for(view, now=now, seconds=seconds, source=source)
+
+
+def _after_reading(view: PollView, reading: StatusReading) -> Action | None:
+    """The action a readable status implies, or None for "still pending: wait"."""
+    phase = view.phase
+    if reading.contradiction is not None:
+        return _escalate(phase, EscalationReason.contract_violation, reading.contradiction)
+    status = reading.remote_status
+    if status is RemoteStatus.pending:
+        return None
+    if status is RemoteStatus.succeeded:
+        # In cancelling too: the job crossed its commit point and ends as it really ended.
+        return Collect(result_ref=reading.result_ref)
+    if status is RemoteStatus.failed:
+        return Finish(state=OperationState.failed, reason="remote_failed")
+    if status is RemoteStatus.expired:
+        return Finish(state=OperationState.expired, reason="remote_expired")
+    if status is RemoteStatus.cancelled:
+        return Finish(state=OperationState.cancelled, reason="remote_cancelled")
+    return _escalate(phase, EscalationReason.unknown_state, f"raw_state={reading.raw_state!r}")
+
+
+def decide_after_status(
+    view: PollView,
+    policy: PollPolicy,
+    signal: HttpSignal,
+    reading: StatusReading | None,
+    *,
+    now: datetime,
+    u: float,
+    not_found_allowed: bool,
+) -> Decision:
+    """Decide what follows one status answer. Never raises on provider input.
+
+    ``reading`` is given when the signal is ok/accepted with a parsed body; an
+    ok/accepted signal without one counts as a malformed answer. Transport
+    failures, 5xx and malformed answers spend the transport budget (a failed
+    read is not a failed job); 401/403 and other 4xx escalate at once; 429s
+    escalate after ``policy.max_rate_limited`` in a row. Every wait honours
+    Retry-After, then a poll hint, then local backoff, and is clipped to the
+    deadline; when no request is left in the budget it escalates instead.
+    """
+    failures = view.transport_failures_used
+    rate_limited = 0
+    attempt = view.poll_attempt
+    kind = signal.kind
+    code = signal.status_code
+    action: Action | None = None
+
+    if kind in (SignalKind.unauthorized, SignalKind.forbidden):
+        action = _escalate(view.phase, EscalationReason.authorization_denied, f"http_{code}")
+    elif kind is SignalKind.rate_limited:
+        rate_limited = view.consecutive_rate_limited + 1
+        if rate_limited >= policy.max_rate_limited:
+            action = _escalate(
+                view.phase, EscalationReason.rate_limited, f"{rate_limited} consecutive 429s"
+            )
+    elif kind is SignalKind.not_found:
+        if not not_found_allowed:
+            action = _escalate(view.phase, EscalationReason.unknown_state, "not_found")
+    elif kind in (SignalKind.conflict, SignalKind.client_error):
+        action = _escalate(view.phase, EscalationReason.provider_failure, f"http_{code}")
+    elif kind in (SignalKind.ok, SignalKind.accepted) and reading is not None:
+        action = _after_reading(view, reading)
+    else:
+        # server_error, transport, malformed, or a 2xx without a readable body.
+        failures += 1
+        if failures > view.max_transport_failures:
+            action = _escalate(
+                view.phase,
+                EscalationReason.provider_failure,
+                f"transport failures {failures}/{view.max_transport_failures}: "
+                f"{signal.transport_failure or kind}",
+            )
+
+    if action is None:
+        action = _next_wait(view, policy, signal, reading, now=now, u=u, rate_limited=rate_limited)
+        if isinstance(action, Wait):
+            attempt += 1
+    return Decision(
+        action=action,
+        transport_failures_used=failures,
+        consecutive_rate_limited=rate_limited,
+        poll_attempt=attempt,
+    )
+
+
+class CreateOutcomeKind(StrEnum):
+    accepted = "accepted"  # 2xx with a usable job id: move to accepted
+    ambiguous = "ambiguous"  # the create may or may not exist: create_unknown, same token
+    refused = "refused"  # the provider refused; nothing was created: failed
+    authorization_denied = "authorization_denied"  # 401/403: escalate, never retry as is
+    rate_limited = "rate_limited"  # 429: nothing created; retry the same token after Retry-After
+    contract_violation = "contract_violation"  # conflict on our own token, or a second job id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateOutcome:
+    kind: CreateOutcomeKind
+    retry_after: float | None  # seconds, when the provider sent a valid Retry-After
+    detail: str
+
+
+def decide_after_create(
+    signal: HttpSignal, *, job_id: str | None, known_job_id: str | None
+) -> CreateOutcome:
+    """Classify a create (or same-token reconciliation) answer. Never raises.
+
+    ``job_id`` is what the edge extracted as the contract says; ``known_job_id``
+    is a job id already recorded for this operation, if any. Anything that may
+    have created a job without telling us which is ``ambiguous``: the caller
+    reconciles with the same token and never mints a fresh one.
+    """
+    kind = signal.kind
+    code = signal.status_code
+    retry_after = signal.retry_after.seconds if signal.retry_after.valid else None
+
+    def outcome(k: CreateOutcomeKind, detail: str) -> CreateOutcome:
+        return CreateOutcome(kind=k, retry_after=retry_after, detail=detail)
+
+    if kind in (SignalKind.ok, SignalKind.accepted):
+        if not job_id:
+            return outcome(CreateOutcomeKind.ambiguous, f"http_{code} without a usable job id")
+        if known_job_id is not None and job_id != known_job_id:
+            return outcome(
+                CreateOutcomeKind.contract_violation,
+                f"job id {job_id!r} differs from known job id {known_job_id!r} for the same token",
+            )
+        return outcome(CreateOutcomeKind.accepted, f"http_{code}")
+    if kind in (SignalKind.transport, SignalKind.server_error, SignalKind.malformed):
+        failure = signal.transport_failure or f"http_{code}"
+        return outcome(CreateOutcomeKind.ambiguous, f"{kind}: {failure}")
+    if kind in (SignalKind.unauthorized, SignalKind.forbidden):
+        return outcome(CreateOutcomeKind.authorization_denied, f"http_{code}")
+    if kind is SignalKind.rate_limited:
+        return outcome(CreateOutcomeKind.rate_limited, "http_429")
+    if kind is SignalKind.conflict:
+        return outcome(CreateOutcomeKind.contract_violation, f"http_{code} for our own token")
+    return outcome(CreateOutcomeKind.refused, f"http_{code}")

@@ -1,0 +1,88 @@
+"""The exception tree, grouped by what the caller must do.
+
+Every error pickles cleanly (it crosses Celery) because each keeps its
+constructor arguments in ``args``.
+"""
+
+from __future__ import annotations
+
+
+class JobwardenError(Exception):
+    """Base of every error jobwarden raises on purpose."""
+
+
+class RefusedInputError(JobwardenError):
+    """The caller's input is invalid; retrying the same input cannot help."""
+
+
+class InvalidSubmissionError(RefusedInputError):
+    """A submission (command, key, provider) failed validation."""
+
+
+class ContractError(RefusedInputError):
+    """A provider contract file is invalid; names the file and the field."""
+
+    def __init__(self, file: str, field: str, problem: str) -> None:
+        super().__init__(file, field, problem)
+        self.file = file
+        self.field = field
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.field}: {self.problem}"
+
+
+class TransitionRefusedError(RefusedInputError):
+    """A state change not in the transition table."""
+
+    def __init__(self, src: str, dst: str, reason: str) -> None:
+        super().__init__(src, dst, reason)
+        self.src = src
+        self.dst = dst
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"transition {self.src} -> {self.dst} refused: {self.reason}"
+
+
+class LostRaceError(JobwardenError):
+    """Another owner changed the row first; stop quietly, the new owner carries on."""
+
+
+class StaleVersionError(LostRaceError):
+    """A fenced write found a different row version than the one it read."""
+
+    def __init__(self, operation_id: str, expected_version: int) -> None:
+        super().__init__(operation_id, expected_version)
+        self.operation_id = operation_id
+        self.expected_version = expected_version
+
+    def __str__(self) -> str:
+        return (
+            f"operation {self.operation_id}: version {self.expected_version} is stale; "
+            "another owner wrote first"
+        )
+
+
+class LeaseNotAcquiredError(LostRaceError):
+    """Another worker holds the operation's lease."""
+
+
+class RetryLaterError(JobwardenError):
+    """A transient failure; the same action may succeed later."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message, retry_after)
+        self.retry_after = retry_after
+
+
+class ProviderTransportError(RetryLaterError):
+    """The provider could not be reached or did not answer (DNS, TLS, connect, read)."""
+
+
+class GiveUpError(JobwardenError):
+    """Non-retryable: automation must stop and a human must look."""
+
+
+class SettingsError(RefusedInputError):
+    """A JOBWARDEN_ setting is invalid; names the variable."""

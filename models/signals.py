@@ -1,0 +1,230 @@
+"""What a provider's HTTP answer means, before any decision is taken.
+
+The HTTP edge turns an httpx response (or exception) into an
+``HttpObservation``; this module classifies it into an ``HttpSignal`` and
+reads a status body through the provider contract into a ``StatusReading``.
+Both are pure and never raise on provider input: odd answers become a signal
+kind, an ``unknown`` status or a recorded ``contradiction``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from models.backoff import PollHint, RetryAfter, parse_retry_after, validate_poll_hint
+from models.contract import ProviderContract, RemoteStatus
+from models.pointers import MISSING, Missing, resolve_pointer
+
+
+class TransportFailure(StrEnum):
+    connect_refused = "connect_refused"  # nothing listened; the request was not sent
+    connect_timeout = "connect_timeout"  # no connection within the timeout
+    read_timeout = "read_timeout"  # sent, but no answer in time: the outcome is unknown
+    dns = "dns"  # the provider's name did not resolve
+    tls = "tls"  # the TLS handshake or certificate check failed
+    connection_reset = "connection_reset"  # the peer dropped the connection mid-exchange
+    protocol = "protocol"  # the answer was not valid HTTP, or an unexpected status class
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpObservation:
+    """One HTTP exchange as the edge saw it; no httpx types cross this line."""
+
+    status_code: int | None  # None when no response arrived
+    headers: Mapping[str, str]  # keys lower-cased
+    body: object | None  # parsed JSON, or None when empty or unparsable
+    body_problem: str | None  # e.g. "malformed_json"
+    transport_failure: TransportFailure | None
+
+
+class SignalKind(StrEnum):
+    ok = "ok"  # 2xx other than 202
+    accepted = "accepted"  # 202
+    not_found = "not_found"  # 404
+    unauthorized = "unauthorized"  # 401
+    forbidden = "forbidden"  # 403
+    rate_limited = "rate_limited"  # 429
+    conflict = "conflict"  # 409 or 422
+    client_error = "client_error"  # any other 4xx
+    server_error = "server_error"  # 5xx
+    transport = "transport"  # no usable HTTP answer (see transport_failure)
+    malformed = "malformed"  # 2xx whose body failed to parse or is not a JSON object
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpSignal:
+    kind: SignalKind
+    status_code: int | None
+    retry_after: RetryAfter
+    location: str | None  # Operation-Location, else Location
+    transport_failure: TransportFailure | None
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        # The edge promises lower-cased keys; tolerate a caller that forgot.
+        value = next((v for k, v in headers.items() if k.lower() == name), None)
+    return value
+
+
+def _kind_for_status(code: int) -> SignalKind | None:
+    if 200 <= code < 300:
+        return SignalKind.accepted if code == 202 else SignalKind.ok
+    specific = {
+        401: SignalKind.unauthorized,
+        403: SignalKind.forbidden,
+        404: SignalKind.not_found,
+        409: SignalKind.conflict,
+        422: SignalKind.conflict,
+        429: SignalKind.rate_limited,
+    }
+    if code in specific:
+        return specific[code]
+    if 400 <= code < 500:
+        return SignalKind.client_error
+    if 500 <= code < 600:
+        return SignalKind.server_error
+    return None
+
+
+def classify_http(obs: HttpObservation, *, now: datetime) -> HttpSignal:
+    """Classify one exchange. Never raises.
+
+    No response, or a status outside 2xx/4xx/5xx (httpx does not follow
+    redirects, so a 3xx is as unusable as a broken answer), is ``transport``;
+    the latter with ``transport_failure=protocol``. A 2xx with an unparsable
+    or non-object body is ``malformed``; an empty 2xx body (None without a
+    problem) is not, since a 202 may carry its job only in headers.
+    """
+    retry_after = parse_retry_after(_header(obs.headers, "retry-after"), now)
+    location = _header(obs.headers, "operation-location") or _header(obs.headers, "location")
+    failure = obs.transport_failure
+    kind: SignalKind | None = None
+    if failure is None and obs.status_code is not None:
+        kind = _kind_for_status(obs.status_code)
+        if kind is None:
+            failure = TransportFailure.protocol
+    if kind is None:
+        kind = SignalKind.transport
+    elif kind in (SignalKind.ok, SignalKind.accepted) and (
+        obs.body_problem is not None or (obs.body is not None and not isinstance(obs.body, Mapping))
+    ):
+        kind = SignalKind.malformed
+    return HttpSignal(
+        kind=kind,
+        status_code=obs.status_code,
+        retry_after=retry_after,
+        location=location or None,
+        transport_failure=failure if kind is SignalKind.transport else None,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusReading:
+    """A status body read through the contract. Never a decision by itself."""
+
+    remote_status: RemoteStatus
+    raw_state: str | None  # the provider's own word; None when absent or not a string/bool
+    progress: float | None  # 0..100; informative only (progress 100 is not success)
+    poll_hint: PollHint
+    expires_at: datetime | None
+    result_ref: str | None
+    error: object | None  # the value at the contract's error pointer, if any
+    contradiction: str | None  # "succeeded_without_result_reference" | "running_after_expiry"
+
+
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"(?:\.[0-9]+)?(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+
+
+def _optional(body: object, pointer: str | None) -> object | Missing:
+    return MISSING if pointer is None else resolve_pointer(body, pointer)
+
+
+def _raw_state(value: object | Missing) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    return None
+
+
+def _progress(value: object | Missing) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and 0.0 <= number <= 100.0 else None
+
+
+def _rfc3339(value: object | Missing) -> datetime | None:
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+        return None
+    try:
+        return datetime.fromisoformat(value.upper())
+    except ValueError:
+        return None
+
+
+def read_status(
+    contract: ProviderContract, body: object, *, now: datetime, deadline: datetime
+) -> StatusReading:
+    """Read a parsed status body through ``contract.status``. Never raises.
+
+    A non-null value at ``error_pointer`` means failed whatever the state says
+    (AIP-151: ``done: true`` with ``error``). A missing or non-string state is
+    unknown. Contradictions keep the classified status and set
+    ``contradiction``; the decision core escalates them.
+    """
+    spec = contract.status
+    found = resolve_pointer(body, spec.state_pointer)
+    if isinstance(found, Missing) and spec.state_default is not None:
+        found = spec.state_default
+    raw_state = _raw_state(found)
+    error_value = _optional(body, spec.error_pointer)
+    error = None if isinstance(error_value, Missing) else error_value
+    if error is not None:
+        remote_status = RemoteStatus.failed
+    elif raw_state is None:
+        remote_status = RemoteStatus.unknown
+    else:
+        remote_status = contract.states.classify(raw_state)
+
+    ref_value = _optional(body, spec.result_ref_pointer)
+    result_ref = ref_value if isinstance(ref_value, str) and ref_value else None
+    expires_at = _rfc3339(_optional(body, spec.expiry_pointer))
+
+    contradiction: str | None = None
+    # A reference is only expected where the contract says a finished job names one.
+    expects_ref = (
+        contract.result is not None
+        and contract.result.fetch != "inline"
+        and spec.result_ref_pointer is not None
+    )
+    if remote_status is RemoteStatus.succeeded and expects_ref and result_ref is None:
+        contradiction = "succeeded_without_result_reference"
+    elif remote_status is RemoteStatus.pending and expires_at is not None and expires_at < now:
+        contradiction = "running_after_expiry"
+
+    return StatusReading(
+        remote_status=remote_status,
+        raw_state=raw_state,
+        progress=_progress(_optional(body, spec.progress_pointer)),
+        poll_hint=validate_poll_hint(
+            _optional(body, spec.poll_hint_pointer), now=now, deadline=deadline
+        ),
+        expires_at=expires_at,
+        result_ref=result_ref,
+        error=error,
+        contradiction=contradiction,
+    )

@@ -1,0 +1,104 @@
+"""Local operation states and the one table of allowed transitions.
+
+The table is the source of truth for the ORM CHECK constraint, the store's
+fenced updates and the docs. A transition not in it is refused with a reason.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from models.errors import TransitionRefusedError
+
+
+class OperationState(StrEnum):
+    awaiting_approval = "awaiting_approval"  # contract demands a human approval bound to the fingerprint
+    create_pending = "create_pending"  # intent committed; the create request may be sent
+    create_unknown = "create_unknown"  # a create was sent and its outcome is not known
+    reconciling = "reconciling"  # asking the provider what became of the create token
+    accepted = "accepted"  # provider acknowledged and gave a remote job id
+    observing = "observing"  # polling the remote job under deadline and budget
+    result_collecting = "result_collecting"  # remote job finished; fetching and validating the result
+    cancel_requested = "cancel_requested"  # we decided to cancel (local fact)
+    cancelling = "cancelling"  # cancel sent; waiting for the provider to confirm
+    escalated = "escalated"  # automation stopped; a human picks from bounded options
+    result_timed_out = "result_timed_out"  # result deadline passed while the job still ran
+    cancellation_unconfirmed = "cancellation_unconfirmed"  # cancel deadline passed unconfirmed
+    succeeded = "succeeded"  # result collected and validated
+    failed = "failed"  # provider reported failure, or the create was refused
+    cancelled = "cancelled"  # provider confirmed the cancellation (remote fact)
+    expired = "expired"  # provider reported the job expired
+    result_unavailable = "result_unavailable"  # job succeeded but the result cannot be fetched
+    result_validation_failed = "result_validation_failed"  # result fetched but failed validation
+    abandoned = "abandoned"  # a human gave up on the operation
+
+
+S = OperationState
+
+TRANSITIONS: dict[OperationState, frozenset[OperationState]] = {
+    # Rejecting an approval request is a human decision that ends the operation.
+    S.awaiting_approval: frozenset({S.create_pending, S.abandoned}),
+    # 401/403 on create escalates authorization_denied rather than failing outright.
+    S.create_pending: frozenset({S.accepted, S.create_unknown, S.failed, S.escalated}),
+    S.create_unknown: frozenset({S.reconciling}),
+    S.reconciling: frozenset({S.accepted, S.failed, S.escalated}),
+    S.accepted: frozenset({S.observing, S.cancel_requested}),
+    S.observing: frozenset(
+        {
+            S.result_collecting,
+            S.failed,
+            S.expired,
+            S.escalated,
+            S.result_timed_out,
+            S.cancel_requested,
+            # The provider may report a cancellation nobody here asked for; it is a remote fact.
+            S.cancelled,
+        }
+    ),
+    S.cancel_requested: frozenset({S.cancelling}),
+    # A job past its commit point ends as it really ended: via result collection.
+    S.cancelling: frozenset(
+        {S.cancelled, S.result_collecting, S.failed, S.expired, S.cancellation_unconfirmed}
+    ),
+    S.result_collecting: frozenset(
+        {S.succeeded, S.result_unavailable, S.result_validation_failed, S.escalated}
+    ),
+    S.escalated: frozenset({S.observing, S.cancel_requested, S.abandoned}),
+    # Stopped-but-reconcilable states accept the same human decisions as escalated.
+    S.result_timed_out: frozenset({S.observing, S.cancel_requested, S.abandoned}),
+    S.cancellation_unconfirmed: frozenset({S.cancelling, S.abandoned}),
+    S.succeeded: frozenset(),
+    S.failed: frozenset(),
+    S.cancelled: frozenset(),
+    S.expired: frozenset(),
+    S.result_unavailable: frozenset(),
+    S.result_validation_failed: frozenset(),
+    S.abandoned: frozenset(),
+}
+
+TERMINAL: frozenset[OperationState] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+
+# States in which no worker acts until a human decides.
+AUTOMATION_STOPPED: frozenset[OperationState] = frozenset(
+    {S.escalated, S.result_timed_out, S.cancellation_unconfirmed}
+)
+
+# States a human decision may leave from.
+HUMAN_ONLY_SOURCES: frozenset[OperationState] = AUTOMATION_STOPPED | {S.awaiting_approval}
+
+
+def is_allowed(src: OperationState, dst: OperationState) -> bool:
+    return dst in TRANSITIONS[src]
+
+
+def check_transition(src: OperationState, dst: OperationState) -> None:
+    """Raise TransitionRefusedError unless src -> dst is in the table."""
+    if src == dst:
+        raise TransitionRefusedError(src.value, dst.value, "an operation does not move to itself")
+    if src in TERMINAL:
+        raise TransitionRefusedError(src.value, dst.value, f"{src.value} is terminal")
+    if dst not in TRANSITIONS[src]:
+        allowed = ", ".join(sorted(s.value for s in TRANSITIONS[src]))
+        raise TransitionRefusedError(
+            src.value, dst.value, f"{src.value} may only move to: {allowed}"
+        )

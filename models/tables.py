@@ -1,0 +1,164 @@
+"""Postgres tables: operations (one row per operation, fenced by version) and
+operation_events (append-only, hash-chained per operation)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+STATE_VALUES = ", ".join(f"'{s.value}'" for s in OperationState)
+# Rows a worker or the sweeper may still act on: the partial index covers only these.
+ACTIVE_STATES = [s for s in OperationState if s not in TERMINAL and s not in AUTOMATION_STOPPED]
+ACTIVE_STATE_VALUES = ", ".join(f"'{s.value}'" for s in ACTIVE_STATES)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+TZ = DateTime(timezone=True)
+
+
+class OperationRow(Base):
+    __tablename__ = "operations"
+    __table_args__ = (
+        CheckConstraint(f"state IN ({STATE_VALUES})", name="state_known"),
+        CheckConstraint("status_requests_used >= 0", name="status_requests_used_nonneg"),
+        CheckConstraint(
+            "status_requests_used <= max_status_requests", name="status_requests_within_budget"
+        ),
+        CheckConstraint("version >= 1", name="version_positive"),
+        UniqueConstraint("tenant", "idempotency_key", name="uq_operations_tenant_key"),
+        UniqueConstraint("provider_token", name="uq_operations_provider_token"),
+        Index(
+            "uq_operations_source_event",
+            "tenant",
+            "provider",
+            "source_event_id",
+            unique=True,
+            postgresql_where=text("source_event_id IS NOT NULL"),
+        ),
+        Index(
+            "ix_operations_due",
+            "next_poll_at",
+            postgresql_where=text(f"state IN ({ACTIVE_STATE_VALUES})"),
+        ),
+    )
+
+    operation_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(200))
+    provider: Mapped[str] = mapped_column(String(200))
+    idempotency_key: Mapped[str] = mapped_column(String(255))
+    source_event_id: Mapped[str | None] = mapped_column(String(255))
+    provider_token: Mapped[str] = mapped_column(String(100))
+    request_fingerprint: Mapped[str] = mapped_column(String(64))
+    method: Mapped[str] = mapped_column(String(10))
+    route: Mapped[str] = mapped_column(String(500))
+    command: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    remote_job_id: Mapped[str | None] = mapped_column(String(500))
+    status_url: Mapped[str | None] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(40))
+    version: Mapped[int] = mapped_column(BigInteger, default=1)
+    trace_id: Mapped[str] = mapped_column(String(32))
+    requested_by: Mapped[str] = mapped_column(String(200))
+    authorised_by: Mapped[str | None] = mapped_column(String(200))
+    approval_expires_at: Mapped[datetime | None] = mapped_column(TZ)
+    created_at: Mapped[datetime] = mapped_column(TZ)
+    accepted_at: Mapped[datetime | None] = mapped_column(TZ)
+    create_deadline: Mapped[datetime] = mapped_column(TZ)
+    result_deadline: Mapped[datetime] = mapped_column(TZ)
+    cancel_deadline: Mapped[datetime | None] = mapped_column(TZ)
+    next_poll_at: Mapped[datetime | None] = mapped_column(TZ)
+    # When a wake-up message for next_poll_at was last handed to the broker; the sweeper
+    # re-sends only when that message is overdue, so a lost message is recovered.
+    dispatched_at: Mapped[datetime | None] = mapped_column(TZ)
+    create_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    status_requests_used: Mapped[int] = mapped_column(Integer, default=0)
+    max_status_requests: Mapped[int] = mapped_column(Integer)
+    transport_failures_used: Mapped[int] = mapped_column(Integer, default=0)
+    max_transport_failures: Mapped[int] = mapped_column(Integer)
+    consecutive_rate_limited: Mapped[int] = mapped_column(Integer, default=0)
+    poll_attempt: Mapped[int] = mapped_column(Integer, default=0)
+    last_remote_state: Mapped[str | None] = mapped_column(String(200))
+    last_http_status: Mapped[int | None] = mapped_column(Integer)
+    progress: Mapped[float | None] = mapped_column(Float)
+    escalation_reason: Mapped[str | None] = mapped_column(String(60))
+    escalation_detail: Mapped[str | None] = mapped_column(Text)
+    cancel_requested_by: Mapped[str | None] = mapped_column(String(200))
+    cancel_reason: Mapped[str | None] = mapped_column(Text)
+    result_reference: Mapped[str | None] = mapped_column(Text)
+    validation_summary: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    event_count: Mapped[int] = mapped_column(Integer, default=0)
+    last_event_hash: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[datetime] = mapped_column(TZ)
+
+
+class EventRow(Base):
+    __tablename__ = "operation_events"
+    __table_args__ = (
+        UniqueConstraint("operation_id", "seq", name="uq_operation_events_seq"),
+    )
+
+    event_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    operation_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("operations.operation_id")
+    )
+    seq: Mapped[int] = mapped_column(Integer)
+    actor: Mapped[str] = mapped_column(String(200))
+    at: Mapped[datetime] = mapped_column(TZ)
+    from_state: Mapped[str | None] = mapped_column(String(40))
+    to_state: Mapped[str | None] = mapped_column(String(40))
+    kind: Mapped[str] = mapped_column(String(40))
+    cause: Mapped[str | None] = mapped_column(Text)
+    delay_source: Mapped[str | None] = mapped_column(String(40))
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    provider_request_id: Mapped[str | None] = mapped_column(String(200))
+    excerpt: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class ResultRow(Base):
+    """The collected result bytes with their integrity data, written once."""
+
+    __tablename__ = "operation_results"
+
+    operation_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("operations.operation_id"), primary_key=True
+    )
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    content_type: Mapped[str | None] = mapped_column(String(200))
+    sha256: Mapped[str] = mapped_column(String(64))
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    record_count: Mapped[int | None] = mapped_column(Integer)
+    failed_items: Mapped[list[Any] | None] = mapped_column(JSONB)
+    collected_at: Mapped[datetime] = mapped_column(TZ)

@@ -1,0 +1,334 @@
+"""Create and reconcile: the only places a create request leaves the process.
+
+Every send carries the operation's one provider token. The counter and a
+`create_sent` event are committed before the request, so a crash between send
+and record is visible afterwards and treated as an ambiguous create.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from models.backoff import backoff_delay
+from models.contract import JobLocator, ProviderContract, ReconciliationPath, TokenPlacement
+from models.decisions import CreateOutcomeKind, EscalationReason, Phase, PollView, first_poll
+from models.history import EventDraft, EventKind
+from models.pointers import resolve_pointer
+from models.signals import classify_http
+from models.states import OperationState as S
+from models.tables import OperationRow
+from tasks import faults
+from tasks.provider_edge import RawResponse, resolve_url
+from tasks.recording import Next, excerpt, wake_changes, write
+from tasks.runtime import Runtime, utcnow
+
+log = logging.getLogger("jobwarden.create")
+
+
+def create_request(contract: ProviderContract, row: OperationRow) -> tuple[dict[str, str], Any]:
+    body: Any = dict(row.command)
+    if contract.create.body_template == "wrapped":
+        body = {"command": body}
+    headers: dict[str, str] = {}
+    if contract.create.token_placement is TokenPlacement.header:
+        headers[contract.create.token_name] = row.provider_token
+    else:
+        body[contract.create.token_name] = row.provider_token
+    return headers, body
+
+
+def send_create(rt: Runtime, contract: ProviderContract, row: OperationRow) -> RawResponse:
+    headers, body = create_request(contract, row)
+    return rt.http.send(
+        contract,
+        contract.create.method,
+        resolve_url(contract, contract.create.path),
+        trace_id=row.trace_id,
+        headers=headers,
+        json_body=body,
+    )
+
+
+def _job_locator(contract: ProviderContract, raw: RawResponse) -> tuple[str | None, str | None]:
+    """Job id and status URL exactly where the contract says; never a guessed URL."""
+    obs = raw.observation
+    job_id: str | None = None
+    if contract.create.job_id_pointer is not None and isinstance(obs.body, dict):
+        found = resolve_pointer(obs.body, contract.create.job_id_pointer)
+        if isinstance(found, str | int) and not isinstance(found, bool) and str(found):
+            job_id = str(found)
+    status_url: str | None = None
+    header = {
+        JobLocator.location: "location",
+        JobLocator.operation_location: "operation-location",
+    }.get(contract.create.job_locator)
+    if header is not None:
+        status_url = obs.headers.get(header)
+        if status_url and job_id is None:
+            job_id = status_url
+    elif job_id is not None and contract.status.path is not None:
+        status_url = contract.status.path.replace("{job_id}", job_id)
+    return job_id, status_url
+
+
+def _poll_view(row: OperationRow, accepted_at: datetime) -> PollView:
+    return PollView(
+        phase=Phase.observing,
+        deadline=row.result_deadline,
+        accepted_at=accepted_at,
+        status_requests_used=row.status_requests_used,
+        max_status_requests=row.max_status_requests,
+        transport_failures_used=row.transport_failures_used,
+        max_transport_failures=row.max_transport_failures,
+        consecutive_rate_limited=row.consecutive_rate_limited,
+        poll_attempt=row.poll_attempt,
+        next_poll_at=None,
+    )
+
+
+def _escalate(reason: EscalationReason, detail: str, actor: str, row: OperationRow, now: datetime,
+              to: S = S.escalated) -> tuple[dict[str, Any], list[EventDraft]]:
+    changes = {
+        "state": to.value,
+        "escalation_reason": reason.value,
+        "escalation_detail": detail,
+        "next_poll_at": None,
+        "dispatched_at": None,
+    }
+    ev = EventDraft(
+        kind=EventKind.escalated,
+        actor=actor,
+        at=now,
+        from_state=row.state,
+        to_state=to.value,
+        cause=reason.value,
+        excerpt={"detail": detail},
+    )
+    return changes, [ev]
+
+
+def _unsent_attempt_was_lost(rt: Runtime, row: OperationRow) -> bool:
+    """True when a committed create_sent has no recorded outcome (the sender died)."""
+    from sqlalchemy import select
+
+    from models.db import transaction
+    from models.tables import EventRow
+
+    with transaction(rt.settings.database_url) as session:
+        last_kind = session.scalar(
+            select(EventRow.kind)
+            .where(EventRow.operation_id == row.operation_id)
+            .order_by(EventRow.seq.desc())
+            .limit(1)
+        )
+    return last_kind in (EventKind.create_sent.value, EventKind.reconcile_sent.value)
+
+
+def create_step(rt: Runtime, row: OperationRow) -> Next:
+    contract = rt.contract(row.provider)
+    actor = f"worker:{rt.settings.worker_name}"
+    now = utcnow()
+    if row.create_attempts > 0 and _unsent_attempt_was_lost(rt, row):
+        row = write(
+            rt,
+            row,
+            {"state": S.create_unknown.value, **wake_changes(rt, now, now)},
+            [EventDraft(kind=EventKind.create_ambiguous, actor=actor, at=now,
+                        from_state=row.state, to_state=S.create_unknown.value,
+                        cause="create_sent_without_recorded_outcome")],
+            now,
+        )
+        return Next(row.state, now)
+    if now >= row.create_deadline:
+        # Nothing is in flight (the check above): failing here cannot orphan a remote job.
+        row = write(rt, row, {"state": S.failed.value, **wake_changes(rt, None, now)},
+                    [EventDraft(kind=EventKind.decision, actor=actor, at=now,
+                                from_state=row.state, to_state=S.failed.value,
+                                cause="create_deadline_exceeded")], now)
+        return Next(row.state, None)
+    row = write(
+        rt,
+        row,
+        {"create_attempts": row.create_attempts + 1},
+        [EventDraft(kind=EventKind.create_sent, actor=actor, at=now,
+                    excerpt={"attempt": row.create_attempts + 1})],
+        now,
+    )
+    faults.fault_point(rt.redis, rt.settings.key_prefix, "after_create_sent_commit")
+    raw = send_create(rt, contract, row)
+    faults.fault_point(rt.redis, rt.settings.key_prefix, "after_create_response")
+    return record_create_outcome(rt, contract, row, raw, reconciling=False)
+
+
+def record_create_outcome(
+    rt: Runtime, contract: ProviderContract, row: OperationRow, raw: RawResponse, *, reconciling: bool
+) -> Next:
+    from models.decisions import decide_after_create
+
+    actor = f"worker:{rt.settings.worker_name}"
+    now = utcnow()
+    signal = classify_http(raw.observation, now=now)
+    job_id, status_url = _job_locator(contract, raw)
+    outcome = decide_after_create(signal, job_id=job_id, known_job_id=row.remote_job_id)
+    replayed = raw.observation.headers.get("idempotent-replayed", "").lower() == "true"
+    ex = excerpt(raw, job_id=job_id)
+    http_status = raw.observation.status_code
+    if outcome.kind is CreateOutcomeKind.accepted and status_url is not None:
+        kind = EventKind.reconciled if reconciling else (
+            EventKind.create_replayed if replayed else EventKind.create_accepted)
+        accepted = EventDraft(kind=kind, actor=actor, at=now, from_state=row.state,
+                              to_state=S.accepted.value, http_status=http_status,
+                              provider_request_id=raw.provider_request_id, excerpt=ex)
+        wait = first_poll(_poll_view(row, now), contract.poll, now=now)
+        decision = EventDraft(kind=EventKind.decision, actor=actor, at=now,
+                              cause="first_poll", delay_source=wait.delay_source.value,
+                              excerpt={"next_poll_at": wait.until.isoformat(),
+                                       "delay_seconds": round(wait.delay_seconds, 3)})
+        row = write(rt, row, {
+            "state": S.accepted.value,
+            "remote_job_id": job_id,
+            "status_url": resolve_url(contract, status_url),
+            "accepted_at": now,
+            "last_http_status": http_status,
+            **wake_changes(rt, wait.until, now),
+        }, [accepted, decision], now)
+        faults.fault_point(rt.redis, rt.settings.key_prefix, "after_accept_commit")
+        return Next(row.state, wait.until)
+    if outcome.kind is CreateOutcomeKind.contract_violation or (
+        outcome.kind is CreateOutcomeKind.accepted and status_url is None
+    ):
+        detail = outcome.detail if outcome.kind is CreateOutcomeKind.contract_violation else (
+            "accepted without a status location the contract names")
+        observed = EventDraft(kind=EventKind.observed, actor=actor, at=now,
+                              http_status=http_status, excerpt=ex, cause=detail)
+        changes, evs = _escalate(EscalationReason.contract_violation, detail, actor, row, now)
+        row = write(rt, row, {**changes, "last_http_status": http_status}, [observed, *evs], now)
+        return Next(row.state, None)
+    if outcome.kind is CreateOutcomeKind.authorization_denied:
+        observed = EventDraft(kind=EventKind.observed, actor=actor, at=now,
+                              http_status=http_status, excerpt=ex)
+        changes, evs = _escalate(EscalationReason.authorization_denied,
+                                 f"HTTP {http_status} on create", actor, row, now)
+        row = write(rt, row, {**changes, "last_http_status": http_status}, [observed, *evs], now)
+        return Next(row.state, None)
+    if outcome.kind is CreateOutcomeKind.refused:
+        ev = EventDraft(kind=EventKind.create_refused, actor=actor, at=now, from_state=row.state,
+                        to_state=S.failed.value, http_status=http_status, excerpt=ex,
+                        cause=outcome.detail)
+        row = write(rt, row, {"state": S.failed.value, "last_http_status": http_status,
+                              **wake_changes(rt, None, now)}, [ev], now)
+        return Next(row.state, None)
+    attempts = row.create_attempts
+    if attempts >= contract.limits.max_create_attempts:
+        reason = (EscalationReason.rate_limited if outcome.kind is CreateOutcomeKind.rate_limited
+                  else EscalationReason.provider_failure)
+        observed = EventDraft(kind=EventKind.observed, actor=actor, at=now,
+                              http_status=http_status, excerpt=ex)
+        target = S.escalated
+        if row.state == S.create_pending.value and outcome.kind is CreateOutcomeKind.ambiguous:
+            # Ambiguity must be reconciled before anyone may give up on it.
+            target = S.create_unknown
+        if target is S.create_unknown:
+            row = write(rt, row, {"state": target.value, **wake_changes(rt, now, now)},
+                        [observed, EventDraft(kind=EventKind.create_ambiguous, actor=actor,
+                                              at=now, from_state=row.state,
+                                              to_state=target.value, cause=outcome.detail)], now)
+            return Next(row.state, now)
+        changes, evs = _escalate(reason, f"{attempts} create attempts: {outcome.detail}",
+                                 actor, row, now)
+        row = write(rt, row, {**changes, "last_http_status": http_status}, [observed, *evs], now)
+        return Next(row.state, None)
+    delay = outcome.retry_after
+    source = "provider_retry_after"
+    if delay is None:
+        delay = backoff_delay(attempt=attempts, base=contract.poll.base_seconds,
+                              maximum=contract.poll.max_seconds,
+                              jitter_floor=contract.poll.jitter_floor, u=rt.jitter())
+        source = "local_backoff"
+    at = min(now + timedelta(seconds=delay), row.create_deadline)
+    if outcome.kind is CreateOutcomeKind.rate_limited:
+        # A 429 means the provider did not take the request: same token, later.
+        ev = EventDraft(kind=EventKind.create_refused, actor=actor, at=now, http_status=http_status,
+                        excerpt={**ex, "next_attempt_at": at.isoformat()}, cause="rate_limited",
+                        delay_source=source)
+        row = write(rt, row, {"last_http_status": http_status, **wake_changes(rt, at, now)},
+                    [ev], now)
+        return Next(row.state, at)
+    # Ambiguous: the provider may have created the job; never a fresh token.
+    to_state = S.reconciling if reconciling else S.create_unknown
+    ev = EventDraft(kind=EventKind.create_ambiguous, actor=actor, at=now, from_state=row.state,
+                    to_state=to_state.value if to_state.value != row.state else None,
+                    http_status=http_status, excerpt={**ex, "next_attempt_at": at.isoformat()},
+                    cause=outcome.detail, delay_source=source)
+    changes: dict[str, Any] = {"last_http_status": http_status, **wake_changes(rt, at, now)}
+    if to_state.value != row.state:
+        changes["state"] = to_state.value
+    if raw.observation.transport_failure is not None or (http_status or 0) >= 500:
+        changes["transport_failures_used"] = row.transport_failures_used + 1
+    row = write(rt, row, changes, [ev], now)
+    return Next(row.state, at)
+
+
+def reconcile_step(rt: Runtime, row: OperationRow) -> Next:
+    contract = rt.contract(row.provider)
+    actor = f"worker:{rt.settings.worker_name}"
+    now = utcnow()
+    if row.state == S.create_unknown.value:
+        row = write(rt, row, {"state": S.reconciling.value},
+                    [EventDraft(kind=EventKind.decision, actor=actor, at=now,
+                                from_state=S.create_unknown.value, to_state=S.reconciling.value,
+                                cause=f"reconcile via {contract.reconciliation.path.value}")], now)
+    path = contract.reconciliation.path
+    if path is ReconciliationPath.none:
+        changes, evs = _escalate(EscalationReason.unknown_state,
+                                 "create outcome unknown and the contract has no reconciliation "
+                                 "path: at-most-once cannot be proven", actor, row, now)
+        row = write(rt, row, changes, evs, now)
+        return Next(row.state, None)
+    if now >= row.create_deadline:
+        changes, evs = _escalate(EscalationReason.deadline_exceeded,
+                                 "create deadline passed while reconciling", actor, row, now)
+        row = write(rt, row, changes, evs, now)
+        return Next(row.state, None)
+    row = write(rt, row, {"create_attempts": row.create_attempts + 1},
+                [EventDraft(kind=EventKind.reconcile_sent, actor=actor, at=now,
+                            cause=path.value, excerpt={"attempt": row.create_attempts + 1})], now)
+    if path is ReconciliationPath.lookup_by_reference and contract.reconciliation.lookup_path:
+        lookup = contract.reconciliation.lookup_path.replace("{token}", row.provider_token)
+        raw = rt.http.send(contract, "GET", resolve_url(contract, lookup), trace_id=row.trace_id)
+        pointer = contract.reconciliation.lookup_job_id_pointer or "/data/0/id"
+        found = (resolve_pointer(raw.observation.body, pointer)
+                 if raw.observation.status_code == 200 else None)
+        if not isinstance(found, str):
+            # Nothing under our token: resending the create with the same token is safe.
+            raw = send_create(rt, contract, row)
+        else:
+            return _accept_from_lookup(rt, contract, row, raw, found)
+    else:
+        raw = send_create(rt, contract, row)
+    return record_create_outcome(rt, contract, row, raw, reconciling=True)
+
+
+def _accept_from_lookup(rt: Runtime, contract: ProviderContract, row: OperationRow,
+                        raw: RawResponse, job_id: str) -> Next:
+    actor = f"worker:{rt.settings.worker_name}"
+    now = utcnow()
+    if contract.status.path is None:
+        changes, evs = _escalate(EscalationReason.contract_violation,
+                                 "lookup found a job but the contract has no status path",
+                                 actor, row, now)
+        row = write(rt, row, changes, evs, now)
+        return Next(row.state, None)
+    wait = first_poll(_poll_view(row, now), contract.poll, now=now)
+    row = write(rt, row, {
+        "state": S.accepted.value,
+        "remote_job_id": job_id,
+        "status_url": resolve_url(contract, contract.status.path.replace("{job_id}", job_id)),
+        "accepted_at": now,
+        **wake_changes(rt, wait.until, now),
+    }, [EventDraft(kind=EventKind.reconciled, actor=actor, at=now, from_state=row.state,
+                   to_state=S.accepted.value, http_status=raw.observation.status_code,
+                   excerpt=excerpt(raw, job_id=job_id))], now)
+    return Next(row.state, wait.until)

@@ -1,0 +1,188 @@
+"""The provider HTTP edge: the only module that imports httpx.
+
+It turns a request into an HttpObservation (status, lower-cased headers,
+parsed JSON body or a body problem, or a transport failure) and never raises
+for network trouble: a failed status read is an observation, not a crash.
+Secrets are read from the environment or a file at call time and never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+
+from models.contract import ProviderContract
+from models.errors import GiveUpError
+from models.signals import HttpObservation, TransportFailure
+
+MAX_BODY_BYTES = 50 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawResponse:
+    observation: HttpObservation
+    content: bytes
+    content_type: str | None
+    provider_request_id: str | None
+
+
+def base_url(contract: ProviderContract) -> str:
+    if contract.base_url_env:
+        override = os.environ.get(contract.base_url_env)
+        if override:
+            return override.rstrip("/")
+    return contract.base_url.rstrip("/")
+
+
+def resolve_url(contract: ProviderContract, path_or_url: str) -> str:
+    """Join a contract path or a provider-given relative URL onto the base URL."""
+    return urljoin(base_url(contract) + "/", path_or_url.lstrip("/")) if not urlsplit(
+        path_or_url
+    ).scheme else path_or_url
+
+
+def traceparent(trace_id: str) -> str:
+    return f"00-{trace_id}-{secrets.token_hex(8)}-01"
+
+
+def _secret(contract: ProviderContract) -> str | None:
+    auth = contract.auth
+    if auth is None:
+        return None
+    if auth.secret_env:
+        value = os.environ.get(auth.secret_env)
+        if value:
+            return value.strip()
+    if auth.secret_file:
+        try:
+            return Path(auth.secret_file).read_text().strip()
+        except OSError:
+            pass
+    # Name the variable, never a value.
+    raise GiveUpError(
+        f"provider {contract.name}: no credential in "
+        f"{auth.secret_env or auth.secret_file or 'the configured source'}"
+    )
+
+
+def auth_headers(contract: ProviderContract) -> dict[str, str]:
+    secret = _secret(contract)
+    if secret is None or contract.auth is None:
+        return {}
+    if contract.auth.scheme == "bearer":
+        return {contract.auth.header: f"Bearer {secret}"}
+    return {contract.auth.header: secret}
+
+
+def _failure(exc: httpx.HTTPError) -> TransportFailure:
+    if isinstance(exc, httpx.ConnectTimeout):
+        return TransportFailure.connect_timeout
+    if isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout | httpx.PoolTimeout):
+        return TransportFailure.read_timeout
+    if isinstance(exc, httpx.ConnectError):
+        text = str(exc).lower()
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ssl.SSLError) or "ssl" in text or "certificate" in text:
+            return TransportFailure.tls
+        if "name or service not known" in text or "nodename" in text or "getaddrinfo" in text:
+            return TransportFailure.dns
+        if "refused" in text:
+            return TransportFailure.connect_refused
+        return TransportFailure.connect_refused
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+        return TransportFailure.connection_reset
+    return TransportFailure.protocol
+
+
+class ProviderClient:
+    """One pooled httpx.Client per provider, created in the worker process."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, httpx.Client] = {}
+
+    def _client(self, contract: ProviderContract) -> httpx.Client:
+        client = self._clients.get(contract.name)
+        if client is None:
+            client = httpx.Client(
+                timeout=httpx.Timeout(contract.limits.request_timeout_seconds),
+                follow_redirects=False,
+                limits=httpx.Limits(max_connections=20, max_keepalive_connections=10),
+            )
+            self._clients[contract.name] = client
+        return client
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def send(
+        self,
+        contract: ProviderContract,
+        method: str,
+        url: str,
+        *,
+        trace_id: str,
+        headers: dict[str, str] | None = None,
+        json_body: Any = None,
+    ) -> RawResponse:
+        """Send one request; every outcome, including network failure, is returned."""
+        all_headers = {
+            "traceparent": traceparent(trace_id),
+            "x-jobwarden-trace-id": trace_id,
+            "accept": "application/json",
+            **contract.extra_headers,
+            **auth_headers(contract),
+            **(headers or {}),
+        }
+        content = None
+        if json_body is not None:
+            content = json.dumps(json_body, separators=(",", ":")).encode()
+            all_headers["content-type"] = "application/json"
+        try:
+            response = self._client(contract).request(
+                method, url, headers=all_headers, content=content
+            )
+        except httpx.HTTPError as exc:
+            return RawResponse(
+                observation=HttpObservation(
+                    status_code=None,
+                    headers={},
+                    body=None,
+                    body_problem=None,
+                    transport_failure=_failure(exc),
+                ),
+                content=b"",
+                content_type=None,
+                provider_request_id=None,
+            )
+        raw = response.content[:MAX_BODY_BYTES]
+        lowered = {k.lower(): v for k, v in response.headers.items()}
+        body: object | None = None
+        problem: str | None = None
+        ctype = lowered.get("content-type")
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                problem = "malformed_json"
+        return RawResponse(
+            observation=HttpObservation(
+                status_code=response.status_code,
+                headers=lowered,
+                body=body,
+                body_problem=problem,
+                transport_failure=None,
+            ),
+            content=raw,
+            content_type=ctype,
+            provider_request_id=lowered.get("x-request-id") or lowered.get("request-id"),
+        )

@@ -1,0 +1,93 @@
+"""Shared shell helpers: short transactions, sanitised excerpts, wake-up timing."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from models import store
+from models.db import transaction
+from models.history import EventDraft
+from models.tables import OperationRow
+from tasks.provider_edge import RawResponse
+from tasks.runtime import Runtime
+
+SECRET_WORDS = ("token", "secret", "password", "authorization", "api_key", "apikey", "credential")
+EXCERPT_LIMIT = 2000
+EXCERPT_HEADERS = ("retry-after", "location", "operation-location", "idempotent-replayed")
+
+
+@dataclass(frozen=True, slots=True)
+class Next:
+    """What the step wants next: run the task for `state` at `at` (None: nothing)."""
+
+    state: str
+    at: datetime | None
+
+
+def read(rt: Runtime, operation_id: uuid.UUID) -> OperationRow | None:
+    with transaction(rt.settings.database_url) as session:
+        return store.load(session, operation_id)
+
+
+def write(
+    rt: Runtime,
+    row: OperationRow,
+    changes: dict[str, Any],
+    drafts: Sequence[EventDraft],
+    now: datetime,
+) -> OperationRow:
+    """One fenced transaction; raises StaleVersionError when another owner wrote first."""
+    with transaction(rt.settings.database_url) as session:
+        return store.fenced_update(session, row, changes=changes, drafts=drafts, now=now)
+
+
+def wake_changes(rt: Runtime, at: datetime | None, now: datetime) -> dict[str, Any]:
+    """next_poll_at is the timer; a short wait also gets a countdown message (dispatched_at)."""
+    if at is None:
+        return {"next_poll_at": None, "dispatched_at": None}
+    countdown = (at - now).total_seconds()
+    parked = countdown > rt.settings.max_countdown_seconds
+    return {"next_poll_at": at, "dispatched_at": None if parked else at}
+
+
+def _scrub(value: Any, depth: int = 0) -> Any:
+    if depth > 6:
+        return "…"
+    if isinstance(value, dict):
+        return {
+            k: ("[redacted]" if any(w in k.lower() for w in SECRET_WORDS) else _scrub(v, depth + 1))
+            for k, v in list(value.items())[:50]
+        }
+    if isinstance(value, list):
+        return [_scrub(v, depth + 1) for v in value[:20]]
+    if isinstance(value, str) and len(value) > 300:
+        return value[:300] + "…"
+    return value
+
+
+def excerpt(raw: RawResponse, **extra: Any) -> dict[str, Any]:
+    """A bounded, secret-free summary of a provider response for the history."""
+    obs = raw.observation
+    out: dict[str, Any] = {
+        k: v for k, v in extra.items() if v is not None
+    }
+    if obs.transport_failure is not None:
+        out["transport_failure"] = obs.transport_failure.value
+        return out
+    headers = {h: obs.headers[h] for h in EXCERPT_HEADERS if h in obs.headers}
+    if headers:
+        out["headers"] = headers
+    if obs.body_problem:
+        out["body_problem"] = obs.body_problem
+        out["body_text"] = raw.content[:200].decode("utf-8", "replace")
+    elif obs.body is not None:
+        body = _scrub(obs.body)
+        if len(json.dumps(body, default=str)) > EXCERPT_LIMIT:
+            body = {"truncated": json.dumps(body, default=str)[:EXCERPT_LIMIT]}
+        out["body"] = body
+    return out

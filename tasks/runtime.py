@@ -1,0 +1,66 @@
+"""Per-process runtime: settings, contracts, Redis and HTTP clients.
+
+Built lazily on first use in each process, so a forked Celery child never
+shares its parent's sockets; nothing is parsed or constructed per poll.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from redis import Redis
+
+from config.settings import Settings, get_settings
+from models.contract import ProviderContract
+from models.contract_loader import load_contracts
+from tasks.provider_edge import ProviderClient
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(slots=True)
+class Runtime:
+    settings: Settings
+    contracts: dict[str, ProviderContract]
+    redis: Redis
+    http: ProviderClient
+    pid: int
+
+    def contract(self, provider: str) -> ProviderContract:
+        return self.contracts[provider]
+
+    @staticmethod
+    def jitter() -> float:
+        return random.random()
+
+
+_runtime: Runtime | None = None
+
+
+def build_runtime(settings: Settings) -> Runtime:
+    return Runtime(
+        settings=settings,
+        contracts=load_contracts(settings.providers_dir),
+        redis=Redis.from_url(settings.redis_url, socket_timeout=10, health_check_interval=30),
+        http=ProviderClient(),
+        pid=os.getpid(),
+    )
+
+
+def current() -> Runtime:
+    global _runtime  # noqa: PLW0603 - one runtime per process, rebuilt after fork
+    if _runtime is None or _runtime.pid != os.getpid():
+        _runtime = build_runtime(get_settings())
+    return _runtime
+
+
+def reset() -> None:
+    global _runtime  # noqa: PLW0603
+    if _runtime is not None:
+        _runtime.http.close()
+    _runtime = None
