@@ -45,12 +45,13 @@ class Stack:
 
     def _spawn(self, name: str, args: list[str], extra_env: Mapping[str, str]) -> \
             subprocess.Popen[bytes]:
-        log = (self.log_dir / f"{name}.log").open("ab")
-        return subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config.celery_app", *args],
-            env={**self.env, **extra_env}, stdout=log, stderr=subprocess.STDOUT,
-            cwd=str(REPO), start_new_session=True,
-        )
+        with (self.log_dir / f"{name}.log").open("ab") as log:
+            # The child keeps its own copy of the descriptor; ours can close at once.
+            return subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "config.celery_app", *args],
+                env={**self.env, **extra_env}, stdout=log, stderr=subprocess.STDOUT,
+                cwd=str(REPO), start_new_session=True,
+            )
 
     def start_worker(self, name: str = "w1", *, concurrency: int = 2,
                      extra_env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:

@@ -10,12 +10,12 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from models import store
 from models.backoff import backoff_delay
 from models.contract import ProviderContract
 from models.db import transaction
 from models.decisions import EscalationReason
 from models.history import EventDraft, EventKind
-from models import store
 from models.results import ResultVerdict, origin_allowed, validate_result
 from models.states import OperationState as S
 from models.tables import OperationRow, ResultRow

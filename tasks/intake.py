@@ -24,7 +24,6 @@ from models.fingerprint import request_fingerprint
 from models.history import GENESIS_HASH, EventDraft, EventKind, chain
 from models.states import OperationState as S
 from models.tables import EventRow, OperationRow
-from tasks.leases import operation_lease
 from tasks.runtime import Runtime, current, utcnow
 
 MAX_KEY = 255
@@ -232,7 +231,7 @@ def request_cancel(operation_id: str, requested_by: str, reason: str,
             if acquired:
                 try:
                     lock.release()
-                except Exception:  # noqa: BLE001, S110 - an expired lease needs no release
+                except Exception:
                     pass
         from tasks.pipeline import enqueue
 

@@ -15,8 +15,8 @@ from models.contract import ProviderContract
 from models.decisions import (
     Collect,
     Decision,
-    EscalationReason,
     Escalate,
+    EscalationReason,
     Finish,
     NotYet,
     Phase,
@@ -31,7 +31,6 @@ from models.signals import SignalKind, classify_http, read_status
 from models.states import OperationState as S
 from models.tables import OperationRow
 from tasks import faults
-from tasks.provider_edge import resolve_url
 from tasks.recording import Next, excerpt, wake_changes, write
 from tasks.runtime import Runtime, utcnow
 
@@ -186,36 +185,3 @@ def _apply(rt: Runtime, contract: ProviderContract, row: OperationRow, decision:
         row = write(rt, row, {**changes, **_escalation_changes(action)}, events, now)
         return Next(row.state, None)
     return Next(row.state, None)
-
-
-def cancel_step(rt: Runtime, row: OperationRow) -> Next:
-    """Send the one cancel request, then confirm it by status reads (cancelling phase)."""
-    contract = rt.contract(row.provider)
-    actor = f"worker:{rt.settings.worker_name}"
-    now = utcnow()
-    if contract.cancel is None or row.remote_job_id is None:
-        action = Escalate(reason=EscalationReason.cancellation_unconfirmed,
-                          detail="the contract has no cancel endpoint",
-                          state=S.cancellation_unconfirmed)
-        row = write(rt, row, {"state": S.cancelling.value},
-                    [EventDraft(kind=EventKind.decision, actor=actor, at=now,
-                                from_state=row.state, to_state=S.cancelling.value,
-                                cause="no cancel endpoint")], now)
-        return _stop(rt, row, action, now, actor)
-    first = now + timedelta(seconds=contract.poll.initial_delay_seconds)
-    deadline = row.cancel_deadline or now + timedelta(
-        seconds=contract.limits.cancel_deadline_seconds)
-    row = write(rt, row, {"state": S.cancelling.value, "cancel_deadline": deadline,
-                          **wake_changes(rt, min(first, deadline), now)},
-                [EventDraft(kind=EventKind.cancel_sent, actor=actor, at=now,
-                            from_state=row.state, to_state=S.cancelling.value)], now)
-    path = contract.cancel.path.replace("{job_id}", row.remote_job_id)
-    url = resolve_url(contract, path) if not row.remote_job_id.startswith("http") else (
-        row.remote_job_id.rstrip("/") + "/cancel")
-    raw = rt.http.send(contract, contract.cancel.method, url, trace_id=row.trace_id)
-    now = utcnow()
-    row = write(rt, row, {}, [EventDraft(
-        kind=EventKind.observed, actor=actor, at=now, http_status=raw.observation.status_code,
-        provider_request_id=raw.provider_request_id, cause="cancel response",
-        excerpt=excerpt(raw))], now)
-    return Next(row.state, row.next_poll_at)

@@ -19,10 +19,11 @@ from models.errors import LostRaceError
 from models.states import OperationState as S
 from models.tables import OperationRow
 from tasks import faults
+from tasks.cancel_steps import cancel_step
 from tasks.collect_steps import collect_step
 from tasks.create_steps import create_step, reconcile_step
 from tasks.leases import operation_lease
-from tasks.observe_steps import cancel_step, poll_step
+from tasks.observe_steps import poll_step
 from tasks.recording import Next, read
 from tasks.runtime import Runtime, current, utcnow
 
@@ -50,7 +51,7 @@ def enqueue(rt: Runtime, operation_id: uuid.UUID, state: str, countdown: float =
     try:
         app.send_task(name, args=[str(operation_id)], countdown=max(0.0, countdown) or None,
                       queue=rt.settings.queue, retry=False)
-    except Exception as exc:  # noqa: BLE001 - any broker failure is recovered by the sweeper
+    except Exception as exc:
         log.warning("enqueue_failed operation_id=%s task=%s error=%s", operation_id, name,
                     type(exc).__name__)
         return False

@@ -109,15 +109,15 @@ class Job:
 
 
 def _build_result(job_id: str, behaviour: Behaviour) -> bytes:
-    items = [
-        {"ref": f"item-{i}", "value": f"{job_id}:{i}"} for i in range(1, behaviour.result_items + 1)
-    ]
-    first_failed = behaviour.result_items + 1
+    """`result_items` records in all, the last `result_failed_items` of them failed."""
+    total = behaviour.result_items
+    ok = max(0, total - behaviour.result_failed_items)
+    items = [{"ref": f"item-{i}", "value": f"{job_id}:{i}"} for i in range(1, ok + 1)]
     failed = [
         {"ref": f"item-{i}", "error": "item rejected by the sandbox"}
-        for i in range(first_failed, first_failed + behaviour.result_failed_items)
+        for i in range(ok + 1, total + 1)
     ]
-    document = {"record_count": len(items), "items": items, "failed_items": failed}
+    document = {"record_count": total, "items": items, "failed_items": failed}
     return json.dumps(document).encode()
 
 

@@ -392,13 +392,13 @@ def test_bad_checksum(client: httpx.Client) -> None:
     assert hashlib.sha256(result.content).hexdigest() != reference["sha256"]
 
 
-def test_failed_items(client: httpx.Client) -> None:
+def test_failed_items_are_counted_within_the_record_count(client: httpx.Client) -> None:
     job_id = new_job(
-        client, "kfi", {"result_items": 3, "result_failed_items": 2, "polls_to_finish": 1}
+        client, "kfi", {"result_items": 5, "result_failed_items": 2, "polls_to_finish": 1}
     )
     reference = poll(client, job_id).json()["result"]
     document = client.get(reference["url"]).json()
-    assert document["record_count"] == reference["record_count"] == 3
+    assert document["record_count"] == reference["record_count"] == 5
     assert [i["ref"] for i in document["items"]] == ["item-1", "item-2", "item-3"]
     assert [f["ref"] for f in document["failed_items"]] == ["item-4", "item-5"]
     assert all(f["error"] for f in document["failed_items"])

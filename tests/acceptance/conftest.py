@@ -1,0 +1,203 @@
+"""Acceptance fixtures: the sandbox provider over HTTP, real Celery worker
+processes and a real beat, against the run's scratch database and key prefix.
+
+Test contracts are copies of the shipped sandbox contract with short
+timeouts, plus variants (strict 404, unreachable host, lookup reconciliation).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobwarden.harness import REPO, Stack, wait_for
+from jobwarden.sandbox.server import SandboxServer
+from models.states import AUTOMATION_STOPPED, TERMINAL
+
+TOKEN = secrets.token_hex(8)
+STOPPED = {s.value for s in TERMINAL | AUTOMATION_STOPPED}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _variant(base: str, name: str, **fields: str) -> str:
+    text = base.replace('name = "sandbox"', f'name = "{name}"')
+    for key, value in fields.items():
+        text, count = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
+        assert count == 1, key
+    return text
+
+
+@pytest.fixture(scope="session")
+def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = (REPO / "config" / "providers" / "sandbox.toml").read_text()
+    base = _variant(base, "sandbox", request_timeout_seconds="2", initial_delay_seconds="0.1",
+                    base_seconds="0.1", max_seconds="1", rate_limit_base_seconds="0.3")
+    out = tmp_path_factory.mktemp("providers")
+    (out / "sandbox.toml").write_text(base)
+    (out / "sandbox_strict404.toml").write_text(
+        _variant(base, "sandbox_strict404", not_found_grace_seconds="0"))
+    unreachable = _variant(base, "sandbox_unreachable",
+                           base_url=f'"http://127.0.0.1:{_free_port()}"')
+    unreachable = unreachable.replace('base_url_env = "JOBWARDEN_SANDBOX_URL"',
+                                      'base_url_env = "JOBWARDEN_UNREACHABLE_URL"')
+    (out / "sandbox_unreachable.toml").write_text(unreachable)
+    return out
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Iterator[SandboxServer]:
+    server = SandboxServer(token=TOKEN)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def worker_env(database_url: str, sandbox: SandboxServer, providers_dir: Path) -> dict[str, str]:
+    env = {
+        "JOBWARDEN_DATABASE_URL": database_url,
+        "JOBWARDEN_SANDBOX_URL": sandbox.url,
+        "JOBWARDEN_SANDBOX_TOKEN": TOKEN,
+        "JOBWARDEN_PROVIDERS_DIR": str(providers_dir),
+        "JOBWARDEN_MAX_COUNTDOWN_SECONDS": "3",
+        "JOBWARDEN_VISIBILITY_TIMEOUT_SECONDS": "60",
+        "JOBWARDEN_SWEEP_INTERVAL_SECONDS": "0.5",
+        "JOBWARDEN_REDISPATCH_AFTER_SECONDS": "3",
+        "JOBWARDEN_LEASE_TTL_SECONDS": "10",
+        "JOBWARDEN_FAULTS_ENABLED": "1",
+    }
+    os.environ.update(env)
+    from config.settings import get_settings
+    from tasks import runtime
+
+    get_settings.cache_clear()
+    runtime.reset()
+    return env
+
+
+@pytest.fixture(scope="session")
+def stack(worker_env: dict[str, str]) -> Iterator[Stack]:
+    """Two workers and one beat, shared by the tests that do not kill processes."""
+    s = Stack(worker_env)
+    s.start_worker("w1")
+    s.start_worker("w2")
+    s.start_beat()
+    yield s
+    s.stop()
+
+
+class Pipeline:
+    """What a test needs to drive operations and read their outcome."""
+
+    def __init__(self, sandbox: SandboxServer, database_url: str) -> None:
+        self.sandbox = sandbox
+        self.database_url = database_url
+        self.created: list[str] = []
+
+    def submit(self, behaviour: dict[str, Any] | None = None, *, provider: str = "sandbox",
+               key: str | None = None, command: dict[str, Any] | None = None,
+               **limits: Any) -> str:
+        from tasks.intake import submit_operation
+
+        result = submit_operation(
+            tenant="acceptance", provider=provider, idempotency_key=key or secrets.token_hex(8),
+            command=command or {"kind": "export", "behaviour": behaviour or {}},
+            requested_by="pytest", **limits)
+        assert result.operation_id is not None, result
+        self.created.append(result.operation_id)
+        return result.operation_id
+
+    def row(self, op_id: str) -> Any:
+        from models import store
+        from models.db import transaction
+
+        with transaction(self.database_url) as session:
+            return store.load(session, uuid.UUID(op_id))
+
+    def events(self, op_id: str) -> list[Any]:
+        from models import store
+        from models.db import transaction
+
+        with transaction(self.database_url) as session:
+            return store.events_for(session, uuid.UUID(op_id))
+
+    def kinds(self, op_id: str) -> list[str]:
+        return [e.draft.kind.value for e in self.events(op_id)]
+
+    def wait_state(self, op_id: str, states: set[str] | str | None = None, *,
+                   timeout: float = 30.0) -> Any:
+        wanted = {states} if isinstance(states, str) else (states or STOPPED)
+
+        def reached() -> Any:
+            row = self.row(op_id)
+            return row if row is not None and row.state in wanted else None
+
+        try:
+            return wait_for(reached, timeout=timeout, what=f"{op_id} in {sorted(wanted)}")
+        except TimeoutError:
+            row = self.row(op_id)
+            raise AssertionError(
+                f"operation {op_id} is {row.state if row else None}, wanted {sorted(wanted)}; "
+                f"events: {self.kinds(op_id)}") from None
+
+    def job_requests(self, op_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        row = self.row(op_id)
+        log = self.sandbox.requests(job_id=row.remote_job_id) if row.remote_job_id else []
+        return [r for r in log if kind is None or r["kind"] == kind]
+
+    def creates(self, op_id: str) -> list[dict[str, Any]]:
+        return self.sandbox.requests(key=self.row(op_id).provider_token)
+
+    def remote_jobs(self, op_id: str) -> list[dict[str, Any]]:
+        return self.sandbox.jobs_for_key(self.row(op_id).provider_token)
+
+    def verify_all(self) -> None:
+        from models import store
+        from models.db import transaction
+
+        with transaction(self.database_url) as session:
+            for op_id in self.created:
+                assert store.verify(session, uuid.UUID(op_id)) == [], op_id
+
+
+@pytest.fixture
+def pipeline(sandbox: SandboxServer, database_url: str, worker_env: dict[str, str]
+             ) -> Iterator[Pipeline]:
+    p = Pipeline(sandbox, database_url)
+    yield p
+    # Every operation a scenario touched must keep a verifiable history.
+    p.verify_all()
+
+
+@pytest.fixture
+def redis_client(worker_env: dict[str, str]) -> Iterator[Any]:
+    from redis import Redis
+
+    client = Redis.from_url("redis://127.0.0.1:6379/0")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def arm(redis_client: Any) -> Callable[[str, str], None]:
+    from tasks import faults
+
+    prefix = os.environ["JOBWARDEN_KEY_PREFIX"]
+
+    def _arm(point: str, action: str) -> None:
+        faults.arm(redis_client, prefix, point, action)
+
+    return _arm
