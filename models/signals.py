@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from models.backoff import PollHint, RetryAfter, parse_retry_after, validate_poll_hint
@@ -167,7 +167,16 @@ def _progress(value: object | Missing) -> float | None:
     return number if math.isfinite(number) and 0.0 <= number <= 100.0 else None
 
 
+# Unix-seconds expiries (OpenAI batches) beyond this are garbage, not times.
+_MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z
+
+
 def _rfc3339(value: object | Missing) -> datetime | None:
+    """An RFC 3339 string or, as OpenAI sends, Unix seconds; anything else is None."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if math.isfinite(value) and 0 <= value <= _MAX_EPOCH:
+            return datetime.fromtimestamp(value, tz=UTC)
+        return None
     if not isinstance(value, str) or not _RFC3339.fullmatch(value):
         return None
     try:

@@ -15,12 +15,12 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin, urlsplit
 
 import httpx
 
 from models.contract import ProviderContract
 from models.errors import GiveUpError
+from models.plugins import OutboundRequest, ProviderPlugin
 from models.signals import HttpObservation, TransportFailure
 
 MAX_BODY_BYTES = 50 * 1024 * 1024
@@ -43,10 +43,10 @@ def base_url(contract: ProviderContract) -> str:
 
 
 def resolve_url(contract: ProviderContract, path_or_url: str) -> str:
-    """Join a contract path or a provider-given relative URL onto the base URL."""
-    return urljoin(base_url(contract) + "/", path_or_url.lstrip("/")) if not urlsplit(
-        path_or_url
-    ).scheme else path_or_url
+    """An absolute provider URL as given; a path (even `/v1/x:cancel`) joined onto the base."""
+    if path_or_url.startswith(("http://", "https://")):
+        return path_or_url
+    return base_url(contract) + "/" + path_or_url.lstrip("/")
 
 
 def traceparent(trace_id: str) -> str:
@@ -105,8 +105,9 @@ def _failure(exc: httpx.HTTPError) -> TransportFailure:
 class ProviderClient:
     """One pooled httpx.Client per provider, created in the worker process."""
 
-    def __init__(self) -> None:
+    def __init__(self, plugins: dict[str, ProviderPlugin] | None = None) -> None:
         self._clients: dict[str, httpx.Client] = {}
+        self.plugins = plugins or {}
 
     def _client(self, contract: ProviderContract) -> httpx.Client:
         client = self._clients.get(contract.name)
@@ -147,6 +148,14 @@ class ProviderClient:
         if json_body is not None:
             content = json.dumps(json_body, separators=(",", ":")).encode()
             all_headers["content-type"] = "application/json"
+        plugin = self.plugins.get(contract.name)
+        if plugin is not None:
+            # Signing and similar provider code sees the final request, secrets included.
+            prepared = plugin.prepare_request(
+                OutboundRequest(method=method, url=url, headers=all_headers, body=content)
+            )
+            method, url, all_headers, content = (
+                prepared.method, prepared.url, dict(prepared.headers), prepared.body)
         try:
             response = self._client(contract).request(
                 method, url, headers=all_headers, content=content
@@ -168,12 +177,16 @@ class ProviderClient:
         lowered = {k.lower(): v for k, v in response.headers.items()}
         body: object | None = None
         problem: str | None = None
+        parsed_ok = False
         ctype = lowered.get("content-type")
         if raw:
             try:
                 body = json.loads(raw)
+                parsed_ok = True
             except ValueError:
                 problem = "malformed_json"
+        if parsed_ok and plugin is not None:
+            body = plugin.extract_status(body)
         return RawResponse(
             observation=HttpObservation(
                 status_code=response.status_code,

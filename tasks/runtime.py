@@ -16,6 +16,7 @@ from redis import Redis
 from config.settings import Settings, get_settings
 from models.contract import ProviderContract
 from models.contract_loader import load_contracts
+from models.plugins import load_plugin
 from tasks.provider_edge import ProviderClient
 
 
@@ -43,11 +44,17 @@ _runtime: Runtime | None = None
 
 
 def build_runtime(settings: Settings) -> Runtime:
+    contracts = load_contracts(settings.providers_dir)
+    plugins = {
+        name: load_plugin(c.plugin, file=c.source_file)
+        for name, c in contracts.items()
+        if c.plugin is not None
+    }
     return Runtime(
         settings=settings,
-        contracts=load_contracts(settings.providers_dir),
+        contracts=contracts,
         redis=Redis.from_url(settings.redis_url, socket_timeout=10, health_check_interval=30),
-        http=ProviderClient(),
+        http=ProviderClient(plugins),
         pid=os.getpid(),
     )
 

@@ -343,7 +343,7 @@ def test_running_before_its_expiry_is_consistent() -> None:
         ("20240501T130000Z", None),
         ("2024-13-01T13:00:00Z", None),
         ("tomorrow", None),
-        (1714568400, None),
+        (1714568400, datetime(2024, 5, 1, 13, 0, tzinfo=UTC)),
     ],
 )
 def test_expiry_must_be_an_rfc_3339_timestamp(value: object, expected: datetime | None) -> None:
@@ -429,3 +429,12 @@ def test_missing_is_distinct_from_json_null() -> None:
 @given(doc=json_values, pointer=st.text(max_size=12))
 def test_resolve_pointer_never_raises(doc: object, pointer: str) -> None:
     resolve_pointer(doc, pointer)
+
+
+def test_expiry_as_unix_seconds_is_read_like_openai_sends_it() -> None:
+    from models.signals import _rfc3339
+
+    assert _rfc3339(1_700_000_000) == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
+    assert _rfc3339(True) is None
+    assert _rfc3339(-1) is None
+    assert _rfc3339(float("inf")) is None

@@ -1,0 +1,84 @@
+"""The HTTP edge against the real sandbox: observations, never exceptions; plugins; secrets."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jobwarden.sandbox.server import SandboxServer
+from models.contract import AuthSpec, ProviderContract
+from models.contract_loader import load_contract
+from models.errors import GiveUpError
+from models.plugins import OutboundRequest, load_plugin
+from models.signals import TransportFailure
+from tasks.provider_edge import ProviderClient, resolve_url
+
+SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
+
+
+class BearerFromPlugin:
+    """A plugin that signs requests itself (here: a fixed bearer token)."""
+
+    def prepare_request(self, request: OutboundRequest) -> OutboundRequest:
+        return request.with_headers({"Authorization": "Bearer plugin-token"})
+
+
+@pytest.fixture
+def server() -> Iterator[SandboxServer]:
+    with SandboxServer(token="plugin-token") as s:
+        yield s
+
+
+def _contract(url: str, **changes: object) -> ProviderContract:
+    base = load_contract(SHIPPED / "sandbox.toml")
+    return dataclasses.replace(base, base_url=url, base_url_env=None, **changes)
+
+
+def test_a_plugin_signs_requests_before_they_leave(server: SandboxServer) -> None:
+    contract = _contract(server.url, auth=None)
+    plain = ProviderClient()
+    signed = ProviderClient(
+        {contract.name: load_plugin("tests.integration.test_provider_edge:BearerFromPlugin")})
+    url = resolve_url(contract, "/v1/jobs/job_missing")
+    try:
+        assert plain.send(contract, "GET", url, trace_id="a" * 32).observation.status_code == 401
+        assert signed.send(contract, "GET", url, trace_id="a" * 32).observation.status_code == 404
+    finally:
+        plain.close()
+        signed.close()
+
+
+def test_refused_connection_is_an_observation_not_an_exception() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    contract = _contract(f"http://127.0.0.1:{port}", auth=None)
+    client = ProviderClient()
+    try:
+        raw = client.send(contract, "GET", resolve_url(contract, "/v1/jobs/x"), trace_id="b" * 32)
+    finally:
+        client.close()
+    assert raw.observation.status_code is None
+    assert raw.observation.transport_failure is TransportFailure.connect_refused
+
+
+def test_a_missing_credential_names_the_variable_and_never_a_value(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JOBWARDEN_SANDBOX_TOKEN", raising=False)
+    contract = _contract("http://127.0.0.1:9", auth=AuthSpec(scheme="bearer",
+                                                             secret_env="JOBWARDEN_SANDBOX_TOKEN"))
+    client = ProviderClient()
+    with pytest.raises(GiveUpError, match="JOBWARDEN_SANDBOX_TOKEN"):
+        client.send(contract, "GET", "http://127.0.0.1:9/", trace_id="c" * 32)
+    client.close()
+
+
+def test_paths_with_colons_join_onto_the_base_url() -> None:
+    contract = _contract("https://example.test/api", auth=None)
+    assert resolve_url(contract, "/v1/operations/op1:cancel") == (
+        "https://example.test/api/v1/operations/op1:cancel")
+    assert resolve_url(contract, "https://other.test/x") == "https://other.test/x"
