@@ -74,6 +74,15 @@ class Stack:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
 
+    def kill_worker_of(self, pid: int) -> str:
+        """SIGKILL the whole worker (main process and pool) that `pid` belongs to."""
+        group = os.getpgid(pid)
+        for name, proc in self.workers.items():
+            if proc.pid == group:
+                self.kill_worker(name)
+                return name
+        raise LookupError(f"process {pid} belongs to no worker of this stack")
+
     def stop(self) -> None:
         procs = list(self.workers.values()) + self.beats
         for proc in procs:

@@ -24,28 +24,74 @@ def cancel_step(rt: Runtime, row: OperationRow) -> Next:
     actor = f"worker:{rt.settings.worker_name}"
     now = utcnow()
     if contract.cancel is None or row.remote_job_id is None:
-        action = Escalate(reason=EscalationReason.cancellation_unconfirmed,
-                          detail="the contract has no cancel endpoint",
-                          state=S.cancellation_unconfirmed)
-        row = write(rt, row, {"state": S.cancelling.value},
-                    [EventDraft(kind=EventKind.decision, actor=actor, at=now,
-                                from_state=row.state, to_state=S.cancelling.value,
-                                cause="no cancel endpoint")], now)
+        action = Escalate(
+            reason=EscalationReason.cancellation_unconfirmed,
+            detail="the contract has no cancel endpoint",
+            state=S.cancellation_unconfirmed,
+        )
+        row = write(
+            rt,
+            row,
+            {"state": S.cancelling.value},
+            [
+                EventDraft(
+                    kind=EventKind.decision,
+                    actor=actor,
+                    at=now,
+                    from_state=row.state,
+                    to_state=S.cancelling.value,
+                    cause="no cancel endpoint",
+                )
+            ],
+            now,
+        )
         return _stop(rt, row, action, now, actor)
     first = now + timedelta(seconds=contract.poll.initial_delay_seconds)
     deadline = row.cancel_deadline or now + timedelta(
-        seconds=contract.limits.cancel_deadline_seconds)
-    row = write(rt, row, {"state": S.cancelling.value, "cancel_deadline": deadline,
-                          **wake_changes(rt, min(first, deadline), now)},
-                [EventDraft(kind=EventKind.cancel_sent, actor=actor, at=now,
-                            from_state=row.state, to_state=S.cancelling.value)], now)
+        seconds=contract.limits.cancel_deadline_seconds
+    )
+    row = write(
+        rt,
+        row,
+        {
+            "state": S.cancelling.value,
+            "cancel_deadline": deadline,
+            **wake_changes(rt, min(first, deadline), now),
+        },
+        [
+            EventDraft(
+                kind=EventKind.cancel_sent,
+                actor=actor,
+                at=now,
+                from_state=row.state,
+                to_state=S.cancelling.value,
+            )
+        ],
+        now,
+    )
     path = contract.cancel.path.replace("{job_id}", row.remote_job_id)
-    url = resolve_url(contract, path) if not row.remote_job_id.startswith("http") else (
-        row.remote_job_id.rstrip("/") + "/cancel")
+    url = (
+        resolve_url(contract, path)
+        if not row.remote_job_id.startswith("http")
+        else (row.remote_job_id.rstrip("/") + "/cancel")
+    )
     raw = rt.http.send(contract, contract.cancel.method, url, trace_id=row.trace_id)
     now = utcnow()
-    row = write(rt, row, {}, [EventDraft(
-        kind=EventKind.observed, actor=actor, at=now, http_status=raw.observation.status_code,
-        provider_request_id=raw.provider_request_id, cause="cancel response",
-        excerpt=excerpt(raw))], now)
+    row = write(
+        rt,
+        row,
+        {},
+        [
+            EventDraft(
+                kind=EventKind.observed,
+                actor=actor,
+                at=now,
+                http_status=raw.observation.status_code,
+                provider_request_id=raw.provider_request_id,
+                cause="cancel response",
+                excerpt=excerpt(raw),
+            )
+        ],
+        now,
+    )
     return Next(row.state, row.next_poll_at)

@@ -50,94 +50,217 @@ def collect_step(rt: Runtime, row: OperationRow) -> Next:
         content = json.dumps(inline, separators=(",", ":")).encode() if inline is not None else b""
         if not content:
             return _reject(rt, row, S.result_unavailable, "inline result missing", actor, None)
-        verdict = validate_result(spec, content=content, content_type=None,
-                                  expected_sha256=expected.get("expected_sha256"),
-                                  declared_record_count=None)
+        verdict = validate_result(
+            spec,
+            content=content,
+            content_type=None,
+            expected_sha256=expected.get("expected_sha256"),
+            declared_record_count=None,
+        )
         return _finish(rt, row, verdict, content, actor, None)
     url = _result_url(contract, row)
     if url is None:
         return _reject(rt, row, S.result_unavailable, "no result reference", actor, None)
     if not origin_allowed(contract, base_url(contract), url):
-        return _reject(rt, row, S.result_unavailable,
-                       f"result origin not allowed by the contract: {url.split('?')[0]}",
-                       actor, None)
-    row = write(rt, row, {}, [EventDraft(kind=EventKind.result_fetch_sent, actor=actor, at=now,
-                                         excerpt={"url": url.split("?")[0]})], now)
+        return _reject(
+            rt,
+            row,
+            S.result_unavailable,
+            f"result origin not allowed by the contract: {url.split('?')[0]}",
+            actor,
+            None,
+        )
+    row = write(
+        rt,
+        row,
+        {},
+        [
+            EventDraft(
+                kind=EventKind.result_fetch_sent,
+                actor=actor,
+                at=now,
+                excerpt={"url": url.split("?")[0]},
+            )
+        ],
+        now,
+    )
     raw = rt.http.send(contract, "GET", url, trace_id=row.trace_id)
     status = raw.observation.status_code
     if status is not None and 200 <= status < 300:
-        verdict = validate_result(spec, content=raw.content, content_type=raw.content_type,
-                                  expected_sha256=expected.get("expected_sha256"),
-                                  declared_record_count=None)
+        verdict = validate_result(
+            spec,
+            content=raw.content,
+            content_type=raw.content_type,
+            expected_sha256=expected.get("expected_sha256"),
+            declared_record_count=None,
+        )
         return _finish(rt, row, verdict, raw.content, actor, None, raw)
     if status in (401, 403):
-        return _escalate(rt, row, EscalationReason.authorization_denied,
-                         f"HTTP {status} fetching the result", actor, raw)
+        return _escalate(
+            rt,
+            row,
+            EscalationReason.authorization_denied,
+            f"HTTP {status} fetching the result",
+            actor,
+            raw,
+        )
     if status in (404, 410):
-        return _reject(rt, row, S.result_unavailable, f"HTTP {status} fetching the result",
-                       actor, raw)
+        return _reject(
+            rt, row, S.result_unavailable, f"HTTP {status} fetching the result", actor, raw
+        )
     used = row.transport_failures_used + 1
     if used > row.max_transport_failures:
-        return _escalate(rt, row, EscalationReason.provider_failure,
-                         "transport failure budget spent fetching the result", actor, raw)
-    delay = backoff_delay(attempt=used, base=contract.poll.base_seconds,
-                          maximum=contract.poll.max_seconds,
-                          jitter_floor=contract.poll.jitter_floor, u=rt.jitter())
+        return _escalate(
+            rt,
+            row,
+            EscalationReason.provider_failure,
+            "transport failure budget spent fetching the result",
+            actor,
+            raw,
+        )
+    delay = backoff_delay(
+        attempt=used,
+        base=contract.poll.base_seconds,
+        maximum=contract.poll.max_seconds,
+        jitter_floor=contract.poll.jitter_floor,
+        u=rt.jitter(),
+    )
     at = now + timedelta(seconds=delay)
-    row = write(rt, row, {"transport_failures_used": used, **wake_changes(rt, at, now)},
-                [EventDraft(kind=EventKind.observed, actor=actor, at=utcnow(), http_status=status,
-                            excerpt=excerpt(raw), cause="result fetch failed; retry",
-                            delay_source="local_backoff")], now)
+    row = write(
+        rt,
+        row,
+        {"transport_failures_used": used, **wake_changes(rt, at, now)},
+        [
+            EventDraft(
+                kind=EventKind.observed,
+                actor=actor,
+                at=utcnow(),
+                http_status=status,
+                excerpt=excerpt(raw),
+                cause="result fetch failed; retry",
+                delay_source="local_backoff",
+            )
+        ],
+        now,
+    )
     return Next(row.state, at)
 
 
-def _finish(rt: Runtime, row: OperationRow, verdict: ResultVerdict | None,
-            content: bytes | None, actor: str, note: str | None,
-            raw: RawResponse | None = None) -> Next:
+def _finish(
+    rt: Runtime,
+    row: OperationRow,
+    verdict: ResultVerdict | None,
+    content: bytes | None,
+    actor: str,
+    note: str | None,
+    raw: RawResponse | None = None,
+) -> Next:
     now = utcnow()
     if verdict is not None and not verdict.valid:
-        return _reject(rt, row, S.result_validation_failed, verdict.problem or "invalid",
-                       actor, raw, verdict)
+        return _reject(
+            rt, row, S.result_validation_failed, verdict.problem or "invalid", actor, raw, verdict
+        )
     summary = verdict.summary() if verdict else {"valid": True, "problem": None, "note": note}
     with transaction(rt.settings.database_url) as session:
-        stored = store.fenced_update(session, row, changes={
-            "state": S.succeeded.value, "validation_summary": summary,
-            **wake_changes(rt, None, now)}, drafts=[EventDraft(
-                kind=EventKind.result_collected, actor=actor, at=now, from_state=row.state,
-                to_state=S.succeeded.value,
-                http_status=raw.observation.status_code if raw else None,
-                excerpt=summary)], now=now)
+        stored = store.fenced_update(
+            session,
+            row,
+            changes={
+                "state": S.succeeded.value,
+                "validation_summary": summary,
+                **wake_changes(rt, None, now),
+            },
+            drafts=[
+                EventDraft(
+                    kind=EventKind.result_collected,
+                    actor=actor,
+                    at=now,
+                    from_state=row.state,
+                    to_state=S.succeeded.value,
+                    http_status=raw.observation.status_code if raw else None,
+                    excerpt=summary,
+                )
+            ],
+            now=now,
+        )
         if verdict is not None and content is not None:
-            session.add(ResultRow(
-                operation_id=row.operation_id, content=content,
-                content_type=raw.content_type if raw else "application/json",
-                sha256=verdict.sha256, size_bytes=verdict.size_bytes,
-                record_count=verdict.record_count, failed_items=verdict.failed_items or None,
-                collected_at=now))
+            session.add(
+                ResultRow(
+                    operation_id=row.operation_id,
+                    content=content,
+                    content_type=raw.content_type if raw else "application/json",
+                    sha256=verdict.sha256,
+                    size_bytes=verdict.size_bytes,
+                    record_count=verdict.record_count,
+                    failed_items=verdict.failed_items or None,
+                    collected_at=now,
+                )
+            )
     return Next(stored.state, None)
 
 
-def _reject(rt: Runtime, row: OperationRow, state: S, problem: str, actor: str,
-            raw: RawResponse | None, verdict: ResultVerdict | None = None) -> Next:
+def _reject(
+    rt: Runtime,
+    row: OperationRow,
+    state: S,
+    problem: str,
+    actor: str,
+    raw: RawResponse | None,
+    verdict: ResultVerdict | None = None,
+) -> Next:
     now = utcnow()
-    summary: dict[str, Any] = verdict.summary() if verdict else {"valid": False,
-                                                                   "problem": problem}
-    row = write(rt, row, {"state": state.value, "validation_summary": summary,
-                          **wake_changes(rt, None, now)},
-                [EventDraft(kind=EventKind.result_rejected, actor=actor, at=now,
-                            from_state=row.state, to_state=state.value, cause=problem,
-                            http_status=raw.observation.status_code if raw else None,
-                            excerpt=summary)], now)
+    summary: dict[str, Any] = verdict.summary() if verdict else {"valid": False, "problem": problem}
+    row = write(
+        rt,
+        row,
+        {"state": state.value, "validation_summary": summary, **wake_changes(rt, None, now)},
+        [
+            EventDraft(
+                kind=EventKind.result_rejected,
+                actor=actor,
+                at=now,
+                from_state=row.state,
+                to_state=state.value,
+                cause=problem,
+                http_status=raw.observation.status_code if raw else None,
+                excerpt=summary,
+            )
+        ],
+        now,
+    )
     return Next(row.state, None)
 
 
-def _escalate(rt: Runtime, row: OperationRow, reason: EscalationReason, detail: str,
-              actor: str, raw: RawResponse) -> Next:
+def _escalate(
+    rt: Runtime,
+    row: OperationRow,
+    reason: EscalationReason,
+    detail: str,
+    actor: str,
+    raw: RawResponse,
+) -> Next:
     now = utcnow()
-    row = write(rt, row, {"state": S.escalated.value, "escalation_reason": reason.value,
-                          "escalation_detail": detail, **wake_changes(rt, None, now)},
-                [EventDraft(kind=EventKind.escalated, actor=actor, at=now, from_state=row.state,
-                            to_state=S.escalated.value, cause=reason.value,
-                            http_status=raw.observation.status_code,
-                            excerpt={"detail": detail, **excerpt(raw)})], now)
+    row = write(
+        rt,
+        row,
+        {
+            "state": S.escalated.value,
+            "escalation_reason": reason.value,
+            "escalation_detail": detail,
+            **wake_changes(rt, None, now),
+        },
+        [
+            EventDraft(
+                kind=EventKind.escalated,
+                actor=actor,
+                at=now,
+                from_state=row.state,
+                to_state=S.escalated.value,
+                cause=reason.value,
+                http_status=raw.observation.status_code,
+                excerpt={"detail": detail, **excerpt(raw)},
+            )
+        ],
+        now,
+    )
     return Next(row.state, None)

@@ -88,8 +88,14 @@ def _poll_view(row: OperationRow, accepted_at: datetime) -> PollView:
     )
 
 
-def _escalate(reason: EscalationReason, detail: str, actor: str, row: OperationRow, now: datetime,
-              to: S = S.escalated) -> tuple[dict[str, Any], list[EventDraft]]:
+def _escalate(
+    reason: EscalationReason,
+    detail: str,
+    actor: str,
+    row: OperationRow,
+    now: datetime,
+    to: S = S.escalated,
+) -> tuple[dict[str, Any], list[EventDraft]]:
     changes = {
         "state": to.value,
         "escalation_reason": reason.value,
@@ -135,35 +141,69 @@ def create_step(rt: Runtime, row: OperationRow) -> Next:
             rt,
             row,
             {"state": S.create_unknown.value, **wake_changes(rt, now, now)},
-            [EventDraft(kind=EventKind.create_ambiguous, actor=actor, at=now,
-                        from_state=row.state, to_state=S.create_unknown.value,
-                        cause="create_sent_without_recorded_outcome")],
+            [
+                EventDraft(
+                    kind=EventKind.create_ambiguous,
+                    actor=actor,
+                    at=now,
+                    from_state=row.state,
+                    to_state=S.create_unknown.value,
+                    cause="create_sent_without_recorded_outcome",
+                )
+            ],
             now,
         )
         return Next(row.state, now)
     if now >= row.create_deadline:
         # Nothing is in flight (the check above): failing here cannot orphan a remote job.
-        row = write(rt, row, {"state": S.failed.value, **wake_changes(rt, None, now)},
-                    [EventDraft(kind=EventKind.decision, actor=actor, at=now,
-                                from_state=row.state, to_state=S.failed.value,
-                                cause="create_deadline_exceeded")], now)
+        row = write(
+            rt,
+            row,
+            {"state": S.failed.value, **wake_changes(rt, None, now)},
+            [
+                EventDraft(
+                    kind=EventKind.decision,
+                    actor=actor,
+                    at=now,
+                    from_state=row.state,
+                    to_state=S.failed.value,
+                    cause="create_deadline_exceeded",
+                )
+            ],
+            now,
+        )
         return Next(row.state, None)
     row = write(
         rt,
         row,
         {"create_attempts": row.create_attempts + 1},
-        [EventDraft(kind=EventKind.create_sent, actor=actor, at=now,
-                    excerpt={"attempt": row.create_attempts + 1})],
+        [
+            EventDraft(
+                kind=EventKind.create_sent,
+                actor=actor,
+                at=now,
+                excerpt={"attempt": row.create_attempts + 1},
+            )
+        ],
         now,
     )
-    faults.fault_point(rt.redis, rt.settings.key_prefix, "after_create_sent_commit")
+    faults.fault_point(
+        rt.redis, rt.settings.key_prefix, "after_create_sent_commit", row.idempotency_key
+    )
     raw = send_create(rt, contract, row)
-    faults.fault_point(rt.redis, rt.settings.key_prefix, "after_create_response")
+    faults.fault_point(
+        rt.redis, rt.settings.key_prefix, "after_create_response", row.idempotency_key
+    )
     return record_create_outcome(rt, contract, row, raw, reconciling=False)
 
 
 def record_create_outcome(
-    rt: Runtime, contract: ProviderContract, row: OperationRow, raw: RawResponse, *, reconciling: bool
+    rt: Runtime,
+    contract: ProviderContract,
+    row: OperationRow,
+    raw: RawResponse,
+    *,
+    reconciling: bool,
 ) -> Next:
     from models.decisions import decide_after_create
 
@@ -176,92 +216,180 @@ def record_create_outcome(
     ex = excerpt(raw, job_id=job_id)
     http_status = raw.observation.status_code
     if outcome.kind is CreateOutcomeKind.accepted and status_url is not None:
-        kind = EventKind.reconciled if reconciling else (
-            EventKind.create_replayed if replayed else EventKind.create_accepted)
-        accepted = EventDraft(kind=kind, actor=actor, at=now, from_state=row.state,
-                              to_state=S.accepted.value, http_status=http_status,
-                              provider_request_id=raw.provider_request_id, excerpt=ex)
+        kind = (
+            EventKind.reconciled
+            if reconciling
+            else (EventKind.create_replayed if replayed else EventKind.create_accepted)
+        )
+        accepted = EventDraft(
+            kind=kind,
+            actor=actor,
+            at=now,
+            from_state=row.state,
+            to_state=S.accepted.value,
+            http_status=http_status,
+            provider_request_id=raw.provider_request_id,
+            excerpt=ex,
+        )
         wait = first_poll(_poll_view(row, now), contract.poll, now=now)
-        decision = EventDraft(kind=EventKind.decision, actor=actor, at=now,
-                              cause="first_poll", delay_source=wait.delay_source.value,
-                              excerpt={"next_poll_at": wait.until.isoformat(),
-                                       "delay_seconds": round(wait.delay_seconds, 3)})
-        row = write(rt, row, {
-            "state": S.accepted.value,
-            "remote_job_id": job_id,
-            "status_url": resolve_url(contract, status_url),
-            "accepted_at": now,
-            "last_http_status": http_status,
-            **wake_changes(rt, wait.until, now),
-        }, [accepted, decision], now)
-        faults.fault_point(rt.redis, rt.settings.key_prefix, "after_accept_commit")
+        decision = EventDraft(
+            kind=EventKind.decision,
+            actor=actor,
+            at=now,
+            cause="first_poll",
+            delay_source=wait.delay_source.value,
+            excerpt={
+                "next_poll_at": wait.until.isoformat(),
+                "delay_seconds": round(wait.delay_seconds, 3),
+            },
+        )
+        row = write(
+            rt,
+            row,
+            {
+                "state": S.accepted.value,
+                "remote_job_id": job_id,
+                "status_url": resolve_url(contract, status_url),
+                "accepted_at": now,
+                "last_http_status": http_status,
+                **wake_changes(rt, wait.until, now),
+            },
+            [accepted, decision],
+            now,
+        )
+        faults.fault_point(
+            rt.redis, rt.settings.key_prefix, "after_accept_commit", row.idempotency_key
+        )
         return Next(row.state, wait.until)
     if outcome.kind is CreateOutcomeKind.contract_violation or (
         outcome.kind is CreateOutcomeKind.accepted and status_url is None
     ):
-        detail = outcome.detail if outcome.kind is CreateOutcomeKind.contract_violation else (
-            "accepted without a status location the contract names")
-        observed = EventDraft(kind=EventKind.observed, actor=actor, at=now,
-                              http_status=http_status, excerpt=ex, cause=detail)
+        detail = (
+            outcome.detail
+            if outcome.kind is CreateOutcomeKind.contract_violation
+            else ("accepted without a status location the contract names")
+        )
+        observed = EventDraft(
+            kind=EventKind.observed,
+            actor=actor,
+            at=now,
+            http_status=http_status,
+            excerpt=ex,
+            cause=detail,
+        )
         changes, evs = _escalate(EscalationReason.contract_violation, detail, actor, row, now)
         row = write(rt, row, {**changes, "last_http_status": http_status}, [observed, *evs], now)
         return Next(row.state, None)
     if outcome.kind is CreateOutcomeKind.authorization_denied:
-        observed = EventDraft(kind=EventKind.observed, actor=actor, at=now,
-                              http_status=http_status, excerpt=ex)
-        changes, evs = _escalate(EscalationReason.authorization_denied,
-                                 f"HTTP {http_status} on create", actor, row, now)
+        observed = EventDraft(
+            kind=EventKind.observed, actor=actor, at=now, http_status=http_status, excerpt=ex
+        )
+        changes, evs = _escalate(
+            EscalationReason.authorization_denied, f"HTTP {http_status} on create", actor, row, now
+        )
         row = write(rt, row, {**changes, "last_http_status": http_status}, [observed, *evs], now)
         return Next(row.state, None)
     if outcome.kind is CreateOutcomeKind.refused:
-        ev = EventDraft(kind=EventKind.create_refused, actor=actor, at=now, from_state=row.state,
-                        to_state=S.failed.value, http_status=http_status, excerpt=ex,
-                        cause=outcome.detail)
-        row = write(rt, row, {"state": S.failed.value, "last_http_status": http_status,
-                              **wake_changes(rt, None, now)}, [ev], now)
+        ev = EventDraft(
+            kind=EventKind.create_refused,
+            actor=actor,
+            at=now,
+            from_state=row.state,
+            to_state=S.failed.value,
+            http_status=http_status,
+            excerpt=ex,
+            cause=outcome.detail,
+        )
+        row = write(
+            rt,
+            row,
+            {
+                "state": S.failed.value,
+                "last_http_status": http_status,
+                **wake_changes(rt, None, now),
+            },
+            [ev],
+            now,
+        )
         return Next(row.state, None)
     attempts = row.create_attempts
     if attempts >= contract.limits.max_create_attempts:
-        reason = (EscalationReason.rate_limited if outcome.kind is CreateOutcomeKind.rate_limited
-                  else EscalationReason.provider_failure)
-        observed = EventDraft(kind=EventKind.observed, actor=actor, at=now,
-                              http_status=http_status, excerpt=ex)
+        reason = (
+            EscalationReason.rate_limited
+            if outcome.kind is CreateOutcomeKind.rate_limited
+            else EscalationReason.provider_failure
+        )
+        observed = EventDraft(
+            kind=EventKind.observed, actor=actor, at=now, http_status=http_status, excerpt=ex
+        )
         target = S.escalated
         if row.state == S.create_pending.value and outcome.kind is CreateOutcomeKind.ambiguous:
             # Ambiguity must be reconciled before anyone may give up on it.
             target = S.create_unknown
         if target is S.create_unknown:
-            row = write(rt, row, {"state": target.value, **wake_changes(rt, now, now)},
-                        [observed, EventDraft(kind=EventKind.create_ambiguous, actor=actor,
-                                              at=now, from_state=row.state,
-                                              to_state=target.value, cause=outcome.detail)], now)
+            row = write(
+                rt,
+                row,
+                {"state": target.value, **wake_changes(rt, now, now)},
+                [
+                    observed,
+                    EventDraft(
+                        kind=EventKind.create_ambiguous,
+                        actor=actor,
+                        at=now,
+                        from_state=row.state,
+                        to_state=target.value,
+                        cause=outcome.detail,
+                    ),
+                ],
+                now,
+            )
             return Next(row.state, now)
-        changes, evs = _escalate(reason, f"{attempts} create attempts: {outcome.detail}",
-                                 actor, row, now)
+        changes, evs = _escalate(
+            reason, f"{attempts} create attempts: {outcome.detail}", actor, row, now
+        )
         row = write(rt, row, {**changes, "last_http_status": http_status}, [observed, *evs], now)
         return Next(row.state, None)
     delay = outcome.retry_after
     source = "provider_retry_after"
     if delay is None:
-        delay = backoff_delay(attempt=attempts, base=contract.poll.base_seconds,
-                              maximum=contract.poll.max_seconds,
-                              jitter_floor=contract.poll.jitter_floor, u=rt.jitter())
+        delay = backoff_delay(
+            attempt=attempts,
+            base=contract.poll.base_seconds,
+            maximum=contract.poll.max_seconds,
+            jitter_floor=contract.poll.jitter_floor,
+            u=rt.jitter(),
+        )
         source = "local_backoff"
     at = min(now + timedelta(seconds=delay), row.create_deadline)
     if outcome.kind is CreateOutcomeKind.rate_limited:
         # A 429 means the provider did not take the request: same token, later.
-        ev = EventDraft(kind=EventKind.create_refused, actor=actor, at=now, http_status=http_status,
-                        excerpt={**ex, "next_attempt_at": at.isoformat()}, cause="rate_limited",
-                        delay_source=source)
-        row = write(rt, row, {"last_http_status": http_status, **wake_changes(rt, at, now)},
-                    [ev], now)
+        ev = EventDraft(
+            kind=EventKind.create_refused,
+            actor=actor,
+            at=now,
+            http_status=http_status,
+            excerpt={**ex, "next_attempt_at": at.isoformat()},
+            cause="rate_limited",
+            delay_source=source,
+        )
+        row = write(
+            rt, row, {"last_http_status": http_status, **wake_changes(rt, at, now)}, [ev], now
+        )
         return Next(row.state, at)
     # Ambiguous: the provider may have created the job; never a fresh token.
     to_state = S.reconciling if reconciling else S.create_unknown
-    ev = EventDraft(kind=EventKind.create_ambiguous, actor=actor, at=now, from_state=row.state,
-                    to_state=to_state.value if to_state.value != row.state else None,
-                    http_status=http_status, excerpt={**ex, "next_attempt_at": at.isoformat()},
-                    cause=outcome.detail, delay_source=source)
+    ev = EventDraft(
+        kind=EventKind.create_ambiguous,
+        actor=actor,
+        at=now,
+        from_state=row.state,
+        to_state=to_state.value if to_state.value != row.state else None,
+        http_status=http_status,
+        excerpt={**ex, "next_attempt_at": at.isoformat()},
+        cause=outcome.detail,
+        delay_source=source,
+    )
     changes: dict[str, Any] = {"last_http_status": http_status, **wake_changes(rt, at, now)}
     if to_state.value != row.state:
         changes["state"] = to_state.value
@@ -276,31 +404,68 @@ def reconcile_step(rt: Runtime, row: OperationRow) -> Next:
     actor = f"worker:{rt.settings.worker_name}"
     now = utcnow()
     if row.state == S.create_unknown.value:
-        row = write(rt, row, {"state": S.reconciling.value},
-                    [EventDraft(kind=EventKind.decision, actor=actor, at=now,
-                                from_state=S.create_unknown.value, to_state=S.reconciling.value,
-                                cause=f"reconcile via {contract.reconciliation.path.value}")], now)
+        row = write(
+            rt,
+            row,
+            {"state": S.reconciling.value},
+            [
+                EventDraft(
+                    kind=EventKind.decision,
+                    actor=actor,
+                    at=now,
+                    from_state=S.create_unknown.value,
+                    to_state=S.reconciling.value,
+                    cause=f"reconcile via {contract.reconciliation.path.value}",
+                )
+            ],
+            now,
+        )
     path = contract.reconciliation.path
     if path is ReconciliationPath.none:
-        changes, evs = _escalate(EscalationReason.unknown_state,
-                                 "create outcome unknown and the contract has no reconciliation "
-                                 "path: at-most-once cannot be proven", actor, row, now)
+        changes, evs = _escalate(
+            EscalationReason.unknown_state,
+            "create outcome unknown and the contract has no reconciliation "
+            "path: at-most-once cannot be proven",
+            actor,
+            row,
+            now,
+        )
         row = write(rt, row, changes, evs, now)
         return Next(row.state, None)
     if now >= row.create_deadline:
-        changes, evs = _escalate(EscalationReason.deadline_exceeded,
-                                 "create deadline passed while reconciling", actor, row, now)
+        changes, evs = _escalate(
+            EscalationReason.deadline_exceeded,
+            "create deadline passed while reconciling",
+            actor,
+            row,
+            now,
+        )
         row = write(rt, row, changes, evs, now)
         return Next(row.state, None)
-    row = write(rt, row, {"create_attempts": row.create_attempts + 1},
-                [EventDraft(kind=EventKind.reconcile_sent, actor=actor, at=now,
-                            cause=path.value, excerpt={"attempt": row.create_attempts + 1})], now)
+    row = write(
+        rt,
+        row,
+        {"create_attempts": row.create_attempts + 1},
+        [
+            EventDraft(
+                kind=EventKind.reconcile_sent,
+                actor=actor,
+                at=now,
+                cause=path.value,
+                excerpt={"attempt": row.create_attempts + 1},
+            )
+        ],
+        now,
+    )
     if path is ReconciliationPath.lookup_by_reference and contract.reconciliation.lookup_path:
         lookup = contract.reconciliation.lookup_path.replace("{token}", row.provider_token)
         raw = rt.http.send(contract, "GET", resolve_url(contract, lookup), trace_id=row.trace_id)
         pointer = contract.reconciliation.lookup_job_id_pointer or "/data/0/id"
-        found = (resolve_pointer(raw.observation.body, pointer)
-                 if raw.observation.status_code == 200 else None)
+        found = (
+            resolve_pointer(raw.observation.body, pointer)
+            if raw.observation.status_code == 200
+            else None
+        )
         if not isinstance(found, str):
             # Nothing under our token: resending the create with the same token is safe.
             raw = send_create(rt, contract, row)
@@ -311,24 +476,43 @@ def reconcile_step(rt: Runtime, row: OperationRow) -> Next:
     return record_create_outcome(rt, contract, row, raw, reconciling=True)
 
 
-def _accept_from_lookup(rt: Runtime, contract: ProviderContract, row: OperationRow,
-                        raw: RawResponse, job_id: str) -> Next:
+def _accept_from_lookup(
+    rt: Runtime, contract: ProviderContract, row: OperationRow, raw: RawResponse, job_id: str
+) -> Next:
     actor = f"worker:{rt.settings.worker_name}"
     now = utcnow()
     if contract.status.path is None:
-        changes, evs = _escalate(EscalationReason.contract_violation,
-                                 "lookup found a job but the contract has no status path",
-                                 actor, row, now)
+        changes, evs = _escalate(
+            EscalationReason.contract_violation,
+            "lookup found a job but the contract has no status path",
+            actor,
+            row,
+            now,
+        )
         row = write(rt, row, changes, evs, now)
         return Next(row.state, None)
     wait = first_poll(_poll_view(row, now), contract.poll, now=now)
-    row = write(rt, row, {
-        "state": S.accepted.value,
-        "remote_job_id": job_id,
-        "status_url": resolve_url(contract, contract.status.path.replace("{job_id}", job_id)),
-        "accepted_at": now,
-        **wake_changes(rt, wait.until, now),
-    }, [EventDraft(kind=EventKind.reconciled, actor=actor, at=now, from_state=row.state,
-                   to_state=S.accepted.value, http_status=raw.observation.status_code,
-                   excerpt=excerpt(raw, job_id=job_id))], now)
+    row = write(
+        rt,
+        row,
+        {
+            "state": S.accepted.value,
+            "remote_job_id": job_id,
+            "status_url": resolve_url(contract, contract.status.path.replace("{job_id}", job_id)),
+            "accepted_at": now,
+            **wake_changes(rt, wait.until, now),
+        },
+        [
+            EventDraft(
+                kind=EventKind.reconciled,
+                actor=actor,
+                at=now,
+                from_state=row.state,
+                to_state=S.accepted.value,
+                http_status=raw.observation.status_code,
+                excerpt=excerpt(raw, job_id=job_id),
+            )
+        ],
+        now,
+    )
     return Next(row.state, wait.until)

@@ -1,8 +1,10 @@
 """Named fault points: no-ops in production, armed by tests through Redis.
 
 Set JOBWARDEN_FAULTS_ENABLED=1 in a worker's environment, then a test arms a
-point with `arm(redis, prefix, "after_create_lease", "kill")`. Each arming
-fires once (GETDEL), so a restarted worker process carries on normally.
+point for one operation (scoped by its idempotency key, known before submit):
+`arm(redis, prefix, "after_create_response", key, "block:30")`. Each arming
+fires once (GETDEL), and the firing process records its pid so the test can
+kill exactly that worker.
 """
 
 from __future__ import annotations
@@ -19,22 +21,27 @@ class InjectedFaultError(Exception):
     """Raised at an armed fault point with action 'raise'."""
 
 
-def _key(prefix: str, name: str) -> str:
-    return f"{prefix}:fault:{name}"
+def _key(prefix: str, name: str, scope: str) -> str:
+    return f"{prefix}:fault:{name}:{scope}"
 
 
-def arm(redis: Any, prefix: str, name: str, action: str) -> None:
+def fired_key(prefix: str, name: str, scope: str) -> str:
+    return f"{prefix}:fault-fired:{name}:{scope}"
+
+
+def arm(redis: Any, prefix: str, name: str, scope: str, action: str) -> None:
     """action: 'kill' (SIGKILL this process), 'raise', or 'block:<seconds>'."""
-    redis.set(_key(prefix, name), action)
+    redis.set(_key(prefix, name, scope), action)
 
 
-def fault_point(redis: Any, prefix: str, name: str) -> None:
+def fault_point(redis: Any, prefix: str, name: str, scope: str) -> None:
     if not ENABLED:
         return
-    action = redis.getdel(_key(prefix, name))
+    action = redis.getdel(_key(prefix, name, scope))
     if action is None:
         return
     action = action.decode() if isinstance(action, bytes) else str(action)
+    redis.set(fired_key(prefix, name, scope), str(os.getpid()), ex=600)
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "raise":

@@ -45,13 +45,20 @@ class SubmitResult:
     fingerprint: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"outcome": self.outcome.value, "operation_id": self.operation_id,
-                "state": self.state, "fingerprint": self.fingerprint}
+        return {
+            "outcome": self.outcome.value,
+            "operation_id": self.operation_id,
+            "state": self.state,
+            "fingerprint": self.fingerprint,
+        }
 
 
 def _validate(tenant: str, provider: str, key: str, requested_by: str, rt: Runtime) -> None:
-    for name, value in (("tenant", tenant), ("idempotency_key", key),
-                        ("requested_by", requested_by)):
+    for name, value in (
+        ("tenant", tenant),
+        ("idempotency_key", key),
+        ("requested_by", requested_by),
+    ):
         if not isinstance(value, str) or not value.strip():
             raise InvalidSubmissionError(f"{name} is required")
         if len(value) > MAX_KEY:
@@ -85,44 +92,68 @@ def submit_operation(
     _validate(tenant, provider, idempotency_key, requested_by, rt)
     contract = rt.contract(provider)
     route = route or f"/providers/{provider}/operations"
-    fingerprint = request_fingerprint(method=method, route=route, tenant=tenant,
-                                      provider=provider, command=command)
-    for name, value in (("max_status_requests", max_status_requests),
-                        ("max_transport_failures", max_transport_failures),
-                        ("result_deadline_seconds", result_deadline_seconds),
-                        ("cancel_deadline_seconds", cancel_deadline_seconds)):
+    fingerprint = request_fingerprint(
+        method=method, route=route, tenant=tenant, provider=provider, command=command
+    )
+    for name, value in (
+        ("max_status_requests", max_status_requests),
+        ("max_transport_failures", max_transport_failures),
+        ("result_deadline_seconds", result_deadline_seconds),
+        ("cancel_deadline_seconds", cancel_deadline_seconds),
+    ):
         if value is not None and (isinstance(value, bool) or not value > 0):
             raise InvalidSubmissionError(f"{name} must be positive")
     limits = contract.limits
     now = utcnow()
     op_id = uuid.uuid4()
     state = S.awaiting_approval if contract.requires_approval else S.create_pending
-    first = [EventDraft(kind=EventKind.intent_recorded, actor=f"submitter:{requested_by}",
-                        at=now, to_state=state.value,
-                        excerpt={"fingerprint": fingerprint, "idempotency_key": idempotency_key,
-                                 "source_event_id": source_event_id})]
+    first = [
+        EventDraft(
+            kind=EventKind.intent_recorded,
+            actor=f"submitter:{requested_by}",
+            at=now,
+            to_state=state.value,
+            excerpt={
+                "fingerprint": fingerprint,
+                "idempotency_key": idempotency_key,
+                "source_event_id": source_event_id,
+            },
+        )
+    ]
     chained = chain(str(op_id), first, last_seq=0, last_hash=GENESIS_HASH)
     values = {
-        "operation_id": op_id, "tenant": tenant, "provider": provider,
-        "idempotency_key": idempotency_key, "source_event_id": source_event_id,
+        "operation_id": op_id,
+        "tenant": tenant,
+        "provider": provider,
+        "idempotency_key": idempotency_key,
+        "source_event_id": source_event_id,
         # Ours, generated with the row, never the caller's key and never regenerated.
         "provider_token": f"jw-{op_id.hex}",
-        "request_fingerprint": fingerprint, "method": method.upper(), "route": route,
-        "command": command, "state": state.value, "version": 1,
-        "trace_id": secrets.token_hex(16), "requested_by": requested_by,
+        "request_fingerprint": fingerprint,
+        "method": method.upper(),
+        "route": route,
+        "command": command,
+        "state": state.value,
+        "version": 1,
+        "trace_id": secrets.token_hex(16),
+        "requested_by": requested_by,
         "created_at": now,
         "create_deadline": now + timedelta(seconds=limits.create_deadline_seconds),
-        "result_deadline": now + timedelta(
-            seconds=result_deadline_seconds or limits.result_deadline_seconds),
+        "result_deadline": now
+        + timedelta(seconds=result_deadline_seconds or limits.result_deadline_seconds),
         "cancel_deadline": None,
         "next_poll_at": now if state is S.create_pending else None,
         "dispatched_at": now if state is S.create_pending else None,
-        "create_attempts": 0, "status_requests_used": 0,
+        "create_attempts": 0,
+        "status_requests_used": 0,
         "max_status_requests": max_status_requests or limits.max_status_requests,
         "transport_failures_used": 0,
         "max_transport_failures": max_transport_failures or limits.max_transport_failures,
-        "consecutive_rate_limited": 0, "poll_attempt": 0,
-        "event_count": 1, "last_event_hash": chained[-1].hash, "updated_at": now,
+        "consecutive_rate_limited": 0,
+        "poll_attempt": 0,
+        "event_count": 1,
+        "last_event_hash": chained[-1].hash,
+        "updated_at": now,
     }
     if cancel_deadline_seconds is not None:
         values["validation_summary"] = {"cancel_deadline_seconds": cancel_deadline_seconds}
@@ -131,24 +162,45 @@ def submit_operation(
             # A concurrent submission holding the key longer than this is "in progress".
             session.execute(text("SET LOCAL lock_timeout = '5s'"))
             inserted = session.scalar(
-                pg_insert(OperationRow).values(**values).on_conflict_do_nothing()
+                pg_insert(OperationRow)
+                .values(**values)
+                .on_conflict_do_nothing()
                 .returning(OperationRow.operation_id)
             )
             if inserted is not None:
                 ev = chained[0]
-                session.add(EventRow(
-                    operation_id=op_id, seq=1, actor=ev.draft.actor, at=ev.draft.at,
-                    from_state=None, to_state=ev.draft.to_state, kind=ev.draft.kind.value,
-                    excerpt=ev.draft.excerpt, prev_hash=ev.prev_hash, hash=ev.hash))
-                result = SubmitResult(outcome=SubmitOutcome.created, operation_id=str(op_id),
-                                      state=state.value, fingerprint=fingerprint)
+                session.add(
+                    EventRow(
+                        operation_id=op_id,
+                        seq=1,
+                        actor=ev.draft.actor,
+                        at=ev.draft.at,
+                        from_state=None,
+                        to_state=ev.draft.to_state,
+                        kind=ev.draft.kind.value,
+                        excerpt=ev.draft.excerpt,
+                        prev_hash=ev.prev_hash,
+                        hash=ev.hash,
+                    )
+                )
+                result = SubmitResult(
+                    outcome=SubmitOutcome.created,
+                    operation_id=str(op_id),
+                    state=state.value,
+                    fingerprint=fingerprint,
+                )
             else:
-                result = _existing(session, tenant, provider, idempotency_key,
-                                   source_event_id, fingerprint)
+                result = _existing(
+                    session, tenant, provider, idempotency_key, source_event_id, fingerprint
+                )
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
-            return SubmitResult(outcome=SubmitOutcome.in_progress, operation_id=None,
-                                state=None, fingerprint=fingerprint)
+            return SubmitResult(
+                outcome=SubmitOutcome.in_progress,
+                operation_id=None,
+                state=None,
+                fingerprint=fingerprint,
+            )
         raise
     if result.outcome is SubmitOutcome.created and state is S.create_pending:
         from tasks.pipeline import enqueue
@@ -157,34 +209,57 @@ def submit_operation(
     return result
 
 
-def _existing(session: Any, tenant: str, provider: str, key: str, source_event_id: str | None,
-              fingerprint: str) -> SubmitResult:
-    row = session.scalar(select(OperationRow).where(OperationRow.tenant == tenant)
-                         .where(OperationRow.idempotency_key == key))
+def _existing(
+    session: Any,
+    tenant: str,
+    provider: str,
+    key: str,
+    source_event_id: str | None,
+    fingerprint: str,
+) -> SubmitResult:
+    row = session.scalar(
+        select(OperationRow)
+        .where(OperationRow.tenant == tenant)
+        .where(OperationRow.idempotency_key == key)
+    )
     if row is not None:
         # Conflict is checked before anything else, and the stored operation is not touched.
-        outcome = (SubmitOutcome.replayed if row.request_fingerprint == fingerprint
-                   else SubmitOutcome.conflict)
-        return SubmitResult(outcome=outcome, operation_id=str(row.operation_id),
-                            state=row.state, fingerprint=fingerprint)
+        outcome = (
+            SubmitOutcome.replayed
+            if row.request_fingerprint == fingerprint
+            else SubmitOutcome.conflict
+        )
+        return SubmitResult(
+            outcome=outcome,
+            operation_id=str(row.operation_id),
+            state=row.state,
+            fingerprint=fingerprint,
+        )
     if source_event_id is not None:
-        row = session.scalar(select(OperationRow).where(OperationRow.tenant == tenant)
-                             .where(OperationRow.provider == provider)
-                             .where(OperationRow.source_event_id == source_event_id))
+        row = session.scalar(
+            select(OperationRow)
+            .where(OperationRow.tenant == tenant)
+            .where(OperationRow.provider == provider)
+            .where(OperationRow.source_event_id == source_event_id)
+        )
         if row is not None:
-            return SubmitResult(outcome=SubmitOutcome.duplicate_event,
-                                operation_id=str(row.operation_id), state=row.state,
-                                fingerprint=fingerprint)
-    return SubmitResult(outcome=SubmitOutcome.in_progress, operation_id=None, state=None,
-                        fingerprint=fingerprint)
+            return SubmitResult(
+                outcome=SubmitOutcome.duplicate_event,
+                operation_id=str(row.operation_id),
+                state=row.state,
+                fingerprint=fingerprint,
+            )
+    return SubmitResult(
+        outcome=SubmitOutcome.in_progress, operation_id=None, state=None, fingerprint=fingerprint
+    )
 
 
-CANCELLABLE = {S.accepted.value, S.observing.value, S.escalated.value,
-               S.result_timed_out.value}
+CANCELLABLE = {S.accepted.value, S.observing.value, S.escalated.value, S.result_timed_out.value}
 
 
-def request_cancel(operation_id: str, requested_by: str, reason: str,
-                   runtime: Runtime | None = None) -> str:
+def request_cancel(
+    operation_id: str, requested_by: str, reason: str, runtime: Runtime | None = None
+) -> str:
     """Record the intent to cancel; the owner sends the one cancel request.
 
     Returns the operation's state afterwards. Raises RefusedInputError when
@@ -195,9 +270,13 @@ def request_cancel(operation_id: str, requested_by: str, reason: str,
     contract_cancel_seconds = None
     for _ in range(5):
         # Wait briefly for an in-flight poll to finish so its observation is not lost.
-        lock = rt.redis.lock(f"{rt.settings.key_prefix}:lease:{op_id}",
-                             timeout=rt.settings.lease_ttl_seconds, blocking=True,
-                             blocking_timeout=rt.settings.lease_ttl_seconds, thread_local=False)
+        lock = rt.redis.lock(
+            f"{rt.settings.key_prefix}:lease:{op_id}",
+            timeout=rt.settings.lease_ttl_seconds,
+            blocking=True,
+            blocking_timeout=rt.settings.lease_ttl_seconds,
+            thread_local=False,
+        )
         acquired = lock.acquire()
         try:
             now = utcnow()
@@ -210,21 +289,37 @@ def request_cancel(operation_id: str, requested_by: str, reason: str,
                 if row.state not in CANCELLABLE:
                     raise RefusedInputError(
                         f"operation {operation_id} is {row.state}; cancel is possible only "
-                        f"from {', '.join(sorted(CANCELLABLE))}")
+                        f"from {', '.join(sorted(CANCELLABLE))}"
+                    )
                 contract = rt.contract(row.provider)
                 override = (row.validation_summary or {}).get("cancel_deadline_seconds")
                 contract_cancel_seconds = override or contract.limits.cancel_deadline_seconds
                 try:
-                    stored = store.fenced_update(session, row, changes={
-                        "state": S.cancel_requested.value, "cancel_requested_by": requested_by,
-                        "cancel_reason": reason,
-                        "cancel_deadline": now + timedelta(seconds=contract_cancel_seconds),
-                        "next_poll_at": now, "dispatched_at": now,
-                    }, drafts=[EventDraft(kind=EventKind.cancel_requested,
-                                          actor=f"user:{requested_by}", at=now,
-                                          from_state=row.state,
-                                          to_state=S.cancel_requested.value, cause=reason)],
-                        now=now)
+                    # fenced_update's RETURNING hands back this same identity-mapped
+                    # object without refreshing it, so its .state is the old one.
+                    store.fenced_update(
+                        session,
+                        row,
+                        changes={
+                            "state": S.cancel_requested.value,
+                            "cancel_requested_by": requested_by,
+                            "cancel_reason": reason,
+                            "cancel_deadline": now + timedelta(seconds=contract_cancel_seconds),
+                            "next_poll_at": now,
+                            "dispatched_at": now,
+                        },
+                        drafts=[
+                            EventDraft(
+                                kind=EventKind.cancel_requested,
+                                actor=f"user:{requested_by}",
+                                at=now,
+                                from_state=row.state,
+                                to_state=S.cancel_requested.value,
+                                cause=reason,
+                            )
+                        ],
+                        now=now,
+                    )
                 except StaleVersionError:
                     continue
         finally:
@@ -235,6 +330,6 @@ def request_cancel(operation_id: str, requested_by: str, reason: str,
                     pass
         from tasks.pipeline import enqueue
 
-        enqueue(rt, op_id, stored.state)
-        return stored.state
+        enqueue(rt, op_id, S.cancel_requested.value)
+        return S.cancel_requested.value
     raise StaleVersionError(operation_id, -1)

@@ -57,8 +57,9 @@ def poll_view(row: OperationRow) -> PollView:
 def _in_phase(row: OperationRow, action: Escalate) -> Escalate:
     """While cancelling, every stop is cancellation_unconfirmed; the reason says why."""
     if row.state == S.cancelling.value and action.state is S.escalated:
-        return Escalate(reason=action.reason, detail=action.detail,
-                        state=S.cancellation_unconfirmed)
+        return Escalate(
+            reason=action.reason, detail=action.detail, state=S.cancellation_unconfirmed
+        )
     return action
 
 
@@ -74,9 +75,15 @@ def _escalation_changes(action: Escalate) -> dict[str, Any]:
 
 def _stop(rt: Runtime, row: OperationRow, action: Escalate, now: datetime, actor: str) -> Next:
     action = _in_phase(row, action)
-    ev = EventDraft(kind=EventKind.escalated, actor=actor, at=now, from_state=row.state,
-                    to_state=action.state.value, cause=action.reason.value,
-                    excerpt={"detail": action.detail})
+    ev = EventDraft(
+        kind=EventKind.escalated,
+        actor=actor,
+        at=now,
+        from_state=row.state,
+        to_state=action.state.value,
+        cause=action.reason.value,
+        excerpt={"detail": action.detail},
+    )
     row = write(rt, row, _escalation_changes(action), [ev], now)
     return Next(row.state, None)
 
@@ -93,20 +100,39 @@ def poll_step(rt: Runtime, row: OperationRow) -> Next:
     if isinstance(guard, Escalate):
         return _stop(rt, row, guard, now, actor)
     if row.status_url is None:
-        return _stop(rt, row, Escalate(reason=EscalationReason.contract_violation,
-                                       detail="no status URL recorded", state=S.escalated),
-                     now, actor)
+        return _stop(
+            rt,
+            row,
+            Escalate(
+                reason=EscalationReason.contract_violation,
+                detail="no status URL recorded",
+                state=S.escalated,
+            ),
+            now,
+            actor,
+        )
     claim: dict[str, Any] = {"status_requests_used": row.status_requests_used + 1}
     if row.state == S.accepted.value:
         claim["state"] = S.observing.value
-    row = write(rt, row, claim, [EventDraft(
-        kind=EventKind.poll_sent, actor=actor, at=now,
-        from_state=row.state if "state" in claim else None,
-        to_state=claim.get("state"),
-        excerpt={"request": row.status_requests_used + 1, "of": row.max_status_requests})], now)
-    faults.fault_point(rt.redis, rt.settings.key_prefix, "after_poll_claim")
+    row = write(
+        rt,
+        row,
+        claim,
+        [
+            EventDraft(
+                kind=EventKind.poll_sent,
+                actor=actor,
+                at=now,
+                from_state=row.state if "state" in claim else None,
+                to_state=claim.get("state"),
+                excerpt={"request": row.status_requests_used + 1, "of": row.max_status_requests},
+            )
+        ],
+        now,
+    )
+    faults.fault_point(rt.redis, rt.settings.key_prefix, "after_poll_claim", row.idempotency_key)
     raw = rt.http.send(contract, contract.status.method, row.status_url, trace_id=row.trace_id)
-    faults.fault_point(rt.redis, rt.settings.key_prefix, "after_poll_response")
+    faults.fault_point(rt.redis, rt.settings.key_prefix, "after_poll_response", row.idempotency_key)
     now = utcnow()
     view = poll_view(row)
     signal = classify_http(raw.observation, now=now)
@@ -116,16 +142,30 @@ def poll_step(rt: Runtime, row: OperationRow) -> Next:
         reading = read_status(contract, body, now=now, deadline=view.deadline)
     grace = timedelta(seconds=contract.status.not_found_grace_seconds)
     not_found_allowed = now < view.accepted_at + grace
-    decision = decide_after_status(view, contract.poll, signal, reading, now=now,
-                                   u=rt.jitter(), not_found_allowed=not_found_allowed)
+    decision = decide_after_status(
+        view,
+        contract.poll,
+        signal,
+        reading,
+        now=now,
+        u=rt.jitter(),
+        not_found_allowed=not_found_allowed,
+    )
     observed = EventDraft(
-        kind=EventKind.observed, actor=actor, at=now, http_status=raw.observation.status_code,
+        kind=EventKind.observed,
+        actor=actor,
+        at=now,
+        http_status=raw.observation.status_code,
         provider_request_id=raw.provider_request_id,
-        excerpt=excerpt(raw, remote_state=reading.raw_state if reading else None,
-                        remote_status=reading.remote_status.value if reading else None,
-                        progress=reading.progress if reading else None,
-                        signal=signal.kind.value,
-                        contradiction=reading.contradiction if reading else None))
+        excerpt=excerpt(
+            raw,
+            remote_state=reading.raw_state if reading else None,
+            remote_status=reading.remote_status.value if reading else None,
+            progress=reading.progress if reading else None,
+            signal=signal.kind.value,
+            contradiction=reading.contradiction if reading else None,
+        ),
+    )
     changes: dict[str, Any] = {
         "transport_failures_used": decision.transport_failures_used,
         "consecutive_rate_limited": decision.consecutive_rate_limited,
@@ -139,17 +179,33 @@ def poll_step(rt: Runtime, row: OperationRow) -> Next:
     return _apply(rt, contract, row, decision, changes, [observed], body, now, actor)
 
 
-def _apply(rt: Runtime, contract: ProviderContract, row: OperationRow, decision: Decision,
-           changes: dict[str, Any], events: list[EventDraft], body: object, now: datetime,
-           actor: str) -> Next:
+def _apply(
+    rt: Runtime,
+    contract: ProviderContract,
+    row: OperationRow,
+    decision: Decision,
+    changes: dict[str, Any],
+    events: list[EventDraft],
+    body: object,
+    now: datetime,
+    actor: str,
+) -> Next:
     action = decision.action
     if isinstance(action, Wait):
-        events.append(EventDraft(
-            kind=EventKind.decision, actor=actor, at=now, cause="wait",
-            delay_source=action.delay_source.value,
-            excerpt={"next_poll_at": action.until.isoformat(),
-                     "delay_seconds": round(action.delay_seconds, 3),
-                     "clipped_to_deadline": action.clipped_to_deadline}))
+        events.append(
+            EventDraft(
+                kind=EventKind.decision,
+                actor=actor,
+                at=now,
+                cause="wait",
+                delay_source=action.delay_source.value,
+                excerpt={
+                    "next_poll_at": action.until.isoformat(),
+                    "delay_seconds": round(action.delay_seconds, 3),
+                    "clipped_to_deadline": action.clipped_to_deadline,
+                },
+            )
+        )
         row = write(rt, row, {**changes, **wake_changes(rt, action.until, now)}, events, now)
         return Next(row.state, action.until)
     if isinstance(action, Collect):
@@ -161,27 +217,63 @@ def _apply(rt: Runtime, contract: ProviderContract, row: OperationRow, decision:
         if spec is not None and spec.fetch == "inline" and contract.status.result_ref_pointer:
             inline = resolve_pointer(body, contract.status.result_ref_pointer)
             expected["inline"] = inline if isinstance(inline, dict | list) else None
-        events.append(EventDraft(kind=EventKind.decision, actor=actor, at=now,
-                                 from_state=row.state, to_state=S.result_collecting.value,
-                                 cause="remote job finished; collect the result"))
-        row = write(rt, row, {**changes, "state": S.result_collecting.value,
-                              "result_reference": action.result_ref,
-                              "validation_summary": {"expected": expected},
-                              **wake_changes(rt, now, now)}, events, now)
+        events.append(
+            EventDraft(
+                kind=EventKind.decision,
+                actor=actor,
+                at=now,
+                from_state=row.state,
+                to_state=S.result_collecting.value,
+                cause="remote job finished; collect the result",
+            )
+        )
+        row = write(
+            rt,
+            row,
+            {
+                **changes,
+                "state": S.result_collecting.value,
+                "result_reference": action.result_ref,
+                "validation_summary": {"expected": expected},
+                **wake_changes(rt, now, now),
+            },
+            events,
+            now,
+        )
         return Next(row.state, now)
     if isinstance(action, Finish):
-        kind = (EventKind.cancel_confirmed if action.state is S.cancelled
-                else EventKind.decision)
-        events.append(EventDraft(kind=kind, actor=actor, at=now, from_state=row.state,
-                                 to_state=action.state.value, cause=action.reason))
-        row = write(rt, row, {**changes, "state": action.state.value,
-                              **wake_changes(rt, None, now)}, events, now)
+        kind = EventKind.cancel_confirmed if action.state is S.cancelled else EventKind.decision
+        events.append(
+            EventDraft(
+                kind=kind,
+                actor=actor,
+                at=now,
+                from_state=row.state,
+                to_state=action.state.value,
+                cause=action.reason,
+            )
+        )
+        row = write(
+            rt,
+            row,
+            {**changes, "state": action.state.value, **wake_changes(rt, None, now)},
+            events,
+            now,
+        )
         return Next(row.state, None)
     if isinstance(action, Escalate):
         action = _in_phase(row, action)
-        events.append(EventDraft(kind=EventKind.escalated, actor=actor, at=now,
-                                 from_state=row.state, to_state=action.state.value,
-                                 cause=action.reason.value, excerpt={"detail": action.detail}))
+        events.append(
+            EventDraft(
+                kind=EventKind.escalated,
+                actor=actor,
+                at=now,
+                from_state=row.state,
+                to_state=action.state.value,
+                cause=action.reason.value,
+                excerpt={"detail": action.detail},
+            )
+        )
         row = write(rt, row, {**changes, **_escalation_changes(action)}, events, now)
         return Next(row.state, None)
     return Next(row.state, None)

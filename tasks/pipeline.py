@@ -49,11 +49,20 @@ def enqueue(rt: Runtime, operation_id: uuid.UUID, state: str, countdown: float =
     if name is None:
         return False
     try:
-        app.send_task(name, args=[str(operation_id)], countdown=max(0.0, countdown) or None,
-                      queue=rt.settings.queue, retry=False)
+        app.send_task(
+            name,
+            args=[str(operation_id)],
+            countdown=max(0.0, countdown) or None,
+            queue=rt.settings.queue,
+            retry=False,
+        )
     except Exception as exc:
-        log.warning("enqueue_failed operation_id=%s task=%s error=%s", operation_id, name,
-                    type(exc).__name__)
+        log.warning(
+            "enqueue_failed operation_id=%s task=%s error=%s",
+            operation_id,
+            name,
+            type(exc).__name__,
+        )
         return False
     return True
 
@@ -71,17 +80,18 @@ def run_step(operation_id: str, states: set[str], step: Step) -> str | None:
     rt = current()
     op_id = uuid.UUID(operation_id)
     try:
-        with operation_lease(rt.redis, rt.settings.key_prefix, op_id,
-                             rt.settings.lease_ttl_seconds):
-            faults.fault_point(rt.redis, rt.settings.key_prefix, "after_lease")
+        with operation_lease(
+            rt.redis, rt.settings.key_prefix, op_id, rt.settings.lease_ttl_seconds
+        ):
             row = read(rt, op_id)
             if row is None or row.state not in states:
                 return row.state if row else None
+            faults.fault_point(rt.redis, rt.settings.key_prefix, "after_lease", row.idempotency_key)
             nxt = step(rt, row)
     except LostRaceError as exc:
         log.info("lost_race operation_id=%s detail=%s", operation_id, exc)
         return None
-    faults.fault_point(rt.redis, rt.settings.key_prefix, "before_schedule")
+    faults.fault_point(rt.redis, rt.settings.key_prefix, "before_schedule", row.idempotency_key)
     schedule(rt, op_id, nxt)
     return nxt.state
 
@@ -123,8 +133,9 @@ def sweep_once(rt: Runtime) -> int:
     now = utcnow()
     grace = timedelta(seconds=rt.settings.redispatch_after_seconds)
     with transaction(rt.settings.database_url) as session:
-        due = store.claim_due(session, now=now, redispatch_after=grace,
-                              limit=rt.settings.sweep_batch_size)
+        due = store.claim_due(
+            session, now=now, redispatch_after=grace, limit=rt.settings.sweep_batch_size
+        )
     for op_id, state in due:
         enqueue(rt, op_id, state)
     return len(due)

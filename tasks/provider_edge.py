@@ -155,7 +155,11 @@ class ProviderClient:
                 OutboundRequest(method=method, url=url, headers=all_headers, body=content)
             )
             method, url, all_headers, content = (
-                prepared.method, prepared.url, dict(prepared.headers), prepared.body)
+                prepared.method,
+                prepared.url,
+                dict(prepared.headers),
+                prepared.body,
+            )
         try:
             response = self._client(contract).request(
                 method, url, headers=all_headers, content=content

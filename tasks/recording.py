@@ -73,9 +73,7 @@ def _scrub(value: Any, depth: int = 0) -> Any:
 def excerpt(raw: RawResponse, **extra: Any) -> dict[str, Any]:
     """A bounded, secret-free summary of a provider response for the history."""
     obs = raw.observation
-    out: dict[str, Any] = {
-        k: v for k, v in extra.items() if v is not None
-    }
+    out: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
     if obs.transport_failure is not None:
         out["transport_failure"] = obs.transport_failure.value
         return out

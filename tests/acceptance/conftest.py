@@ -76,7 +76,7 @@ def worker_env(database_url: str, sandbox: SandboxServer, providers_dir: Path) -
         "JOBWARDEN_VISIBILITY_TIMEOUT_SECONDS": "60",
         "JOBWARDEN_SWEEP_INTERVAL_SECONDS": "0.5",
         "JOBWARDEN_REDISPATCH_AFTER_SECONDS": "3",
-        "JOBWARDEN_LEASE_TTL_SECONDS": "10",
+        "JOBWARDEN_LEASE_TTL_SECONDS": "5",
         "JOBWARDEN_FAULTS_ENABLED": "1",
     }
     os.environ.update(env)
@@ -192,12 +192,27 @@ def redis_client(worker_env: dict[str, str]) -> Iterator[Any]:
 
 
 @pytest.fixture
-def arm(redis_client: Any) -> Callable[[str, str], None]:
+def arm(redis_client: Any) -> Callable[[str, str, str], None]:
+    """arm(point, idempotency_key, action): one fault for one operation."""
     from tasks import faults
 
     prefix = os.environ["JOBWARDEN_KEY_PREFIX"]
 
-    def _arm(point: str, action: str) -> None:
-        faults.arm(redis_client, prefix, point, action)
+    def _arm(point: str, key: str, action: str) -> None:
+        faults.arm(redis_client, prefix, point, key, action)
 
     return _arm
+
+
+@pytest.fixture
+def fired(redis_client: Any) -> Callable[[str, str], int | None]:
+    """fired(point, idempotency_key): pid of the process that hit the fault, once it has."""
+    from tasks import faults
+
+    prefix = os.environ["JOBWARDEN_KEY_PREFIX"]
+
+    def _fired(point: str, key: str) -> int | None:
+        value = redis_client.get(faults.fired_key(prefix, point, key))
+        return int(value) if value is not None else None
+
+    return _fired

@@ -1,0 +1,199 @@
+"""Faults the design names: killed workers, duplicate messages, racing owners,
+two beats, parked waits, a broker that is down at submit time."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+
+from jobwarden.harness import REPO, Stack, wait_for
+from tests.acceptance.conftest import Pipeline
+
+
+def _gaps(requests: list[dict]) -> list[float]:
+    times = [r["monotonic"] for r in requests]
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
+def test_worker_killed_after_sending_the_create_is_finished_by_another_with_one_remote_job(
+        stack: Stack, pipeline: Pipeline, arm: Callable[..., None],
+        fired: Callable[[str, str], int | None]) -> None:
+    key = secrets.token_hex(8)
+    arm("after_create_response", key, "block:60")
+    op = pipeline.submit({"polls_to_finish": 2}, key=key)
+    pid = wait_for(lambda: fired("after_create_response", key), timeout=20,
+                   what="a worker to hold the create")
+    assert len(pipeline.remote_jobs(op)) == 1
+    killed = stack.kill_worker_of(pid)
+    try:
+        row = pipeline.wait_state(op, timeout=40)
+    finally:
+        stack.start_worker(killed)
+    assert row.state == "succeeded"
+    kinds = pipeline.kinds(op)
+    # The dead worker's create_sent had no recorded outcome: treated as ambiguous.
+    assert kinds[:3] == ["intent_recorded", "create_sent", "create_ambiguous"]
+    assert "reconciled" in kinds
+    assert len(pipeline.remote_jobs(op)) == 1
+    assert {c["idempotency_key"] for c in pipeline.creates(op)} == {row.provider_token}
+
+
+def test_worker_killed_after_storing_the_job_id_is_resumed_by_the_sweeper(
+        stack: Stack, pipeline: Pipeline, arm: Callable[..., None],
+        fired: Callable[[str, str], int | None]) -> None:
+    key = secrets.token_hex(8)
+    arm("before_schedule", key, "block:60")
+    op = pipeline.submit({"polls_to_finish": 2}, key=key)
+    pid = wait_for(lambda: fired("before_schedule", key), timeout=20,
+                   what="a worker to stop before scheduling the first poll")
+    held = pipeline.row(op)
+    assert held.state == "accepted" and held.remote_job_id
+    killed = stack.kill_worker_of(pid)
+    try:
+        row = pipeline.wait_state(op, timeout=40)
+    finally:
+        stack.start_worker(killed)
+    assert row.state == "succeeded"
+    assert len(pipeline.creates(op)) == 1
+    assert len(pipeline.remote_jobs(op)) == 1
+    first_poll = pipeline.job_requests(op, "status")[0]
+    # Nobody scheduled the poll; the sweeper found the row overdue.
+    from config.settings import get_settings
+
+    overdue = timedelta(seconds=get_settings().redispatch_after_seconds)
+    assert first_poll["time"] >= (held.next_poll_at + overdue).isoformat()
+
+
+def test_duplicate_poll_messages_and_racing_workers_send_one_status_request_per_due_poll(
+        stack: Stack, pipeline: Pipeline) -> None:
+    from tasks.pipeline import poll
+
+    op = pipeline.submit({"polls_to_finish": 6, "retry_after": 1})
+    pipeline.wait_state(op, "observing")
+    for _ in range(3):
+        wait_for(lambda: len(pipeline.job_requests(op, "status")) >= 1, timeout=10)
+        for _ in range(10):
+            poll.apply_async(args=[op], queue=os.environ["JOBWARDEN_QUEUE"])
+        seen = len(pipeline.job_requests(op, "status"))
+        wait_for(lambda s=seen: len(pipeline.job_requests(op, "status")) > s or
+                 pipeline.row(op).state != "observing", timeout=10)
+    row = pipeline.wait_state(op)
+    assert row.state == "succeeded"
+    statuses = pipeline.job_requests(op, "status")
+    assert len(statuses) == 6 == row.status_requests_used
+    assert all(g >= 1.0 - 0.05 for g in _gaps(statuses)), _gaps(statuses)
+    assert pipeline.kinds(op).count("poll_sent") == 6
+
+
+def test_two_beat_schedulers_at_once_send_one_status_request_per_due_poll(
+        stack: Stack, pipeline: Pipeline) -> None:
+    second = stack.start_beat("beat-2")
+    try:
+        ops = [pipeline.submit({"polls_to_finish": 4, "retry_after": 1}) for _ in range(3)]
+        rows = [pipeline.wait_state(op) for op in ops]
+    finally:
+        second.terminate()
+        second.wait(timeout=10)
+        stack.beats.remove(second)
+    for op, row in zip(ops, rows, strict=True):
+        assert row.state == "succeeded"
+        statuses = pipeline.job_requests(op, "status")
+        assert len(statuses) == 4
+        assert all(g >= 1.0 - 0.05 for g in _gaps(statuses))
+        assert len(pipeline.creates(op)) == 1
+
+
+def test_a_stale_owner_whose_lease_expired_mid_call_has_its_late_write_refused(
+        stack: Stack, pipeline: Pipeline, arm: Callable[..., None],
+        fired: Callable[[str, str], int | None]) -> None:
+    from config.settings import get_settings
+
+    key = secrets.token_hex(8)
+    lease = get_settings().lease_ttl_seconds
+    arm("after_poll_response", key, f"block:{lease + 4}")
+    op = pipeline.submit({"polls_to_finish": 3}, key=key)
+    wait_for(lambda: fired("after_poll_response", key), timeout=20, what="a stalled poll")
+    row = pipeline.wait_state(op, timeout=40)
+    assert row.state == "succeeded"
+    # The stalled worker wakes after the others finished; its write must not land.
+    wait_for(lambda: "lost_race" in stack.logs(), timeout=lease + 15, what="the refused write")
+    statuses = pipeline.job_requests(op, "status")
+    after = pipeline.row(op)
+    assert after.version == row.version and after.state == "succeeded"
+    assert after.status_requests_used == len(statuses)
+    observed = [e for e in pipeline.events(op) if e.draft.kind.value == "observed"
+                and e.draft.cause is None]
+    assert len(observed) == len(statuses) - 1
+
+
+def test_a_two_hour_retry_after_parks_the_operation_with_no_countdown_held_by_a_worker(
+        stack: Stack, pipeline: Pipeline) -> None:
+    from config.celery_app import app
+
+    op = pipeline.submit({"never_finish": True, "retry_after": 7200},
+                         result_deadline_seconds=4 * 3600)
+    wait_for(lambda: "decision" in pipeline.kinds(op)[4:], timeout=20, what="the first wait")
+    row = pipeline.row(op)
+    assert row.state == "observing"
+    assert row.next_poll_at - row.updated_at >= timedelta(seconds=7199)
+    assert row.dispatched_at is None
+    waits = [e for e in pipeline.events(op) if e.draft.kind.value == "decision"
+             and e.draft.delay_source == "provider_retry_after"]
+    assert waits
+    scheduled = app.control.inspect(timeout=2).scheduled() or {}
+    held = [t for tasks in scheduled.values() for t in tasks
+            if op in json.dumps(t.get("request", {}).get("args", []))]
+    assert held == []
+    assert len(pipeline.job_requests(op, "status")) == 1
+    from tasks.intake import request_cancel
+
+    # Leave nothing running: cancel it (honoured by the sandbox).
+    request_cancel(op, "pytest", "end of test")
+    assert pipeline.wait_state(op).state == "cancelled"
+
+
+def test_a_parked_operation_is_woken_by_the_sweeper_when_due_and_never_earlier(
+        stack: Stack, pipeline: Pipeline) -> None:
+    from config.settings import get_settings
+
+    threshold = get_settings().max_countdown_seconds
+    wait = int(threshold) + 3
+    op = pipeline.submit({"polls_to_finish": 2, "retry_after": wait})
+    row = pipeline.wait_state(op, timeout=40)
+    assert row.state == "succeeded"
+    statuses = pipeline.job_requests(op, "status")
+    assert len(statuses) == 2
+    assert _gaps(statuses)[0] >= wait - 0.05
+    parked = [e for e in pipeline.events(op) if e.draft.kind.value == "decision"
+              and e.draft.delay_source == "provider_retry_after"]
+    assert parked and parked[0].draft.excerpt["delay_seconds"] > threshold
+
+
+def test_broker_down_at_submit_time_commits_the_row_and_the_sweeper_sends_the_create(
+        stack: Stack, pipeline: Pipeline, database_url: str) -> None:
+    key = secrets.token_hex(8)
+    env = {**os.environ, "JOBWARDEN_BROKER_URL": "redis://127.0.0.1:1/0"}
+    script = (
+        "import json, sys\n"
+        "from tasks.intake import submit_operation\n"
+        "r = submit_operation(tenant='acceptance', provider='sandbox', idempotency_key=sys.argv[1],"
+        " command={'kind': 'export', 'behaviour': {'polls_to_finish': 1}}, requested_by='pytest')\n"
+        "print(json.dumps(r.as_dict()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script, key], env=env, cwd=str(REPO),
+                         capture_output=True, text=True, timeout=60, check=True)
+    answer = json.loads(out.stdout.strip().splitlines()[-1])
+    assert answer["outcome"] == "created"
+    op = answer["operation_id"]
+    pipeline.created.append(op)
+    assert pipeline.row(op) is not None
+    row = pipeline.wait_state(op, timeout=40)
+    assert row.state == "succeeded"
+    assert len(pipeline.creates(op)) == 1
+    assert uuid.UUID(op)
