@@ -20,7 +20,7 @@ providers_app = typer.Typer(no_args_is_help=True, help="Provider contracts.")
 db_app = typer.Typer(no_args_is_help=True, help="The Postgres schema.")
 app.add_typer(providers_app, name="providers")
 app.add_typer(db_app, name="db")
-console = Console()
+console = Console(soft_wrap=True)
 err = Console(stderr=True)
 
 

@@ -14,7 +14,7 @@ def _hhmmss(value: str | datetime | None) -> str:
         return "?"
     if isinstance(value, str):
         try:
-            value = datetime.fromisoformat(value)
+            return datetime.fromisoformat(value).strftime("%H:%M:%S")
         except ValueError:
             return value
     return value.strftime("%H:%M:%S")

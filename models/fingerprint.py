@@ -74,4 +74,5 @@ def request_fingerprint(
         "provider": provider,
         "command": command,
     }
-    return hashlib.sha256(rfc8785.dumps(material)).hexdigest()
+    encoded = rfc8785.dumps(material)  # type: ignore[arg-type]  # JSON values by construction
+    return hashlib.sha256(encoded).hexdigest()

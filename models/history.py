@@ -89,7 +89,8 @@ def event_hash(operation_id: str, seq: int, draft: EventDraft, prev_hash: str) -
         "provider_request_id": draft.provider_request_id,
         "excerpt": draft.excerpt,
     }
-    return hashlib.sha256(rfc8785.dumps(material)).hexdigest()
+    encoded = rfc8785.dumps(material)  # type: ignore[arg-type]  # JSON values by construction
+    return hashlib.sha256(encoded).hexdigest()
 
 
 def chain(

@@ -79,21 +79,29 @@ def validate_result(
 ) -> ResultVerdict:
     """Check size, content type, checksum, record count and per-item failures."""
     digest = hashlib.sha256(content).hexdigest()
-    base = {"sha256": digest, "size_bytes": len(content)}
+    size = len(content)
     if len(content) > spec.max_bytes:
-        return ResultVerdict(valid=False, problem=f"result exceeds {spec.max_bytes} bytes", **base)
+        return ResultVerdict(
+            valid=False,
+            problem=f"result exceeds {spec.max_bytes} bytes",
+            sha256=digest,
+            size_bytes=size,
+        )
     if spec.content_type and content_type is not None:
         if content_type.split(";")[0].strip().lower() != spec.content_type.lower():
             return ResultVerdict(
                 valid=False,
                 problem=f"content type {content_type!r}, expected {spec.content_type!r}",
-                **base,
+                sha256=digest,
+                size_bytes=size,
             )
     if expected_sha256 is not None and expected_sha256.lower() != digest:
-        return ResultVerdict(valid=False, problem="checksum mismatch", **base)
+        return ResultVerdict(
+            valid=False, problem="checksum mismatch", sha256=digest, size_bytes=size
+        )
     doc, problem = _parse(spec, content)
     if problem is not None:
-        return ResultVerdict(valid=False, problem=problem, **base)
+        return ResultVerdict(valid=False, problem=problem, sha256=digest, size_bytes=size)
     items = resolve_pointer(doc, spec.items_pointer) if spec.items_pointer is not None else doc
     failed = (
         resolve_pointer(doc, spec.failed_items_pointer)
@@ -114,7 +122,8 @@ def validate_result(
             record_count=count,
             succeeded_items=ok_count,
             failed_items=failed_list,
-            **base,
+            sha256=digest,
+            size_bytes=size,
         )
     total = (ok_count or 0) + len(failed_list)
     if total and len(failed_list) / total > spec.max_failed_fraction:
@@ -124,7 +133,8 @@ def validate_result(
             record_count=count,
             succeeded_items=ok_count,
             failed_items=failed_list,
-            **base,
+            sha256=digest,
+            size_bytes=size,
         )
     return ResultVerdict(
         valid=True,
@@ -132,5 +142,6 @@ def validate_result(
         record_count=count,
         succeeded_items=ok_count,
         failed_items=failed_list,
-        **base,
+        sha256=digest,
+        size_bytes=size,
     )

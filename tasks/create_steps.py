@@ -390,12 +390,12 @@ def record_create_outcome(
         cause=outcome.detail,
         delay_source=source,
     )
-    changes: dict[str, Any] = {"last_http_status": http_status, **wake_changes(rt, at, now)}
+    update: dict[str, Any] = {"last_http_status": http_status, **wake_changes(rt, at, now)}
     if to_state.value != row.state:
-        changes["state"] = to_state.value
+        update["state"] = to_state.value
     if raw.observation.transport_failure is not None or (http_status or 0) >= 500:
-        changes["transport_failures_used"] = row.transport_failures_used + 1
-    row = write(rt, row, changes, [ev], now)
+        update["transport_failures_used"] = row.transport_failures_used + 1
+    row = write(rt, row, update, [ev], now)
     return Next(row.state, at)
 
 

@@ -162,3 +162,31 @@ def test_unique_tenant_key_and_provider_token_are_enforced_by_the_database(
     with pytest.raises(DBAPIError) as caught, transaction(database_url) as session:
         store.insert_operation(session, clash, [])
     assert isinstance(caught.value.orig, psycopg.errors.UniqueViolation)
+
+
+def test_two_sweepers_claiming_at_once_take_disjoint_rows_and_miss_none(
+        database_url: str) -> None:
+    import threading
+
+    ops = {_insert(database_url, _new_row(next_poll_at=NOW - timedelta(seconds=5)))
+           for _ in range(40)}
+    barrier = threading.Barrier(2)
+    claimed: list[set[uuid.UUID]] = [set(), set()]
+
+    def sweep(i: int) -> None:
+        with transaction(database_url) as session:
+            barrier.wait()
+            claimed[i] = {op for op, _ in store.claim_due(
+                session, now=NOW, redispatch_after=timedelta(seconds=30), limit=30)
+                if op in ops}
+
+    threads = [threading.Thread(target=sweep, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert claimed[0].isdisjoint(claimed[1])
+    with transaction(database_url) as session:
+        leftover = {op for op, _ in store.claim_due(
+            session, now=NOW, redispatch_after=timedelta(seconds=30), limit=1000) if op in ops}
+    assert claimed[0] | claimed[1] | leftover == ops

@@ -1,0 +1,111 @@
+"""`jobwarden demo`: the whole pipeline against the sandbox provider.
+
+Starts the sandbox, one worker and beat against the configured Postgres and
+Redis, submits five operations that exercise the happy path, a lost create
+response, a 503 with Retry-After, an unknown remote state and a cancel race,
+then prints each outcome and its story.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import uuid
+from typing import Any
+
+from rich.console import Console
+
+from jobwarden.harness import Stack, wait_for
+from jobwarden.story import event_line
+
+SCENARIOS: list[tuple[str, dict[str, Any], str]] = [
+    ("happy path, 2 failed items of 500",
+     {"polls_to_finish": 4, "result_items": 500, "result_failed_items": 2}, "succeeded"),
+    ("create response lost", {"create_response": "drop", "polls_to_finish": 2}, "succeeded"),
+    ("503 with Retry-After 2",
+     {"status_errors": {"code": 503, "count": 1, "retry_after": 2}, "polls_to_finish": 2},
+     "succeeded"),
+    ("unknown remote state", {"unknown_state_at": 2}, "escalated"),
+    ("cancel race", {"cancel": "race", "polls_to_finish": 40}, "succeeded"),
+]
+
+
+def run_demo(console: Console) -> int:
+    from jobwarden.sandbox.server import SandboxServer
+
+    token = secrets.token_hex(16)
+    sandbox = SandboxServer(token=token)
+    sandbox.start()
+    env = {
+        "JOBWARDEN_SANDBOX_URL": sandbox.url,
+        "JOBWARDEN_SANDBOX_TOKEN": token,
+        "JOBWARDEN_SWEEP_INTERVAL_SECONDS": os.environ.get(
+            "JOBWARDEN_SWEEP_INTERVAL_SECONDS", "1"),
+        "JOBWARDEN_REDISPATCH_AFTER_SECONDS": os.environ.get(
+            "JOBWARDEN_REDISPATCH_AFTER_SECONDS", "5"),
+    }
+    os.environ.update(env)
+    from config.settings import get_settings
+    from models import store
+    from models.db import transaction
+    from models.migrate import ensure_database, upgrade
+    from models.states import AUTOMATION_STOPPED, TERMINAL
+    from tasks import runtime
+    from tasks.intake import request_cancel, submit_operation
+
+    get_settings.cache_clear()
+    runtime.reset()
+    settings = get_settings()
+    ensure_database(settings.database_url)
+    upgrade(settings.database_url)
+    console.print(f"sandbox provider at {sandbox.url}; database {settings.database_url}; "
+                  f"broker {settings.broker_url}")
+    stack = Stack(env)
+    stack.start_worker("demo-worker", concurrency=4)
+    stack.start_beat("demo-beat")
+    stopped = {s.value for s in TERMINAL | AUTOMATION_STOPPED}
+    run = secrets.token_hex(4)
+    failures = 0
+    try:
+        ops: list[tuple[str, str, str]] = []
+        for title, behaviour, expected in SCENARIOS:
+            answer = submit_operation(
+                tenant="demo", provider="sandbox", idempotency_key=f"demo-{run}-{len(ops)}",
+                command={"kind": "report_export", "behaviour": behaviour},
+                requested_by="demo")
+            assert answer.operation_id is not None
+            ops.append((title, answer.operation_id, expected))
+            console.print(f"submitted {title}: {answer.outcome.value} {answer.operation_id}")
+
+        def state(op: str) -> str:
+            with transaction(settings.database_url) as session:
+                row = store.load(session, uuid.UUID(op))
+                return row.state if row else "missing"
+
+        race = ops[-1][1]
+        wait_for(lambda: state(race) == "observing", timeout=60, what="the cancel-race job")
+        request_cancel(race, "demo", "demonstrate a cancel racing completion")
+        for title, op, _ in ops:
+            wait_for(lambda op=op: state(op) in stopped,  # type: ignore[misc]
+                     timeout=90, what=title)
+        for title, op, expected in ops:
+            with transaction(settings.database_url) as session:
+                row = store.load(session, uuid.UUID(op))
+                assert row is not None
+                events = store.events_for(session, uuid.UUID(op))
+                problems = store.verify(session, uuid.UUID(op))
+            ok = row.state == expected and not problems
+            failures += not ok
+            reason = f" ({row.escalation_reason})" if row.escalation_reason else ""
+            console.rule(f"{title}: [bold]{row.state}{reason}[/bold]"
+                         f" {'as expected' if ok else f'EXPECTED {expected}'}")
+            console.print(f"operation {op}, remote job {row.remote_job_id}, "
+                          f"{row.status_requests_used}/{row.max_status_requests} status requests,"
+                          f" chain {'verified' if not problems else 'BROKEN'}", highlight=False)
+            for ev in events:
+                console.print("  " + event_line(ev), highlight=False)
+    finally:
+        stack.stop()
+        sandbox.stop()
+    console.rule("done" if not failures else f"{failures} scenario(s) not as expected")
+    return 1 if failures else 0
