@@ -147,9 +147,7 @@ def sandbox(
 
 
 @app.command()
-def demo(
-    keep: Annotated[bool, typer.Option(help="Leave the demo's rows in the database.")] = True,
-) -> None:
+def demo() -> None:
     """Run the full pipeline against the sandbox: worker, beat, five scenarios, their stories."""
     from jobwarden.demo import run_demo
 

@@ -1,0 +1,56 @@
+"""The `jobwarden` command as operators run it: a subprocess with the environment."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.integration.test_store import _insert, _new_row
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "jobwarden.cli", *args], cwd=REPO,
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_providers_check_accepts_the_four_shipped_contracts() -> None:
+    done = _cli("providers", "check", "--dir", str(REPO / "config" / "providers"))
+    assert done.returncode == 0, done.stderr
+    for name in ("sandbox", "azure_lro", "google_aip151", "openai_batch"):
+        assert f"ok      {name}" in done.stdout
+
+
+def test_providers_check_rejects_a_broken_contract_naming_file_and_field(tmp_path: Path) -> None:
+    shutil.copy(REPO / "config" / "providers" / "sandbox.toml", tmp_path / "sandbox.toml")
+    broken = (REPO / "config" / "providers" / "sandbox.toml").read_text()
+    broken = broken.replace('name = "sandbox"', 'name = "typo"').replace(
+        "jitter_floor = 0.5", "jitter_floor = 1.5")
+    (tmp_path / "typo.toml").write_text(broken)
+    done = _cli("providers", "check", env={"JOBWARDEN_PROVIDERS_DIR": str(tmp_path)})
+    assert done.returncode == 1
+    assert "ok      sandbox" in done.stdout
+    assert "typo.toml" in done.stderr and "poll.jitter_floor" in done.stderr
+
+
+def test_show_history_and_verify_tell_an_operations_story(database_url: str) -> None:
+    op = _insert(database_url, _new_row())
+    shown = _cli("show", str(op))
+    assert shown.returncode == 0, shown.stderr
+    assert "create_pending" in shown.stdout and "0/10" in shown.stdout
+    told = _cli("history", str(op))
+    assert "intent recorded -> create_pending" in told.stdout
+    verified = _cli("verify", str(op))
+    assert verified.returncode == 0 and "chain verified: 1 events" in verified.stdout
+
+
+def test_an_invalid_setting_is_one_clear_error_naming_the_variable() -> None:
+    done = _cli("providers", "check", env={"JOBWARDEN_LEASE_TTL_SECONDS": "soon"})
+    assert done.returncode != 0
+    assert "JOBWARDEN_LEASE_TTL_SECONDS" in done.stderr
+    assert "Traceback" not in done.stderr
