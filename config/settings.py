@@ -30,8 +30,6 @@ class Settings(BaseSettings):
     # Must exceed max_countdown_seconds, or Redis redelivers countdown tasks still held by a worker.
     visibility_timeout_seconds: int = Field(default=3600, gt=0)
     providers_dir: Path = DEFAULT_PROVIDERS_DIR
-    # A create_pending row older than this without progress is re-sent by the sweeper (outbox relay).
-    relay_after_seconds: float = Field(default=10.0, ge=0)
     # A wake-up message this overdue is presumed lost and re-sent by the sweeper.
     redispatch_after_seconds: float = Field(default=60.0, gt=0)
     worker_name: str = "worker"

@@ -14,8 +14,11 @@ from rich.console import Console
 from config.settings import get_settings
 from models.errors import JobwardenError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Drive long-running jobs at external HTTP APIs, safely.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Drive long-running jobs at external HTTP APIs, safely.",
+)
 providers_app = typer.Typer(no_args_is_help=True, help="Provider contracts.")
 db_app = typer.Typer(no_args_is_help=True, help="The Postgres schema.")
 app.add_typer(providers_app, name="providers")
@@ -26,8 +29,12 @@ err = Console(stderr=True)
 
 @providers_app.command("check")
 def providers_check(
-    directory: Annotated[Path | None, typer.Option(
-        "--dir", envvar="JOBWARDEN_PROVIDERS_DIR", help="Directory of provider contracts.")] = None,
+    directory: Annotated[
+        Path | None,
+        typer.Option(
+            "--dir", envvar="JOBWARDEN_PROVIDERS_DIR", help="Directory of provider contracts."
+        ),
+    ] = None,
 ) -> None:
     """Validate every contract file; exit 1 naming file and field on the first problem."""
     from models.contract_loader import check_contracts
@@ -116,8 +123,13 @@ def submit(
     except ValueError as exc:
         err.print(f"command is not JSON: {exc}")
         raise typer.Exit(2) from None
-    result = submit_operation(tenant=tenant, provider=provider, idempotency_key=key,
-                              command=parsed, requested_by=requested_by)
+    result = submit_operation(
+        tenant=tenant,
+        provider=provider,
+        idempotency_key=key,
+        command=parsed,
+        requested_by=requested_by,
+    )
     console.print_json(json.dumps(result.as_dict()))
 
 
@@ -131,6 +143,41 @@ def cancel(
     from tasks.intake import request_cancel
 
     console.print(request_cancel(operation_id, requested_by, reason))
+
+
+@app.command()
+def options(operation_id: str) -> None:
+    """The bounded options a human may pick for a stopped operation."""
+    from tasks.intake import escalation_options
+
+    for option in escalation_options(operation_id):
+        console.print(f"{option.kind.value:<16} {option.label}", highlight=False)
+
+
+@app.command()
+def decide(
+    operation_id: str,
+    option: str,
+    approver: Annotated[str, typer.Option(envvar="JOBWARDEN_APPROVER")],
+    note: Annotated[str, typer.Option()] = "",
+) -> None:
+    """Pick one of the offered options (see `jobwarden options OP`)."""
+    from tasks.intake import decide_escalation
+
+    console.print(decide_escalation(operation_id, option, approver, note))
+
+
+@app.command()
+def approve(
+    operation_id: str,
+    fingerprint: Annotated[str, typer.Option(help="The fingerprint you reviewed.")],
+    approver: Annotated[str, typer.Option(envvar="JOBWARDEN_APPROVER")],
+    valid_for: Annotated[float, typer.Option(help="Seconds the approval stays valid.")] = 3600,
+) -> None:
+    """Approve an operation awaiting approval; bound to its fingerprint."""
+    from tasks.intake import approve as approve_operation
+
+    console.print(approve_operation(operation_id, fingerprint, approver, valid_for))
 
 
 @app.command()

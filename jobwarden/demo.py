@@ -19,12 +19,17 @@ from jobwarden.harness import Stack, wait_for
 from jobwarden.story import event_line
 
 SCENARIOS: list[tuple[str, dict[str, Any], str]] = [
-    ("happy path, 2 failed items of 500",
-     {"polls_to_finish": 4, "result_items": 500, "result_failed_items": 2}, "succeeded"),
+    (
+        "happy path, 2 failed items of 500",
+        {"polls_to_finish": 4, "result_items": 500, "result_failed_items": 2},
+        "succeeded",
+    ),
     ("create response lost", {"create_response": "drop", "polls_to_finish": 2}, "succeeded"),
-    ("503 with Retry-After 2",
-     {"status_errors": {"code": 503, "count": 1, "retry_after": 2}, "polls_to_finish": 2},
-     "succeeded"),
+    (
+        "503 with Retry-After 2",
+        {"status_errors": {"code": 503, "count": 1, "retry_after": 2}, "polls_to_finish": 2},
+        "succeeded",
+    ),
     ("unknown remote state", {"unknown_state_at": 2}, "escalated"),
     ("cancel race", {"cancel": "race", "polls_to_finish": 40}, "succeeded"),
 ]
@@ -39,10 +44,10 @@ def run_demo(console: Console) -> int:
     env = {
         "JOBWARDEN_SANDBOX_URL": sandbox.url,
         "JOBWARDEN_SANDBOX_TOKEN": token,
-        "JOBWARDEN_SWEEP_INTERVAL_SECONDS": os.environ.get(
-            "JOBWARDEN_SWEEP_INTERVAL_SECONDS", "1"),
+        "JOBWARDEN_SWEEP_INTERVAL_SECONDS": os.environ.get("JOBWARDEN_SWEEP_INTERVAL_SECONDS", "1"),
         "JOBWARDEN_REDISPATCH_AFTER_SECONDS": os.environ.get(
-            "JOBWARDEN_REDISPATCH_AFTER_SECONDS", "5"),
+            "JOBWARDEN_REDISPATCH_AFTER_SECONDS", "5"
+        ),
     }
     os.environ.update(env)
     from config.settings import get_settings
@@ -58,8 +63,10 @@ def run_demo(console: Console) -> int:
     settings = get_settings()
     ensure_database(settings.database_url)
     upgrade(settings.database_url)
-    console.print(f"sandbox provider at {sandbox.url}; database {settings.database_url}; "
-                  f"broker {settings.broker_url}")
+    console.print(
+        f"sandbox provider at {sandbox.url}; database {settings.database_url}; "
+        f"broker {settings.broker_url}"
+    )
     stack = Stack(env)
     stack.start_worker("demo-worker", concurrency=4)
     stack.start_beat("demo-beat")
@@ -70,9 +77,12 @@ def run_demo(console: Console) -> int:
         ops: list[tuple[str, str, str]] = []
         for title, behaviour, expected in SCENARIOS:
             answer = submit_operation(
-                tenant="demo", provider="sandbox", idempotency_key=f"demo-{run}-{len(ops)}",
+                tenant="demo",
+                provider="sandbox",
+                idempotency_key=f"demo-{run}-{len(ops)}",
                 command={"kind": "report_export", "behaviour": behaviour},
-                requested_by="demo")
+                requested_by="demo",
+            )
             assert answer.operation_id is not None
             ops.append((title, answer.operation_id, expected))
             console.print(f"submitted {title}: {answer.outcome.value} {answer.operation_id}")
@@ -86,8 +96,11 @@ def run_demo(console: Console) -> int:
         wait_for(lambda: state(race) == "observing", timeout=60, what="the cancel-race job")
         request_cancel(race, "demo", "demonstrate a cancel racing completion")
         for title, op, _ in ops:
-            wait_for(lambda op=op: state(op) in stopped,  # type: ignore[misc]
-                     timeout=90, what=title)
+            wait_for(
+                lambda op=op: state(op) in stopped,  # type: ignore[misc]
+                timeout=90,
+                what=title,
+            )
         for title, op, expected in ops:
             with transaction(settings.database_url) as session:
                 row = store.load(session, uuid.UUID(op))
@@ -97,11 +110,16 @@ def run_demo(console: Console) -> int:
             ok = row.state == expected and not problems
             failures += not ok
             reason = f" ({row.escalation_reason})" if row.escalation_reason else ""
-            console.rule(f"{title}: [bold]{row.state}{reason}[/bold]"
-                         f" {'as expected' if ok else f'EXPECTED {expected}'}")
-            console.print(f"operation {op}, remote job {row.remote_job_id}, "
-                          f"{row.status_requests_used}/{row.max_status_requests} status requests,"
-                          f" chain {'verified' if not problems else 'BROKEN'}", highlight=False)
+            console.rule(
+                f"{title}: [bold]{row.state}{reason}[/bold]"
+                f" {'as expected' if ok else f'EXPECTED {expected}'}"
+            )
+            console.print(
+                f"operation {op}, remote job {row.remote_job_id}, "
+                f"{row.status_requests_used}/{row.max_status_requests} status requests,"
+                f" chain {'verified' if not problems else 'BROKEN'}",
+                highlight=False,
+            )
             for ev in events:
                 console.print("  " + event_line(ev), highlight=False)
     finally:

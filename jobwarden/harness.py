@@ -6,6 +6,7 @@ environment, so what the tests exercise is what operators run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,8 +21,9 @@ T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 
 
-def wait_for(predicate: Callable[[], T], *, timeout: float, interval: float = 0.05,
-             what: str = "condition") -> T:
+def wait_for(
+    predicate: Callable[[], T], *, timeout: float, interval: float = 0.05, what: str = "condition"
+) -> T:
     """Poll a condition until it is truthy; raise TimeoutError naming it otherwise."""
     deadline = time.monotonic() + timeout
     while True:
@@ -43,23 +45,40 @@ class Stack:
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.beats: list[subprocess.Popen[bytes]] = []
 
-    def _spawn(self, name: str, args: list[str], extra_env: Mapping[str, str]) -> \
-            subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, args: list[str], extra_env: Mapping[str, str]
+    ) -> subprocess.Popen[bytes]:
         with (self.log_dir / f"{name}.log").open("ab") as log:
             # The child keeps its own copy of the descriptor; ours can close at once.
             return subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "config.celery_app", *args],
-                env={**self.env, **extra_env}, stdout=log, stderr=subprocess.STDOUT,
-                cwd=str(REPO), start_new_session=True,
+                env={**self.env, **extra_env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=str(REPO),
+                start_new_session=True,
             )
 
-    def start_worker(self, name: str = "w1", *, concurrency: int = 2,
-                     extra_env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start_worker(
+        self, name: str = "w1", *, concurrency: int = 2, extra_env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         queue = self.env.get("JOBWARDEN_QUEUE", "jobwarden")
-        proc = self._spawn(name, [
-            "worker", "--pool=prefork", f"--concurrency={concurrency}", "-Q", queue,
-            "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "--loglevel=INFO",
-        ], {"JOBWARDEN_WORKER_NAME": name, **(extra_env or {})})
+        proc = self._spawn(
+            name,
+            [
+                "worker",
+                "--pool=prefork",
+                f"--concurrency={concurrency}",
+                "-Q",
+                queue,
+                "-n",
+                f"{name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--loglevel=INFO",
+            ],
+            {"JOBWARDEN_WORKER_NAME": name, **(extra_env or {})},
+        )
         self.workers[name] = proc
         return proc
 
@@ -87,10 +106,8 @@ class Stack:
         procs = list(self.workers.values()) + self.beats
         for proc in procs:
             if proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
         for proc in procs:
             try:
                 proc.wait(timeout=10)

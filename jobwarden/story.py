@@ -53,7 +53,9 @@ def event_line(ev: ChainedEvent) -> str:
         if ex.get("clipped_to_deadline"):
             text += ", clipped to the deadline"
     elif kind in ("create_accepted", "create_replayed", "reconciled"):
-        text = f"{kind.replace('_', ' ')}, {_http(ex, d.http_status)}, remote job {ex.get('job_id')}"
+        text = (
+            f"{kind.replace('_', ' ')}, {_http(ex, d.http_status)}, remote job {ex.get('job_id')}"
+        )
     elif kind in ("create_ambiguous", "create_refused"):
         nxt = ex.get("next_attempt_at")
         text = f"{kind.replace('_', ' ')}: {d.cause}, {_http(ex, d.http_status)}"
@@ -72,8 +74,7 @@ def event_line(ev: ChainedEvent) -> str:
     else:
         cause = f": {d.cause}" if d.cause else ""
         text = f"{kind.replace('_', ' ')}{cause}"
-    return f"{t} {text}{move if kind not in ('poll_sent',) else ''}".replace(
-        f"{move}{move}", move)
+    return f"{t} {text}{move if kind not in ('poll_sent',) else ''}".replace(f"{move}{move}", move)
 
 
 def summary_lines(row: OperationRow) -> list[str]:

@@ -35,7 +35,9 @@ class JobLocator(StrEnum):
 
 
 class ReconciliationPath(StrEnum):
-    same_token_retry = "same_token_retry"  # resend the create with the same token; the provider replays
+    same_token_retry = (
+        "same_token_retry"  # resend the create with the same token; the provider replays
+    )
     lookup_by_reference = "lookup_by_reference"  # GET a lookup endpoint with the token as reference
     none = "none"  # at-most-once cannot be proven; an ambiguous create escalates
 
@@ -62,7 +64,9 @@ class CreateSpec:
     accepted_statuses: tuple[int, ...] = (200, 201, 202)
     # Status code the provider uses for "same token, different body" (e.g. 422, 409).
     conflict_status: int | None = None
-    body_template: str = "command"  # "command": the command is the body; "wrapped": {"command": ...}
+    body_template: str = (
+        "command"  # "command": the command is the body; "wrapped": {"command": ...}
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

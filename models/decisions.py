@@ -195,6 +195,18 @@ def _next_wait(
         return _deadline_passed(view)
     retry_after = signal.retry_after.seconds if signal.retry_after.valid else None
     hint = reading.poll_hint.seconds if reading is not None and reading.poll_hint.valid else None
+    if (
+        retry_after is None
+        and reading is not None
+        and reading.poll_hint.problem == "beyond_deadline"
+    ):
+        # The provider asks us not to look before the deadline: no legal poll remains.
+        return _wait_for(
+            view,
+            now=now,
+            seconds=(view.deadline - now).total_seconds(),
+            source=DelaySource.provider_poll_hint,
+        )
     # Invariant 3: never poll before the provider asked, so floors apply and caps do not.
     if retry_after is not None:
         seconds = max(retry_after, policy.hint_floor_seconds)

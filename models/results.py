@@ -87,14 +87,29 @@ def validate_result(
             sha256=digest,
             size_bytes=size,
         )
-    if spec.content_type and content_type is not None:
-        if content_type.split(";")[0].strip().lower() != spec.content_type.lower():
-            return ResultVerdict(
-                valid=False,
-                problem=f"content type {content_type!r}, expected {spec.content_type!r}",
-                sha256=digest,
-                size_bytes=size,
-            )
+    if spec.content_type and content_type is None:
+        return ResultVerdict(
+            valid=False,
+            problem=f"no content type; expected {spec.content_type!r}",
+            sha256=digest,
+            size_bytes=size,
+        )
+    if spec.checksum_pointer is not None and expected_sha256 is None:
+        # The contract promises a checksum; its absence is a failed check, not a skipped one.
+        return ResultVerdict(
+            valid=False, problem="the provider gave no checksum", sha256=digest, size_bytes=size
+        )
+    if (
+        spec.content_type
+        and content_type is not None
+        and content_type.split(";")[0].strip().lower() != spec.content_type.lower()
+    ):
+        return ResultVerdict(
+            valid=False,
+            problem=f"content type {content_type!r}, expected {spec.content_type!r}",
+            sha256=digest,
+            size_bytes=size,
+        )
     if expected_sha256 is not None and expected_sha256.lower() != digest:
         return ResultVerdict(
             valid=False, problem="checksum mismatch", sha256=digest, size_bytes=size
@@ -109,6 +124,13 @@ def validate_result(
         else MISSING
     )
     failed_list = failed if isinstance(failed, list) else []
+    if spec.items_pointer is not None and not isinstance(items, list):
+        return ResultVerdict(
+            valid=False,
+            problem=f"result has no item list at {spec.items_pointer}",
+            sha256=digest,
+            size_bytes=size,
+        )
     ok_count = len(items) if isinstance(items, list) else None
     count: int | None = declared_record_count
     if spec.record_count_pointer is not None:

@@ -12,13 +12,17 @@ from models.errors import TransitionRefusedError
 
 
 class OperationState(StrEnum):
-    awaiting_approval = "awaiting_approval"  # contract demands a human approval bound to the fingerprint
+    awaiting_approval = (
+        "awaiting_approval"  # contract demands a human approval bound to the fingerprint
+    )
     create_pending = "create_pending"  # intent committed; the create request may be sent
     create_unknown = "create_unknown"  # a create was sent and its outcome is not known
     reconciling = "reconciling"  # asking the provider what became of the create token
     accepted = "accepted"  # provider acknowledged and gave a remote job id
     observing = "observing"  # polling the remote job under deadline and budget
-    result_collecting = "result_collecting"  # remote job finished; fetching and validating the result
+    result_collecting = (
+        "result_collecting"  # remote job finished; fetching and validating the result
+    )
     cancel_requested = "cancel_requested"  # we decided to cancel (local fact)
     cancelling = "cancelling"  # cancel sent; waiting for the provider to confirm
     escalated = "escalated"  # automation stopped; a human picks from bounded options

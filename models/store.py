@@ -95,7 +95,8 @@ def fenced_update(
         .where(OperationRow.version == row.version)
         .values(**values)
         .returning(OperationRow)
-        .execution_options(synchronize_session=False)
+        # Refresh the identity-mapped row too, so callers never hold the pre-update version.
+        .execution_options(synchronize_session=False, populate_existing=True)
     )
     stored = result.scalar_one_or_none()
     if stored is None:

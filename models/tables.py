@@ -108,6 +108,7 @@ class OperationRow(Base):
     max_transport_failures: Mapped[int] = mapped_column(Integer)
     consecutive_rate_limited: Mapped[int] = mapped_column(Integer, default=0)
     poll_attempt: Mapped[int] = mapped_column(Integer, default=0)
+    extensions_used: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)
@@ -124,9 +125,7 @@ class OperationRow(Base):
 
 class EventRow(Base):
     __tablename__ = "operation_events"
-    __table_args__ = (
-        UniqueConstraint("operation_id", "seq", name="uq_operation_events_seq"),
-    )
+    __table_args__ = (UniqueConstraint("operation_id", "seq", name="uq_operation_events_seq"),)
 
     event_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     operation_id: Mapped[uuid.UUID] = mapped_column(

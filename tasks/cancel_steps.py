@@ -69,12 +69,8 @@ def cancel_step(rt: Runtime, row: OperationRow) -> Next:
         ],
         now,
     )
-    path = contract.cancel.path.replace("{job_id}", row.remote_job_id)
-    url = (
-        resolve_url(contract, path)
-        if not row.remote_job_id.startswith("http")
-        else (row.remote_job_id.rstrip("/") + "/cancel")
-    )
+    job_id = row.remote_job_id or ""
+    url = resolve_url(contract, contract.cancel.path.replace("{job_id}", job_id))
     raw = rt.http.send(contract, contract.cancel.method, url, trace_id=row.trace_id)
     now = utcnow()
     row = write(
@@ -94,4 +90,12 @@ def cancel_step(rt: Runtime, row: OperationRow) -> Next:
         ],
         now,
     )
+    if raw.observation.status_code in (401, 403):
+        # Confirmation polls with the same credential cannot succeed: stop now, say why.
+        denied = Escalate(
+            reason=EscalationReason.authorization_denied,
+            detail=f"HTTP {raw.observation.status_code} on cancel",
+            state=S.cancellation_unconfirmed,
+        )
+        return _stop(rt, row, denied, now, actor)
     return Next(row.state, row.next_poll_at)

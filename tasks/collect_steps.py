@@ -53,7 +53,7 @@ def collect_step(rt: Runtime, row: OperationRow) -> Next:
         verdict = validate_result(
             spec,
             content=content,
-            content_type=None,
+            content_type="application/json",  # serialised here from the status body
             expected_sha256=expected.get("expected_sha256"),
             declared_record_count=None,
         )

@@ -154,6 +154,24 @@ def create_step(rt: Runtime, row: OperationRow) -> Next:
             now,
         )
         return Next(row.state, now)
+    if row.approval_expires_at is not None and now >= row.approval_expires_at:
+        row = write(
+            rt,
+            row,
+            {"state": S.failed.value, **wake_changes(rt, None, now)},
+            [
+                EventDraft(
+                    kind=EventKind.decision,
+                    actor=actor,
+                    at=now,
+                    from_state=row.state,
+                    to_state=S.failed.value,
+                    cause="approval_expired before the create was sent",
+                )
+            ],
+            now,
+        )
+        return Next(row.state, None)
     if now >= row.create_deadline:
         # Nothing is in flight (the check above): failing here cannot orphan a remote job.
         row = write(

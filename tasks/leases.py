@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from redis import Redis
 from redis.exceptions import LockError
@@ -34,8 +34,6 @@ def operation_lease(
     try:
         yield
     finally:
-        try:
+        # Expired and perhaps taken by another worker: its fence protects the row.
+        with suppress(LockError):
             lock.release()
-        except LockError:
-            # Expired and perhaps taken by another worker: its fence protects the row.
-            pass

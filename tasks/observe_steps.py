@@ -8,6 +8,7 @@ one fenced transaction.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -131,7 +132,13 @@ def poll_step(rt: Runtime, row: OperationRow) -> Next:
         now,
     )
     faults.fault_point(rt.redis, rt.settings.key_prefix, "after_poll_claim", row.idempotency_key)
-    raw = rt.http.send(contract, contract.status.method, row.status_url, trace_id=row.trace_id)
+    # Same guard, same pre-claim counters; only the clock has moved.
+    late = guard_before_status_request(replace(view, next_poll_at=None), now=utcnow())
+    if isinstance(late, Escalate):
+        # The claim took long enough for the deadline to pass: the reservation stays unused.
+        return _stop(rt, row, late, utcnow(), actor)
+    status_url = row.status_url or ""
+    raw = rt.http.send(contract, contract.status.method, status_url, trace_id=row.trace_id)
     faults.fault_point(rt.redis, rt.settings.key_prefix, "after_poll_response", row.idempotency_key)
     now = utcnow()
     view = poll_view(row)

@@ -43,16 +43,29 @@ def _variant(base: str, name: str, **fields: str) -> str:
 @pytest.fixture(scope="session")
 def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = (REPO / "config" / "providers" / "sandbox.toml").read_text()
-    base = _variant(base, "sandbox", request_timeout_seconds="2", initial_delay_seconds="0.1",
-                    base_seconds="0.1", max_seconds="1", rate_limit_base_seconds="0.3")
+    base = _variant(
+        base,
+        "sandbox",
+        request_timeout_seconds="2",
+        initial_delay_seconds="0.1",
+        base_seconds="0.1",
+        max_seconds="1",
+        rate_limit_base_seconds="0.3",
+    )
     out = tmp_path_factory.mktemp("providers")
     (out / "sandbox.toml").write_text(base)
     (out / "sandbox_strict404.toml").write_text(
-        _variant(base, "sandbox_strict404", not_found_grace_seconds="0"))
-    unreachable = _variant(base, "sandbox_unreachable",
-                           base_url=f'"http://127.0.0.1:{_free_port()}"')
-    unreachable = unreachable.replace('base_url_env = "JOBWARDEN_SANDBOX_URL"',
-                                      'base_url_env = "JOBWARDEN_UNREACHABLE_URL"')
+        _variant(base, "sandbox_strict404", not_found_grace_seconds="0")
+    )
+    (out / "sandbox_approval.toml").write_text(
+        _variant(base, "sandbox_approval", requires_approval="true")
+    )
+    unreachable = _variant(
+        base, "sandbox_unreachable", base_url=f'"http://127.0.0.1:{_free_port()}"'
+    )
+    unreachable = unreachable.replace(
+        'base_url_env = "JOBWARDEN_SANDBOX_URL"', 'base_url_env = "JOBWARDEN_UNREACHABLE_URL"'
+    )
     (out / "sandbox_unreachable.toml").write_text(unreachable)
     return out
 
@@ -107,15 +120,25 @@ class Pipeline:
         self.database_url = database_url
         self.created: list[str] = []
 
-    def submit(self, behaviour: dict[str, Any] | None = None, *, provider: str = "sandbox",
-               key: str | None = None, command: dict[str, Any] | None = None,
-               **limits: Any) -> str:
+    def submit(
+        self,
+        behaviour: dict[str, Any] | None = None,
+        *,
+        provider: str = "sandbox",
+        key: str | None = None,
+        command: dict[str, Any] | None = None,
+        **limits: Any,
+    ) -> str:
         from tasks.intake import submit_operation
 
         result = submit_operation(
-            tenant="acceptance", provider=provider, idempotency_key=key or secrets.token_hex(8),
+            tenant="acceptance",
+            provider=provider,
+            idempotency_key=key or secrets.token_hex(8),
             command=command or {"kind": "export", "behaviour": behaviour or {}},
-            requested_by="pytest", **limits)
+            requested_by="pytest",
+            **limits,
+        )
         assert result.operation_id is not None, result
         self.created.append(result.operation_id)
         return result.operation_id
@@ -137,8 +160,9 @@ class Pipeline:
     def kinds(self, op_id: str) -> list[str]:
         return [e.draft.kind.value for e in self.events(op_id)]
 
-    def wait_state(self, op_id: str, states: set[str] | str | None = None, *,
-                   timeout: float = 30.0) -> Any:
+    def wait_state(
+        self, op_id: str, states: set[str] | str | None = None, *, timeout: float = 30.0
+    ) -> Any:
         wanted = {states} if isinstance(states, str) else (states or STOPPED)
 
         def reached() -> Any:
@@ -151,7 +175,8 @@ class Pipeline:
             row = self.row(op_id)
             raise AssertionError(
                 f"operation {op_id} is {row.state if row else None}, wanted {sorted(wanted)}; "
-                f"events: {self.kinds(op_id)}") from None
+                f"events: {self.kinds(op_id)}"
+            ) from None
 
     def job_requests(self, op_id: str, kind: str | None = None) -> list[dict[str, Any]]:
         row = self.row(op_id)
@@ -174,8 +199,9 @@ class Pipeline:
 
 
 @pytest.fixture
-def pipeline(sandbox: SandboxServer, database_url: str, worker_env: dict[str, str]
-             ) -> Iterator[Pipeline]:
+def pipeline(
+    sandbox: SandboxServer, database_url: str, worker_env: dict[str, str]
+) -> Iterator[Pipeline]:
     p = Pipeline(sandbox, database_url)
     yield p
     # Every operation a scenario touched must keep a verifiable history.

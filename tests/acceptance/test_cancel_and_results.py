@@ -43,7 +43,7 @@ def _remote_state(event: Any) -> str | None:
 
 
 def test_cancel_while_running_ends_cancelled_only_after_the_provider_confirms(
-    stack: Stack, pipeline: Pipeline
+    stack: Stack, pipeline: Pipeline, worker_env: dict[str, str]
 ) -> None:
     from tasks.intake import request_cancel
 
@@ -84,6 +84,10 @@ def test_cancel_while_running_ends_cancelled_only_after_the_provider_confirms(
     assert said_cancelled and said_cancelled[0] < first_cancelled
     assert all(_remote_state(e) != "cancelled" for e in events[: said_cancelled[0]])
     assert _at(cancels[0]) <= events[first_cancelled].draft.at
+    # The cancel was woken by its own message, not rescued later by the sweeper.
+    asked = next(e.draft.at for e in events if e.draft.kind.value == "cancel_requested")
+    sweeper_grace = float(worker_env["JOBWARDEN_REDISPATCH_AFTER_SECONDS"])
+    assert _at(cancels[0]) - asked < timedelta(seconds=sweeper_grace)
 
 
 def test_cancel_that_races_the_finish_ends_succeeded_and_the_history_shows_both(

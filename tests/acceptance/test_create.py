@@ -1,4 +1,4 @@
-"""Creating remote jobs exactly once: happy path, lost responses, concurrent and conflicting submissions."""
+"""Creating remote jobs exactly once: lost responses, concurrent and conflicting submissions."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from tests.acceptance.conftest import Pipeline
 
 
 def test_happy_path_succeeds_only_after_the_result_is_collected_and_validated(
-        stack: Stack, pipeline: Pipeline) -> None:
+    stack: Stack, pipeline: Pipeline
+) -> None:
     op = pipeline.submit({"polls_to_finish": 4, "result_items": 20})
     row = pipeline.wait_state(op)
     assert row.state == "succeeded"
@@ -19,19 +20,25 @@ def test_happy_path_succeeds_only_after_the_result_is_collected_and_validated(
     assert kinds[-1] == "result_collected"
     assert row.validation_summary["valid"] is True
     assert row.validation_summary["record_count"] == 20
-    progress = [e.draft.excerpt.get("progress") for e in pipeline.events(op)
-                if e.draft.kind.value == "observed"]
+    progress = [
+        e.draft.excerpt.get("progress")
+        for e in pipeline.events(op)
+        if e.draft.kind.value == "observed"
+    ]
     assert any(p is not None and 0 < p < 100 for p in progress)
     assert len(pipeline.remote_jobs(op)) == 1
     statuses = pipeline.job_requests(op, "status")
     assert len(statuses) == row.status_requests_used == 4
     assert [r["kind"] for r in pipeline.job_requests(op, "result")] == ["result"]
-    assert all(r["traceparent"] and row.trace_id in r["traceparent"]
-               for r in pipeline.creates(op) + statuses)
+    assert all(
+        r["traceparent"] and row.trace_id in r["traceparent"]
+        for r in pipeline.creates(op) + statuses
+    )
 
 
 def test_lost_create_response_is_reconciled_with_the_same_token(
-        stack: Stack, pipeline: Pipeline) -> None:
+    stack: Stack, pipeline: Pipeline
+) -> None:
     op = pipeline.submit({"create_response": "drop", "polls_to_finish": 2})
     row = pipeline.wait_state(op)
     assert row.state == "succeeded"
@@ -46,7 +53,8 @@ def test_lost_create_response_is_reconciled_with_the_same_token(
 
 
 def test_create_response_held_past_the_client_timeout_is_reconciled(
-        stack: Stack, pipeline: Pipeline) -> None:
+    stack: Stack, pipeline: Pipeline
+) -> None:
     op = pipeline.submit({"create_response": "hold", "hold_seconds": 3, "polls_to_finish": 1})
     row = pipeline.wait_state(op)
     assert row.state == "succeeded"
@@ -55,15 +63,21 @@ def test_create_response_held_past_the_client_timeout_is_reconciled(
 
 
 def test_twenty_concurrent_submissions_with_one_key_make_one_operation_and_one_remote_job(
-        stack: Stack, pipeline: Pipeline) -> None:
+    stack: Stack, pipeline: Pipeline
+) -> None:
     from tasks.intake import submit_operation
 
     key = secrets.token_hex(8)
     command = {"kind": "export", "behaviour": {"polls_to_finish": 1}}
 
     def one(_: int) -> tuple[str, str | None]:
-        r = submit_operation(tenant="acceptance", provider="sandbox", idempotency_key=key,
-                             command=command, requested_by="pytest")
+        r = submit_operation(
+            tenant="acceptance",
+            provider="sandbox",
+            idempotency_key=key,
+            command=command,
+            requested_by="pytest",
+        )
         return r.outcome.value, r.operation_id
 
     with ThreadPoolExecutor(max_workers=20) as pool:
@@ -81,19 +95,27 @@ def test_twenty_concurrent_submissions_with_one_key_make_one_operation_and_one_r
 
 
 def test_same_key_with_a_changed_payload_is_a_conflict_and_touches_nothing(
-        stack: Stack, pipeline: Pipeline) -> None:
+    stack: Stack, pipeline: Pipeline
+) -> None:
     from tasks.intake import submit_operation
 
     key = secrets.token_hex(8)
     op = pipeline.submit({"polls_to_finish": 1}, key=key)
     before = pipeline.wait_state(op)
     requests_before = len(pipeline.sandbox.requests())
-    answer = submit_operation(tenant="acceptance", provider="sandbox", idempotency_key=key,
-                              command={"kind": "export", "behaviour": {"polls_to_finish": 9}},
-                              requested_by="pytest")
+    answer = submit_operation(
+        tenant="acceptance",
+        provider="sandbox",
+        idempotency_key=key,
+        command={"kind": "export", "behaviour": {"polls_to_finish": 9}},
+        requested_by="pytest",
+    )
     assert answer.outcome.value == "conflict"
     assert answer.operation_id == op
     after = pipeline.row(op)
     assert (after.version, after.request_fingerprint, after.command) == (
-        before.version, before.request_fingerprint, before.command)
+        before.version,
+        before.request_fingerprint,
+        before.command,
+    )
     assert len(pipeline.sandbox.requests()) == requests_before

@@ -3,6 +3,7 @@ two beats, parked waits, a broker that is down at submit time."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import secrets
@@ -18,17 +19,21 @@ from tests.acceptance.conftest import Pipeline
 
 def _gaps(requests: list[dict]) -> list[float]:
     times = [r["monotonic"] for r in requests]
-    return [b - a for a, b in zip(times, times[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 def test_worker_killed_after_sending_the_create_is_finished_by_another_with_one_remote_job(
-        stack: Stack, pipeline: Pipeline, arm: Callable[..., None],
-        fired: Callable[[str, str], int | None]) -> None:
+    stack: Stack,
+    pipeline: Pipeline,
+    arm: Callable[..., None],
+    fired: Callable[[str, str], int | None],
+) -> None:
     key = secrets.token_hex(8)
     arm("after_create_response", key, "block:60")
     op = pipeline.submit({"polls_to_finish": 2}, key=key)
-    pid = wait_for(lambda: fired("after_create_response", key), timeout=20,
-                   what="a worker to hold the create")
+    pid = wait_for(
+        lambda: fired("after_create_response", key), timeout=20, what="a worker to hold the create"
+    )
     assert len(pipeline.remote_jobs(op)) == 1
     killed = stack.kill_worker_of(pid)
     try:
@@ -45,13 +50,19 @@ def test_worker_killed_after_sending_the_create_is_finished_by_another_with_one_
 
 
 def test_worker_killed_after_storing_the_job_id_is_resumed_by_the_sweeper(
-        stack: Stack, pipeline: Pipeline, arm: Callable[..., None],
-        fired: Callable[[str, str], int | None]) -> None:
+    stack: Stack,
+    pipeline: Pipeline,
+    arm: Callable[..., None],
+    fired: Callable[[str, str], int | None],
+) -> None:
     key = secrets.token_hex(8)
     arm("before_schedule", key, "block:60")
     op = pipeline.submit({"polls_to_finish": 2}, key=key)
-    pid = wait_for(lambda: fired("before_schedule", key), timeout=20,
-                   what="a worker to stop before scheduling the first poll")
+    pid = wait_for(
+        lambda: fired("before_schedule", key),
+        timeout=20,
+        what="a worker to stop before scheduling the first poll",
+    )
     held = pipeline.row(op)
     assert held.state == "accepted" and held.remote_job_id
     killed = stack.kill_worker_of(pid)
@@ -71,7 +82,8 @@ def test_worker_killed_after_storing_the_job_id_is_resumed_by_the_sweeper(
 
 
 def test_duplicate_poll_messages_and_racing_workers_send_one_status_request_per_due_poll(
-        stack: Stack, pipeline: Pipeline) -> None:
+    stack: Stack, pipeline: Pipeline
+) -> None:
     from tasks.pipeline import poll
 
     op = pipeline.submit({"polls_to_finish": 6, "retry_after": 1})
@@ -81,8 +93,13 @@ def test_duplicate_poll_messages_and_racing_workers_send_one_status_request_per_
         for _ in range(10):
             poll.apply_async(args=[op], queue=os.environ["JOBWARDEN_QUEUE"])
         seen = len(pipeline.job_requests(op, "status"))
-        wait_for(lambda s=seen: len(pipeline.job_requests(op, "status")) > s or
-                 pipeline.row(op).state != "observing", timeout=10)
+        wait_for(
+            lambda s=seen: (
+                len(pipeline.job_requests(op, "status")) > s
+                or pipeline.row(op).state != "observing"
+            ),
+            timeout=10,
+        )
     row = pipeline.wait_state(op)
     assert row.state == "succeeded"
     statuses = pipeline.job_requests(op, "status")
@@ -92,7 +109,8 @@ def test_duplicate_poll_messages_and_racing_workers_send_one_status_request_per_
 
 
 def test_two_beat_schedulers_at_once_send_one_status_request_per_due_poll(
-        stack: Stack, pipeline: Pipeline) -> None:
+    stack: Stack, pipeline: Pipeline
+) -> None:
     second = stack.start_beat("beat-2")
     try:
         ops = [pipeline.submit({"polls_to_finish": 4, "retry_after": 1}) for _ in range(3)]
@@ -110,8 +128,11 @@ def test_two_beat_schedulers_at_once_send_one_status_request_per_due_poll(
 
 
 def test_a_stale_owner_whose_lease_expired_mid_call_has_its_late_write_refused(
-        stack: Stack, pipeline: Pipeline, arm: Callable[..., None],
-        fired: Callable[[str, str], int | None]) -> None:
+    stack: Stack,
+    pipeline: Pipeline,
+    arm: Callable[..., None],
+    fired: Callable[[str, str], int | None],
+) -> None:
     from config.settings import get_settings
 
     key = secrets.token_hex(8)
@@ -127,28 +148,38 @@ def test_a_stale_owner_whose_lease_expired_mid_call_has_its_late_write_refused(
     after = pipeline.row(op)
     assert after.version == row.version and after.state == "succeeded"
     assert after.status_requests_used == len(statuses)
-    observed = [e for e in pipeline.events(op) if e.draft.kind.value == "observed"
-                and e.draft.cause is None]
+    observed = [
+        e for e in pipeline.events(op) if e.draft.kind.value == "observed" and e.draft.cause is None
+    ]
     assert len(observed) == len(statuses) - 1
 
 
 def test_a_two_hour_retry_after_parks_the_operation_with_no_countdown_held_by_a_worker(
-        stack: Stack, pipeline: Pipeline) -> None:
+    stack: Stack, pipeline: Pipeline
+) -> None:
     from config.celery_app import app
 
-    op = pipeline.submit({"never_finish": True, "retry_after": 7200},
-                         result_deadline_seconds=4 * 3600)
+    op = pipeline.submit(
+        {"never_finish": True, "retry_after": 7200}, result_deadline_seconds=4 * 3600
+    )
     wait_for(lambda: "decision" in pipeline.kinds(op)[4:], timeout=20, what="the first wait")
     row = pipeline.row(op)
     assert row.state == "observing"
     assert row.next_poll_at - row.updated_at >= timedelta(seconds=7199)
     assert row.dispatched_at is None
-    waits = [e for e in pipeline.events(op) if e.draft.kind.value == "decision"
-             and e.draft.delay_source == "provider_retry_after"]
+    waits = [
+        e
+        for e in pipeline.events(op)
+        if e.draft.kind.value == "decision" and e.draft.delay_source == "provider_retry_after"
+    ]
     assert waits
     scheduled = app.control.inspect(timeout=2).scheduled() or {}
-    held = [t for tasks in scheduled.values() for t in tasks
-            if op in json.dumps(t.get("request", {}).get("args", []))]
+    held = [
+        t
+        for tasks in scheduled.values()
+        for t in tasks
+        if op in json.dumps(t.get("request", {}).get("args", []))
+    ]
     assert held == []
     assert len(pipeline.job_requests(op, "status")) == 1
     from tasks.intake import request_cancel
@@ -159,7 +190,8 @@ def test_a_two_hour_retry_after_parks_the_operation_with_no_countdown_held_by_a_
 
 
 def test_a_parked_operation_is_woken_by_the_sweeper_when_due_and_never_earlier(
-        stack: Stack, pipeline: Pipeline) -> None:
+    stack: Stack, pipeline: Pipeline
+) -> None:
     from config.settings import get_settings
 
     threshold = get_settings().max_countdown_seconds
@@ -170,13 +202,17 @@ def test_a_parked_operation_is_woken_by_the_sweeper_when_due_and_never_earlier(
     statuses = pipeline.job_requests(op, "status")
     assert len(statuses) == 2
     assert _gaps(statuses)[0] >= wait - 0.05
-    parked = [e for e in pipeline.events(op) if e.draft.kind.value == "decision"
-              and e.draft.delay_source == "provider_retry_after"]
+    parked = [
+        e
+        for e in pipeline.events(op)
+        if e.draft.kind.value == "decision" and e.draft.delay_source == "provider_retry_after"
+    ]
     assert parked and parked[0].draft.excerpt["delay_seconds"] > threshold
 
 
 def test_broker_down_at_submit_time_commits_the_row_and_the_sweeper_sends_the_create(
-        stack: Stack, pipeline: Pipeline, database_url: str) -> None:
+    stack: Stack, pipeline: Pipeline, database_url: str
+) -> None:
     key = secrets.token_hex(8)
     env = {**os.environ, "JOBWARDEN_BROKER_URL": "redis://127.0.0.1:1/0"}
     script = (
@@ -186,8 +222,15 @@ def test_broker_down_at_submit_time_commits_the_row_and_the_sweeper_sends_the_cr
         " command={'kind': 'export', 'behaviour': {'polls_to_finish': 1}}, requested_by='pytest')\n"
         "print(json.dumps(r.as_dict()))\n"
     )
-    out = subprocess.run([sys.executable, "-c", script, key], env=env, cwd=str(REPO),
-                         capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script, key],
+        env=env,
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     answer = json.loads(out.stdout.strip().splitlines()[-1])
     assert answer["outcome"] == "created"
     op = answer["operation_id"]

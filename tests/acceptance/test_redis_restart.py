@@ -8,6 +8,8 @@ elsewhere it is skipped rather than touching someone's data.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -24,13 +26,28 @@ from tests.acceptance.conftest import Pipeline
 def _restart_command(client: Redis) -> list[str] | None:
     if shutil.which("redis-server") is None:
         return None
-    conf = {k: v for k, v in (
-        (key, client.config_get(key).get(key)) for key in
-        ("save", "appendonly", "dir", "bind", "port", "logfile"))}
+    conf = {
+        k: v
+        for k, v in (
+            (key, client.config_get(key).get(key))
+            for key in ("save", "appendonly", "dir", "bind", "port", "logfile")
+        )
+    }
     if conf["save"] or conf["appendonly"] != "no":
         return None  # a persistent Redis is somebody's data: leave it alone
-    cmd = ["redis-server", "--daemonize", "yes", "--port", str(conf["port"]),
-           "--save", "", "--appendonly", "no", "--dir", str(conf["dir"])]
+    cmd = [
+        "redis-server",
+        "--daemonize",
+        "yes",
+        "--port",
+        str(conf["port"]),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(conf["dir"]),
+    ]
     if conf["bind"]:
         cmd += ["--bind", *str(conf["bind"]).split()]
     if conf["logfile"]:
@@ -45,10 +62,9 @@ def restart_redis(redis_client: Redis) -> Iterator[Any]:
         pytest.skip("Redis here is persistent or not local; not restarting it")
 
     def restart() -> None:
-        try:
+        # The server closes our connection as it exits.
+        with contextlib.suppress(RedisConnectionError):
             redis_client.shutdown(nosave=True)
-        except RedisConnectionError:
-            pass  # the server closes our connection as it exits
         subprocess.run(cmd, check=True, timeout=30)
         wait_for(lambda: _pings(redis_client), timeout=20, what="Redis to come back")
 
@@ -65,7 +81,8 @@ def _pings(client: Redis) -> bool:
 
 
 def test_redis_restarted_mid_run_operations_finish_and_nothing_is_duplicated(
-        stack: Stack, pipeline: Pipeline, restart_redis: Any) -> None:
+    stack: Stack, pipeline: Pipeline, restart_redis: Any
+) -> None:
     ops = [pipeline.submit({"polls_to_finish": 8, "retry_after": 1}) for _ in range(4)]
     for op in ops:
         pipeline.wait_state(op, "observing")
@@ -78,4 +95,4 @@ def test_redis_restarted_mid_run_operations_finish_and_nothing_is_duplicated(
         statuses = pipeline.job_requests(op, "status")
         assert len(statuses) == 8 == row.status_requests_used
         times = [r["monotonic"] for r in statuses]
-        assert all(b - a >= 1.0 - 0.05 for a, b in zip(times, times[1:], strict=False))
+        assert all(b - a >= 1.0 - 0.05 for a, b in itertools.pairwise(times))

@@ -14,9 +14,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "jobwarden.cli", *args], cwd=REPO,
-                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "jobwarden.cli", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_providers_check_accepts_the_four_shipped_contracts() -> None:
@@ -30,7 +36,8 @@ def test_providers_check_rejects_a_broken_contract_naming_file_and_field(tmp_pat
     shutil.copy(REPO / "config" / "providers" / "sandbox.toml", tmp_path / "sandbox.toml")
     broken = (REPO / "config" / "providers" / "sandbox.toml").read_text()
     broken = broken.replace('name = "sandbox"', 'name = "typo"').replace(
-        "jitter_floor = 0.5", "jitter_floor = 1.5")
+        "jitter_floor = 0.5", "jitter_floor = 1.5"
+    )
     (tmp_path / "typo.toml").write_text(broken)
     done = _cli("providers", "check", env={"JOBWARDEN_PROVIDERS_DIR": str(tmp_path)})
     assert done.returncode == 1

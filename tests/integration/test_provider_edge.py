@@ -42,7 +42,8 @@ def test_a_plugin_signs_requests_before_they_leave(server: SandboxServer) -> Non
     contract = _contract(server.url, auth=None)
     plain = ProviderClient()
     signed = ProviderClient(
-        {contract.name: load_plugin("tests.integration.test_provider_edge:BearerFromPlugin")})
+        {contract.name: load_plugin("tests.integration.test_provider_edge:BearerFromPlugin")}
+    )
     url = resolve_url(contract, "/v1/jobs/job_missing")
     try:
         assert plain.send(contract, "GET", url, trace_id="a" * 32).observation.status_code == 401
@@ -67,10 +68,12 @@ def test_refused_connection_is_an_observation_not_an_exception() -> None:
 
 
 def test_a_missing_credential_names_the_variable_and_never_a_value(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("JOBWARDEN_SANDBOX_TOKEN", raising=False)
-    contract = _contract("http://127.0.0.1:9", auth=AuthSpec(scheme="bearer",
-                                                             secret_env="JOBWARDEN_SANDBOX_TOKEN"))
+    contract = _contract(
+        "http://127.0.0.1:9", auth=AuthSpec(scheme="bearer", secret_env="JOBWARDEN_SANDBOX_TOKEN")
+    )
     client = ProviderClient()
     with pytest.raises(GiveUpError, match="JOBWARDEN_SANDBOX_TOKEN"):
         client.send(contract, "GET", "http://127.0.0.1:9/", trace_id="c" * 32)
@@ -80,5 +83,6 @@ def test_a_missing_credential_names_the_variable_and_never_a_value(
 def test_paths_with_colons_join_onto_the_base_url() -> None:
     contract = _contract("https://example.test/api", auth=None)
     assert resolve_url(contract, "/v1/operations/op1:cancel") == (
-        "https://example.test/api/v1/operations/op1:cancel")
+        "https://example.test/api/v1/operations/op1:cancel"
+    )
     assert resolve_url(contract, "https://other.test/x") == "https://other.test/x"

@@ -23,14 +23,30 @@ NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 def _new_row(state: S = S.create_pending, **overrides: object) -> OperationRow:
     op_id = uuid.uuid4()
     values: dict[str, object] = dict(
-        operation_id=op_id, tenant="t1", provider="sandbox",
-        idempotency_key=f"key-{op_id.hex}", provider_token=f"jw-{op_id.hex}",
-        request_fingerprint="f" * 64, method="POST", route="/r", command={"a": 1},
-        state=state.value, trace_id="a" * 32, requested_by="tester", created_at=NOW,
-        create_deadline=NOW + timedelta(minutes=5), result_deadline=NOW + timedelta(hours=1),
-        max_status_requests=10, max_transport_failures=3, next_poll_at=NOW,
-        create_attempts=0, status_requests_used=0, transport_failures_used=0,
-        consecutive_rate_limited=0, poll_attempt=0, updated_at=NOW,
+        operation_id=op_id,
+        tenant="t1",
+        provider="sandbox",
+        idempotency_key=f"key-{op_id.hex}",
+        provider_token=f"jw-{op_id.hex}",
+        request_fingerprint="f" * 64,
+        method="POST",
+        route="/r",
+        command={"a": 1},
+        state=state.value,
+        trace_id="a" * 32,
+        requested_by="tester",
+        created_at=NOW,
+        create_deadline=NOW + timedelta(minutes=5),
+        result_deadline=NOW + timedelta(hours=1),
+        max_status_requests=10,
+        max_transport_failures=3,
+        next_poll_at=NOW,
+        create_attempts=0,
+        status_requests_used=0,
+        transport_failures_used=0,
+        consecutive_rate_limited=0,
+        poll_attempt=0,
+        updated_at=NOW,
     )
     values.update(overrides)
     return OperationRow(**values)
@@ -38,8 +54,15 @@ def _new_row(state: S = S.create_pending, **overrides: object) -> OperationRow:
 
 def _insert(url: str, row: OperationRow) -> uuid.UUID:
     with transaction(url) as session:
-        store.insert_operation(session, row, [EventDraft(
-            kind=EventKind.intent_recorded, actor="tester", at=NOW, to_state=row.state)])
+        store.insert_operation(
+            session,
+            row,
+            [
+                EventDraft(
+                    kind=EventKind.intent_recorded, actor="tester", at=NOW, to_state=row.state
+                )
+            ],
+        )
     return row.operation_id
 
 
@@ -50,16 +73,27 @@ def _load(url: str, op_id: uuid.UUID) -> OperationRow:
         return row
 
 
-def test_versioned_update_with_a_stale_version_changes_nothing_and_raises(database_url: str) -> None:
+def test_versioned_update_with_a_stale_version_changes_nothing_and_raises(
+    database_url: str,
+) -> None:
     op_id = _insert(database_url, _new_row())
     stale = _load(database_url, op_id)
     with transaction(database_url) as session:
-        store.fenced_update(session, _load(database_url, op_id),
-                            changes={"status_requests_used": 1}, drafts=[], now=NOW)
+        store.fenced_update(
+            session,
+            _load(database_url, op_id),
+            changes={"status_requests_used": 1},
+            drafts=[],
+            now=NOW,
+        )
     with pytest.raises(StaleVersionError), transaction(database_url) as session:
         store.fenced_update(
-            session, stale, changes={"status_requests_used": 7, "state": S.failed.value},
-            drafts=[EventDraft(kind=EventKind.decision, actor="stale", at=NOW)], now=NOW)
+            session,
+            stale,
+            changes={"status_requests_used": 7, "state": S.failed.value},
+            drafts=[EventDraft(kind=EventKind.decision, actor="stale", at=NOW)],
+            now=NOW,
+        )
     after = _load(database_url, op_id)
     assert after.version == 2
     assert after.status_requests_used == 1
@@ -73,18 +107,27 @@ def test_versioned_update_with_a_stale_version_changes_nothing_and_raises(databa
 def test_fenced_update_refuses_a_transition_outside_the_table(database_url: str) -> None:
     op_id = _insert(database_url, _new_row())
     with pytest.raises(TransitionRefusedError), transaction(database_url) as session:
-        store.fenced_update(session, _load(database_url, op_id),
-                            changes={"state": S.succeeded.value}, drafts=[], now=NOW)
+        store.fenced_update(
+            session,
+            _load(database_url, op_id),
+            changes={"state": S.succeeded.value},
+            drafts=[],
+            now=NOW,
+        )
     assert _load(database_url, op_id).state == S.create_pending.value
 
 
-@pytest.mark.parametrize("statement", [
-    "UPDATE operation_events SET actor = 'mallory' WHERE operation_id = :id",
-    "DELETE FROM operation_events WHERE operation_id = :id",
-    "TRUNCATE operation_events CASCADE",
-])
-def test_the_database_refuses_to_change_or_delete_history(database_url: str,
-                                                           statement: str) -> None:
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE operation_events SET actor = 'mallory' WHERE operation_id = :id",
+        "DELETE FROM operation_events WHERE operation_id = :id",
+        "TRUNCATE operation_events CASCADE",
+    ],
+)
+def test_the_database_refuses_to_change_or_delete_history(
+    database_url: str, statement: str
+) -> None:
     op_id = _insert(database_url, _new_row())
     with engine_for(database_url).connect() as conn:
         with pytest.raises(DBAPIError) as caught:
@@ -92,52 +135,85 @@ def test_the_database_refuses_to_change_or_delete_history(database_url: str,
         conn.rollback()
     assert isinstance(caught.value.orig, psycopg.errors.RestrictViolation)
     with transaction(database_url) as session:
-        assert session.scalar(select(EventRow.actor).where(EventRow.operation_id == op_id)) \
-            == "tester"
+        assert (
+            session.scalar(select(EventRow.actor).where(EventRow.operation_id == op_id)) == "tester"
+        )
 
 
 def test_events_chain_and_verify_detects_a_rewritten_event(database_url: str) -> None:
     op_id = _insert(database_url, _new_row())
     with transaction(database_url) as session:
-        store.fenced_update(session, _load(database_url, op_id), changes={}, drafts=[
-            EventDraft(kind=EventKind.create_sent, actor="w", at=NOW + timedelta(seconds=1)),
-            EventDraft(kind=EventKind.create_accepted, actor="w", at=NOW + timedelta(seconds=2),
-                       http_status=202, excerpt={"job_id": "job_1"}),
-        ], now=NOW)
+        store.fenced_update(
+            session,
+            _load(database_url, op_id),
+            changes={},
+            drafts=[
+                EventDraft(kind=EventKind.create_sent, actor="w", at=NOW + timedelta(seconds=1)),
+                EventDraft(
+                    kind=EventKind.create_accepted,
+                    actor="w",
+                    at=NOW + timedelta(seconds=2),
+                    http_status=202,
+                    excerpt={"job_id": "job_1"},
+                ),
+            ],
+            now=NOW,
+        )
     with transaction(database_url) as session:
         assert store.verify(session, op_id) == []
     # Only an owner who disables the trigger can edit history; the chain still tells.
     with engine_for(database_url).begin() as conn:
-        conn.execute(text("ALTER TABLE operation_events DISABLE TRIGGER operation_events_append_only"))
-        conn.execute(text("UPDATE operation_events SET http_status = 200 "
-                          "WHERE operation_id = :id AND seq = 3"), {"id": op_id})
-        conn.execute(text("ALTER TABLE operation_events ENABLE TRIGGER operation_events_append_only"))
+        conn.execute(
+            text("ALTER TABLE operation_events DISABLE TRIGGER operation_events_append_only")
+        )
+        conn.execute(
+            text(
+                "UPDATE operation_events SET http_status = 200 WHERE operation_id = :id AND seq = 3"
+            ),
+            {"id": op_id},
+        )
+        conn.execute(
+            text("ALTER TABLE operation_events ENABLE TRIGGER operation_events_append_only")
+        )
     with transaction(database_url) as session:
         problems = store.verify(session, op_id)
     assert [p.seq for p in problems] == [3]
 
 
 def test_claim_due_skips_rows_another_sweeper_holds_and_recent_dispatches(
-        database_url: str) -> None:
+    database_url: str,
+) -> None:
     due_now = _insert(database_url, _new_row(next_poll_at=NOW - timedelta(seconds=1)))
-    recently_sent = _insert(database_url, _new_row(
-        next_poll_at=NOW - timedelta(seconds=1), dispatched_at=NOW - timedelta(seconds=1)))
+    recently_sent = _insert(
+        database_url,
+        _new_row(next_poll_at=NOW - timedelta(seconds=1), dispatched_at=NOW - timedelta(seconds=1)),
+    )
     not_due = _insert(database_url, _new_row(next_poll_at=NOW + timedelta(hours=1)))
-    stopped = _insert(database_url, _new_row(state=S.escalated,
-                                             next_poll_at=NOW - timedelta(hours=1)))
+    stopped = _insert(
+        database_url, _new_row(state=S.escalated, next_poll_at=NOW - timedelta(hours=1))
+    )
     held = _insert(database_url, _new_row(next_poll_at=NOW - timedelta(seconds=2)))
     with transaction(database_url) as holder:
-        holder.execute(select(OperationRow).where(OperationRow.operation_id == held)
-                       .with_for_update())
+        holder.execute(
+            select(OperationRow).where(OperationRow.operation_id == held).with_for_update()
+        )
         with transaction(database_url) as session:
-            claimed = {op for op, _ in store.claim_due(
-                session, now=NOW, redispatch_after=timedelta(seconds=30), limit=1000)}
+            claimed = {
+                op
+                for op, _ in store.claim_due(
+                    session, now=NOW, redispatch_after=timedelta(seconds=30), limit=1000
+                )
+            }
     assert due_now in claimed
     assert held not in claimed
     assert {recently_sent, not_due, stopped}.isdisjoint(claimed)
     with transaction(database_url) as session:
-        again = {op for op, _ in store.claim_due(
-            session, now=NOW, redispatch_after=timedelta(seconds=30), limit=1000)}
+        again = {
+            op
+            for op, _ in store.claim_due(
+                session, now=NOW, redispatch_after=timedelta(seconds=30), limit=1000
+            )
+        }
     assert due_now not in again and held in again
 
 
@@ -155,7 +231,8 @@ def test_models_and_migrations_are_in_step(database_url: str) -> None:
 
 
 def test_unique_tenant_key_and_provider_token_are_enforced_by_the_database(
-        database_url: str) -> None:
+    database_url: str,
+) -> None:
     first = _new_row()
     _insert(database_url, first)
     clash = _new_row(idempotency_key=first.idempotency_key)
@@ -164,21 +241,25 @@ def test_unique_tenant_key_and_provider_token_are_enforced_by_the_database(
     assert isinstance(caught.value.orig, psycopg.errors.UniqueViolation)
 
 
-def test_two_sweepers_claiming_at_once_take_disjoint_rows_and_miss_none(
-        database_url: str) -> None:
+def test_two_sweepers_claiming_at_once_take_disjoint_rows_and_miss_none(database_url: str) -> None:
     import threading
 
-    ops = {_insert(database_url, _new_row(next_poll_at=NOW - timedelta(seconds=5)))
-           for _ in range(40)}
+    ops = {
+        _insert(database_url, _new_row(next_poll_at=NOW - timedelta(seconds=5))) for _ in range(40)
+    }
     barrier = threading.Barrier(2)
     claimed: list[set[uuid.UUID]] = [set(), set()]
 
     def sweep(i: int) -> None:
         with transaction(database_url) as session:
             barrier.wait()
-            claimed[i] = {op for op, _ in store.claim_due(
-                session, now=NOW, redispatch_after=timedelta(seconds=30), limit=30)
-                if op in ops}
+            claimed[i] = {
+                op
+                for op, _ in store.claim_due(
+                    session, now=NOW, redispatch_after=timedelta(seconds=30), limit=30
+                )
+                if op in ops
+            }
 
     threads = [threading.Thread(target=sweep, args=(i,)) for i in range(2)]
     for t in threads:
@@ -187,6 +268,24 @@ def test_two_sweepers_claiming_at_once_take_disjoint_rows_and_miss_none(
         t.join()
     assert claimed[0].isdisjoint(claimed[1])
     with transaction(database_url) as session:
-        leftover = {op for op, _ in store.claim_due(
-            session, now=NOW, redispatch_after=timedelta(seconds=30), limit=1000) if op in ops}
+        leftover = {
+            op
+            for op, _ in store.claim_due(
+                session, now=NOW, redispatch_after=timedelta(seconds=30), limit=1000
+            )
+            if op in ops
+        }
     assert claimed[0] | claimed[1] | leftover == ops
+
+
+def test_fenced_update_returns_the_row_as_stored_even_within_the_loading_session(
+    database_url: str,
+) -> None:
+    op_id = _insert(database_url, _new_row())
+    with transaction(database_url) as session:
+        row = store.load(session, op_id)
+        assert row is not None
+        stored = store.fenced_update(
+            session, row, changes={"state": S.accepted.value}, drafts=[], now=NOW
+        )
+        assert (stored.state, stored.version) == (S.accepted.value, 2)

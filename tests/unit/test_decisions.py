@@ -708,3 +708,13 @@ def test_a_create_with_an_invalid_retry_after_carries_none() -> None:
         signal(SignalKind.rate_limited, 429), retry_after=RetryAfter(seconds=None, problem="empty")
     )
     assert decide_after_create(sig, job_id=None, known_job_id=None).retry_after is None
+
+
+def test_a_poll_hint_beyond_the_deadline_waits_until_the_deadline_never_earlier() -> None:
+    beyond = replace(
+        reading(RemoteStatus.pending), poll_hint=PollHint(seconds=None, problem="beyond_deadline")
+    )
+    action = decide(view(), OK, beyond, u=0.0)
+    assert isinstance(action, Wait)
+    assert action.until == DEADLINE
+    assert action.delay_source is DelaySource.provider_poll_hint
