@@ -27,6 +27,12 @@ console = Console(soft_wrap=True)
 err = Console(stderr=True)
 
 
+@app.callback()
+def _load_settings() -> None:
+    """Read JOBWARDEN_* once, up front: a bad value stops every command with one clear error."""
+    get_settings()
+
+
 @providers_app.command("check")
 def providers_check(
     directory: Annotated[
