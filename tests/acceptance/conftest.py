@@ -101,9 +101,10 @@ def worker_env(database_url: str, sandbox: SandboxServer, providers_dir: Path) -
     return env
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack(worker_env: dict[str, str]) -> Iterator[Stack]:
-    """Two workers and one beat, shared by the tests that do not kill processes."""
+    """Two workers and one beat for the acceptance tests; stopped before other packages run,
+    so no worker ever touches the rows the integration tests write by hand."""
     s = Stack(worker_env)
     s.start_worker("w1")
     s.start_worker("w2")
