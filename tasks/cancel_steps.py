@@ -14,7 +14,7 @@ from models.states import OperationState as S
 from models.tables import OperationRow
 from tasks.observe_steps import _stop
 from tasks.provider_edge import resolve_url
-from tasks.recording import Next, excerpt, wake_changes, write
+from tasks.recording import Next, excerpt, transition, wake_changes, write
 from tasks.runtime import Runtime, utcnow
 
 
@@ -29,21 +29,14 @@ def cancel_step(rt: Runtime, row: OperationRow) -> Next:
             detail="the contract has no cancel endpoint",
             state=S.cancellation_unconfirmed,
         )
-        row = write(
+        row = transition(
             rt,
             row,
-            {"state": S.cancelling.value},
-            [
-                EventDraft(
-                    kind=EventKind.decision,
-                    actor=actor,
-                    at=now,
-                    from_state=row.state,
-                    to_state=S.cancelling.value,
-                    cause="no cancel endpoint",
-                )
-            ],
-            now,
+            S.cancelling.value,
+            kind=EventKind.decision,
+            actor=actor,
+            now=now,
+            cause="no cancel endpoint",
         )
         return _stop(rt, row, action, now, actor)
     first = now + timedelta(seconds=contract.poll.initial_delay_seconds)

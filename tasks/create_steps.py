@@ -21,7 +21,7 @@ from models.states import OperationState as S
 from models.tables import OperationRow
 from tasks import faults
 from tasks.provider_edge import RawResponse, resolve_url
-from tasks.recording import Next, excerpt, wake_changes, write
+from tasks.recording import Next, excerpt, transition, wake_changes, write
 from tasks.runtime import Runtime, utcnow
 
 log = logging.getLogger("jobwarden.create")
@@ -137,58 +137,33 @@ def create_step(rt: Runtime, row: OperationRow) -> Next:
     actor = f"worker:{rt.settings.worker_name}"
     now = utcnow()
     if row.create_attempts > 0 and _unsent_attempt_was_lost(rt, row):
-        row = write(
+        row = transition(
             rt,
             row,
-            {"state": S.create_unknown.value, **wake_changes(rt, now, now)},
-            [
-                EventDraft(
-                    kind=EventKind.create_ambiguous,
-                    actor=actor,
-                    at=now,
-                    from_state=row.state,
-                    to_state=S.create_unknown.value,
-                    cause="create_sent_without_recorded_outcome",
-                )
-            ],
-            now,
+            S.create_unknown.value,
+            kind=EventKind.create_ambiguous,
+            actor=actor,
+            now=now,
+            cause="create_sent_without_recorded_outcome",
+            wake_at=now,
         )
         return Next(row.state, now)
+    give_up = None
     if row.approval_expires_at is not None and now >= row.approval_expires_at:
-        row = write(
-            rt,
-            row,
-            {"state": S.failed.value, **wake_changes(rt, None, now)},
-            [
-                EventDraft(
-                    kind=EventKind.decision,
-                    actor=actor,
-                    at=now,
-                    from_state=row.state,
-                    to_state=S.failed.value,
-                    cause="approval_expired before the create was sent",
-                )
-            ],
-            now,
-        )
-        return Next(row.state, None)
-    if now >= row.create_deadline:
+        give_up = "approval_expired before the create was sent"
+    elif now >= row.create_deadline:
+        give_up = "create_deadline_exceeded"
+    if give_up is not None:
         # Nothing is in flight (the check above): failing here cannot orphan a remote job.
-        row = write(
+        row = transition(
             rt,
             row,
-            {"state": S.failed.value, **wake_changes(rt, None, now)},
-            [
-                EventDraft(
-                    kind=EventKind.decision,
-                    actor=actor,
-                    at=now,
-                    from_state=row.state,
-                    to_state=S.failed.value,
-                    cause="create_deadline_exceeded",
-                )
-            ],
-            now,
+            S.failed.value,
+            kind=EventKind.decision,
+            actor=actor,
+            now=now,
+            cause=give_up,
+            wake_at=None,
         )
         return Next(row.state, None)
     row = write(
@@ -422,21 +397,14 @@ def reconcile_step(rt: Runtime, row: OperationRow) -> Next:
     actor = f"worker:{rt.settings.worker_name}"
     now = utcnow()
     if row.state == S.create_unknown.value:
-        row = write(
+        row = transition(
             rt,
             row,
-            {"state": S.reconciling.value},
-            [
-                EventDraft(
-                    kind=EventKind.decision,
-                    actor=actor,
-                    at=now,
-                    from_state=S.create_unknown.value,
-                    to_state=S.reconciling.value,
-                    cause=f"reconcile via {contract.reconciliation.path.value}",
-                )
-            ],
-            now,
+            S.reconciling.value,
+            kind=EventKind.decision,
+            actor=actor,
+            now=now,
+            cause=f"reconcile via {contract.reconciliation.path.value}",
         )
     path = contract.reconciliation.path
     if path is ReconciliationPath.none:

@@ -11,7 +11,7 @@ from typing import Any
 
 from models import store
 from models.db import transaction
-from models.history import EventDraft
+from models.history import EventDraft, EventKind
 from models.tables import OperationRow
 from tasks.provider_edge import RawResponse
 from tasks.runtime import Runtime
@@ -89,3 +89,28 @@ def excerpt(raw: RawResponse, **extra: Any) -> dict[str, Any]:
             body = {"truncated": json.dumps(body, default=str)[:EXCERPT_LIMIT]}
         out["body"] = body
     return out
+
+
+_KEEP = object()
+
+
+def transition(
+    rt: Runtime,
+    row: OperationRow,
+    to_state: str,
+    *,
+    kind: EventKind,
+    actor: str,
+    now: datetime,
+    cause: str,
+    wake_at: datetime | object | None = _KEEP,
+    changes: dict[str, Any] | None = None,
+) -> OperationRow:
+    """Move to `to_state` with one event saying why; the wake-up changes only if given."""
+    update: dict[str, Any] = {"state": to_state, **(changes or {})}
+    if wake_at is not _KEEP:
+        update.update(wake_changes(rt, wake_at, now))  # type: ignore[arg-type]
+    event = EventDraft(
+        kind=kind, actor=actor, at=now, from_state=row.state, to_state=to_state, cause=cause
+    )
+    return write(rt, row, update, [event], now)
