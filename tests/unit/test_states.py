@@ -1,0 +1,101 @@
+"""The transition table, checked for every ordered pair of states."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from models.errors import TransitionRefusedError
+from models.states import (
+    AUTOMATION_STOPPED,
+    TERMINAL,
+    TRANSITIONS,
+    OperationState,
+    check_transition,
+)
+
+S = OperationState
+
+# DESIGN.md's diagram, written out by hand so the table cannot drift from it unseen.
+EXPECTED: set[tuple[S, S]] = {
+    (S.awaiting_approval, S.create_pending),
+    (S.awaiting_approval, S.abandoned),
+    (S.create_pending, S.accepted),
+    (S.create_pending, S.create_unknown),
+    (S.create_pending, S.failed),
+    (S.create_pending, S.escalated),
+    (S.create_unknown, S.reconciling),
+    (S.reconciling, S.accepted),
+    (S.reconciling, S.failed),
+    (S.reconciling, S.escalated),
+    (S.accepted, S.observing),
+    (S.accepted, S.cancel_requested),
+    (S.observing, S.result_collecting),
+    (S.observing, S.failed),
+    (S.observing, S.expired),
+    (S.observing, S.escalated),
+    (S.observing, S.result_timed_out),
+    (S.observing, S.cancel_requested),
+    (S.observing, S.cancelled),
+    (S.cancel_requested, S.cancelling),
+    (S.cancelling, S.cancelled),
+    (S.cancelling, S.result_collecting),
+    (S.cancelling, S.failed),
+    (S.cancelling, S.expired),
+    (S.cancelling, S.cancellation_unconfirmed),
+    (S.result_collecting, S.succeeded),
+    (S.result_collecting, S.result_unavailable),
+    (S.result_collecting, S.result_validation_failed),
+    (S.result_collecting, S.escalated),
+    (S.escalated, S.observing),
+    (S.escalated, S.cancel_requested),
+    (S.escalated, S.abandoned),
+    (S.result_timed_out, S.observing),
+    (S.result_timed_out, S.cancel_requested),
+    (S.result_timed_out, S.abandoned),
+    (S.cancellation_unconfirmed, S.cancelling),
+    (S.cancellation_unconfirmed, S.abandoned),
+}
+
+
+@pytest.mark.parametrize(("src", "dst"), list(itertools.product(S, S)))
+def test_every_pair_is_allowed_exactly_when_the_table_says_so(src: S, dst: S) -> None:
+    if (src, dst) in EXPECTED:
+        check_transition(src, dst)
+    else:
+        with pytest.raises(TransitionRefusedError) as refused:
+            check_transition(src, dst)
+        assert refused.value.reason
+        assert src.value in str(refused.value) and dst.value in str(refused.value)
+
+
+def test_the_table_is_exactly_the_designed_one() -> None:
+    actual = {(s, d) for s, nxt in TRANSITIONS.items() for d in nxt}
+    assert actual == EXPECTED
+
+
+def test_terminal_states_are_the_designed_ones_and_lead_nowhere() -> None:
+    assert {
+        S.succeeded,
+        S.failed,
+        S.cancelled,
+        S.expired,
+        S.result_unavailable,
+        S.result_validation_failed,
+        S.abandoned,
+    } == TERMINAL
+    assert all(not TRANSITIONS[s] for s in TERMINAL)
+
+
+def test_succeeded_is_reachable_only_through_result_collection() -> None:
+    assert {s for s, nxt in TRANSITIONS.items() if S.succeeded in nxt} == {S.result_collecting}
+
+
+def test_cancelled_is_never_entered_from_a_local_request_alone() -> None:
+    assert S.cancelled not in TRANSITIONS[S.cancel_requested]
+
+
+def test_stopped_states_leave_only_by_human_decision_targets() -> None:
+    for state in AUTOMATION_STOPPED:
+        assert TRANSITIONS[state] <= {S.observing, S.cancel_requested, S.cancelling, S.abandoned}
