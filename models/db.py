@@ -26,6 +26,25 @@ def dispose_all() -> None:
     for engine in _engines.values():
         engine.dispose()
     _engines.clear()
+    _readers.clear()
+
+
+_readers: dict[tuple[int, str], Engine] = {}
+
+
+@contextmanager
+def snapshot(url: str) -> Iterator[Session]:
+    """A session for one read in autocommit: one round trip, no BEGIN/COMMIT around it.
+
+    Only for a read whose result a fenced write checks later (the version).
+    """
+    key = (os.getpid(), url)
+    reader = _readers.get(key)
+    if reader is None:
+        reader = engine_for(url).execution_options(isolation_level="AUTOCOMMIT")
+        _readers[key] = reader
+    with Session(reader, expire_on_commit=False) as session:
+        yield session
 
 
 @contextmanager

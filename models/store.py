@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, or_, select, update
+from sqlalchemy import Table, insert, or_, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from models.errors import StaleVersionError
 from models.history import (
@@ -89,21 +90,23 @@ def fenced_update(
     if chained:
         values["event_count"] = chained[-1].seq
         values["last_event_hash"] = chained[-1].hash
+    table = OperationRow.__table__
+    assert isinstance(table, Table)
+    # Core, not ORM: the fence needs only a row count, and this is the hot path of every poll.
     result = session.execute(
-        update(OperationRow)
-        .where(OperationRow.operation_id == row.operation_id)
-        .where(OperationRow.version == row.version)
+        update(table)
+        .where(table.c.operation_id == row.operation_id)
+        .where(table.c.version == row.version)
         .values(**values)
-        .returning(OperationRow)
-        # Refresh the identity-mapped row too, so callers never hold the pre-update version.
-        .execution_options(synchronize_session=False, populate_existing=True)
     )
-    stored = result.scalar_one_or_none()
-    if stored is None:
+    if result.rowcount != 1:  # type: ignore[attr-defined]
         raise StaleVersionError(str(row.operation_id), row.version)
     if chained:
         session.execute(insert(EventRow), _event_rows(chained))
-    return stored
+    # The caller's row now mirrors what is stored, without the session seeing a change to flush.
+    for key, value in values.items():
+        set_committed_value(row, key, value)
+    return row
 
 
 def append_events(

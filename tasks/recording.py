@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from models import store
-from models.db import transaction
+from models.db import snapshot, transaction
 from models.history import EventDraft, EventKind
 from models.tables import OperationRow
 from tasks.provider_edge import RawResponse
@@ -30,7 +30,8 @@ class Next:
 
 
 def read(rt: Runtime, operation_id: uuid.UUID) -> OperationRow | None:
-    with transaction(rt.settings.database_url) as session:
+    """The row as a task starts from it; every later write is fenced by its version."""
+    with snapshot(rt.settings.database_url) as session:
         return store.load(session, operation_id)
 
 
