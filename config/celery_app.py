@@ -14,7 +14,13 @@ from config.settings import Settings, get_settings
 
 
 def make_celery(settings: Settings) -> Celery:
-    app = Celery("jobwarden", broker=settings.broker_url, include=["tasks.pipeline"])
+    # Only jobwarden.submit returns a value (the intake answer); every other task ignores results.
+    app = Celery(
+        "jobwarden",
+        broker=settings.broker_url,
+        backend=settings.redis_url,
+        include=["tasks.pipeline"],
+    )
     transport = {
         "visibility_timeout": settings.visibility_timeout_seconds,
         "global_keyprefix": f"{settings.key_prefix}:celery:",
@@ -29,6 +35,8 @@ def make_celery(settings: Settings) -> Celery:
         accept_content=["json"],
         task_default_queue=settings.queue,
         broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        result_expires=3600,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         worker_send_task_events=True,

@@ -15,7 +15,7 @@ from celery import Task
 from config.celery_app import app
 from models import store
 from models.db import transaction
-from models.errors import LostRaceError
+from models.errors import LostRaceError, RefusedInputError
 from models.states import OperationState as S
 from models.tables import OperationRow
 from tasks import faults
@@ -146,8 +146,16 @@ def sweep() -> int:
     return sweep_once(current())
 
 
-@app.task(name="jobwarden.submit", base=JobwardenTask)
+@app.task(name="jobwarden.submit", base=JobwardenTask, ignore_result=False)
 def submit(**kwargs: Any) -> dict[str, Any]:
+    """The intake for services that only have a Celery client; the answer is the task result.
+
+    Invalid input answers {"outcome": "invalid", "error": ...} rather than raising, so the
+    caller gets a clear reason and nothing is recorded.
+    """
     from tasks.intake import submit_operation
 
-    return submit_operation(**kwargs).as_dict()
+    try:
+        return submit_operation(**kwargs).as_dict()
+    except (RefusedInputError, TypeError) as exc:
+        return {"outcome": "invalid", "error": str(exc)}

@@ -14,7 +14,7 @@ from typing import Any
 OUTCOMES = ("succeeded", "failed", "expired")
 CREATE_RESPONSES = ("normal", "drop", "hold")
 CANCEL_MODES = ("honour", "race", "never")
-ERROR_ACTIONS = ("drop", "hold")
+ERROR_ACTIONS = ("drop", "hold", "malformed")
 
 
 class BehaviourError(ValueError):
@@ -25,7 +25,7 @@ class BehaviourError(ValueError):
 class StatusError:
     """One phase of scripted status errors: ``count`` calls answered with ``code``."""
 
-    code: int | str  # an HTTP status code, or "drop" / "hold"
+    code: int | str  # an HTTP status code, or "drop" / "hold" / "malformed" (200, not JSON)
     count: int = 1
     retry_after: int | None = None
     retry_after_date: int | None = None
@@ -120,7 +120,7 @@ def _status_error(raw: Any) -> StatusError:
         (isinstance(code, int) and 100 <= code <= 599) or code in ERROR_ACTIONS
     ):
         raise BehaviourError(
-            'behaviour.status_errors.code must be an HTTP status, "drop" or "hold"'
+            'behaviour.status_errors.code must be an HTTP status, "drop", "hold" or "malformed"'
         )
     count = _int(raw, "count")
     hold = _float(raw, "hold_seconds")

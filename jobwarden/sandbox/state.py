@@ -269,6 +269,12 @@ class SandboxState:
                     job.error_calls += 1
                     if scripted.code == "drop":
                         return Reply(drop=True)
+                    if scripted.code == "malformed":
+                        return Reply(
+                            status=200,
+                            body=b'{"status": "running", "progress": 4',
+                            headers={"Content-Type": "application/json"},
+                        )
                     if scripted.code == "hold":
                         return Reply(hold_seconds=scripted.hold_seconds, reprocess_status=True)
                     assert isinstance(scripted.code, int)

@@ -8,8 +8,6 @@ from email.utils import parsedate_to_datetime
 from itertools import pairwise
 from typing import Any
 
-import pytest
-
 from jobwarden.harness import Stack
 from tests.acceptance.conftest import Pipeline
 
@@ -299,11 +297,30 @@ def test_status_read_timeouts_past_the_transport_budget_escalate_provider_failur
 # -- malformed body ----------------------------------------------------------------------------
 
 
-def test_malformed_status_body_counts_against_the_transport_budget() -> None:
-    pytest.skip(
-        "the sandbox cannot answer a status request with an unparsable body: "
-        "status_errors always send a JSON error object"
+def test_malformed_status_body_counts_against_the_transport_budget_and_is_kept(
+    stack: Stack, pipeline: Pipeline
+) -> None:
+    op = pipeline.submit({"status_errors": {"code": "malformed", "count": 1}, "polls_to_finish": 1})
+    row = pipeline.wait_state(op)
+    assert row.state == "succeeded"
+    assert row.transport_failures_used == 1
+    first = _events(pipeline, op, "observed")[0]
+    assert first.excerpt["body_problem"] == "malformed_json"
+    assert first.excerpt["body_text"].startswith('{"status": "running"')
+    assert [r["status"] for r in pipeline.job_requests(op, "status")] == [200, 200]
+
+
+def test_malformed_status_bodies_past_the_budget_escalate_provider_failure(
+    stack: Stack, pipeline: Pipeline
+) -> None:
+    op = pipeline.submit(
+        {"status_errors": {"code": "malformed", "count": 9}, "never_finish": True},
+        max_transport_failures=2,
     )
+    row = pipeline.wait_state(op)
+    assert (row.state, row.escalation_reason) == ("escalated", "provider_failure")
+    assert len(pipeline.job_requests(op, "status")) == 3
+    _assert_stopped_without_more_requests(pipeline, op, row)
 
 
 def test_status_body_without_a_state_is_an_unknown_state_and_stops_polling(
