@@ -57,6 +57,17 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (out / "sandbox_strict404.toml").write_text(
         _variant(base, "sandbox_strict404", not_found_grace_seconds="0")
     )
+    (out / "sandbox_lookup.toml").write_text(
+        _variant(base, "sandbox_lookup").replace(
+            'path = "same_token_retry"',
+            'path = "lookup_by_reference"\n'
+            'lookup_path = "/v1/jobs?reference={token}"\n'
+            'lookup_job_id_pointer = "/data/0/id"',
+        )
+    )
+    (out / "sandbox_noreconcile.toml").write_text(
+        _variant(base, "sandbox_noreconcile").replace('path = "same_token_retry"', 'path = "none"')
+    )
     (out / "sandbox_approval.toml").write_text(
         _variant(base, "sandbox_approval", requires_approval="true")
     )

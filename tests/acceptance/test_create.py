@@ -119,3 +119,32 @@ def test_same_key_with_a_changed_payload_is_a_conflict_and_touches_nothing(
         before.command,
     )
     assert len(pipeline.sandbox.requests()) == requests_before
+
+
+def test_lost_create_response_is_reconciled_by_looking_the_token_up(
+    stack: Stack, pipeline: Pipeline
+) -> None:
+    op = pipeline.submit(
+        {"create_response": "drop", "polls_to_finish": 1}, provider="sandbox_lookup"
+    )
+    row = pipeline.wait_state(op)
+    assert row.state == "succeeded"
+    lookups = [
+        r
+        for r in pipeline.sandbox.requests()
+        if r["kind"] == "lookup" and row.provider_token in (r.get("query") or "")
+    ]
+    assert len(lookups) == 1
+    assert len(pipeline.creates(op)) == 1
+    assert len(pipeline.remote_jobs(op)) == 1
+    assert "reconciled" in pipeline.kinds(op)
+
+
+def test_without_a_reconciliation_path_an_ambiguous_create_escalates_and_is_not_resent(
+    stack: Stack, pipeline: Pipeline
+) -> None:
+    op = pipeline.submit({"create_response": "drop"}, provider="sandbox_noreconcile")
+    row = pipeline.wait_state(op)
+    assert (row.state, row.escalation_reason) == ("escalated", "unknown_state")
+    assert "at-most-once cannot be proven" in row.escalation_detail
+    assert len(pipeline.creates(op)) == 1

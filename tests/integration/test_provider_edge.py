@@ -86,3 +86,34 @@ def test_paths_with_colons_join_onto_the_base_url() -> None:
         "https://example.test/api/v1/operations/op1:cancel"
     )
     assert resolve_url(contract, "https://other.test/x") == "https://other.test/x"
+
+
+def test_history_excerpts_redact_secret_looking_fields_and_bound_their_size() -> None:
+    from models.signals import HttpObservation
+    from tasks.provider_edge import RawResponse
+    from tasks.recording import excerpt
+
+    body = {
+        "id": "job_1",
+        "access_token": "s3cr3t-value",
+        "nested": {"Authorization": "Bearer abc", "api_key": "k"},
+        "blob": "x" * 5000,
+    }
+    raw = RawResponse(
+        observation=HttpObservation(
+            status_code=200,
+            headers={"retry-after": "3", "authorization": "Bearer abc"},
+            body=body,
+            body_problem=None,
+            transport_failure=None,
+        ),
+        content=b"",
+        content_type="application/json",
+        provider_request_id=None,
+    )
+    ex = excerpt(raw)
+    text = repr(ex)
+    assert "s3cr3t-value" not in text and "Bearer abc" not in text and "'k'" not in text
+    assert ex["body"]["id"] == "job_1"
+    assert ex["headers"] == {"retry-after": "3"}
+    assert len(ex["body"]["blob"]) <= 301
