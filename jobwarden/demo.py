@@ -70,6 +70,7 @@ def run_demo(console: Console) -> int:
     stack = Stack(env)
     stack.start_worker("demo-worker", concurrency=4)
     stack.start_beat("demo-beat")
+    stack.wait_ready("demo-worker")
     stopped = {s.value for s in TERMINAL | AUTOMATION_STOPPED}
     run = secrets.token_hex(4)
     failures = 0

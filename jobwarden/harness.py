@@ -44,6 +44,7 @@ class Stack:
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="jobwarden-stack-"))
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.beats: list[subprocess.Popen[bytes]] = []
+        self._ready_seen: dict[str, int] = {}
 
     def _spawn(
         self, name: str, args: list[str], extra_env: Mapping[str, str]
@@ -63,6 +64,7 @@ class Stack:
         self, name: str = "w1", *, concurrency: int = 2, extra_env: Mapping[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
         queue = self.env.get("JOBWARDEN_QUEUE", "jobwarden")
+        self._ready_seen[name] = self._ready_lines(name)
         proc = self._spawn(
             name,
             [
@@ -81,6 +83,22 @@ class Stack:
         )
         self.workers[name] = proc
         return proc
+
+    def wait_ready(self, name: str, *, timeout: float = 60.0) -> None:
+        """Block until the named worker logs that it consumes (Celery's "ready." line)."""
+        before = self._ready_seen.get(name, 0)
+
+        def ready() -> bool:
+            proc = self.workers.get(name)
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"worker {name} exited: {self.logs()}")
+            return self._ready_lines(name) > before
+
+        wait_for(ready, timeout=timeout, interval=0.1, what=f"worker {name} to be ready")
+
+    def _ready_lines(self, name: str) -> int:
+        log = self.log_dir / f"{name}.log"
+        return log.read_text(errors="replace").count(" ready.") if log.exists() else 0
 
     def start_beat(self, name: str = "beat") -> subprocess.Popen[bytes]:
         schedule = self.log_dir / f"{name}-schedule"

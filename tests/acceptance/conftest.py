@@ -120,6 +120,9 @@ def stack(worker_env: dict[str, str]) -> Iterator[Stack]:
     s.start_worker("w1")
     s.start_worker("w2")
     s.start_beat()
+    # Tests measure deadlines from submission: start them only once workers consume.
+    s.wait_ready("w1")
+    s.wait_ready("w2")
     yield s
     s.stop()
 

@@ -40,6 +40,7 @@ def test_worker_killed_after_sending_the_create_is_finished_by_another_with_one_
         row = pipeline.wait_state(op, timeout=40)
     finally:
         stack.start_worker(killed)
+        stack.wait_ready(killed)
     assert row.state == "succeeded"
     kinds = pipeline.kinds(op)
     # The dead worker's create_sent had no recorded outcome: treated as ambiguous.
@@ -70,6 +71,7 @@ def test_worker_killed_after_storing_the_job_id_is_resumed_by_the_sweeper(
         row = pipeline.wait_state(op, timeout=40)
     finally:
         stack.start_worker(killed)
+        stack.wait_ready(killed)
     assert row.state == "succeeded"
     assert len(pipeline.creates(op)) == 1
     assert len(pipeline.remote_jobs(op)) == 1
