@@ -7,24 +7,31 @@ and record is visible afterwards and treated as an ambiguous create.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import select
+
 from models.backoff import backoff_delay
 from models.contract import JobLocator, ProviderContract, ReconciliationPath, TokenPlacement
-from models.decisions import CreateOutcomeKind, EscalationReason, Phase, PollView, first_poll
+from models.db import transaction
+from models.decisions import (
+    CreateOutcomeKind,
+    EscalationReason,
+    Phase,
+    PollView,
+    decide_after_create,
+    first_poll,
+)
 from models.history import EventDraft, EventKind
 from models.pointers import resolve_pointer
 from models.signals import classify_http
 from models.states import OperationState as S
-from models.tables import OperationRow
+from models.tables import EventRow, OperationRow
 from tasks import faults
 from tasks.provider_edge import RawResponse, resolve_url
 from tasks.recording import Next, excerpt, transition, wake_changes, write
 from tasks.runtime import Runtime, utcnow
-
-log = logging.getLogger("jobwarden.create")
 
 
 def create_request(contract: ProviderContract, row: OperationRow) -> tuple[dict[str, str], Any]:
@@ -117,11 +124,6 @@ def _escalate(
 
 def _unsent_attempt_was_lost(rt: Runtime, row: OperationRow) -> bool:
     """True when a committed create_sent has no recorded outcome (the sender died)."""
-    from sqlalchemy import select
-
-    from models.db import transaction
-    from models.tables import EventRow
-
     with transaction(rt.settings.database_url) as session:
         last_kind = session.scalar(
             select(EventRow.kind)
@@ -198,8 +200,6 @@ def record_create_outcome(
     *,
     reconciling: bool,
 ) -> Next:
-    from models.decisions import decide_after_create
-
     actor = f"worker:{rt.settings.worker_name}"
     now = utcnow()
     signal = classify_http(raw.observation, now=now)
@@ -271,6 +271,9 @@ def record_create_outcome(
             cause=detail,
         )
         changes, evs = _escalate(EscalationReason.contract_violation, detail, actor, row, now)
+        if row.remote_job_id is None and job_id is not None:
+            # A remote job may exist: keep its id for the human who reconciles it.
+            changes["remote_job_id"] = job_id
         row = write(rt, row, {**changes, "last_http_status": http_status}, [observed, *evs], now)
         return Next(row.state, None)
     if outcome.kind is CreateOutcomeKind.authorization_denied:

@@ -7,7 +7,6 @@ one fenced transaction.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,8 +33,6 @@ from models.tables import OperationRow
 from tasks import faults
 from tasks.recording import Next, excerpt, wake_changes, write
 from tasks.runtime import Runtime, utcnow
-
-log = logging.getLogger("jobwarden.observe")
 
 
 def poll_view(row: OperationRow) -> PollView:

@@ -87,7 +87,18 @@ def run_step(operation_id: str, states: set[str], step: Step) -> str | None:
             if row is None or row.state not in states:
                 return row.state if row else None
             faults.fault_point(rt.redis, rt.settings.key_prefix, "after_lease", row.idempotency_key)
+            from_state = row.state
             nxt = step(rt, row)
+            # One line per step, operation and trace id bound: grep either to follow a job.
+            log.info(
+                "step_done operation_id=%s trace_id=%s step=%s from=%s to=%s next=%s",
+                operation_id,
+                row.trace_id,
+                step.__name__,
+                from_state,
+                nxt.state,
+                nxt.at.isoformat() if nxt.at else "-",
+            )
     except LostRaceError as exc:
         log.info("lost_race operation_id=%s detail=%s", operation_id, exc)
         return None
