@@ -166,7 +166,8 @@ class PollPolicy:
     max_seconds: float
     jitter_floor: float  # lower bound of the random factor in [jitter_floor, 1]
     hint_floor_seconds: float  # provider hints and Retry-After shorter than this are raised to it
-    hint_cap_seconds: float  # and longer than this are lowered to it
+    # Validated but never used to shorten a provider's delay: invariant 3 wins over clamping.
+    hint_cap_seconds: float
     rate_limit_base_seconds: float  # 429 without Retry-After: backoff starts here ("back off hard")
     max_rate_limited: int  # consecutive 429s before escalating rate_limited
 
