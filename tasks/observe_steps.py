@@ -31,7 +31,7 @@ from models.signals import SignalKind, classify_http, read_status
 from models.states import OperationState as S
 from models.tables import OperationRow
 from tasks import faults
-from tasks.recording import Next, excerpt, wake_changes, write
+from tasks.recording import Next, excerpt, transition, wake_changes, write
 from tasks.runtime import Runtime, utcnow
 
 
@@ -96,6 +96,18 @@ def poll_step(rt: Runtime, row: OperationRow) -> Next:
         # A duplicate or early message: the legitimate one (or the sweeper) comes later.
         return Next(row.state, None)
     if isinstance(guard, Escalate):
+        if row.state == S.accepted.value:
+            # Stops are taken from observing; an operation whose bounds ran out before its
+            # first poll (a short deadline, a backlog) passes through it on the way.
+            row = transition(
+                rt,
+                row,
+                S.observing.value,
+                kind=EventKind.decision,
+                actor=actor,
+                now=now,
+                cause="bounds spent before the first status request",
+            )
         return _stop(rt, row, guard, now, actor)
     if row.status_url is None:
         return _stop(

@@ -102,6 +102,17 @@ def run_step(operation_id: str, states: set[str], step: Step) -> str | None:
     except LostRaceError as exc:
         log.info("lost_race operation_id=%s detail=%s", operation_id, exc)
         return None
+    except Exception as exc:
+        # A bug, not a provider signal: the sweeper retries the step, and the committed
+        # counters bound any requests it repeats. Loud, so nobody mistakes it for progress.
+        log.error(
+            "step_failed operation_id=%s step=%s error=%s: %s",
+            operation_id,
+            step.__name__,
+            type(exc).__name__,
+            exc,
+        )
+        raise
     faults.fault_point(rt.redis, rt.settings.key_prefix, "before_schedule", row.idempotency_key)
     schedule(rt, op_id, nxt)
     return nxt.state

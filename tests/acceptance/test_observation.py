@@ -334,3 +334,14 @@ def test_status_body_without_a_state_is_an_unknown_state_and_stops_polling(
     statuses = pipeline.job_requests(op, "status")
     assert [r["status"] for r in statuses] == [200]
     _assert_stopped_without_more_requests(pipeline, op, row)
+
+
+def test_a_deadline_spent_before_the_first_poll_times_out_without_any_status_request(
+    stack: Stack, pipeline: Pipeline
+) -> None:
+    # The contract's first poll waits 0.1 s; the deadline is gone by then.
+    op = pipeline.submit({"never_finish": True}, result_deadline_seconds=0.05)
+    row = pipeline.wait_state(op)
+    assert (row.state, row.escalation_reason) == ("result_timed_out", "deadline_exceeded")
+    assert pipeline.job_requests(op, "status") == []
+    assert row.status_requests_used == 0
