@@ -15,7 +15,8 @@ from celery import Task
 from config.celery_app import app
 from models import store
 from models.db import transaction
-from models.errors import LostRaceError, RefusedInputError
+from models.decisions import EscalationReason
+from models.errors import GiveUpError, LostRaceError, RefusedInputError
 from models.states import OperationState as S
 from models.tables import OperationRow
 from tasks import faults
@@ -24,7 +25,7 @@ from tasks.collect_steps import collect_step
 from tasks.create_steps import create_step, reconcile_step
 from tasks.leases import operation_lease
 from tasks.observe_steps import poll_step
-from tasks.recording import Next, read
+from tasks.recording import Next, read, stop_automation
 from tasks.runtime import Runtime, current, utcnow
 
 log = logging.getLogger("jobwarden.tasks")
@@ -102,6 +103,10 @@ def run_step(operation_id: str, states: set[str], step: Step) -> str | None:
     except LostRaceError as exc:
         log.info("lost_race operation_id=%s detail=%s", operation_id, exc)
         return None
+    except GiveUpError as exc:
+        # e.g. the contract's credential is missing: retrying cannot help, a human must act.
+        log.warning("give_up operation_id=%s error=%s", operation_id, exc)
+        return stop_automation(rt, op_id, EscalationReason.authorization_denied, str(exc))
     except Exception as exc:
         # A bug, not a provider signal: the sweeper retries the step, and the committed
         # counters bound any requests it repeats. Loud, so nobody mistakes it for progress.

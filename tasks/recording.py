@@ -11,10 +11,14 @@ from typing import Any
 
 from models import store
 from models.db import snapshot, transaction
+from models.decisions import EscalationReason
+from models.errors import LeaseNotAcquiredError
 from models.history import EventDraft, EventKind
+from models.states import OperationState as S
 from models.tables import OperationRow
+from tasks.leases import operation_lease
 from tasks.provider_edge import RawResponse
-from tasks.runtime import Runtime
+from tasks.runtime import Runtime, utcnow
 
 SECRET_WORDS = ("token", "secret", "password", "authorization", "api_key", "apikey", "credential")
 EXCERPT_LIMIT = 2000
@@ -115,3 +119,50 @@ def transition(
         kind=kind, actor=actor, at=now, from_state=row.state, to_state=to_state, cause=cause
     )
     return write(rt, row, update, [event], now)
+
+
+# The way from each active state to one where automation has stopped, hop by hop, so that
+# every hop is an allowed transition with its own event.
+_STOP_PATH: dict[str, list[str]] = {
+    S.create_pending.value: [S.escalated.value],
+    S.create_unknown.value: [S.reconciling.value, S.escalated.value],
+    S.reconciling.value: [S.escalated.value],
+    S.accepted.value: [S.observing.value, S.escalated.value],
+    S.observing.value: [S.escalated.value],
+    S.result_collecting.value: [S.escalated.value],
+    S.cancel_requested.value: [S.cancelling.value, S.cancellation_unconfirmed.value],
+    S.cancelling.value: [S.cancellation_unconfirmed.value],
+}
+
+
+def stop_automation(
+    rt: Runtime, operation_id: uuid.UUID, reason: EscalationReason, detail: str
+) -> str | None:
+    """Escalate from whatever active state the row is in; returns the state reached."""
+    now = utcnow()
+    actor = f"worker:{rt.settings.worker_name}"
+    try:
+        with operation_lease(
+            rt.redis, rt.settings.key_prefix, operation_id, rt.settings.lease_ttl_seconds
+        ):
+            row = read(rt, operation_id)
+            if row is None:
+                return None
+            for hop in _STOP_PATH.get(row.state, []):
+                final = hop in (S.escalated.value, S.cancellation_unconfirmed.value)
+                row = transition(
+                    rt,
+                    row,
+                    hop,
+                    kind=EventKind.escalated if final else EventKind.decision,
+                    actor=actor,
+                    now=now,
+                    cause=reason.value if final else "stopping: " + detail,
+                    wake_at=None,
+                    changes={"escalation_reason": reason.value, "escalation_detail": detail}
+                    if final
+                    else None,
+                )
+            return row.state
+    except LeaseNotAcquiredError:
+        return None  # its owner meets the same condition and stops it

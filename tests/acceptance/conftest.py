@@ -68,6 +68,11 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (out / "sandbox_noreconcile.toml").write_text(
         _variant(base, "sandbox_noreconcile").replace('path = "same_token_retry"', 'path = "none"')
     )
+    (out / "sandbox_nocred.toml").write_text(
+        _variant(base, "sandbox_nocred").replace(
+            'secret_env = "JOBWARDEN_SANDBOX_TOKEN"', 'secret_env = "JOBWARDEN_NOT_SET_TOKEN"'
+        )
+    )
     (out / "sandbox_approval.toml").write_text(
         _variant(base, "sandbox_approval", requires_approval="true")
     )

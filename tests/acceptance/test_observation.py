@@ -345,3 +345,13 @@ def test_a_deadline_spent_before_the_first_poll_times_out_without_any_status_req
     assert (row.state, row.escalation_reason) == ("result_timed_out", "deadline_exceeded")
     assert pipeline.job_requests(op, "status") == []
     assert row.status_requests_used == 0
+
+
+def test_a_missing_credential_escalates_authorization_denied_without_sending_anything(
+    stack: Stack, pipeline: Pipeline
+) -> None:
+    op = pipeline.submit({"polls_to_finish": 1}, provider="sandbox_nocred")
+    row = pipeline.wait_state(op)
+    assert (row.state, row.escalation_reason) == ("escalated", "authorization_denied")
+    assert "JOBWARDEN_NOT_SET_TOKEN" in row.escalation_detail
+    assert pipeline.creates(op) == []
