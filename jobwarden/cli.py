@@ -90,6 +90,13 @@ def show(operation_id: str) -> None:
     row, _, _ = _row_and_events(operation_id)
     for line in summary_lines(row):
         console.print(line, highlight=False)
+    from models.states import HUMAN_ONLY_SOURCES, OperationState
+    from tasks.intake import escalation_options
+
+    if OperationState(row.state) in HUMAN_ONLY_SOURCES:
+        # A stopped operation shows what a human may do next, as `jobwarden decide` takes it.
+        for option in escalation_options(operation_id):
+            console.print(f"option           {option.kind.value}: {option.label}", highlight=False)
 
 
 @app.command()

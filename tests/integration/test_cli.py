@@ -61,3 +61,27 @@ def test_an_invalid_setting_is_one_clear_error_naming_the_variable() -> None:
     assert done.returncode != 0
     assert "JOBWARDEN_LEASE_TTL_SECONDS" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_show_lists_the_options_a_human_may_pick_for_a_stopped_operation(
+    database_url: str,
+) -> None:
+    from models.states import OperationState as S
+
+    op = _insert(
+        database_url,
+        _new_row(
+            state=S.escalated,
+            escalation_reason="request_budget_exhausted",
+            remote_job_id="job_1",
+            status_url="http://127.0.0.1:9/v1/jobs/job_1",
+        ),
+    )
+    shown = _cli("show", str(op))
+    assert shown.returncode == 0, shown.stderr
+    options = [
+        ln.split()[1].rstrip(":") for ln in shown.stdout.splitlines() if ln.startswith("option")
+    ]
+    assert options == ["extend", "cancel_at_provider", "abandon"]
+    refused = _cli("decide", str(op), "resume", "--approver", "ops")
+    assert refused.returncode == 2 and "not offered" in refused.stderr
