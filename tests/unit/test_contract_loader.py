@@ -161,8 +161,8 @@ def test_openai_contract_downloads_the_output_file_as_jsonl() -> None:
     assert c.cancel is not None and c.cancel.path == "/v1/batches/{job_id}/cancel"
     assert c.auth is not None and c.auth.secret_env == "JOBWARDEN_OPENAI_API_KEY"
     assert c.requires_approval is True
-    # OpenAI's expires_at is a unix timestamp; StatusSpec.expiry_pointer is RFC 3339.
-    assert c.status.expiry_pointer is None
+    # OpenAI's expires_at is Unix seconds; the status reader takes those as well as RFC 3339.
+    assert c.status.expiry_pointer == "/expires_at"
 
 
 def test_a_contract_using_every_optional_table_keeps_every_value() -> None:

@@ -1,0 +1,409 @@
+"""Build each table of a contract file into its ``models.contract`` value.
+
+One builder per TOML table (``[create]``, ``[status]``, ...) and one for the
+top-level keys. Each raises ContractError at its table's first problem. A
+check that spans tables takes the neighbour already built (``None`` when that
+table was missing or broken) and names the field where the fault lies, which
+may be in the other table (``status.result_ref_pointer``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import urlsplit
+
+from models.contract import (
+    AuthSpec,
+    CancelSpec,
+    CreateSpec,
+    JobLocator,
+    Limits,
+    PollPolicy,
+    ReconciliationPath,
+    ReconciliationSpec,
+    ResultSpec,
+    StateTable,
+    StatusSpec,
+    TokenPlacement,
+    WebhookSpec,
+)
+from models.contract_fields import (
+    HEADER_NAME,
+    MAX_REQUEST_TIMEOUT_SECONDS,
+    MAX_RESULT_BYTES,
+    TomlTable,
+    toml_type,
+)
+from models.errors import ContractError
+from models.plugins import is_plugin_spec
+
+__all__ = [
+    "TopLevel",
+    "check_extra_headers",
+    "parse_auth",
+    "parse_cancel",
+    "parse_create",
+    "parse_limits",
+    "parse_poll",
+    "parse_reconciliation",
+    "parse_result",
+    "parse_states",
+    "parse_status",
+    "parse_top",
+    "parse_webhook",
+]
+
+_SECRET_HEADER_WORDS: Final = ("authorization", "cookie", "token", "secret", "password", "api-key")
+_NAME: Final = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+_CREATE_METHODS: Final = ("POST", "PUT", "PATCH")
+_STATUS_METHODS: Final = ("GET", "POST")
+_CANCEL_METHODS: Final = ("POST", "DELETE", "PUT", "PATCH")
+_RESULT_FETCHES: Final = ("url", "inline", "path")
+_BODY_TEMPLATES: Final = ("command", "wrapped")
+_AUTH_SCHEMES: Final = ("bearer", "header")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopLevel:
+    name: str
+    base_url: str
+    base_url_env: str | None
+    requires_approval: bool
+    plugin: str | None
+    extra_headers: dict[str, str]
+
+
+def parse_top(t: TomlTable, stem: str) -> TopLevel:
+    name = t.required("name", t.text("name"))
+    if not _NAME.match(name):
+        raise t.fail("name", f"must be lower case letters, digits and '_', got {name!r}")
+    if name != stem:
+        raise t.fail("name", f"must equal the file name {stem!r} (without .toml), got {name!r}")
+    base_url = t.required("base_url", t.url("base_url"))
+    plugin = t.text("plugin")
+    if plugin is not None and not is_plugin_spec(plugin):
+        raise t.fail("plugin", f"must have the form 'package.module:attribute', got {plugin!r}")
+    headers: dict[str, str] = {}
+    raw_headers = t.get("extra_headers")
+    if raw_headers is not None:
+        if not isinstance(raw_headers, dict):
+            raise t.fail("extra_headers", f"must be a table, got {toml_type(raw_headers)}")
+        for header, value in raw_headers.items():
+            field = f"extra_headers.{header}"
+            if not HEADER_NAME.match(header):
+                raise ContractError(t.file, field, "is not a valid HTTP header name")
+            if any(word in header.lower() for word in _SECRET_HEADER_WORDS):
+                raise ContractError(
+                    t.file,
+                    field,
+                    "looks like a credential; secrets never go in contract files, "
+                    "use [auth] with secret_env or secret_file",
+                )
+            if not isinstance(value, str):
+                raise ContractError(t.file, field, f"must be a string, got {toml_type(value)}")
+            headers[header] = value
+    return TopLevel(
+        name=name,
+        base_url=base_url,
+        base_url_env=t.env_name("base_url_env"),
+        requires_approval=t.boolean("requires_approval", default=False),
+        plugin=plugin,
+        extra_headers=headers,
+    )
+
+
+def check_extra_headers(
+    file: str, top: TopLevel, create: CreateSpec | None, auth: AuthSpec | None
+) -> None:
+    """Static headers must not replace the idempotency token or the credential."""
+    reserved = {}
+    if create is not None and create.token_placement is TokenPlacement.header:
+        reserved[create.token_name.lower()] = "create.token_name"
+    if auth is not None:
+        reserved[auth.header.lower()] = "auth.header"
+    for header in top.extra_headers:
+        owner = reserved.get(header.lower())
+        if owner is not None:
+            raise ContractError(
+                file, f"extra_headers.{header}", f"must not override the header named by {owner}"
+            )
+
+
+def parse_auth(t: TomlTable) -> AuthSpec:
+    scheme = t.required("scheme", t.choice("scheme", _AUTH_SCHEMES))
+    header = t.header_name("header") or "Authorization"
+    secret_env, secret_file = _secret_reference(t)
+    return AuthSpec(scheme=scheme, header=header, secret_env=secret_env, secret_file=secret_file)
+
+
+def parse_create(t: TomlTable) -> CreateSpec:
+    method = t.required("method", t.choice("method", _CREATE_METHODS))
+    path = t.required("path", t.template("path", allowed=()))
+    placement = t.required("token_placement", t.enum("token_placement", TokenPlacement))
+    token_name = t.required("token_name", t.text("token_name"))
+    if placement is TokenPlacement.header and not HEADER_NAME.match(token_name):
+        raise t.fail("token_name", "is not a valid HTTP header name")
+    if placement is TokenPlacement.body and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token_name):
+        raise t.fail("token_name", "must be a JSON field name (letters, digits and '_')")
+    locator = t.required("job_locator", t.enum("job_locator", JobLocator))
+    job_id_pointer = t.pointer("job_id_pointer")
+    if locator is JobLocator.body and not job_id_pointer:
+        raise t.fail("job_id_pointer", "required when create.job_locator = 'body'")
+    conflict = t.status_code("conflict_status", low=400, high=499)
+    body_template = t.choice("body_template", _BODY_TEMPLATES) or "command"
+    return CreateSpec(
+        method=method,
+        path=path,
+        token_placement=placement,
+        token_name=token_name,
+        job_locator=locator,
+        job_id_pointer=job_id_pointer,
+        accepted_statuses=t.status_codes("accepted_statuses", default=(200, 201, 202)),
+        conflict_status=conflict,
+        body_template=body_template,
+    )
+
+
+def parse_status(t: TomlTable, create: CreateSpec | None) -> StatusSpec:
+    method = t.required("method", t.choice("method", _STATUS_METHODS))
+    path = t.template("path", allowed=("job_id",), needed=("job_id",))
+    if create is not None:
+        locator = create.job_locator
+        if locator is JobLocator.body and path is None:
+            raise t.fail("path", "required when create.job_locator = 'body'")
+        if locator is not JobLocator.body and path is not None:
+            raise t.fail(
+                "path",
+                f"must be absent when create.job_locator = '{locator}': "
+                "the status URL comes from the response header",
+            )
+    error_pointer = t.pointer("error_pointer")
+    if error_pointer == "":
+        raise t.fail("error_pointer", "must not be empty: every status body would mean failed")
+    return StatusSpec(
+        method=method,
+        path=path,
+        state_pointer=t.required("state_pointer", t.pointer("state_pointer")),
+        state_default=t.text("state_default"),
+        progress_pointer=t.pointer("progress_pointer"),
+        poll_hint_pointer=t.pointer("poll_hint_pointer"),
+        expiry_pointer=t.pointer("expiry_pointer"),
+        result_ref_pointer=t.pointer("result_ref_pointer"),
+        error_pointer=error_pointer,
+        not_found_grace_seconds=t.seconds("not_found_grace_seconds", default=0.0, zero_ok=True),
+    )
+
+
+def parse_states(t: TomlTable, status: StatusSpec | None) -> StateTable:
+    # Order matters only for the message: a duplicate is reported on its later class.
+    classes = ("pending", "cancelling", "succeeded", "failed", "cancelled", "expired")
+    required_non_empty = {"pending", "succeeded", "failed"}
+    # AIP-151 has no failed state value: `done` is true and `error` is set.
+    if status is not None and status.error_pointer:
+        required_non_empty.discard("failed")
+    values: dict[str, frozenset[str]] = {}
+    seen: dict[str, str] = {}
+    for cls in classes:
+        raw = t.str_list(cls)
+        if raw is None and cls in ("pending", "succeeded", "failed"):
+            raise t.fail(cls, "required")
+        raw = raw or ()
+        if not raw and cls in required_non_empty:
+            hint = " (or set status.error_pointer)" if cls == "failed" else ""
+            raise t.fail(cls, f"must list at least one state value{hint}")
+        for value in raw:
+            if value in seen:
+                raise t.fail(
+                    cls,
+                    f"{value!r} is already listed in states.{seen[value]}; "
+                    "a state value belongs to exactly one class",
+                )
+            seen[value] = cls
+        values[cls] = frozenset(raw)
+    # AIP-151 omits `done` until the operation finishes; the default must be a known state.
+    default = status.state_default if status is not None else None
+    if default is not None and not any(default in v for v in values.values()):
+        raise ContractError(
+            t.file, "status.state_default", f"{default!r} is not listed in any class of [states]"
+        )
+    return StateTable(
+        pending=values["pending"],
+        cancelling=values["cancelling"],
+        succeeded=values["succeeded"],
+        failed=values["failed"],
+        cancelled=values["cancelled"],
+        expired=values["expired"],
+    )
+
+
+def parse_cancel(t: TomlTable) -> CancelSpec:
+    return CancelSpec(
+        method=t.required("method", t.choice("method", _CANCEL_METHODS)),
+        path=t.required("path", t.template("path", allowed=("job_id",), needed=("job_id",))),
+        accepted_statuses=t.status_codes("accepted_statuses", default=(200, 202, 204)),
+    )
+
+
+def parse_reconciliation(t: TomlTable) -> ReconciliationSpec:
+    kind = t.required("path", t.enum("path", ReconciliationPath))
+    lookup_path = t.template("lookup_path", allowed=("token",), needed=("token",))
+    lookup_pointer = t.pointer("lookup_job_id_pointer")
+    if kind is ReconciliationPath.lookup_by_reference:
+        if lookup_path is None:
+            raise t.fail("lookup_path", "required when reconciliation.path = 'lookup_by_reference'")
+        if not lookup_pointer:
+            raise t.fail(
+                "lookup_job_id_pointer", "required when reconciliation.path = 'lookup_by_reference'"
+            )
+    else:
+        for key, value in (("lookup_path", lookup_path), ("lookup_job_id_pointer", lookup_pointer)):
+            if value is not None:
+                raise t.fail(key, "only allowed when reconciliation.path = 'lookup_by_reference'")
+    return ReconciliationSpec(
+        path=kind, lookup_path=lookup_path, lookup_job_id_pointer=lookup_pointer
+    )
+
+
+def parse_result(t: TomlTable, status: StatusSpec | None) -> ResultSpec:
+    fetch = t.required("fetch", t.choice("fetch", _RESULT_FETCHES))
+    path = t.template("path", allowed=("job_id", "result_ref"))
+    if fetch == "path" and path is None:
+        raise t.fail("path", "required when result.fetch = 'path'")
+    if fetch != "path" and path is not None:
+        raise t.fail("path", "only allowed when result.fetch = 'path'")
+    needs_ref = fetch in ("url", "inline") or (path is not None and "{result_ref}" in path)
+    if needs_ref and status is not None and not status.result_ref_pointer:
+        raise ContractError(
+            t.file,
+            "status.result_ref_pointer",
+            f"required when result.fetch = '{fetch}'"
+            + (" and result.path uses {result_ref}" if fetch == "path" else ""),
+        )
+    origins = t.str_list("allowed_origins") or ()
+    for index, origin in enumerate(origins):
+        parts = urlsplit(origin)
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.path
+            or parts.query
+            or parts.fragment
+            or parts.username
+        ):
+            raise t.fail(
+                f"allowed_origins[{index}]",
+                f"must be an origin such as 'https://files.example.com', got {origin!r}",
+            )
+    # TOML has no null: an empty content_type means "do not check the content type".
+    content_type = t.get("content_type")
+    if content_type is None:
+        content_type = "application/json"
+    if not isinstance(content_type, str):
+        raise t.fail("content_type", f"must be a string, got {toml_type(content_type)}")
+    checksum_header = t.header_name("checksum_header")
+    return ResultSpec(
+        fetch=fetch,
+        path=path,
+        allowed_origins=tuple(origins),
+        content_type=content_type or None,
+        checksum_pointer=t.pointer("checksum_pointer"),
+        checksum_header=checksum_header,
+        record_count_pointer=t.pointer("record_count_pointer"),
+        items_pointer=t.pointer("items_pointer"),
+        failed_items_pointer=t.pointer("failed_items_pointer"),
+        max_bytes=t.count("max_bytes", default=50 * 1024 * 1024, maximum=MAX_RESULT_BYTES),
+        max_failed_fraction=t.fraction("max_failed_fraction", default=1.0),
+        jsonl=t.boolean("jsonl", default=False),
+    )
+
+
+def parse_webhook(t: TomlTable) -> WebhookSpec:
+    signature_header = t.required("signature_header", t.header_name("signature_header"))
+    timestamp_header = t.required("timestamp_header", t.header_name("timestamp_header"))
+    event_id_pointer = t.required("event_id_pointer", t.pointer("event_id_pointer"))
+    job_id_pointer = t.required("job_id_pointer", t.pointer("job_id_pointer"))
+    secret_env, secret_file = _secret_reference(t)
+    return WebhookSpec(
+        signature_header=signature_header,
+        timestamp_header=timestamp_header,
+        event_id_pointer=event_id_pointer,
+        job_id_pointer=job_id_pointer,
+        secret_env=secret_env,
+        secret_file=secret_file,
+        tolerance_seconds=t.seconds("tolerance_seconds", default=300.0, maximum=24 * 3600),
+    )
+
+
+def parse_poll(t: TomlTable) -> PollPolicy:
+    def need(key: str, *, zero_ok: bool = False) -> float:
+        return t.required(key, t.seconds(key, zero_ok=zero_ok))
+
+    initial = need("initial_delay_seconds", zero_ok=True)
+    base = need("base_seconds")
+    maximum = need("max_seconds")
+    if base > maximum:
+        raise t.fail(
+            "base_seconds", f"must not exceed poll.max_seconds ({maximum:g}), got {base:g}"
+        )
+    jitter_floor = t.required("jitter_floor", t.fraction("jitter_floor"))
+    hint_floor = need("hint_floor_seconds", zero_ok=True)
+    hint_cap = need("hint_cap_seconds")
+    if hint_floor > hint_cap:
+        raise t.fail(
+            "hint_floor_seconds",
+            f"must not exceed poll.hint_cap_seconds ({hint_cap:g}), got {hint_floor:g}",
+        )
+    return PollPolicy(
+        initial_delay_seconds=initial,
+        base_seconds=base,
+        max_seconds=maximum,
+        jitter_floor=jitter_floor,
+        hint_floor_seconds=hint_floor,
+        hint_cap_seconds=hint_cap,
+        rate_limit_base_seconds=need("rate_limit_base_seconds"),
+        max_rate_limited=t.required("max_rate_limited", t.count("max_rate_limited")),
+    )
+
+
+def parse_limits(t: TomlTable) -> Limits:
+    def need_seconds(key: str) -> float:
+        return t.required(key, t.seconds(key))
+
+    def need_count(key: str) -> int:
+        return t.required(key, t.count(key))
+
+    create_deadline = need_seconds("create_deadline_seconds")
+    timeout = t.required(
+        "request_timeout_seconds",
+        t.seconds("request_timeout_seconds", maximum=MAX_REQUEST_TIMEOUT_SECONDS),
+    )
+    # One request must fit in the create deadline, or the first create can never finish in time.
+    if timeout > create_deadline:
+        raise t.fail(
+            "request_timeout_seconds",
+            f"must not exceed limits.create_deadline_seconds ({create_deadline:g}), "
+            f"got {timeout:g}",
+        )
+    return Limits(
+        create_deadline_seconds=create_deadline,
+        result_deadline_seconds=need_seconds("result_deadline_seconds"),
+        cancel_deadline_seconds=need_seconds("cancel_deadline_seconds"),
+        max_status_requests=need_count("max_status_requests"),
+        max_transport_failures=need_count("max_transport_failures"),
+        request_timeout_seconds=timeout,
+        max_create_attempts=t.count("max_create_attempts", default=5, maximum=100),
+    )
+
+
+def _secret_reference(t: TomlTable) -> tuple[str | None, str | None]:
+    """Exactly one of secret_env / secret_file, each a reference, never the secret."""
+    secret_env = t.env_name("secret_env")
+    secret_file = t.text("secret_file")
+    if secret_file is not None and not secret_file.startswith("/"):
+        raise t.fail("secret_file", "must be an absolute path")
+    if (secret_env is None) == (secret_file is None):
+        raise t.fail("secret_env", "exactly one of secret_env and secret_file is required")
+    return secret_env, secret_file
