@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import select
 
 from models.backoff import backoff_delay
-from models.contract import JobLocator, ProviderContract, ReconciliationPath, TokenPlacement
+from models.contract import JobLocator, ProviderContract, TokenPlacement
 from models.db import transaction
 from models.decisions import (
     CreateOutcomeKind,
@@ -80,7 +80,7 @@ def _job_locator(contract: ProviderContract, raw: RawResponse) -> tuple[str | No
     return job_id, status_url
 
 
-def _poll_view(row: OperationRow, accepted_at: datetime) -> PollView:
+def first_poll_view(row: OperationRow, accepted_at: datetime) -> PollView:
     return PollView(
         phase=Phase.observing,
         deadline=row.result_deadline,
@@ -95,7 +95,7 @@ def _poll_view(row: OperationRow, accepted_at: datetime) -> PollView:
     )
 
 
-def _escalate(
+def escalation(
     reason: EscalationReason,
     detail: str,
     actor: str,
@@ -103,6 +103,7 @@ def _escalate(
     now: datetime,
     to: S = S.escalated,
 ) -> tuple[dict[str, Any], list[EventDraft]]:
+    """Row changes and the event that stop automation with a reason (not yet written)."""
     changes = {
         "state": to.value,
         "escalation_reason": reason.value,
@@ -224,7 +225,7 @@ def record_create_outcome(
             provider_request_id=raw.provider_request_id,
             excerpt=ex,
         )
-        wait = first_poll(_poll_view(row, now), contract.poll, now=now)
+        wait = first_poll(first_poll_view(row, now), contract.poll, now=now)
         decision = EventDraft(
             kind=EventKind.decision,
             actor=actor,
@@ -270,7 +271,7 @@ def record_create_outcome(
             excerpt=ex,
             cause=detail,
         )
-        changes, evs = _escalate(EscalationReason.contract_violation, detail, actor, row, now)
+        changes, evs = escalation(EscalationReason.contract_violation, detail, actor, row, now)
         if row.remote_job_id is None and job_id is not None:
             # A remote job may exist: keep its id for the human who reconciles it.
             changes["remote_job_id"] = job_id
@@ -280,7 +281,7 @@ def record_create_outcome(
         observed = EventDraft(
             kind=EventKind.observed, actor=actor, at=now, http_status=http_status, excerpt=ex
         )
-        changes, evs = _escalate(
+        changes, evs = escalation(
             EscalationReason.authorization_denied, f"HTTP {http_status} on create", actor, row, now
         )
         row = write(rt, row, {**changes, "last_http_status": http_status}, [observed, *evs], now)
@@ -341,7 +342,7 @@ def record_create_outcome(
                 now,
             )
             return Next(row.state, now)
-        changes, evs = _escalate(
+        changes, evs = escalation(
             reason, f"{attempts} create attempts: {outcome.detail}", actor, row, now
         )
         row = write(rt, row, {**changes, "last_http_status": http_status}, [observed, *evs], now)
@@ -393,115 +394,3 @@ def record_create_outcome(
         update["transport_failures_used"] = row.transport_failures_used + 1
     row = write(rt, row, update, [ev], now)
     return Next(row.state, at)
-
-
-def reconcile_step(rt: Runtime, row: OperationRow) -> Next:
-    contract = rt.contract(row.provider)
-    actor = f"worker:{rt.settings.worker_name}"
-    now = utcnow()
-    if row.state == S.create_unknown.value:
-        row = transition(
-            rt,
-            row,
-            S.reconciling.value,
-            kind=EventKind.decision,
-            actor=actor,
-            now=now,
-            cause=f"reconcile via {contract.reconciliation.path.value}",
-        )
-    path = contract.reconciliation.path
-    if path is ReconciliationPath.none:
-        changes, evs = _escalate(
-            EscalationReason.unknown_state,
-            "create outcome unknown and the contract has no reconciliation "
-            "path: at-most-once cannot be proven",
-            actor,
-            row,
-            now,
-        )
-        row = write(rt, row, changes, evs, now)
-        return Next(row.state, None)
-    if now >= row.create_deadline:
-        changes, evs = _escalate(
-            EscalationReason.deadline_exceeded,
-            "create deadline passed while reconciling",
-            actor,
-            row,
-            now,
-        )
-        row = write(rt, row, changes, evs, now)
-        return Next(row.state, None)
-    row = write(
-        rt,
-        row,
-        {"create_attempts": row.create_attempts + 1},
-        [
-            EventDraft(
-                kind=EventKind.reconcile_sent,
-                actor=actor,
-                at=now,
-                cause=path.value,
-                excerpt={"attempt": row.create_attempts + 1},
-            )
-        ],
-        now,
-    )
-    if path is ReconciliationPath.lookup_by_reference and contract.reconciliation.lookup_path:
-        lookup = contract.reconciliation.lookup_path.replace("{token}", row.provider_token)
-        raw = rt.http.send(contract, "GET", resolve_url(contract, lookup), trace_id=row.trace_id)
-        pointer = contract.reconciliation.lookup_job_id_pointer or "/data/0/id"
-        found = (
-            resolve_pointer(raw.observation.body, pointer)
-            if raw.observation.status_code == 200
-            else None
-        )
-        if not isinstance(found, str):
-            # Nothing under our token: resending the create with the same token is safe.
-            raw = send_create(rt, contract, row)
-        else:
-            return _accept_from_lookup(rt, contract, row, raw, found)
-    else:
-        raw = send_create(rt, contract, row)
-    return record_create_outcome(rt, contract, row, raw, reconciling=True)
-
-
-def _accept_from_lookup(
-    rt: Runtime, contract: ProviderContract, row: OperationRow, raw: RawResponse, job_id: str
-) -> Next:
-    actor = f"worker:{rt.settings.worker_name}"
-    now = utcnow()
-    if contract.status.path is None:
-        changes, evs = _escalate(
-            EscalationReason.contract_violation,
-            "lookup found a job but the contract has no status path",
-            actor,
-            row,
-            now,
-        )
-        row = write(rt, row, changes, evs, now)
-        return Next(row.state, None)
-    wait = first_poll(_poll_view(row, now), contract.poll, now=now)
-    row = write(
-        rt,
-        row,
-        {
-            "state": S.accepted.value,
-            "remote_job_id": job_id,
-            "status_url": resolve_url(contract, contract.status.path.replace("{job_id}", job_id)),
-            "accepted_at": now,
-            **wake_changes(rt, wait.until, now),
-        },
-        [
-            EventDraft(
-                kind=EventKind.reconciled,
-                actor=actor,
-                at=now,
-                from_state=row.state,
-                to_state=S.accepted.value,
-                http_status=raw.observation.status_code,
-                excerpt=excerpt(raw, job_id=job_id),
-            )
-        ],
-        now,
-    )
-    return Next(row.state, wait.until)

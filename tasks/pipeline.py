@@ -22,9 +22,10 @@ from models.tables import OperationRow
 from tasks import faults
 from tasks.cancel_steps import cancel_step
 from tasks.collect_steps import collect_step
-from tasks.create_steps import create_step, reconcile_step
+from tasks.create_steps import create_step
 from tasks.leases import operation_lease
 from tasks.observe_steps import poll_step
+from tasks.reconcile_steps import reconcile_step
 from tasks.recording import Next, read, stop_automation
 from tasks.runtime import Runtime, current, utcnow
 
