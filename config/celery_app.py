@@ -40,7 +40,6 @@ def make_celery(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         worker_send_task_events=True,
-        task_send_sent_event=True,
         beat_schedule={
             "jobwarden-sweep": {
                 "task": "jobwarden.sweep",

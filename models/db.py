@@ -27,6 +27,7 @@ def dispose_all() -> None:
         engine.dispose()
     _engines.clear()
     _readers.clear()
+    _makers.clear()
 
 
 _readers: dict[tuple[int, str], Engine] = {}
@@ -47,12 +48,19 @@ def snapshot(url: str) -> Iterator[Session]:
         yield session
 
 
+_makers: dict[tuple[int, str], sessionmaker[Session]] = {}
+
+
 @contextmanager
 def transaction(url: str) -> Iterator[Session]:
     """A session whose transaction commits on success and rolls back on any error.
 
     Helpers take the session and never commit; only this wrapper does.
     """
-    maker = sessionmaker(engine_for(url), expire_on_commit=False)
+    key = (os.getpid(), url)
+    maker = _makers.get(key)
+    if maker is None:
+        maker = sessionmaker(engine_for(url), expire_on_commit=False)
+        _makers[key] = maker
     with maker() as session, session.begin():
         yield session

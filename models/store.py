@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Table, insert, or_, select, update
 from sqlalchemy.orm import Session
@@ -24,6 +24,10 @@ from models.history import (
 )
 from models.states import OperationState, check_transition
 from models.tables import ACTIVE_STATES, EventRow, OperationRow
+
+# Core inserts: history rows need no ORM identity, and this runs on every poll.
+EVENTS = cast(Table, EventRow.__table__)
+OPERATIONS = cast(Table, OperationRow.__table__)
 
 
 def _event_rows(events: Sequence[ChainedEvent]) -> list[dict[str, Any]]:
@@ -57,7 +61,7 @@ def insert_operation(session: Session, row: OperationRow, drafts: Sequence[Event
     session.add(row)
     session.flush()
     if chained:
-        session.execute(insert(EventRow), _event_rows(chained))
+        session.execute(insert(EVENTS), _event_rows(chained))
 
 
 def load(session: Session, operation_id: uuid.UUID) -> OperationRow | None:
@@ -90,8 +94,7 @@ def fenced_update(
     if chained:
         values["event_count"] = chained[-1].seq
         values["last_event_hash"] = chained[-1].hash
-    table = OperationRow.__table__
-    assert isinstance(table, Table)
+    table = OPERATIONS
     # Core, not ORM: the fence needs only a row count, and this is the hot path of every poll.
     result = session.execute(
         update(table)
@@ -102,7 +105,7 @@ def fenced_update(
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise StaleVersionError(str(row.operation_id), row.version)
     if chained:
-        session.execute(insert(EventRow), _event_rows(chained))
+        session.execute(insert(EVENTS), _event_rows(chained))
     # The caller's row now mirrors what is stored, without the session seeing a change to flush.
     for key, value in values.items():
         set_committed_value(row, key, value)
