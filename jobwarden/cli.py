@@ -91,7 +91,7 @@ def show(operation_id: str) -> None:
     for line in summary_lines(row):
         console.print(line, highlight=False)
     from models.states import HUMAN_ONLY_SOURCES, OperationState
-    from tasks.intake import escalation_options
+    from tasks.interventions import escalation_options
 
     if OperationState(row.state) in HUMAN_ONLY_SOURCES:
         # A stopped operation shows what a human may do next, as `jobwarden decide` takes it.
@@ -153,7 +153,7 @@ def cancel(
     requested_by: Annotated[str, typer.Option(envvar="JOBWARDEN_REQUESTED_BY")] = "cli",
 ) -> None:
     """Record a cancel request; a worker sends the one cancel and waits for confirmation."""
-    from tasks.intake import request_cancel
+    from tasks.interventions import request_cancel
 
     console.print(request_cancel(operation_id, requested_by, reason))
 
@@ -161,7 +161,7 @@ def cancel(
 @app.command()
 def options(operation_id: str) -> None:
     """The bounded options a human may pick for a stopped operation."""
-    from tasks.intake import escalation_options
+    from tasks.interventions import escalation_options
 
     for option in escalation_options(operation_id):
         console.print(f"{option.kind.value:<16} {option.label}", highlight=False)
@@ -175,7 +175,7 @@ def decide(
     note: Annotated[str, typer.Option()] = "",
 ) -> None:
     """Pick one of the offered options (see `jobwarden options OP`)."""
-    from tasks.intake import decide_escalation
+    from tasks.interventions import decide_escalation
 
     console.print(decide_escalation(operation_id, option, approver, note))
 
@@ -188,7 +188,7 @@ def approve(
     valid_for: Annotated[float, typer.Option(help="Seconds the approval stays valid.")] = 3600,
 ) -> None:
     """Approve an operation awaiting approval; bound to its fingerprint."""
-    from tasks.intake import approve as approve_operation
+    from tasks.interventions import approve as approve_operation
 
     console.print(approve_operation(operation_id, fingerprint, approver, valid_for))
 

@@ -56,7 +56,8 @@ def run_demo(console: Console) -> int:
     from models.migrate import ensure_database, upgrade
     from models.states import AUTOMATION_STOPPED, TERMINAL
     from tasks import runtime
-    from tasks.intake import request_cancel, submit_operation
+    from tasks.intake import submit_operation
+    from tasks.interventions import request_cancel
 
     get_settings.cache_clear()
     runtime.reset()

@@ -97,6 +97,8 @@ class OperationRow(Base):
     create_deadline: Mapped[datetime] = mapped_column(TZ)
     result_deadline: Mapped[datetime] = mapped_column(TZ)
     cancel_deadline: Mapped[datetime | None] = mapped_column(TZ)
+    # How long a cancel may take to be confirmed, when the submission overrides the contract.
+    cancel_window_seconds: Mapped[float | None] = mapped_column(Float)
     next_poll_at: Mapped[datetime | None] = mapped_column(TZ)
     # When a wake-up message for next_poll_at was last handed to the broker; the sweeper
     # re-sends only when that message is overdue, so a lost message is recovered.

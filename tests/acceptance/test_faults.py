@@ -184,7 +184,7 @@ def test_a_two_hour_retry_after_parks_the_operation_with_no_countdown_held_by_a_
     ]
     assert held == []
     assert len(pipeline.job_requests(op, "status")) == 1
-    from tasks.intake import request_cancel
+    from tasks.interventions import request_cancel
 
     # Leave nothing running: cancel it (honoured by the sandbox).
     request_cancel(op, "pytest", "end of test")

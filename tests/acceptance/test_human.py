@@ -12,7 +12,7 @@ from tests.acceptance.conftest import Pipeline
 def test_an_exhausted_budget_extended_once_by_a_human_runs_to_success(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from tasks.intake import decide_escalation, escalation_options
+    from tasks.interventions import decide_escalation, escalation_options
 
     op = pipeline.submit({"polls_to_finish": 5}, max_status_requests=2)
     row = pipeline.wait_state(op)
@@ -37,7 +37,7 @@ def test_an_exhausted_budget_extended_once_by_a_human_runs_to_success(
 def test_an_operation_needing_approval_sends_nothing_until_its_fingerprint_is_approved(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from tasks.intake import approve
+    from tasks.interventions import approve
 
     op = pipeline.submit({"polls_to_finish": 1}, provider="sandbox_approval")
     row = pipeline.row(op)

@@ -1,0 +1,242 @@
+"""Interventions on a recorded operation: cancel requests, approvals, human decisions.
+
+Each records the intent as a fenced write with its event first; a worker then
+acts on it. None of them sends anything to the provider itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from datetime import timedelta
+
+from models import store
+from models.db import transaction
+from models.decisions import EscalationReason
+from models.errors import RefusedInputError, StaleVersionError
+from models.escalation import Bounds, EscalationView, Option, OptionKind, apply_option, options_for
+from models.history import EventDraft, EventKind
+from models.states import OperationState as S
+from models.tables import OperationRow
+from tasks.leases import lease_key
+from tasks.runtime import Runtime, current, utcnow
+
+CANCELLABLE = {S.accepted.value, S.observing.value, S.escalated.value, S.result_timed_out.value}
+
+
+def request_cancel(
+    operation_id: str, requested_by: str, reason: str, runtime: Runtime | None = None
+) -> str:
+    """Record the intent to cancel; the owner sends the one cancel request.
+
+    Returns the operation's state afterwards. Raises RefusedInputError when
+    the operation cannot be cancelled from its current state.
+    """
+    rt = runtime or current()
+    op_id = uuid.UUID(operation_id)
+    last_version = 0
+    for _ in range(5):
+        # Wait briefly for an in-flight poll to finish so its observation is not lost.
+        lock = rt.redis.lock(
+            lease_key(rt.settings.key_prefix, op_id),
+            timeout=rt.settings.lease_ttl_seconds,
+            blocking=True,
+            blocking_timeout=rt.settings.lease_ttl_seconds,
+            thread_local=False,
+        )
+        acquired = lock.acquire()
+        try:
+            now = utcnow()
+            with transaction(rt.settings.database_url) as session:
+                row = store.load(session, op_id)
+                if row is None:
+                    raise RefusedInputError(f"no operation {operation_id}")
+                if row.state in (S.cancel_requested.value, S.cancelling.value):
+                    return row.state
+                if row.state not in CANCELLABLE:
+                    raise RefusedInputError(
+                        f"operation {operation_id} is {row.state}; cancel is possible only "
+                        f"from {', '.join(sorted(CANCELLABLE))}"
+                    )
+                window = (
+                    row.cancel_window_seconds
+                    or rt.contract(row.provider).limits.cancel_deadline_seconds
+                )
+                last_version = row.version
+                try:
+                    store.fenced_update(
+                        session,
+                        row,
+                        changes={
+                            "state": S.cancel_requested.value,
+                            "cancel_requested_by": requested_by,
+                            "cancel_reason": reason,
+                            "cancel_deadline": now + timedelta(seconds=window),
+                            "next_poll_at": now,
+                            "dispatched_at": now,
+                        },
+                        drafts=[
+                            EventDraft(
+                                kind=EventKind.cancel_requested,
+                                actor=f"user:{requested_by}",
+                                at=now,
+                                from_state=row.state,
+                                to_state=S.cancel_requested.value,
+                                cause=reason,
+                            )
+                        ],
+                        now=now,
+                    )
+                except StaleVersionError:
+                    continue
+        finally:
+            if acquired:
+                with contextlib.suppress(Exception):
+                    lock.release()
+        from tasks.pipeline import enqueue
+
+        enqueue(rt, op_id, S.cancel_requested.value)
+        return S.cancel_requested.value
+    # Five lost races in a row: the operation is busy; the caller may simply ask again.
+    raise StaleVersionError(operation_id, last_version)
+
+
+def escalation_options(operation_id: str, runtime: Runtime | None = None) -> list[Option]:
+    """The bounded options a human may pick for a stopped operation."""
+    rt = runtime or current()
+    with transaction(rt.settings.database_url) as session:
+        row = store.load(session, uuid.UUID(operation_id))
+        if row is None:
+            raise RefusedInputError(f"no operation {operation_id}")
+        return options_for(_escalation_view(rt, row))
+
+
+def _escalation_view(rt: Runtime, row: OperationRow) -> EscalationView:
+    reason = row.escalation_reason
+    return EscalationView(
+        state=S(row.state),
+        reason=EscalationReason(reason) if reason else None,
+        has_remote_job=row.remote_job_id is not None and row.status_url is not None,
+        contract_has_cancel=rt.contract(row.provider).cancel is not None,
+        extensions_used=row.extensions_used,
+    )
+
+
+def decide_escalation(
+    operation_id: str, option: str, approver: str, note: str = "", runtime: Runtime | None = None
+) -> str:
+    """Apply a human's pick from the offered options; returns the new state.
+
+    Raises RefusedInputError when the option is not on offer. Counters are never
+    reset: bounds are raised and the new bounds are recorded in the event.
+    """
+    rt = runtime or current()
+    kind = OptionKind(option) if option in OptionKind.__members__ else None
+    if kind is None:
+        raise RefusedInputError(
+            f"unknown option {option!r}; options are {', '.join(OptionKind.__members__)}"
+        )
+    now = utcnow()
+    with transaction(rt.settings.database_url) as session:
+        row = store.load(session, uuid.UUID(operation_id))
+        if row is None:
+            raise RefusedInputError(f"no operation {operation_id}")
+        view = _escalation_view(rt, row)
+        limits = rt.contract(row.provider).limits
+        changes = apply_option(
+            view,
+            kind,
+            Bounds(
+                result_deadline=row.result_deadline,
+                max_status_requests=row.max_status_requests,
+                max_transport_failures=row.max_transport_failures,
+                cancel_deadline=row.cancel_deadline,
+            ),
+            now=now,
+            cancel_window=timedelta(
+                seconds=row.cancel_window_seconds or limits.cancel_deadline_seconds
+            ),
+        )
+        bounds = {
+            k: (v.isoformat() if hasattr(v, "isoformat") else v)
+            for k, v in changes.items()
+            if k not in ("state", "dispatched_at")
+        }
+        stored = store.fenced_update(
+            session,
+            row,
+            changes=changes,
+            drafts=[
+                EventDraft(
+                    kind=EventKind.human_decision,
+                    actor=f"human:{approver}",
+                    at=now,
+                    from_state=row.state,
+                    to_state=changes["state"],
+                    cause=kind.value,
+                    excerpt={
+                        "option": kind.value,
+                        "note": note,
+                        "escalation_reason": row.escalation_reason,
+                        "new_bounds": bounds,
+                    },
+                )
+            ],
+            now=now,
+        )
+    from tasks.pipeline import enqueue
+
+    enqueue(rt, stored.operation_id, stored.state)
+    return stored.state
+
+
+def approve(
+    operation_id: str,
+    fingerprint: str,
+    approver: str,
+    valid_for_seconds: float = 3600,
+    runtime: Runtime | None = None,
+) -> str:
+    """Approve an operation waiting for approval; bound to its fingerprint, and expiring.
+
+    Raises RefusedInputError when the operation is not awaiting approval or the
+    fingerprint differs (a changed payload needs a new approval).
+    """
+    rt = runtime or current()
+    now = utcnow()
+    with transaction(rt.settings.database_url) as session:
+        row = store.load(session, uuid.UUID(operation_id))
+        if row is None or row.state != S.awaiting_approval.value:
+            raise RefusedInputError(f"operation {operation_id} is not awaiting approval")
+        if row.request_fingerprint != fingerprint:
+            raise RefusedInputError(
+                "the approval names a different fingerprint than the "
+                "operation's; a changed payload needs a new approval"
+            )
+        expires = now + timedelta(seconds=valid_for_seconds)
+        stored = store.fenced_update(
+            session,
+            row,
+            changes={
+                "state": S.create_pending.value,
+                "authorised_by": approver,
+                "approval_expires_at": expires,
+                "next_poll_at": now,
+                "dispatched_at": now,
+            },
+            drafts=[
+                EventDraft(
+                    kind=EventKind.approved,
+                    actor=f"human:{approver}",
+                    at=now,
+                    from_state=row.state,
+                    to_state=S.create_pending.value,
+                    excerpt={"fingerprint": fingerprint, "expires_at": expires.isoformat()},
+                )
+            ],
+            now=now,
+        )
+    from tasks.pipeline import enqueue
+
+    enqueue(rt, stored.operation_id, stored.state)
+    return stored.state
