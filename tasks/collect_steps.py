@@ -20,7 +20,7 @@ from models.results import ResultVerdict, origin_allowed, validate_result
 from models.states import OperationState as S
 from models.tables import OperationRow, ResultRow
 from tasks.provider_edge import RawResponse, base_url, resolve_url
-from tasks.recording import Next, excerpt, wake_changes, write
+from tasks.recording import Next, escalation, excerpt, wake_changes, write
 from tasks.runtime import Runtime, utcnow
 
 
@@ -240,27 +240,14 @@ def _escalate(
     raw: RawResponse,
 ) -> Next:
     now = utcnow()
-    row = write(
-        rt,
-        row,
-        {
-            "state": S.escalated.value,
-            "escalation_reason": reason.value,
-            "escalation_detail": detail,
-            **wake_changes(rt, None, now),
-        },
-        [
-            EventDraft(
-                kind=EventKind.escalated,
-                actor=actor,
-                at=now,
-                from_state=row.state,
-                to_state=S.escalated.value,
-                cause=reason.value,
-                http_status=raw.observation.status_code,
-                excerpt={"detail": detail, **excerpt(raw)},
-            )
-        ],
-        now,
+    changes, events = escalation(reason, detail, actor, row, now)
+    observed = EventDraft(
+        kind=EventKind.observed,
+        actor=actor,
+        at=now,
+        http_status=raw.observation.status_code,
+        cause="result fetch",
+        excerpt=excerpt(raw),
     )
+    row = write(rt, row, changes, [observed, *events], now)
     return Next(row.state, None)

@@ -30,7 +30,15 @@ from models.states import OperationState as S
 from models.tables import EventRow, OperationRow
 from tasks import faults
 from tasks.provider_edge import RawResponse, resolve_url
-from tasks.recording import Next, excerpt, transition, wake_changes, write
+from tasks.recording import (
+    Next,
+    escalation,
+    excerpt,
+    transition,
+    wait_event,
+    wake_changes,
+    write,
+)
 from tasks.runtime import Runtime, utcnow
 
 
@@ -93,34 +101,6 @@ def first_poll_view(row: OperationRow, accepted_at: datetime) -> PollView:
         poll_attempt=row.poll_attempt,
         next_poll_at=None,
     )
-
-
-def escalation(
-    reason: EscalationReason,
-    detail: str,
-    actor: str,
-    row: OperationRow,
-    now: datetime,
-    to: S = S.escalated,
-) -> tuple[dict[str, Any], list[EventDraft]]:
-    """Row changes and the event that stop automation with a reason (not yet written)."""
-    changes = {
-        "state": to.value,
-        "escalation_reason": reason.value,
-        "escalation_detail": detail,
-        "next_poll_at": None,
-        "dispatched_at": None,
-    }
-    ev = EventDraft(
-        kind=EventKind.escalated,
-        actor=actor,
-        at=now,
-        from_state=row.state,
-        to_state=to.value,
-        cause=reason.value,
-        excerpt={"detail": detail},
-    )
-    return changes, [ev]
 
 
 def _unsent_attempt_was_lost(rt: Runtime, row: OperationRow) -> bool:
@@ -226,17 +206,7 @@ def record_create_outcome(
             excerpt=ex,
         )
         wait = first_poll(first_poll_view(row, now), contract.poll, now=now)
-        decision = EventDraft(
-            kind=EventKind.decision,
-            actor=actor,
-            at=now,
-            cause="first_poll",
-            delay_source=wait.delay_source.value,
-            excerpt={
-                "next_poll_at": wait.until.isoformat(),
-                "delay_seconds": round(wait.delay_seconds, 3),
-            },
-        )
+        decision = wait_event(wait, actor=actor, now=now, cause="first_poll")
         row = write(
             rt,
             row,

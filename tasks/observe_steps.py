@@ -31,7 +31,15 @@ from models.signals import SignalKind, classify_http, read_status
 from models.states import OperationState as S
 from models.tables import OperationRow
 from tasks import faults
-from tasks.recording import Next, excerpt, transition, wake_changes, write
+from tasks.recording import (
+    Next,
+    escalation_event,
+    excerpt,
+    transition,
+    wait_event,
+    wake_changes,
+    write,
+)
 from tasks.runtime import Runtime, utcnow
 
 
@@ -71,18 +79,22 @@ def _escalation_changes(action: Escalate) -> dict[str, Any]:
     }
 
 
-def _stop(rt: Runtime, row: OperationRow, action: Escalate, now: datetime, actor: str) -> Next:
+def _stop(
+    rt: Runtime,
+    row: OperationRow,
+    action: Escalate,
+    now: datetime,
+    actor: str,
+    changes: dict[str, Any] | None = None,
+    events: list[EventDraft] | None = None,
+) -> Next:
+    """Stop automation with the action's reason, after any observation being recorded."""
     action = _in_phase(row, action)
-    ev = EventDraft(
-        kind=EventKind.escalated,
-        actor=actor,
-        at=now,
-        from_state=row.state,
-        to_state=action.state.value,
-        cause=action.reason.value,
-        excerpt={"detail": action.detail},
+    ev = escalation_event(
+        row, action.state.value, action.reason.value, action.detail, actor=actor, now=now
     )
-    row = write(rt, row, _escalation_changes(action), [ev], now)
+    update = {**(changes or {}), **_escalation_changes(action)}
+    row = write(rt, row, update, [*(events or []), ev], now)
     return Next(row.state, None)
 
 
@@ -208,20 +220,7 @@ def _apply(
 ) -> Next:
     action = decision.action
     if isinstance(action, Wait):
-        events.append(
-            EventDraft(
-                kind=EventKind.decision,
-                actor=actor,
-                at=now,
-                cause="wait",
-                delay_source=action.delay_source.value,
-                excerpt={
-                    "next_poll_at": action.until.isoformat(),
-                    "delay_seconds": round(action.delay_seconds, 3),
-                    "clipped_to_deadline": action.clipped_to_deadline,
-                },
-            )
-        )
+        events.append(wait_event(action, actor=actor, now=now, cause="wait"))
         row = write(rt, row, {**changes, **wake_changes(rt, action.until, now)}, events, now)
         return Next(row.state, action.until)
     if isinstance(action, Collect):
@@ -278,18 +277,5 @@ def _apply(
         )
         return Next(row.state, None)
     if isinstance(action, Escalate):
-        action = _in_phase(row, action)
-        events.append(
-            EventDraft(
-                kind=EventKind.escalated,
-                actor=actor,
-                at=now,
-                from_state=row.state,
-                to_state=action.state.value,
-                cause=action.reason.value,
-                excerpt={"detail": action.detail},
-            )
-        )
-        row = write(rt, row, {**changes, **_escalation_changes(action)}, events, now)
-        return Next(row.state, None)
+        return _stop(rt, row, action, now, actor, changes, events)
     return Next(row.state, None)

@@ -13,9 +13,9 @@ from models.history import EventDraft, EventKind
 from models.pointers import resolve_pointer
 from models.states import OperationState as S
 from models.tables import OperationRow
-from tasks.create_steps import escalation, first_poll_view, record_create_outcome, send_create
+from tasks.create_steps import first_poll_view, record_create_outcome, send_create
 from tasks.provider_edge import RawResponse, resolve_url
-from tasks.recording import Next, excerpt, transition, wake_changes, write
+from tasks.recording import Next, escalation, excerpt, transition, wake_changes, write
 from tasks.runtime import Runtime, utcnow
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from models import store
 from models.db import snapshot, transaction
-from models.decisions import EscalationReason
+from models.decisions import EscalationReason, Wait
 from models.errors import LeaseNotAcquiredError
 from models.history import EventDraft, EventKind
 from models.states import OperationState as S
@@ -166,3 +166,52 @@ def stop_automation(
             return row.state
     except LeaseNotAcquiredError:
         return None  # its owner meets the same condition and stops it
+
+
+def wait_event(wait: Wait, *, actor: str, now: datetime, cause: str) -> EventDraft:
+    """The decision to wait, with the source of the delay (DESIGN: every wait says why)."""
+    return EventDraft(
+        kind=EventKind.decision,
+        actor=actor,
+        at=now,
+        cause=cause,
+        delay_source=wait.delay_source.value,
+        excerpt={
+            "next_poll_at": wait.until.isoformat(),
+            "delay_seconds": round(wait.delay_seconds, 3),
+            "clipped_to_deadline": wait.clipped_to_deadline,
+        },
+    )
+
+
+def escalation_event(
+    row: OperationRow, to_state: str, reason: str, detail: str, *, actor: str, now: datetime
+) -> EventDraft:
+    return EventDraft(
+        kind=EventKind.escalated,
+        actor=actor,
+        at=now,
+        from_state=row.state,
+        to_state=to_state,
+        cause=reason,
+        excerpt={"detail": detail},
+    )
+
+
+def escalation(
+    reason: EscalationReason,
+    detail: str,
+    actor: str,
+    row: OperationRow,
+    now: datetime,
+    to: S = S.escalated,
+) -> tuple[dict[str, Any], list[EventDraft]]:
+    """Row changes and the event that stop automation with a reason (not yet written)."""
+    changes = {
+        "state": to.value,
+        "escalation_reason": reason.value,
+        "escalation_detail": detail,
+        "next_poll_at": None,
+        "dispatched_at": None,
+    }
+    return changes, [escalation_event(row, to.value, reason.value, detail, actor=actor, now=now)]
