@@ -11,7 +11,8 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from jobwarden.harness import REPO, Stack, wait_for
 from tests.acceptance.conftest import Pipeline
@@ -22,25 +23,40 @@ def _gaps(requests: list[dict]) -> list[float]:
     return [b - a for a, b in itertools.pairwise(times)]
 
 
-def test_worker_killed_after_sending_the_create_is_finished_by_another_with_one_remote_job(
+def _kill_worker_at(
+    point: str,
     stack: Stack,
     pipeline: Pipeline,
     arm: Callable[..., None],
     fired: Callable[[str, str], int | None],
-) -> None:
+    check_held: Callable[[str], None],
+) -> tuple[str, Any]:
+    """Stall the worker that reaches `point` for a new operation, SIGKILL that whole worker,
+    and return the operation and its row once the rest of the stack has finished it."""
     key = secrets.token_hex(8)
-    arm("after_create_response", key, "block:60")
+    arm(point, key, "block:60")
     op = pipeline.submit({"polls_to_finish": 2}, key=key)
-    pid = wait_for(
-        lambda: fired("after_create_response", key), timeout=20, what="a worker to hold the create"
-    )
-    assert len(pipeline.remote_jobs(op)) == 1
+    pid = wait_for(lambda: fired(point, key), timeout=20, what=f"a worker stalled at {point}")
+    check_held(op)
     killed = stack.kill_worker_of(pid)
     try:
         row = pipeline.wait_state(op, timeout=40)
     finally:
         stack.start_worker(killed)
         stack.wait_ready(killed)
+    return op, row
+
+
+def test_worker_killed_after_sending_the_create_is_finished_by_another_with_one_remote_job(
+    stack: Stack,
+    pipeline: Pipeline,
+    arm: Callable[..., None],
+    fired: Callable[[str, str], int | None],
+) -> None:
+    def created_once(op: str) -> None:
+        assert len(pipeline.remote_jobs(op)) == 1
+
+    op, row = _kill_worker_at("after_create_response", stack, pipeline, arm, fired, created_once)
     assert row.state == "succeeded"
     kinds = pipeline.kinds(op)
     # The dead worker's create_sent had no recorded outcome: treated as ambiguous.
@@ -56,22 +72,13 @@ def test_worker_killed_after_storing_the_job_id_is_resumed_by_the_sweeper(
     arm: Callable[..., None],
     fired: Callable[[str, str], int | None],
 ) -> None:
-    key = secrets.token_hex(8)
-    arm("before_schedule", key, "block:60")
-    op = pipeline.submit({"polls_to_finish": 2}, key=key)
-    pid = wait_for(
-        lambda: fired("before_schedule", key),
-        timeout=20,
-        what="a worker to stop before scheduling the first poll",
-    )
-    held = pipeline.row(op)
-    assert held.state == "accepted" and held.remote_job_id
-    killed = stack.kill_worker_of(pid)
-    try:
-        row = pipeline.wait_state(op, timeout=40)
-    finally:
-        stack.start_worker(killed)
-        stack.wait_ready(killed)
+    held: list[Any] = []
+
+    def accepted(op: str) -> None:
+        held.append(pipeline.row(op))
+        assert held[0].state == "accepted" and held[0].remote_job_id
+
+    op, row = _kill_worker_at("before_schedule", stack, pipeline, arm, fired, accepted)
     assert row.state == "succeeded"
     assert len(pipeline.creates(op)) == 1
     assert len(pipeline.remote_jobs(op)) == 1
@@ -80,7 +87,8 @@ def test_worker_killed_after_storing_the_job_id_is_resumed_by_the_sweeper(
     from config.settings import get_settings
 
     overdue = timedelta(seconds=get_settings().redispatch_after_seconds)
-    assert first_poll["time"] >= (held.next_poll_at + overdue).isoformat()
+    sent_at = datetime.fromisoformat(first_poll["time"].replace("Z", "+00:00"))
+    assert sent_at >= held[0].next_poll_at + overdue
 
 
 def test_duplicate_poll_messages_and_racing_workers_send_one_status_request_per_due_poll(
