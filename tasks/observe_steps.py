@@ -156,8 +156,10 @@ def poll_step(rt: Runtime, row: OperationRow) -> Next:
     # Same guard, same pre-claim counters; only the clock has moved.
     late = guard_before_status_request(replace(view, next_poll_at=None), now=utcnow())
     if isinstance(late, Escalate):
-        # The claim took long enough for the deadline to pass: the reservation stays unused.
-        return _stop(rt, row, late, utcnow(), actor)
+        # The claim took long enough for the deadline to pass: the reservation stays unused,
+        # and the history says so next to its poll_sent.
+        unused = replace(late, detail=f"{late.detail}; reserved request not sent")
+        return _stop(rt, row, unused, utcnow(), actor)
     status_url = row.status_url or ""
     raw = rt.http.send(contract, contract.status.method, status_url, trace_id=row.trace_id)
     faults.fault_point(rt.redis, rt.settings.key_prefix, "after_poll_response", row.idempotency_key)
