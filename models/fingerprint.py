@@ -25,8 +25,10 @@ def _check_json(value: Any, path: str, depth: int) -> None:
         return
     if isinstance(value, int):
         # RFC 8785 (I-JSON) numbers must be exact doubles; larger integers would be rounded.
-        if abs(value) > 2**53:
-            raise InvalidSubmissionError(f"command{path}: integer {value} exceeds 2^53")
+        if abs(value) >= 2**53:
+            raise InvalidSubmissionError(
+                f"command{path}: integer {value} is outside ±(2^53 - 1), JSON's exact range"
+            )
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -54,7 +56,11 @@ def canonical_command(command: object) -> bytes:
     if not isinstance(command, dict):
         raise InvalidSubmissionError("command must be a JSON object")
     _check_json(command, "", 0)
-    encoded = rfc8785.dumps(command)
+    try:
+        encoded = rfc8785.dumps(command)
+    except rfc8785.CanonicalizationError as exc:
+        # Whatever the checks above missed still ends as refused input, never a crash.
+        raise InvalidSubmissionError(f"command cannot be canonicalised: {exc}") from None
     if len(encoded) > MAX_COMMAND_BYTES:
         raise InvalidSubmissionError(
             f"command is {len(encoded)} bytes canonicalised; the limit is {MAX_COMMAND_BYTES}"
