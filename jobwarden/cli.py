@@ -57,7 +57,10 @@ def providers_check(
 
 @db_app.command("upgrade")
 def db_upgrade(
-    create: Annotated[bool, typer.Option(help="Create the database first if missing.")] = True,
+    create: Annotated[
+        bool,
+        typer.Option(help="Create the database first if missing.", envvar="JOBWARDEN_DB_CREATE"),
+    ] = True,
 ) -> None:
     """Apply migrations to JOBWARDEN_DATABASE_URL."""
     from models.migrate import ensure_database, upgrade
@@ -124,7 +127,9 @@ def verify(operation_id: str) -> None:
 def submit(
     provider: str,
     command: Annotated[str, typer.Argument(help="The command as a JSON object.")],
-    key: Annotated[str, typer.Option("--key", help="Idempotency key.")],
+    key: Annotated[
+        str, typer.Option("--key", help="Idempotency key.", envvar="JOBWARDEN_IDEMPOTENCY_KEY")
+    ],
     tenant: Annotated[str, typer.Option(envvar="JOBWARDEN_TENANT")] = "default",
     requested_by: Annotated[str, typer.Option(envvar="JOBWARDEN_REQUESTED_BY")] = "cli",
 ) -> None:
@@ -149,7 +154,9 @@ def submit(
 @app.command()
 def cancel(
     operation_id: str,
-    reason: Annotated[str, typer.Option()] = "requested from the CLI",
+    reason: Annotated[
+        str, typer.Option(envvar="JOBWARDEN_CANCEL_REASON")
+    ] = "requested from the CLI",
     requested_by: Annotated[str, typer.Option(envvar="JOBWARDEN_REQUESTED_BY")] = "cli",
 ) -> None:
     """Record a cancel request; a worker sends the one cancel and waits for confirmation."""
@@ -172,7 +179,7 @@ def decide(
     operation_id: str,
     option: str,
     approver: Annotated[str, typer.Option(envvar="JOBWARDEN_APPROVER")],
-    note: Annotated[str, typer.Option()] = "",
+    note: Annotated[str, typer.Option(envvar="JOBWARDEN_DECISION_NOTE")] = "",
 ) -> None:
     """Pick one of the offered options (see `jobwarden options OP`)."""
     from tasks.interventions import decide_escalation
@@ -183,9 +190,17 @@ def decide(
 @app.command()
 def approve(
     operation_id: str,
-    fingerprint: Annotated[str, typer.Option(help="The fingerprint you reviewed.")],
+    fingerprint: Annotated[
+        str,
+        typer.Option(help="The fingerprint you reviewed.", envvar="JOBWARDEN_APPROVAL_FINGERPRINT"),
+    ],
     approver: Annotated[str, typer.Option(envvar="JOBWARDEN_APPROVER")],
-    valid_for: Annotated[float, typer.Option(help="Seconds the approval stays valid.")] = 3600,
+    valid_for: Annotated[
+        float,
+        typer.Option(
+            help="Seconds the approval stays valid.", envvar="JOBWARDEN_APPROVAL_VALID_FOR"
+        ),
+    ] = 3600,
 ) -> None:
     """Approve an operation awaiting approval; bound to its fingerprint."""
     from tasks.interventions import approve as approve_operation
