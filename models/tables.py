@@ -57,6 +57,11 @@ class OperationRow(Base):
             "status_requests_used <= max_status_requests", name="status_requests_within_budget"
         ),
         CheckConstraint("version >= 1", name="version_positive"),
+        # Invariant 1 at the database: past approval, every operation names who authorised it.
+        CheckConstraint(
+            "authorised_by IS NOT NULL OR state IN ('awaiting_approval', 'abandoned')",
+            name="authorised_before_create",
+        ),
         UniqueConstraint("tenant", "idempotency_key", name="uq_operations_tenant_key"),
         UniqueConstraint("provider_token", name="uq_operations_provider_token"),
         Index(

@@ -136,6 +136,9 @@ def submit_operation(
         "version": 1,
         "trace_id": secrets.token_hex(16),
         "requested_by": requested_by,
+        # Invariant 1 names who authorised the create: without an approval step the
+        # submitter's request is the authority; with one, the approver fills this in.
+        "authorised_by": None if contract.requires_approval else requested_by,
         "created_at": now,
         "create_deadline": now + timedelta(seconds=limits.create_deadline_seconds),
         "result_deadline": now

@@ -35,6 +35,7 @@ def _new_row(state: S = S.create_pending, **overrides: object) -> OperationRow:
         state=state.value,
         trace_id="a" * 32,
         requested_by="tester",
+        authorised_by="tester",
         created_at=NOW,
         create_deadline=NOW + timedelta(minutes=5),
         result_deadline=NOW + timedelta(hours=1),
@@ -289,3 +290,18 @@ def test_fenced_update_returns_the_row_as_stored_even_within_the_loading_session
             session, row, changes={"state": S.accepted.value}, drafts=[], now=NOW
         )
         assert (stored.state, stored.version) == (S.accepted.value, 2)
+
+
+def test_the_database_refuses_an_operation_past_approval_without_an_authoriser(
+    database_url: str,
+) -> None:
+    with pytest.raises(DBAPIError) as caught, transaction(database_url) as session:
+        store.insert_operation(session, _new_row(authorised_by=None), [])
+    assert isinstance(caught.value.orig, psycopg.errors.CheckViolation)
+    waiting = _insert(database_url, _new_row(state=S.awaiting_approval, authorised_by=None))
+    with pytest.raises(DBAPIError), transaction(database_url) as session:
+        row = store.load(session, waiting)
+        assert row is not None
+        store.fenced_update(
+            session, row, changes={"state": S.create_pending.value}, drafts=[], now=NOW
+        )
