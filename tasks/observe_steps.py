@@ -167,7 +167,7 @@ def poll_step(rt: Runtime, row: OperationRow) -> Next:
     view = poll_view(row)
     signal = classify_http(raw.observation, now=now)
     reading = None
-    body = raw.observation.body
+    body = rt.http.status_body(contract, raw.observation.body)
     if signal.kind in (SignalKind.ok, SignalKind.accepted) and isinstance(body, dict):
         reading = read_status(contract, body, now=now, deadline=view.deadline)
     grace = timedelta(seconds=contract.status.not_found_grace_seconds)

@@ -109,6 +109,11 @@ class ProviderClient:
         self._clients: dict[str, httpx.Client] = {}
         self.plugins = plugins or {}
 
+    def status_body(self, contract: ProviderContract, body: object) -> object:
+        """A parsed status body as the contract's pointers should see it (plugin reshaping)."""
+        plugin = self.plugins.get(contract.name)
+        return plugin.extract_status(body) if plugin is not None else body
+
     def _client(self, contract: ProviderContract) -> httpx.Client:
         client = self._clients.get(contract.name)
         if client is None:
@@ -181,16 +186,12 @@ class ProviderClient:
         lowered = {k.lower(): v for k, v in response.headers.items()}
         body: object | None = None
         problem: str | None = None
-        parsed_ok = False
         ctype = lowered.get("content-type")
         if raw:
             try:
                 body = json.loads(raw)
-                parsed_ok = True
             except ValueError:
                 problem = "malformed_json"
-        if parsed_ok and plugin is not None:
-            body = plugin.extract_status(body)
         return RawResponse(
             observation=HttpObservation(
                 status_code=response.status_code,

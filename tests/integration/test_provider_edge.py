@@ -117,3 +117,21 @@ def test_history_excerpts_redact_secret_looking_fields_and_bound_their_size() ->
     assert ex["body"]["id"] == "job_1"
     assert ex["headers"] == {"retry-after": "3"}
     assert len(ex["body"]["blob"]) <= 301
+
+
+class Unwrap:
+    """A plugin for a provider that wraps every status in an envelope."""
+
+    def extract_status(self, body: object) -> object:
+        assert isinstance(body, dict)
+        return body["data"]
+
+
+def test_a_plugin_reshapes_status_bodies_only() -> None:
+    contract = _contract("http://127.0.0.1:9", auth=None)
+    client = ProviderClient(
+        {contract.name: load_plugin("tests.integration.test_provider_edge:Unwrap")}
+    )
+    assert client.status_body(contract, {"data": {"status": "running"}}) == {"status": "running"}
+    plain = ProviderClient()
+    assert plain.status_body(contract, {"data": 1}) == {"data": 1}
