@@ -38,7 +38,7 @@ def database_url() -> Iterator[str]:
     from models.db import dispose_all
     from models.migrate import upgrade
 
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{TEST_DB}"'))
     url = os.environ["JOBWARDEN_DATABASE_URL"]
