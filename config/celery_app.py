@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from celery import Celery
 
-from config.settings import Settings, get_settings
+from jobwarden.config.settings import Settings, get_settings
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -19,7 +19,7 @@ def make_celery(settings: Settings) -> Celery:
         "jobwarden",
         broker=settings.broker_url,
         backend=settings.redis_url,
-        include=["tasks.pipeline"],
+        include=["jobwarden.tasks.pipeline"],
     )
     transport = {
         "visibility_timeout": settings.visibility_timeout_seconds,

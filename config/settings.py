@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from models.errors import SettingsError
+from jobwarden.models.errors import SettingsError
 
 DEFAULT_PROVIDERS_DIR = Path(__file__).resolve().parent / "providers"
 

@@ -11,8 +11,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from config.settings import get_settings
-from models.errors import JobwardenError
+from jobwarden.config.settings import get_settings
+from jobwarden.models.errors import JobwardenError
 
 app = typer.Typer(
     add_completion=False,
@@ -43,7 +43,7 @@ def providers_check(
     ] = None,
 ) -> None:
     """Validate every contract file; exit 1 naming file and field on the first problem."""
-    from models.contract_loader import check_contracts
+    from jobwarden.models.contract_loader import check_contracts
 
     path = directory or get_settings().providers_dir
     contracts, errors = check_contracts(path)
@@ -63,7 +63,7 @@ def db_upgrade(
     ] = True,
 ) -> None:
     """Apply migrations to JOBWARDEN_DATABASE_URL."""
-    from models.migrate import ensure_database, upgrade
+    from jobwarden.models.migrate import ensure_database, upgrade
 
     url = get_settings().database_url
     if create:
@@ -73,8 +73,8 @@ def db_upgrade(
 
 
 def _row_and_events(operation_id: str):  # type: ignore[no-untyped-def]
-    from models import store
-    from models.db import transaction
+    from jobwarden.models import store
+    from jobwarden.models.db import transaction
 
     with transaction(get_settings().database_url) as session:
         op_id = uuid.UUID(operation_id)
@@ -93,8 +93,8 @@ def show(operation_id: str) -> None:
     row, _, _ = _row_and_events(operation_id)
     for line in summary_lines(row):
         console.print(line, highlight=False)
-    from models.states import HUMAN_ONLY_SOURCES, OperationState
-    from tasks.interventions import escalation_options
+    from jobwarden.models.states import HUMAN_ONLY_SOURCES, OperationState
+    from jobwarden.tasks.interventions import escalation_options
 
     if OperationState(row.state) in HUMAN_ONLY_SOURCES:
         # A stopped operation shows what a human may do next, as `jobwarden decide` takes it.
@@ -134,7 +134,7 @@ def submit(
     requested_by: Annotated[str, typer.Option(envvar="JOBWARDEN_REQUESTED_BY")] = "cli",
 ) -> None:
     """Submit an operation; prints created / replayed / in_progress / conflict / duplicate_event."""
-    from tasks.intake import submit_operation
+    from jobwarden.tasks.intake import submit_operation
 
     try:
         parsed = json.loads(command)
@@ -160,7 +160,7 @@ def cancel(
     requested_by: Annotated[str, typer.Option(envvar="JOBWARDEN_REQUESTED_BY")] = "cli",
 ) -> None:
     """Record a cancel request; a worker sends the one cancel and waits for confirmation."""
-    from tasks.interventions import request_cancel
+    from jobwarden.tasks.interventions import request_cancel
 
     console.print(request_cancel(operation_id, requested_by, reason))
 
@@ -168,7 +168,7 @@ def cancel(
 @app.command()
 def options(operation_id: str) -> None:
     """The bounded options a human may pick for a stopped operation."""
-    from tasks.interventions import escalation_options
+    from jobwarden.tasks.interventions import escalation_options
 
     for option in escalation_options(operation_id):
         console.print(f"{option.kind.value:<16} {option.label}", highlight=False)
@@ -182,7 +182,7 @@ def decide(
     note: Annotated[str, typer.Option(envvar="JOBWARDEN_DECISION_NOTE")] = "",
 ) -> None:
     """Pick one of the offered options (see `jobwarden options OP`)."""
-    from tasks.interventions import decide_escalation
+    from jobwarden.tasks.interventions import decide_escalation
 
     console.print(decide_escalation(operation_id, option, approver, note))
 
@@ -203,7 +203,7 @@ def approve(
     ] = 3600,
 ) -> None:
     """Approve an operation awaiting approval; bound to its fingerprint."""
-    from tasks.interventions import approve as approve_operation
+    from jobwarden.tasks.interventions import approve as approve_operation
 
     console.print(approve_operation(operation_id, fingerprint, approver, valid_for))
 

@@ -50,14 +50,14 @@ def run_demo(console: Console) -> int:
         ),
     }
     os.environ.update(env)
-    from config.settings import get_settings
-    from models import store
-    from models.db import transaction
-    from models.migrate import ensure_database, upgrade
-    from models.states import AUTOMATION_STOPPED, TERMINAL
-    from tasks import runtime
-    from tasks.intake import submit_operation
-    from tasks.interventions import request_cancel
+    from jobwarden.config.settings import get_settings
+    from jobwarden.models import store
+    from jobwarden.models.db import transaction
+    from jobwarden.models.migrate import ensure_database, upgrade
+    from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
+    from jobwarden.tasks import runtime
+    from jobwarden.tasks.intake import submit_operation
+    from jobwarden.tasks.interventions import request_cancel
 
     get_settings.cache_clear()
     runtime.reset()

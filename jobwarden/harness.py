@@ -52,7 +52,7 @@ class Stack:
         with (self.log_dir / f"{name}.log").open("ab") as log:
             # The child keeps its own copy of the descriptor; ours can close at once.
             return subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "config.celery_app", *args],
+                [sys.executable, "-m", "celery", "-A", "jobwarden.config.celery_app", *args],
                 env={**self.env, **extra_env},
                 stdout=log,
                 stderr=subprocess.STDOUT,

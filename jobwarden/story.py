@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from models.history import ChainedEvent
-from models.tables import OperationRow
+from jobwarden.models.history import ChainedEvent
+from jobwarden.models.tables import OperationRow
 
 
 def _hhmmss(value: str | datetime | None) -> str:

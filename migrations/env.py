@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from config.settings import get_settings
-from models.tables import Base
+from jobwarden.config.settings import get_settings
+from jobwarden.models.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

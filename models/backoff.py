@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-from models.pointers import Missing
+from jobwarden.models.pointers import Missing
 
 # 2**2100 scales even the smallest subnormal float past the largest finite one,
 # so capping the exponent here never changes a result, it only avoids overflow.

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Final, TypeVar, overload
 from urllib.parse import urlsplit
 
-from models.errors import ContractError
+from jobwarden.models.errors import ContractError
 
 __all__ = [
     "HEADER_NAME",

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Concatenate, Final, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
-from models.contract import (
+from jobwarden.models.contract import (
     AuthSpec,
     CancelSpec,
     CreateSpec,
@@ -37,8 +37,8 @@ from models.contract import (
     StatusSpec,
     WebhookSpec,
 )
-from models.contract_fields import TomlTable, toml_type
-from models.contract_sections import (
+from jobwarden.models.contract_fields import TomlTable, toml_type
+from jobwarden.models.contract_sections import (
     check_extra_headers,
     parse_auth,
     parse_cancel,
@@ -52,7 +52,7 @@ from models.contract_sections import (
     parse_top,
     parse_webhook,
 )
-from models.errors import ContractError
+from jobwarden.models.errors import ContractError
 
 __all__ = [
     "DIRECTORY_FIELD",

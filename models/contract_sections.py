@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
-from models.contract import (
+from jobwarden.models.contract import (
     AuthSpec,
     CancelSpec,
     CreateSpec,
@@ -29,15 +29,15 @@ from models.contract import (
     TokenPlacement,
     WebhookSpec,
 )
-from models.contract_fields import (
+from jobwarden.models.contract_fields import (
     HEADER_NAME,
     MAX_REQUEST_TIMEOUT_SECONDS,
     MAX_RESULT_BYTES,
     TomlTable,
     toml_type,
 )
-from models.errors import ContractError
-from models.plugins import is_plugin_spec
+from jobwarden.models.errors import ContractError
+from jobwarden.models.plugins import is_plugin_spec
 
 __all__ = [
     "TopLevel",

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from models.backoff import backoff_delay
-from models.contract import PollPolicy, RemoteStatus
-from models.signals import HttpSignal, SignalKind, StatusReading
-from models.states import OperationState
+from jobwarden.models.backoff import backoff_delay
+from jobwarden.models.contract import PollPolicy, RemoteStatus
+from jobwarden.models.signals import HttpSignal, SignalKind, StatusReading
+from jobwarden.models.states import OperationState
 
 
 class DelaySource(StrEnum):

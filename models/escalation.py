@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from models.decisions import EscalationReason
-from models.errors import RefusedInputError
-from models.states import OperationState as S
+from jobwarden.models.decisions import EscalationReason
+from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.states import OperationState as S
 
 EXTEND_BY = timedelta(minutes=15)
 EXTEND_CHECKS = 4

@@ -12,7 +12,7 @@ from typing import Any
 
 import rfc8785
 
-from models.errors import InvalidSubmissionError
+from jobwarden.models.errors import InvalidSubmissionError
 
 MAX_COMMAND_BYTES = 256 * 1024
 MAX_DEPTH = 32

@@ -7,7 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-import migrations
+from jobwarden import migrations
 
 SCRIPT_LOCATION = str(Path(migrations.__file__).resolve().parent)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from models.errors import ContractError
+from jobwarden.models.errors import ContractError
 
 # The hook names, in the order the HTTP edge calls them.
 PLUGIN_HOOKS: Final = ("prepare_request", "extract_status")

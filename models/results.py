@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from models.contract import ProviderContract, ResultSpec
-from models.pointers import MISSING, resolve_pointer
+from jobwarden.models.contract import ProviderContract, ResultSpec
+from jobwarden.models.pointers import MISSING, resolve_pointer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

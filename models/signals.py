@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from models.backoff import PollHint, RetryAfter, parse_retry_after, validate_poll_hint
-from models.contract import ProviderContract, RemoteStatus
-from models.pointers import MISSING, Missing, resolve_pointer
+from jobwarden.models.backoff import PollHint, RetryAfter, parse_retry_after, validate_poll_hint
+from jobwarden.models.contract import ProviderContract, RemoteStatus
+from jobwarden.models.pointers import MISSING, Missing, resolve_pointer
 
 
 class TransportFailure(StrEnum):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from models.errors import TransitionRefusedError
+from jobwarden.models.errors import TransitionRefusedError
 
 
 class OperationState(StrEnum):

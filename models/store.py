@@ -12,8 +12,8 @@ from sqlalchemy import Table, insert, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from models.errors import StaleVersionError
-from models.history import (
+from jobwarden.models.errors import StaleVersionError
+from jobwarden.models.history import (
     GENESIS_HASH,
     ChainedEvent,
     ChainProblem,
@@ -22,8 +22,8 @@ from models.history import (
     chain,
     verify_chain,
 )
-from models.states import OperationState, check_transition
-from models.tables import ACTIVE_STATES, EventRow, OperationRow
+from jobwarden.models.states import OperationState, check_transition
+from jobwarden.models.tables import ACTIVE_STATES, EventRow, OperationRow
 
 # Core inserts: history rows need no ORM identity, and this runs on every poll.
 EVENTS = cast(Table, EventRow.__table__)

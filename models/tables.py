@@ -25,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
+from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_name)s",

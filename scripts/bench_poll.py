@@ -64,20 +64,20 @@ def main() -> int:
     from redis import Redis
     from sqlalchemy import text as sql
 
-    from config.settings import get_settings
-    from models.db import engine_for, transaction
-    from models.migrate import ensure_database, upgrade
-    from models.states import OperationState as S
-    from tasks.create_steps import create_step
-    from tasks.observe_steps import poll_step
-    from tasks.pipeline import run_step
-    from tasks.runtime import current
+    from jobwarden.config.settings import get_settings
+    from jobwarden.models.db import engine_for, transaction
+    from jobwarden.models.migrate import ensure_database, upgrade
+    from jobwarden.models.states import OperationState as S
+    from jobwarden.tasks.create_steps import create_step
+    from jobwarden.tasks.observe_steps import poll_step
+    from jobwarden.tasks.pipeline import run_step
+    from jobwarden.tasks.runtime import current
 
     settings = get_settings()
     ensure_database(settings.database_url)
     upgrade(settings.database_url)
     rt = current()
-    from tasks.intake import submit_operation
+    from jobwarden.tasks.intake import submit_operation
 
     ops = []
     for i in range(args.operations):

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from models.decisions import Escalate, EscalationReason
-from models.history import EventDraft, EventKind
-from models.states import OperationState as S
-from models.tables import OperationRow
-from tasks.observe_steps import _stop
-from tasks.provider_edge import resolve_url
-from tasks.recording import Next, excerpt, transition, wake_changes, write
-from tasks.runtime import Runtime, utcnow
+from jobwarden.models.decisions import Escalate, EscalationReason
+from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.states import OperationState as S
+from jobwarden.models.tables import OperationRow
+from jobwarden.tasks.observe_steps import _stop
+from jobwarden.tasks.provider_edge import resolve_url
+from jobwarden.tasks.recording import Next, excerpt, transition, wake_changes, write
+from jobwarden.tasks.runtime import Runtime, utcnow
 
 
 def cancel_step(rt: Runtime, row: OperationRow) -> Next:

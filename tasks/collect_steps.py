@@ -10,18 +10,18 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from models import store
-from models.backoff import backoff_delay
-from models.contract import ProviderContract
-from models.db import transaction
-from models.decisions import EscalationReason
-from models.history import EventDraft, EventKind
-from models.results import ResultVerdict, origin_allowed, validate_result
-from models.states import OperationState as S
-from models.tables import OperationRow, ResultRow
-from tasks.provider_edge import RawResponse, base_url, resolve_url
-from tasks.recording import Next, escalation, excerpt, wake_changes, write
-from tasks.runtime import Runtime, utcnow
+from jobwarden.models import store
+from jobwarden.models.backoff import backoff_delay
+from jobwarden.models.contract import ProviderContract
+from jobwarden.models.db import transaction
+from jobwarden.models.decisions import EscalationReason
+from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.results import ResultVerdict, origin_allowed, validate_result
+from jobwarden.models.states import OperationState as S
+from jobwarden.models.tables import OperationRow, ResultRow
+from jobwarden.tasks.provider_edge import RawResponse, base_url, resolve_url
+from jobwarden.tasks.recording import Next, escalation, excerpt, wake_changes, write
+from jobwarden.tasks.runtime import Runtime, utcnow
 
 
 def _result_url(contract: ProviderContract, row: OperationRow) -> str | None:

@@ -12,10 +12,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from models.backoff import backoff_delay
-from models.contract import JobLocator, ProviderContract, TokenPlacement
-from models.db import transaction
-from models.decisions import (
+from jobwarden.models.backoff import backoff_delay
+from jobwarden.models.contract import JobLocator, ProviderContract, TokenPlacement
+from jobwarden.models.db import transaction
+from jobwarden.models.decisions import (
     CreateOutcomeKind,
     EscalationReason,
     Phase,
@@ -23,14 +23,14 @@ from models.decisions import (
     decide_after_create,
     first_poll,
 )
-from models.history import EventDraft, EventKind
-from models.pointers import resolve_pointer
-from models.signals import classify_http
-from models.states import OperationState as S
-from models.tables import EventRow, OperationRow
-from tasks import faults
-from tasks.provider_edge import RawResponse, resolve_url
-from tasks.recording import (
+from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.pointers import resolve_pointer
+from jobwarden.models.signals import classify_http
+from jobwarden.models.states import OperationState as S
+from jobwarden.models.tables import EventRow, OperationRow
+from jobwarden.tasks import faults
+from jobwarden.tasks.provider_edge import RawResponse, resolve_url
+from jobwarden.tasks.recording import (
     Next,
     escalation,
     excerpt,
@@ -39,7 +39,7 @@ from tasks.recording import (
     wake_changes,
     write,
 )
-from tasks.runtime import Runtime, utcnow
+from jobwarden.tasks.runtime import Runtime, utcnow
 
 
 def create_request(contract: ProviderContract, row: OperationRow) -> tuple[dict[str, str], Any]:

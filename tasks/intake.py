@@ -17,13 +17,13 @@ from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import OperationalError
 
-from models.db import transaction
-from models.errors import InvalidSubmissionError
-from models.fingerprint import request_fingerprint
-from models.history import GENESIS_HASH, EventDraft, EventKind, chain
-from models.states import OperationState as S
-from models.tables import EventRow, OperationRow
-from tasks.runtime import Runtime, current, utcnow
+from jobwarden.models.db import transaction
+from jobwarden.models.errors import InvalidSubmissionError
+from jobwarden.models.fingerprint import request_fingerprint
+from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain
+from jobwarden.models.states import OperationState as S
+from jobwarden.models.tables import EventRow, OperationRow
+from jobwarden.tasks.runtime import Runtime, current, utcnow
 
 MAX_KEY = 255
 
@@ -205,7 +205,7 @@ def submit_operation(
             )
         raise
     if result.outcome is SubmitOutcome.created and state is S.create_pending:
-        from tasks.pipeline import enqueue
+        from jobwarden.tasks.pipeline import enqueue
 
         enqueue(rt, op_id, state.value)
     return result

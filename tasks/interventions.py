@@ -10,16 +10,23 @@ import contextlib
 import uuid
 from datetime import timedelta
 
-from models import store
-from models.db import transaction
-from models.decisions import EscalationReason
-from models.errors import RefusedInputError, StaleVersionError
-from models.escalation import Bounds, EscalationView, Option, OptionKind, apply_option, options_for
-from models.history import EventDraft, EventKind
-from models.states import OperationState as S
-from models.tables import OperationRow
-from tasks.leases import lease_key
-from tasks.runtime import Runtime, current, utcnow
+from jobwarden.models import store
+from jobwarden.models.db import transaction
+from jobwarden.models.decisions import EscalationReason
+from jobwarden.models.errors import RefusedInputError, StaleVersionError
+from jobwarden.models.escalation import (
+    Bounds,
+    EscalationView,
+    Option,
+    OptionKind,
+    apply_option,
+    options_for,
+)
+from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.states import OperationState as S
+from jobwarden.models.tables import OperationRow
+from jobwarden.tasks.leases import lease_key
+from jobwarden.tasks.runtime import Runtime, current, utcnow
 
 CANCELLABLE = {S.accepted.value, S.observing.value, S.escalated.value, S.result_timed_out.value}
 
@@ -93,7 +100,7 @@ def request_cancel(
             if acquired:
                 with contextlib.suppress(Exception):
                     lock.release()
-        from tasks.pipeline import enqueue
+        from jobwarden.tasks.pipeline import enqueue
 
         enqueue(rt, op_id, S.cancel_requested.value)
         return S.cancel_requested.value
@@ -184,7 +191,7 @@ def decide_escalation(
             ],
             now=now,
         )
-    from tasks.pipeline import enqueue
+    from jobwarden.tasks.pipeline import enqueue
 
     enqueue(rt, stored.operation_id, stored.state)
     return stored.state
@@ -236,7 +243,7 @@ def approve(
             ],
             now=now,
         )
-    from tasks.pipeline import enqueue
+    from jobwarden.tasks.pipeline import enqueue
 
     enqueue(rt, stored.operation_id, stored.state)
     return stored.state

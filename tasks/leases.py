@@ -14,7 +14,7 @@ from contextlib import contextmanager, suppress
 from redis import Redis
 from redis.exceptions import LockError
 
-from models.errors import LeaseNotAcquiredError
+from jobwarden.models.errors import LeaseNotAcquiredError
 
 
 def lease_key(prefix: str, operation_id: uuid.UUID) -> str:

@@ -11,8 +11,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from models.contract import ProviderContract
-from models.decisions import (
+from jobwarden.models.contract import ProviderContract
+from jobwarden.models.decisions import (
     Collect,
     Decision,
     Escalate,
@@ -25,13 +25,13 @@ from models.decisions import (
     decide_after_status,
     guard_before_status_request,
 )
-from models.history import EventDraft, EventKind
-from models.pointers import resolve_pointer
-from models.signals import SignalKind, classify_http, read_status
-from models.states import OperationState as S
-from models.tables import OperationRow
-from tasks import faults
-from tasks.recording import (
+from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.pointers import resolve_pointer
+from jobwarden.models.signals import SignalKind, classify_http, read_status
+from jobwarden.models.states import OperationState as S
+from jobwarden.models.tables import OperationRow
+from jobwarden.tasks import faults
+from jobwarden.tasks.recording import (
     Next,
     escalation_event,
     excerpt,
@@ -40,7 +40,7 @@ from tasks.recording import (
     wake_changes,
     write,
 )
-from tasks.runtime import Runtime, utcnow
+from jobwarden.tasks.runtime import Runtime, utcnow
 
 
 def poll_view(row: OperationRow) -> PollView:

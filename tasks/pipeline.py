@@ -12,22 +12,22 @@ from typing import Any
 
 from celery import Task
 
-from config.celery_app import app
-from models import store
-from models.db import transaction
-from models.decisions import EscalationReason
-from models.errors import GiveUpError, LostRaceError, RefusedInputError
-from models.states import OperationState as S
-from models.tables import OperationRow
-from tasks import faults
-from tasks.cancel_steps import cancel_step
-from tasks.collect_steps import collect_step
-from tasks.create_steps import create_step
-from tasks.leases import operation_lease
-from tasks.observe_steps import poll_step
-from tasks.reconcile_steps import reconcile_step
-from tasks.recording import Next, read, stop_automation
-from tasks.runtime import Runtime, current, utcnow
+from jobwarden.config.celery_app import app
+from jobwarden.models import store
+from jobwarden.models.db import transaction
+from jobwarden.models.decisions import EscalationReason
+from jobwarden.models.errors import GiveUpError, LostRaceError, RefusedInputError
+from jobwarden.models.states import OperationState as S
+from jobwarden.models.tables import OperationRow
+from jobwarden.tasks import faults
+from jobwarden.tasks.cancel_steps import cancel_step
+from jobwarden.tasks.collect_steps import collect_step
+from jobwarden.tasks.create_steps import create_step
+from jobwarden.tasks.leases import operation_lease
+from jobwarden.tasks.observe_steps import poll_step
+from jobwarden.tasks.reconcile_steps import reconcile_step
+from jobwarden.tasks.recording import Next, read, stop_automation
+from jobwarden.tasks.runtime import Runtime, current, utcnow
 
 log = logging.getLogger("jobwarden.tasks")
 
@@ -181,7 +181,7 @@ def submit(**kwargs: Any) -> dict[str, Any]:
     Invalid input answers {"outcome": "invalid", "error": ...} rather than raising, so the
     caller gets a clear reason and nothing is recorded.
     """
-    from tasks.intake import submit_operation
+    from jobwarden.tasks.intake import submit_operation
 
     try:
         return submit_operation(**kwargs).as_dict()

@@ -18,10 +18,10 @@ from typing import Any
 
 import httpx
 
-from models.contract import ProviderContract
-from models.errors import GiveUpError
-from models.plugins import OutboundRequest, ProviderPlugin
-from models.signals import HttpObservation, TransportFailure
+from jobwarden.models.contract import ProviderContract
+from jobwarden.models.errors import GiveUpError
+from jobwarden.models.plugins import OutboundRequest, ProviderPlugin
+from jobwarden.models.signals import HttpObservation, TransportFailure
 
 MAX_BODY_BYTES = 50 * 1024 * 1024
 

@@ -7,16 +7,16 @@ no path at all, at-most-once cannot be proven and the operation escalates.
 
 from __future__ import annotations
 
-from models.contract import ProviderContract, ReconciliationPath
-from models.decisions import EscalationReason, first_poll
-from models.history import EventDraft, EventKind
-from models.pointers import resolve_pointer
-from models.states import OperationState as S
-from models.tables import OperationRow
-from tasks.create_steps import first_poll_view, record_create_outcome, send_create
-from tasks.provider_edge import RawResponse, resolve_url
-from tasks.recording import Next, escalation, excerpt, transition, wake_changes, write
-from tasks.runtime import Runtime, utcnow
+from jobwarden.models.contract import ProviderContract, ReconciliationPath
+from jobwarden.models.decisions import EscalationReason, first_poll
+from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.pointers import resolve_pointer
+from jobwarden.models.states import OperationState as S
+from jobwarden.models.tables import OperationRow
+from jobwarden.tasks.create_steps import first_poll_view, record_create_outcome, send_create
+from jobwarden.tasks.provider_edge import RawResponse, resolve_url
+from jobwarden.tasks.recording import Next, escalation, excerpt, transition, wake_changes, write
+from jobwarden.tasks.runtime import Runtime, utcnow
 
 
 def reconcile_step(rt: Runtime, row: OperationRow) -> Next:

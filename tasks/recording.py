@@ -9,16 +9,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from models import store
-from models.db import snapshot, transaction
-from models.decisions import EscalationReason, Wait
-from models.errors import LeaseNotAcquiredError
-from models.history import EventDraft, EventKind
-from models.states import OperationState as S
-from models.tables import OperationRow
-from tasks.leases import operation_lease
-from tasks.provider_edge import RawResponse
-from tasks.runtime import Runtime, utcnow
+from jobwarden.models import store
+from jobwarden.models.db import snapshot, transaction
+from jobwarden.models.decisions import EscalationReason, Wait
+from jobwarden.models.errors import LeaseNotAcquiredError
+from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.states import OperationState as S
+from jobwarden.models.tables import OperationRow
+from jobwarden.tasks.leases import operation_lease
+from jobwarden.tasks.provider_edge import RawResponse
+from jobwarden.tasks.runtime import Runtime, utcnow
 
 SECRET_WORDS = ("token", "secret", "password", "authorization", "api_key", "apikey", "credential")
 EXCERPT_LIMIT = 2000

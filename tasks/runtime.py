@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 
 from redis import Redis
 
-from config.settings import Settings, get_settings
-from models.contract import ProviderContract
-from models.contract_loader import load_contracts
-from models.plugins import load_plugin
-from tasks.provider_edge import ProviderClient
+from jobwarden.config.settings import Settings, get_settings
+from jobwarden.models.contract import ProviderContract
+from jobwarden.models.contract_loader import load_contracts
+from jobwarden.models.plugins import load_plugin
+from jobwarden.tasks.provider_edge import ProviderClient
 
 
 def utcnow() -> datetime:

@@ -35,8 +35,8 @@ os.environ["JOBWARDEN_QUEUE"] = f"jwtest-{RUN_ID}"
 def database_url() -> Iterator[str]:
     from sqlalchemy import create_engine, text
 
-    from models.db import dispose_all
-    from models.migrate import upgrade
+    from jobwarden.models.db import dispose_all
+    from jobwarden.models.migrate import upgrade
 
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:

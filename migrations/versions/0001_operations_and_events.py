@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from models.states import OperationState
-from models.tables import ACTIVE_STATE_VALUES
+from jobwarden.models.states import OperationState
+from jobwarden.models.tables import ACTIVE_STATE_VALUES
 
 revision = "0001"
 down_revision = None

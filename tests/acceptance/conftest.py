@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from jobwarden.harness import REPO, Stack, wait_for
+from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
 from jobwarden.sandbox.server import SandboxServer
-from models.states import AUTOMATION_STOPPED, TERMINAL
 
 TOKEN = secrets.token_hex(8)
 STOPPED = {s.value for s in TERMINAL | AUTOMATION_STOPPED}
@@ -109,8 +109,8 @@ def worker_env(database_url: str, sandbox: SandboxServer, providers_dir: Path) -
         "JOBWARDEN_FAULTS_ENABLED": "1",
     }
     os.environ.update(env)
-    from config.settings import get_settings
-    from tasks import runtime
+    from jobwarden.config.settings import get_settings
+    from jobwarden.tasks import runtime
 
     get_settings.cache_clear()
     runtime.reset()
@@ -149,7 +149,7 @@ class Pipeline:
         command: dict[str, Any] | None = None,
         **limits: Any,
     ) -> str:
-        from tasks.intake import submit_operation
+        from jobwarden.tasks.intake import submit_operation
 
         result = submit_operation(
             tenant="acceptance",
@@ -164,15 +164,15 @@ class Pipeline:
         return result.operation_id
 
     def row(self, op_id: str) -> Any:
-        from models import store
-        from models.db import transaction
+        from jobwarden.models import store
+        from jobwarden.models.db import transaction
 
         with transaction(self.database_url) as session:
             return store.load(session, uuid.UUID(op_id))
 
     def events(self, op_id: str) -> list[Any]:
-        from models import store
-        from models.db import transaction
+        from jobwarden.models import store
+        from jobwarden.models.db import transaction
 
         with transaction(self.database_url) as session:
             return store.events_for(session, uuid.UUID(op_id))
@@ -210,8 +210,8 @@ class Pipeline:
         return self.sandbox.jobs_for_key(self.row(op_id).provider_token)
 
     def verify_all(self) -> None:
-        from models import store
-        from models.db import transaction
+        from jobwarden.models import store
+        from jobwarden.models.db import transaction
 
         with transaction(self.database_url) as session:
             for op_id in self.created:
@@ -240,7 +240,7 @@ def redis_client(worker_env: dict[str, str]) -> Iterator[Any]:
 @pytest.fixture
 def arm(redis_client: Any) -> Callable[[str, str, str], None]:
     """arm(point, idempotency_key, action): one fault for one operation."""
-    from tasks import faults
+    from jobwarden.tasks import faults
 
     prefix = os.environ["JOBWARDEN_KEY_PREFIX"]
 
@@ -253,7 +253,7 @@ def arm(redis_client: Any) -> Callable[[str, str, str], None]:
 @pytest.fixture
 def fired(redis_client: Any) -> Callable[[str, str], int | None]:
     """fired(point, idempotency_key): pid of the process that hit the fault, once it has."""
-    from tasks import faults
+    from jobwarden.tasks import faults
 
     prefix = os.environ["JOBWARDEN_KEY_PREFIX"]
 

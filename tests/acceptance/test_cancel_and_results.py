@@ -45,7 +45,7 @@ def _remote_state(event: Any) -> str | None:
 def test_cancel_while_running_ends_cancelled_only_after_the_provider_confirms(
     stack: Stack, pipeline: Pipeline, worker_env: dict[str, str]
 ) -> None:
-    from tasks.interventions import request_cancel
+    from jobwarden.tasks.interventions import request_cancel
 
     op = pipeline.submit(NEVER_FINISHES)
     _observing(pipeline, op)
@@ -93,7 +93,7 @@ def test_cancel_while_running_ends_cancelled_only_after_the_provider_confirms(
 def test_cancel_that_races_the_finish_ends_succeeded_and_the_history_shows_both(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from tasks.interventions import request_cancel
+    from jobwarden.tasks.interventions import request_cancel
 
     op = pipeline.submit({"never_finish": True, "cancel": "race", "result_items": 5})
     _observing(pipeline, op)
@@ -123,7 +123,7 @@ def test_cancel_that_races_the_finish_ends_succeeded_and_the_history_shows_both(
 def test_cancel_never_confirmed_stops_at_the_cancel_deadline_as_cancellation_unconfirmed(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from tasks.interventions import request_cancel
+    from jobwarden.tasks.interventions import request_cancel
 
     op = pipeline.submit({"never_finish": True, "cancel": "never"}, cancel_deadline_seconds=2)
     _observing(pipeline, op)
@@ -204,8 +204,8 @@ def test_result_with_two_failed_items_of_500_succeeds_with_per_item_outcomes_and
 
 
 def _stored_result(pipeline: Pipeline, op: str) -> tuple[Any, ...] | None:
-    from models.db import transaction
-    from models.tables import ResultRow
+    from jobwarden.models.db import transaction
+    from jobwarden.models.tables import ResultRow
 
     with transaction(pipeline.database_url) as session:
         found = session.get(ResultRow, uuid.UUID(op))
@@ -223,8 +223,8 @@ def _stored_result(pipeline: Pipeline, op: str) -> tuple[Any, ...] | None:
 def test_cancel_of_a_terminal_operation_is_refused_and_records_nothing(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from models.errors import RefusedInputError
-    from tasks.interventions import request_cancel
+    from jobwarden.models.errors import RefusedInputError
+    from jobwarden.tasks.interventions import request_cancel
 
     op = pipeline.submit({"polls_to_finish": 1})
     before = pipeline.wait_state(op)
@@ -246,7 +246,7 @@ def test_cancel_of_a_terminal_operation_is_refused_and_records_nothing(
 
 
 def test_cancel_requested_twice_sends_one_cancel(stack: Stack, pipeline: Pipeline) -> None:
-    from tasks.interventions import request_cancel
+    from jobwarden.tasks.interventions import request_cancel
 
     op = pipeline.submit(NEVER_FINISHES)
     _observing(pipeline, op)
@@ -267,8 +267,8 @@ def test_cancel_requested_twice_sends_one_cancel(stack: Stack, pipeline: Pipelin
 def test_concurrent_cancel_requests_record_one_intent_and_send_one_cancel(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from models.errors import RefusedInputError
-    from tasks.interventions import request_cancel
+    from jobwarden.models.errors import RefusedInputError
+    from jobwarden.tasks.interventions import request_cancel
 
     op = pipeline.submit(NEVER_FINISHES)
     _observing(pipeline, op)
@@ -294,7 +294,7 @@ def test_concurrent_cancel_requests_record_one_intent_and_send_one_cancel(
 def test_history_command_tells_the_cancel_story_one_line_per_event(
     stack: Stack, pipeline: Pipeline, worker_env: dict[str, str]
 ) -> None:
-    from tasks.interventions import request_cancel
+    from jobwarden.tasks.interventions import request_cancel
 
     op = pipeline.submit(NEVER_FINISHES)
     _observing(pipeline, op)

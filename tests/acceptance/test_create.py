@@ -66,7 +66,7 @@ def test_create_response_held_past_the_client_timeout_is_reconciled(
 def test_twenty_concurrent_submissions_with_one_key_make_one_operation_and_one_remote_job(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from tasks.intake import submit_operation
+    from jobwarden.tasks.intake import submit_operation
 
     key = secrets.token_hex(8)
     command = {"kind": "export", "behaviour": {"polls_to_finish": 1}}
@@ -98,7 +98,7 @@ def test_twenty_concurrent_submissions_with_one_key_make_one_operation_and_one_r
 def test_same_key_with_a_changed_payload_is_a_conflict_and_touches_nothing(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from tasks.intake import submit_operation
+    from jobwarden.tasks.intake import submit_operation
 
     key = secrets.token_hex(8)
     op = pipeline.submit({"polls_to_finish": 1}, key=key)

@@ -84,7 +84,7 @@ def test_worker_killed_after_storing_the_job_id_is_resumed_by_the_sweeper(
     assert len(pipeline.remote_jobs(op)) == 1
     first_poll = pipeline.job_requests(op, "status")[0]
     # Nobody scheduled the poll; the sweeper found the row overdue.
-    from config.settings import get_settings
+    from jobwarden.config.settings import get_settings
 
     overdue = timedelta(seconds=get_settings().redispatch_after_seconds)
     sent_at = datetime.fromisoformat(first_poll["time"].replace("Z", "+00:00"))
@@ -94,7 +94,7 @@ def test_worker_killed_after_storing_the_job_id_is_resumed_by_the_sweeper(
 def test_duplicate_poll_messages_and_racing_workers_send_one_status_request_per_due_poll(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from tasks.pipeline import poll
+    from jobwarden.tasks.pipeline import poll
 
     op = pipeline.submit({"polls_to_finish": 6, "retry_after": 1})
     pipeline.wait_state(op, "observing")
@@ -143,7 +143,7 @@ def test_a_stale_owner_whose_lease_expired_mid_call_has_its_late_write_refused(
     arm: Callable[..., None],
     fired: Callable[[str, str], int | None],
 ) -> None:
-    from config.settings import get_settings
+    from jobwarden.config.settings import get_settings
 
     key = secrets.token_hex(8)
     lease = get_settings().lease_ttl_seconds
@@ -167,7 +167,7 @@ def test_a_stale_owner_whose_lease_expired_mid_call_has_its_late_write_refused(
 def test_a_two_hour_retry_after_parks_the_operation_with_no_countdown_held_by_a_worker(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from config.celery_app import app
+    from jobwarden.config.celery_app import app
 
     op = pipeline.submit(
         {"never_finish": True, "retry_after": 7200}, result_deadline_seconds=4 * 3600
@@ -192,7 +192,7 @@ def test_a_two_hour_retry_after_parks_the_operation_with_no_countdown_held_by_a_
     ]
     assert held == []
     assert len(pipeline.job_requests(op, "status")) == 1
-    from tasks.interventions import request_cancel
+    from jobwarden.tasks.interventions import request_cancel
 
     # Leave nothing running: cancel it (honoured by the sandbox).
     request_cancel(op, "pytest", "end of test")
@@ -202,7 +202,7 @@ def test_a_two_hour_retry_after_parks_the_operation_with_no_countdown_held_by_a_
 def test_a_parked_operation_is_woken_by_the_sweeper_when_due_and_never_earlier(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from config.settings import get_settings
+    from jobwarden.config.settings import get_settings
 
     threshold = get_settings().max_countdown_seconds
     wait = int(threshold) + 3

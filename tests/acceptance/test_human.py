@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from jobwarden.harness import Stack
-from models.errors import RefusedInputError
+from jobwarden.models.errors import RefusedInputError
 from tests.acceptance.conftest import Pipeline
 
 
 def test_an_exhausted_budget_extended_once_by_a_human_runs_to_success(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from tasks.interventions import decide_escalation, escalation_options
+    from jobwarden.tasks.interventions import decide_escalation, escalation_options
 
     op = pipeline.submit({"polls_to_finish": 5}, max_status_requests=2)
     row = pipeline.wait_state(op)
@@ -37,7 +37,7 @@ def test_an_exhausted_budget_extended_once_by_a_human_runs_to_success(
 def test_an_operation_needing_approval_sends_nothing_until_its_fingerprint_is_approved(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from tasks.interventions import approve
+    from jobwarden.tasks.interventions import approve
 
     op = pipeline.submit({"polls_to_finish": 1}, provider="sandbox_approval")
     row = pipeline.row(op)

@@ -10,12 +10,12 @@ import pytest
 from sqlalchemy import func, select
 
 from jobwarden.harness import Stack
-from models.errors import InvalidSubmissionError
+from jobwarden.models.errors import InvalidSubmissionError
 from tests.acceptance.conftest import Pipeline
 
 
 def _submit_via_celery(**kwargs: Any) -> dict[str, Any]:
-    from config.celery_app import app
+    from jobwarden.config.celery_app import app
 
     result = app.send_task("jobwarden.submit", kwargs=kwargs, queue=os.environ["JOBWARDEN_QUEUE"])
     answer: dict[str, Any] = result.get(timeout=30)
@@ -50,7 +50,7 @@ def test_a_celery_only_client_gets_created_replayed_and_conflict_answers(
 def test_a_second_key_for_the_same_source_event_is_a_duplicate_event(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from tasks.intake import submit_operation
+    from jobwarden.tasks.intake import submit_operation
 
     event = secrets.token_hex(6)
     op = pipeline.submit({"polls_to_finish": 1}, source_event_id=event)
@@ -83,9 +83,9 @@ def test_a_second_key_for_the_same_source_event_is_a_duplicate_event(
 def test_invalid_submissions_are_refused_clearly_and_record_nothing(
     pipeline: Pipeline, database_url: str, change: dict[str, Any], message: str
 ) -> None:
-    from models.db import transaction
-    from models.tables import OperationRow
-    from tasks.intake import submit_operation
+    from jobwarden.models.db import transaction
+    from jobwarden.models.tables import OperationRow
+    from jobwarden.tasks.intake import submit_operation
 
     tenant = f"invalid-{secrets.token_hex(4)}"
     request: dict[str, Any] = {

@@ -66,7 +66,7 @@ def test_an_invalid_setting_is_one_clear_error_naming_the_variable() -> None:
 def test_show_lists_the_options_a_human_may_pick_for_a_stopped_operation(
     database_url: str,
 ) -> None:
-    from models.states import OperationState as S
+    from jobwarden.models.states import OperationState as S
 
     op = _insert(
         database_url,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.contract_loader import load_contract
-from models.signals import HttpObservation
-from models.tables import OperationRow
-from tasks.create_steps import _job_locator, create_request
-from tasks.provider_edge import RawResponse
+from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.signals import HttpObservation
+from jobwarden.models.tables import OperationRow
+from jobwarden.tasks.create_steps import _job_locator, create_request
+from jobwarden.tasks.provider_edge import RawResponse
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
 TOKEN = "jw-0123456789abcdef"

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from jobwarden.models.contract import AuthSpec, ProviderContract
+from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.errors import GiveUpError
+from jobwarden.models.plugins import OutboundRequest, load_plugin
+from jobwarden.models.signals import TransportFailure
 from jobwarden.sandbox.server import SandboxServer
-from models.contract import AuthSpec, ProviderContract
-from models.contract_loader import load_contract
-from models.errors import GiveUpError
-from models.plugins import OutboundRequest, load_plugin
-from models.signals import TransportFailure
-from tasks.provider_edge import ProviderClient, resolve_url
+from jobwarden.tasks.provider_edge import ProviderClient, resolve_url
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
 
@@ -89,9 +89,9 @@ def test_paths_with_colons_join_onto_the_base_url() -> None:
 
 
 def test_history_excerpts_redact_secret_looking_fields_and_bound_their_size() -> None:
-    from models.signals import HttpObservation
-    from tasks.provider_edge import RawResponse
-    from tasks.recording import excerpt
+    from jobwarden.models.signals import HttpObservation
+    from jobwarden.tasks.provider_edge import RawResponse
+    from jobwarden.tasks.recording import excerpt
 
     body = {
         "id": "job_1",

@@ -10,12 +10,12 @@ import pytest
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.exc import DBAPIError
 
-from models import store
-from models.db import engine_for, transaction
-from models.errors import StaleVersionError, TransitionRefusedError
-from models.history import EventDraft, EventKind
-from models.states import OperationState as S
-from models.tables import EventRow, OperationRow
+from jobwarden.models import store
+from jobwarden.models.db import engine_for, transaction
+from jobwarden.models.errors import StaleVersionError, TransitionRefusedError
+from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.states import OperationState as S
+from jobwarden.models.tables import EventRow, OperationRow
 
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 
@@ -222,7 +222,7 @@ def test_models_and_migrations_are_in_step(database_url: str) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from models.tables import Base
+    from jobwarden.models.tables import Base
 
     engine = create_engine(database_url)
     with engine.connect() as conn:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.backoff import (
+from jobwarden.models.backoff import (
     PollHint,
     RetryAfter,
     backoff_delay,
@@ -17,7 +17,7 @@ from models.backoff import (
     parse_retry_after,
     validate_poll_hint,
 )
-from models.pointers import MISSING
+from jobwarden.models.pointers import MISSING
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 DEADLINE = NOW + timedelta(hours=1)

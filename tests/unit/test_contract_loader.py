@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from models import contract_loader
-from models.contract import (
+from jobwarden.models import contract_loader
+from jobwarden.models.contract import (
     AuthSpec,
     CancelSpec,
     CreateSpec,
@@ -27,7 +27,7 @@ from models.contract import (
     TokenPlacement,
     WebhookSpec,
 )
-from models.contract_loader import (
+from jobwarden.models.contract_loader import (
     DIRECTORY_FIELD,
     FILE_FIELD,
     SHIPPED_CONTRACTS_DIR,
@@ -36,8 +36,8 @@ from models.contract_loader import (
     load_contract,
     load_contracts,
 )
-from models.errors import ContractError
-from models.plugins import OutboundRequest, is_plugin_spec, load_plugin
+from jobwarden.models.errors import ContractError
+from jobwarden.models.plugins import OutboundRequest, is_plugin_spec, load_plugin
 
 FIXTURES = Path(__file__).parent / "contracts"
 BROKEN = FIXTURES / "broken"

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.backoff import PollHint, RetryAfter
-from models.contract import PollPolicy, RemoteStatus
-from models.decisions import (
+from jobwarden.models.backoff import PollHint, RetryAfter
+from jobwarden.models.contract import PollPolicy, RemoteStatus
+from jobwarden.models.decisions import (
     Collect,
     CreateOutcomeKind,
     DelaySource,
@@ -27,8 +27,14 @@ from models.decisions import (
     first_poll,
     guard_before_status_request,
 )
-from models.signals import HttpSignal, SignalKind, StatusReading, TransportFailure, read_status
-from models.states import TRANSITIONS, OperationState
+from jobwarden.models.signals import (
+    HttpSignal,
+    SignalKind,
+    StatusReading,
+    TransportFailure,
+    read_status,
+)
+from jobwarden.models.states import TRANSITIONS, OperationState
 from tests.unit.test_signals import AIP151
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)

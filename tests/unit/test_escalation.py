@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from models.decisions import EscalationReason as R
-from models.errors import RefusedInputError
-from models.escalation import (
+from jobwarden.models.decisions import EscalationReason as R
+from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.escalation import (
     EXTEND_CHECKS,
     Bounds,
     EscalationView,
@@ -16,8 +16,8 @@ from models.escalation import (
     apply_option,
     options_for,
 )
-from models.states import OperationState as S
-from models.states import is_allowed
+from jobwarden.models.states import OperationState as S
+from jobwarden.models.states import is_allowed
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 BOUNDS = Bounds(

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.errors import InvalidSubmissionError
-from models.fingerprint import canonical_command, request_fingerprint
-from models.history import GENESIS_HASH, EventDraft, EventKind, chain, verify_chain
+from jobwarden.models.errors import InvalidSubmissionError
+from jobwarden.models.fingerprint import canonical_command, request_fingerprint
+from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain, verify_chain
 
 BASE = {"method": "POST", "route": "/r", "tenant": "t", "provider": "p"}
 json_values = st.recursive(

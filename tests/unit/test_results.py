@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from models.contract import ResultSpec
-from models.results import validate_result
+from jobwarden.models.contract import ResultSpec
+from jobwarden.models.results import validate_result
 
 SPEC = ResultSpec(
     fetch="url",
@@ -93,8 +93,8 @@ def test_jsonl_results_count_lines_as_items() -> None:
 def test_results_are_fetched_only_from_origins_the_contract_allows() -> None:
     from pathlib import Path
 
-    from models.contract_loader import load_contract
-    from models.results import origin_allowed
+    from jobwarden.models.contract_loader import load_contract
+    from jobwarden.models.results import origin_allowed
 
     base = load_contract(Path(__file__).resolve().parents[2] / "config/providers/sandbox.toml")
     assert origin_allowed(base, "http://127.0.0.1:8765", "http://127.0.0.1:8765/v1/jobs/x/result")

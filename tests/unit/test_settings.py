@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from config.settings import load_settings
-from models.errors import SettingsError
+from jobwarden.config.settings import load_settings
+from jobwarden.models.errors import SettingsError
 
 
 @pytest.fixture(autouse=True)

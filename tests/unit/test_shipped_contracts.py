@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from models.contract import ProviderContract, RemoteStatus
-from models.contract_loader import load_contract
-from models.signals import read_status
+from jobwarden.models.contract import ProviderContract, RemoteStatus
+from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.signals import read_status
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

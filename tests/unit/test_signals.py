@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.contract import (
+from jobwarden.models.contract import (
     CreateSpec,
     JobLocator,
     Limits,
@@ -25,8 +25,8 @@ from models.contract import (
     StatusSpec,
     TokenPlacement,
 )
-from models.pointers import MISSING, resolve_pointer
-from models.signals import (
+from jobwarden.models.pointers import MISSING, resolve_pointer
+from jobwarden.models.signals import (
     HttpObservation,
     SignalKind,
     TransportFailure,
@@ -432,7 +432,7 @@ def test_resolve_pointer_never_raises(doc: object, pointer: str) -> None:
 
 
 def test_expiry_as_unix_seconds_is_read_like_openai_sends_it() -> None:
-    from models.signals import _rfc3339
+    from jobwarden.models.signals import _rfc3339
 
     assert _rfc3339(1_700_000_000) == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
     assert _rfc3339(True) is None

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from models.errors import TransitionRefusedError
-from models.states import (
+from jobwarden.models.errors import TransitionRefusedError
+from jobwarden.models.states import (
     AUTOMATION_STOPPED,
     TERMINAL,
     TRANSITIONS,
