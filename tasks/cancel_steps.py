@@ -12,6 +12,7 @@ from jobwarden.models.decisions import Escalate, EscalationReason
 from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.tables import OperationRow
+from jobwarden.tasks import faults
 from jobwarden.tasks.observe_steps import _stop
 from jobwarden.tasks.provider_edge import resolve_url
 from jobwarden.tasks.recording import Next, excerpt, transition, wake_changes, write
@@ -62,9 +63,13 @@ def cancel_step(rt: Runtime, row: OperationRow) -> Next:
         ],
         now,
     )
+    faults.fault_point(rt.redis, rt.settings.key_prefix, "after_cancel_claim", row.idempotency_key)
     job_id = row.remote_job_id or ""
     url = resolve_url(contract, contract.cancel.path.replace("{job_id}", job_id))
     raw = rt.http.send(contract, contract.cancel.method, url, trace_id=row.trace_id)
+    faults.fault_point(
+        rt.redis, rt.settings.key_prefix, "after_cancel_response", row.idempotency_key
+    )
     now = utcnow()
     row = write(
         rt,

@@ -19,6 +19,7 @@ from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.results import ResultVerdict, origin_allowed, validate_result
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.tables import OperationRow, ResultRow
+from jobwarden.tasks import faults
 from jobwarden.tasks.provider_edge import RawResponse, base_url, resolve_url
 from jobwarden.tasks.recording import Next, escalation, excerpt, wake_changes, write
 from jobwarden.tasks.runtime import Runtime, utcnow
@@ -84,7 +85,11 @@ def collect_step(rt: Runtime, row: OperationRow) -> Next:
         ],
         now,
     )
+    faults.fault_point(rt.redis, rt.settings.key_prefix, "after_collect_claim", row.idempotency_key)
     raw = rt.http.send(contract, "GET", url, trace_id=row.trace_id)
+    faults.fault_point(
+        rt.redis, rt.settings.key_prefix, "after_collect_response", row.idempotency_key
+    )
     status = raw.observation.status_code
     if status is not None and 200 <= status < 300:
         verdict = validate_result(

@@ -16,6 +16,25 @@ from typing import Any
 
 ENABLED = os.environ.get("JOBWARDEN_FAULTS_ENABLED") == "1"
 
+# Every named point the shell passes through; tests/acceptance arms each one at least once.
+POINTS: frozenset[str] = frozenset(
+    {
+        "after_lease",
+        "after_create_sent_commit",
+        "after_create_response",
+        "after_accept_commit",
+        "after_reconcile_claim",
+        "after_reconcile_response",
+        "after_poll_claim",
+        "after_poll_response",
+        "after_cancel_claim",
+        "after_cancel_response",
+        "after_collect_claim",
+        "after_collect_response",
+        "before_schedule",
+    }
+)
+
 
 class InjectedFaultError(Exception):
     """Raised at an armed fault point with action 'raise'."""
@@ -37,6 +56,8 @@ def arm(redis: Any, prefix: str, name: str, scope: str, action: str) -> None:
 def fault_point(redis: Any, prefix: str, name: str, scope: str) -> None:
     if not ENABLED:
         return
+    if name not in POINTS:
+        raise ValueError(f"unknown fault point {name!r}")
     action = redis.getdel(_key(prefix, name, scope))
     if action is None:
         return

@@ -16,7 +16,12 @@ from jobwarden.config.celery_app import app
 from jobwarden.models import store
 from jobwarden.models.db import transaction
 from jobwarden.models.decisions import EscalationReason
-from jobwarden.models.errors import GiveUpError, LostRaceError, RefusedInputError
+from jobwarden.models.errors import (
+    GiveUpError,
+    LostRaceError,
+    RefusedInputError,
+    StaleVersionError,
+)
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.tables import OperationRow
 from jobwarden.tasks import faults
@@ -101,8 +106,16 @@ def run_step(operation_id: str, states: set[str], step: Step) -> str | None:
                 nxt.state,
                 nxt.at.isoformat() if nxt.at else "-",
             )
+    except StaleVersionError as exc:
+        # The evidence a fencing test waits for: this worker's write was refused by version.
+        log.info(
+            "fenced_write_refused operation_id=%s version=%s",
+            operation_id,
+            exc.expected_version,
+        )
+        return None
     except LostRaceError as exc:
-        log.info("lost_race operation_id=%s detail=%s", operation_id, exc)
+        log.info("lease_busy operation_id=%s detail=%s", operation_id, exc)
         return None
     except GiveUpError as exc:
         # e.g. the contract's credential is missing: retrying cannot help, a human must act.

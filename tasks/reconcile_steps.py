@@ -13,6 +13,7 @@ from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.pointers import resolve_pointer
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.tables import OperationRow
+from jobwarden.tasks import faults
 from jobwarden.tasks.create_steps import first_poll_view, record_create_outcome, send_create
 from jobwarden.tasks.provider_edge import RawResponse, resolve_url
 from jobwarden.tasks.recording import Next, escalation, excerpt, transition, wake_changes, write
@@ -70,6 +71,9 @@ def reconcile_step(rt: Runtime, row: OperationRow) -> Next:
         ],
         now,
     )
+    faults.fault_point(
+        rt.redis, rt.settings.key_prefix, "after_reconcile_claim", row.idempotency_key
+    )
     if path is ReconciliationPath.lookup_by_reference and contract.reconciliation.lookup_path:
         lookup = contract.reconciliation.lookup_path.replace("{token}", row.provider_token)
         raw = rt.http.send(contract, "GET", resolve_url(contract, lookup), trace_id=row.trace_id)
@@ -86,6 +90,9 @@ def reconcile_step(rt: Runtime, row: OperationRow) -> Next:
             return _accept_from_lookup(rt, contract, row, raw, found)
     else:
         raw = send_create(rt, contract, row)
+    faults.fault_point(
+        rt.redis, rt.settings.key_prefix, "after_reconcile_response", row.idempotency_key
+    )
     return record_create_outcome(rt, contract, row, raw, reconciling=True)
 
 

@@ -153,7 +153,9 @@ def test_a_stale_owner_whose_lease_expired_mid_call_has_its_late_write_refused(
     row = pipeline.wait_state(op, timeout=40)
     assert row.state == "succeeded"
     # The stalled worker wakes after the others finished; its write must not land.
-    wait_for(lambda: "lost_race" in stack.logs(), timeout=lease + 15, what="the refused write")
+    wait_for(
+        lambda: "fenced_write_refused" in stack.logs(), timeout=lease + 15, what="the refused write"
+    )
     statuses = pipeline.job_requests(op, "status")
     after = pipeline.row(op)
     assert after.version == row.version and after.state == "succeeded"
