@@ -209,6 +209,29 @@ class Pipeline:
     def remote_jobs(self, op_id: str) -> list[dict[str, Any]]:
         return self.sandbox.jobs_for_key(self.row(op_id).provider_token)
 
+    def sent_creates(self, op_id: str) -> list[dict[str, Any]]:
+        """Every create the provider saw carrying this operation's trace id, whatever its
+        token: unlike creates(), a create sent under a fresh token would show up here."""
+        trace = self.row(op_id).trace_id
+        return [
+            r
+            for r in self.sandbox.requests()
+            if r["kind"] == "create" and trace in (r["traceparent"] or "")
+        ]
+
+    def stored_results(self, op_id: str) -> list[Any]:
+        """The result rows stored for the operation (bytes and integrity data)."""
+        from sqlalchemy import select
+
+        from jobwarden.models.db import transaction
+        from jobwarden.models.tables import ResultRow
+
+        with transaction(self.database_url) as session:
+            found = session.scalars(
+                select(ResultRow).where(ResultRow.operation_id == uuid.UUID(op_id))
+            ).all()
+            return [(bytes(r.content), r.sha256, r.record_count) for r in found]
+
     def verify_all(self) -> None:
         from jobwarden.models import store
         from jobwarden.models.db import transaction
@@ -262,3 +285,9 @@ def fired(redis_client: Any) -> Callable[[str, str], int | None]:
         return int(value) if value is not None else None
 
     return _fired
+
+
+def worker_logs(stack: Stack) -> str:
+    """Everything the stack's workers and beats logged, whole: Stack.logs() keeps only
+    each file's tail, where a line a test waits for may already have scrolled out."""
+    return "\n".join(p.read_text(errors="replace") for p in sorted(stack.log_dir.glob("*.log")))
