@@ -11,15 +11,48 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from jobwarden.models.states import OperationState
-from jobwarden.models.tables import ACTIVE_STATE_VALUES
-
 revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
 
-STATE_VALUES = ", ".join(f"'{s.value}'" for s in OperationState)
+# The states as of this revision, written out: a migration must mean tomorrow what it meant
+# when it was written, so it never imports the live enum. A new state needs a new revision.
+STATES = (
+    "awaiting_approval",
+    "create_pending",
+    "create_unknown",
+    "reconciling",
+    "accepted",
+    "observing",
+    "result_collecting",
+    "cancel_requested",
+    "cancelling",
+    "escalated",
+    "result_timed_out",
+    "cancellation_unconfirmed",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "expired",
+    "result_unavailable",
+    "result_validation_failed",
+    "abandoned",
+)
+# Neither terminal nor stopped for a human: the states the sweeper looks at (ix_operations_due).
+ACTIVE_STATES = (
+    "awaiting_approval",
+    "create_pending",
+    "create_unknown",
+    "reconciling",
+    "accepted",
+    "observing",
+    "result_collecting",
+    "cancel_requested",
+    "cancelling",
+)
+STATE_VALUES = ", ".join(f"'{s}'" for s in STATES)
+ACTIVE_STATE_VALUES = ", ".join(f"'{s}'" for s in ACTIVE_STATES)
 TZ = sa.DateTime(timezone=True)
 
 

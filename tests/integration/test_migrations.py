@@ -1,0 +1,147 @@
+"""Migrations stand on their own, and the migrated schema knows exactly the live states.
+
+A migration that imports live code changes meaning whenever that code changes: a
+state added to the enum would silently reach the CHECK constraint of a database
+created afterwards, and never that of one created before. So version scripts carry
+literals, and these tests compare the schema a real Postgres ends up with to the
+enum: a new state without a new revision fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Connection, create_engine, text
+
+from jobwarden.models.states import OperationState
+from jobwarden.models.tables import ACTIVE_STATES
+
+VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
+VERSION_FILES = sorted(VERSIONS.glob("*.py"))
+# Live code under any of its names: the package, and the repository folders it installs.
+LIVE_ROOTS = {"jobwarden", "models", "tasks", "config", "migrations"}
+
+
+def live_imports(source: str) -> list[str]:
+    """Imports of live project code anywhere in ``source`` (functions included), one each."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [
+                f"line {node.lineno}: import {a.name}"
+                for a in node.names
+                if a.name.split(".")[0] in LIVE_ROOTS
+            ]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level or module.split(".")[0] in LIVE_ROOTS:
+                found.append(f"line {node.lineno}: from {'.' * node.level}{module} import ...")
+    return found
+
+
+def string_literals(sql: str) -> set[str]:
+    return {value.replace("''", "'") for value in re.findall(r"'((?:[^']|'')*)'", sql)}
+
+
+@pytest.fixture(scope="module")
+def connection(database_url: str) -> Iterator[Connection]:
+    engine = create_engine(database_url)
+    with engine.connect() as conn:
+        yield conn
+    engine.dispose()
+
+
+def check_constraint(conn: Connection, name: str) -> str:
+    """The definition of CHECK constraint ``name`` on operations.
+
+    Alembic applies the models' naming convention ("ck_%(table_name)s_%(constraint_name)s")
+    to the already full names the version scripts give, so the databases migrated so far
+    hold ck_operations_ck_operations_...; either spelling is accepted.
+    """
+    definition = conn.scalar(
+        text(
+            "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c "
+            "JOIN pg_class t ON t.oid = c.conrelid "
+            "WHERE t.relname = 'operations' AND c.contype = 'c' AND c.conname IN (:name, :twice)"
+        ),
+        {"name": name, "twice": f"ck_operations_{name}"},
+    )
+    assert definition is not None, f"no CHECK constraint {name} on operations"
+    return str(definition)
+
+
+def test_the_version_scripts_are_found() -> None:
+    assert "0001_operations_and_events.py" in {p.name for p in VERSION_FILES}
+
+
+@pytest.mark.parametrize("script", VERSION_FILES, ids=lambda p: p.name)
+def test_a_migration_imports_no_live_project_code(script: Path) -> None:
+    assert live_imports(script.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from jobwarden.models.states import OperationState",
+        "import jobwarden.models.tables as t",
+        "from models.tables import ACTIVE_STATE_VALUES",
+        "from . import helpers",
+        "def upgrade():\n    from jobwarden.models import states",
+    ],
+)
+def test_the_lint_catches_each_way_of_importing_live_code(source: str) -> None:
+    assert live_imports(source) != []
+
+
+def test_the_lint_allows_alembic_and_sqlalchemy() -> None:
+    source = "import sqlalchemy as sa\nfrom alembic import op\nfrom sqlalchemy.dialects import pg"
+    assert live_imports(source) == []
+
+
+def test_the_state_check_constraint_allows_exactly_the_states_of_the_enum(
+    connection: Connection,
+) -> None:
+    allowed = string_literals(check_constraint(connection, "ck_operations_state_known"))
+    live = {s.value for s in OperationState}
+    assert allowed == live, (
+        f"states without a migration: {sorted(live - allowed)}; "
+        f"states the database still allows: {sorted(allowed - live)}"
+    )
+
+
+def test_the_due_index_covers_exactly_the_active_states(connection: Connection) -> None:
+    predicate = connection.scalar(
+        text(
+            "SELECT pg_get_expr(i.indpred, i.indrelid) FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 'ix_operations_due'"
+        )
+    )
+    assert predicate is not None, "ix_operations_due is missing or not partial"
+    assert string_literals(str(predicate)) == {s.value for s in ACTIVE_STATES}
+
+
+def test_every_state_a_constraint_names_is_a_state_of_the_enum(connection: Connection) -> None:
+    # A renamed state would leave constraints such as authorised_before_create naming a ghost.
+    rows = connection.execute(
+        text(
+            "SELECT c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c "
+            "JOIN pg_class t ON t.oid = c.conrelid "
+            "WHERE t.relname = 'operations' AND c.contype = 'c'"
+        )
+    ).all()
+    on_state = {name: string_literals(sql) for name, sql in rows if "state" in sql}
+    assert any(name.endswith("authorised_before_create") for name in on_state), on_state
+    live = {s.value for s in OperationState}
+    assert {name: sorted(v - live) for name, v in on_state.items() if v - live} == {}
+
+
+def test_state_literals_are_read_from_a_constraint_definition() -> None:
+    sql = (
+        "CHECK (((state)::text = ANY ((ARRAY['create_pending'::character varying, "
+        "'it''s'::character varying])::text[])))"
+    )
+    assert string_literals(sql) == {"create_pending", "it's"}
