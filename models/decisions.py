@@ -13,29 +13,43 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from jobwarden.models.actions import (
+    Collect,
+    DelaySource,
+    Escalate,
+    EscalationReason,
+    Finish,
+    NotYet,
+    Wait,
+    escalate,
+)
 from jobwarden.models.backoff import backoff_delay
 from jobwarden.models.contract import PollPolicy, RemoteStatus
+from jobwarden.models.history import EventKind
+from jobwarden.models.operation import Operation
 from jobwarden.models.signals import HttpSignal, SignalKind, StatusReading
 from jobwarden.models.states import OperationState
 
-
-class DelaySource(StrEnum):
-    provider_retry_after = "provider_retry_after"  # the provider's Retry-After header
-    provider_poll_hint = "provider_poll_hint"  # a validated hint in the status body
-    local_backoff = "local_backoff"  # jittered exponential backoff, nothing from the provider
-    initial_delay = "initial_delay"  # the contract's wait before the first poll
-    manual_extension = "manual_extension"  # a human extended the bounds
-
-
-class EscalationReason(StrEnum):
-    deadline_exceeded = "deadline_exceeded"  # the result deadline passed while the job ran
-    request_budget_exhausted = "request_budget_exhausted"  # no status request left to send
-    rate_limited = "rate_limited"  # too many consecutive 429s
-    unknown_state = "unknown_state"  # a state the contract does not name, or an unexpected 404
-    authorization_denied = "authorization_denied"  # 401/403: never retry the same credential
-    provider_failure = "provider_failure"  # transport budget spent, or a refused request
-    contract_violation = "contract_violation"  # the provider contradicted itself or the contract
-    cancellation_unconfirmed = "cancellation_unconfirmed"  # cancel bounds ran out unconfirmed
+__all__ = [
+    "Collect",
+    "CreateOutcome",
+    "CreateOutcomeKind",
+    "Decision",
+    "DelaySource",
+    "Escalate",
+    "EscalationReason",
+    "Finish",
+    "NotYet",
+    "Phase",
+    "PollView",
+    "Wait",
+    "decide_after_create",
+    "decide_after_status",
+    "first_poll",
+    "guard_before_status_request",
+    "poll_view",
+    "wait_within",
+]
 
 
 class Phase(StrEnum):
@@ -59,67 +73,40 @@ class PollView:
     next_poll_at: datetime | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Wait:
-    """Send the next status request no earlier than ``until``."""
-
-    until: datetime
-    delay_seconds: float
-    delay_source: DelaySource
-    clipped_to_deadline: bool  # the chosen delay would have passed the deadline
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Collect:
-    """The remote job succeeded: move to result_collecting."""
-
-    result_ref: str | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Finish:
-    """The remote job ended badly: move to ``state`` (failed, expired or cancelled)."""
-
-    state: OperationState
-    reason: str
+def poll_view(op: Operation, *, accepted_at: datetime | None = None) -> PollView:
+    """The one way to see an operation as the poll decisions do."""
+    cancelling = op.state in (OperationState.cancelling, OperationState.cancel_requested)
+    deadline = op.cancel_deadline if cancelling and op.cancel_deadline else op.result_deadline
+    return PollView(
+        phase=Phase.cancelling if cancelling else Phase.observing,
+        deadline=deadline,
+        accepted_at=accepted_at or op.accepted_at or op.created_at,
+        status_requests_used=op.status_requests_used,
+        max_status_requests=op.max_status_requests,
+        transport_failures_used=op.transport_failures_used,
+        max_transport_failures=op.max_transport_failures,
+        consecutive_rate_limited=op.consecutive_rate_limited,
+        poll_attempt=op.poll_attempt,
+        next_poll_at=None if accepted_at else op.next_poll_at,
+    )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Escalate:
-    """Stop automation: move to ``state`` and let a human choose."""
-
-    reason: EscalationReason
-    detail: str
-    state: OperationState  # escalated, result_timed_out or cancellation_unconfirmed
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NotYet:
-    """An early wake-up (duplicated or early message): do nothing until ``until``."""
-
-    until: datetime
-
-
-Action = Wait | Collect | Finish | Escalate | NotYet
+PollAction = Wait | Collect | Finish | Escalate | NotYet
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Decision:
     """An action plus the counters the shell must persist with it."""
 
-    action: Action
+    action: PollAction
     transport_failures_used: int  # never reset: a budget, not a streak
     consecutive_rate_limited: int  # reset by any answer that is not a 429
     poll_attempt: int  # +1 on each wait after a status answer
 
 
 def _escalate(phase: Phase, reason: EscalationReason, detail: str) -> Escalate:
-    # cancelling may only stop in cancellation_unconfirmed (see the transition table).
-    if phase is Phase.cancelling:
-        return Escalate(reason=reason, detail=detail, state=OperationState.cancellation_unconfirmed)
-    if reason is EscalationReason.deadline_exceeded:
-        return Escalate(reason=reason, detail=detail, state=OperationState.result_timed_out)
-    return Escalate(reason=reason, detail=detail, state=OperationState.escalated)
+    state = OperationState.cancelling if phase is Phase.cancelling else OperationState.observing
+    return escalate(state, reason, detail)
 
 
 def _deadline_passed(view: PollView) -> Escalate:
@@ -137,7 +124,7 @@ def _budget_spent(view: PollView) -> Escalate:
     return _escalate(view.phase, EscalationReason.request_budget_exhausted, detail)
 
 
-def guard_before_status_request(view: PollView, *, now: datetime) -> Action | None:
+def guard_before_status_request(view: PollView, *, now: datetime) -> PollAction | None:
     """Checked before every status request; None means the request may go out.
 
     Order: deadline first (a long sleep must not buy one more request), then an
@@ -153,18 +140,32 @@ def guard_before_status_request(view: PollView, *, now: datetime) -> Action | No
     return None
 
 
-def _wait_for(view: PollView, *, now: datetime, seconds: float, source: DelaySource) -> Wait:
+def wait_within(
+    *, now: datetime, seconds: float, deadline: datetime, source: DelaySource, cause: str = "wait"
+) -> Wait:
+    """Every wait, clipped to its deadline; the one place a delay becomes a time."""
     # Compare in seconds first: a huge Retry-After would overflow timedelta.
-    remaining = max(0.0, (view.deadline - now).total_seconds())
+    remaining = max(0.0, (deadline - now).total_seconds())
     if seconds > remaining:
         return Wait(
-            until=view.deadline,
+            until=deadline,
             delay_seconds=remaining,
             delay_source=source,
             clipped_to_deadline=True,
+            cause=cause,
         )
-    until = min(now + timedelta(seconds=seconds), view.deadline)
-    return Wait(until=until, delay_seconds=seconds, delay_source=source, clipped_to_deadline=False)
+    until = min(now + timedelta(seconds=seconds), deadline)
+    return Wait(
+        until=until,
+        delay_seconds=seconds,
+        delay_source=source,
+        clipped_to_deadline=False,
+        cause=cause,
+    )
+
+
+def _wait_for(view: PollView, *, now: datetime, seconds: float, source: DelaySource) -> Wait:
+    return wait_within(now=now, seconds=seconds, deadline=view.deadline, source=source)
 
 
 def first_poll(view: PollView, policy: PollPolicy, *, now: datetime) -> Wait:
@@ -173,8 +174,12 @@ def first_poll(view: PollView, policy: PollPolicy, *, now: datetime) -> Wait:
     Clipped to the deadline like every wait; a deadline already passed gives a
     zero wait until the deadline, and the guard then escalates.
     """
-    return _wait_for(
-        view, now=now, seconds=policy.initial_delay_seconds, source=DelaySource.initial_delay
+    return wait_within(
+        now=now,
+        seconds=policy.initial_delay_seconds,
+        deadline=view.deadline,
+        source=DelaySource.initial_delay,
+        cause="first_poll",
     )
 
 
@@ -187,7 +192,7 @@ def _next_wait(
     now: datetime,
     u: float,
     rate_limited: int,
-) -> Action:
+) -> PollAction:
     """A wait, or an escalation when no further request could be sent anyway."""
     if view.status_requests_used >= view.max_status_requests:
         return _budget_spent(view)
@@ -236,7 +241,7 @@ def _next_wait(
     return _wait_for(view, now=now, seconds=seconds, source=source)
 
 
-def _after_reading(view: PollView, reading: StatusReading) -> Action | None:
+def _after_reading(view: PollView, reading: StatusReading) -> PollAction | None:
     """The action a readable status implies, or None for "still pending: wait"."""
     phase = view.phase
     if reading.contradiction is not None:
@@ -252,7 +257,11 @@ def _after_reading(view: PollView, reading: StatusReading) -> Action | None:
     if status is RemoteStatus.expired:
         return Finish(state=OperationState.expired, reason="remote_expired")
     if status is RemoteStatus.cancelled:
-        return Finish(state=OperationState.cancelled, reason="remote_cancelled")
+        return Finish(
+            state=OperationState.cancelled,
+            reason="remote_cancelled",
+            event=EventKind.cancel_confirmed,
+        )
     return _escalate(phase, EscalationReason.unknown_state, f"raw_state={reading.raw_state!r}")
 
 
@@ -281,7 +290,7 @@ def decide_after_status(
     attempt = view.poll_attempt
     kind = signal.kind
     code = signal.status_code
-    action: Action | None = None
+    action: PollAction | None = None
 
     if kind in (SignalKind.unauthorized, SignalKind.forbidden):
         action = _escalate(view.phase, EscalationReason.authorization_denied, f"http_{code}")
@@ -294,7 +303,7 @@ def decide_after_status(
     elif kind is SignalKind.not_found:
         if not not_found_allowed:
             action = _escalate(view.phase, EscalationReason.unknown_state, "not_found")
-    elif kind in (SignalKind.conflict, SignalKind.client_error):
+    elif kind in (SignalKind.conflict, SignalKind.gone, SignalKind.client_error):
         action = _escalate(view.phase, EscalationReason.provider_failure, f"http_{code}")
     elif kind in (SignalKind.ok, SignalKind.accepted) and reading is not None:
         action = _after_reading(view, reading)

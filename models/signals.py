@@ -42,6 +42,16 @@ class HttpObservation:
     transport_failure: TransportFailure | None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawResponse:
+    """An answer as the edge read it: the observation plus the bounded bytes."""
+
+    observation: HttpObservation
+    content: bytes
+    content_type: str | None
+    provider_request_id: str | None
+
+
 class SignalKind(StrEnum):
     ok = "ok"  # 2xx other than 202
     accepted = "accepted"  # 202
@@ -50,6 +60,7 @@ class SignalKind(StrEnum):
     forbidden = "forbidden"  # 403
     rate_limited = "rate_limited"  # 429
     conflict = "conflict"  # 409 or 422
+    gone = "gone"  # 410: retention ended
     client_error = "client_error"  # any other 4xx
     server_error = "server_error"  # 5xx
     transport = "transport"  # no usable HTTP answer (see transport_failure)
@@ -80,6 +91,7 @@ def _kind_for_status(code: int) -> SignalKind | None:
         401: SignalKind.unauthorized,
         403: SignalKind.forbidden,
         404: SignalKind.not_found,
+        410: SignalKind.gone,
         409: SignalKind.conflict,
         422: SignalKind.conflict,
         429: SignalKind.rate_limited,
@@ -93,14 +105,15 @@ def _kind_for_status(code: int) -> SignalKind | None:
     return None
 
 
-def classify_http(obs: HttpObservation, *, now: datetime) -> HttpSignal:
+def classify_http(obs: HttpObservation, *, now: datetime, json_body: bool = True) -> HttpSignal:
     """Classify one exchange. Never raises.
 
     No response, or a status outside 2xx/4xx/5xx (httpx does not follow
     redirects, so a 3xx is as unusable as a broken answer), is ``transport``;
     the latter with ``transport_failure=protocol``. A 2xx with an unparsable
     or non-object body is ``malformed``; an empty 2xx body (None without a
-    problem) is not, since a 202 may carry its job only in headers.
+    problem) is not, since a 202 may carry its job only in headers. With
+    ``json_body=False`` (a result download: CSV, JSON Lines) the body is not judged.
     """
     retry_after = parse_retry_after(_header(obs.headers, "retry-after"), now)
     location = _header(obs.headers, "operation-location") or _header(obs.headers, "location")
@@ -112,8 +125,13 @@ def classify_http(obs: HttpObservation, *, now: datetime) -> HttpSignal:
             failure = TransportFailure.protocol
     if kind is None:
         kind = SignalKind.transport
-    elif kind in (SignalKind.ok, SignalKind.accepted) and (
-        obs.body_problem is not None or (obs.body is not None and not isinstance(obs.body, Mapping))
+    elif (
+        json_body
+        and kind in (SignalKind.ok, SignalKind.accepted)
+        and (
+            obs.body_problem is not None
+            or (obs.body is not None and not isinstance(obs.body, Mapping))
+        )
     ):
         kind = SignalKind.malformed
     return HttpSignal(

@@ -1,18 +1,24 @@
-"""The store: every write to an operation is a compare-and-set on its version,
-and appends its events to the hash chain in the same transaction."""
+"""The store: the only module that speaks SQL.
+
+Every write to an operation is a compare-and-set on its version and appends
+its events to the hash chain in the same transaction. Reads return frozen
+``Operation`` snapshots, never ORM rows; helpers take the session and never
+commit (the task wrapper does).
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, or_, select, update
+from sqlalchemy import Table, and_, insert, or_, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 
-from jobwarden.models.errors import StaleVersionError
+from jobwarden.models.effects import Plan
+from jobwarden.models.errors import StaleVersionError, TransitionRefusedError
 from jobwarden.models.history import (
     GENESIS_HASH,
     ChainedEvent,
@@ -22,12 +28,29 @@ from jobwarden.models.history import (
     chain,
     verify_chain,
 )
+from jobwarden.models.operation import COLUMNS, Operation
 from jobwarden.models.states import OperationState, check_transition
-from jobwarden.models.tables import ACTIVE_STATES, EventRow, OperationRow
+from jobwarden.models.tables import ACTIVE_STATES, EventRow, OperationRow, ResultRow
 
-# Core inserts: history rows need no ORM identity, and this runs on every poll.
+# Core statements: history rows need no ORM identity, and this runs on every poll.
 EVENTS = cast(Table, EventRow.__table__)
 OPERATIONS = cast(Table, OperationRow.__table__)
+RESULTS = cast(Table, ResultRow.__table__)
+
+# The newest event's kind rides on the same SELECT: the (operation_id, seq) unique index
+# answers it, and a create_sent with nothing after it is how a lost send is recognised.
+_LAST_KIND = (
+    select(EVENTS.c.kind)
+    .where(
+        and_(
+            EVENTS.c.operation_id == OPERATIONS.c.operation_id,
+            EVENTS.c.seq == OPERATIONS.c.event_count,
+        )
+    )
+    .scalar_subquery()
+    .label("last_event_kind")
+)
+_LOAD = select(OPERATIONS, _LAST_KIND)
 
 
 def _event_rows(events: Sequence[ChainedEvent]) -> list[dict[str, Any]]:
@@ -64,27 +87,50 @@ def insert_operation(session: Session, row: OperationRow, drafts: Sequence[Event
         session.execute(insert(EVENTS), _event_rows(chained))
 
 
-def load(session: Session, operation_id: uuid.UUID) -> OperationRow | None:
-    return session.get(OperationRow, operation_id, populate_existing=True)
+def load(session: Session, operation_id: uuid.UUID) -> Operation | None:
+    """The operation as now stored, in one round trip; None when there is none."""
+    found = session.execute(_LOAD.where(OPERATIONS.c.operation_id == operation_id)).first()
+    return Operation.from_mapping(dict(found._mapping)) if found is not None else None
+
+
+def check_path(src: OperationState, drafts: Sequence[EventDraft], dst: OperationState) -> None:
+    """A state change walks allowed transitions, each recorded by one of ``drafts``.
+
+    Raises TransitionRefusedError for a hop outside the table or a change no event
+    explains (invariant 5: every transition is caused by a recorded decision).
+    """
+    at = src
+    for draft in drafts:
+        if draft.to_state is None or draft.to_state == draft.from_state:
+            continue
+        hop = OperationState(draft.to_state)
+        check_transition(at, hop)
+        at = hop
+    if at is not dst:
+        check_transition(src, dst)
+        raise TransitionRefusedError(src.value, dst.value, "no event records this transition")
 
 
 def fenced_update(
     session: Session,
-    row: OperationRow,
+    row: Operation,
     *,
-    changes: dict[str, Any],
+    changes: Mapping[str, Any],
     drafts: Sequence[EventDraft],
     now: datetime,
-) -> OperationRow:
+) -> Operation:
     """Write `changes` only if the row still has the version we read; append events.
 
-    A state change in `changes` must be an allowed transition. Raises
-    StaleVersionError when another owner wrote first (zero rows matched): the
-    caller stops, it does not overwrite. Returns the row as now stored.
+    A state change in `changes` must walk allowed transitions recorded by the events.
+    Raises StaleVersionError when another owner wrote first (zero rows matched):
+    the caller stops, it does not overwrite. Returns the snapshot as now stored.
     """
+    unknown = set(changes) - COLUMNS
+    if unknown:
+        raise ValueError(f"not operation columns: {', '.join(sorted(unknown))}")
     new_state = changes.get("state")
     if new_state is not None and new_state != row.state:
-        check_transition(OperationState(row.state), OperationState(new_state))
+        check_path(row.state, drafts, OperationState(new_state))
     chained = chain(
         str(row.operation_id), drafts, last_seq=row.event_count, last_hash=row.last_event_hash
     )
@@ -106,22 +152,80 @@ def fenced_update(
         raise StaleVersionError(str(row.operation_id), row.version)
     if chained:
         session.execute(insert(EVENTS), _event_rows(chained))
-    # The caller's row now mirrors what is stored, without the session seeing a change to flush.
-    for key, value in values.items():
-        set_committed_value(row, key, value)
-    return row
+    last_kind = chained[-1].draft.kind if chained else row.last_event_kind
+    return row.with_changes({**values, "last_event_kind": last_kind})
 
 
 def append_events(
-    session: Session, row: OperationRow, drafts: Sequence[EventDraft], *, now: datetime
-) -> OperationRow:
+    session: Session, row: Operation, drafts: Sequence[EventDraft], *, now: datetime
+) -> Operation:
     """Record events without changing any other field (still fenced by version)."""
     return fenced_update(session, row, changes={}, drafts=drafts, now=now)
 
 
+def write(session: Session, op: Operation, plan: Plan, *, now: datetime) -> Operation:
+    """Persist one plan: the fenced row update, its events, and a collected result."""
+    stored = fenced_update(session, op, changes=plan.changes, drafts=plan.events, now=now)
+    if plan.result is not None:
+        verdict = plan.result.verdict
+        session.execute(
+            insert(RESULTS).values(
+                operation_id=op.operation_id,
+                content=plan.result.content,
+                content_type=plan.result.content_type,
+                sha256=verdict.sha256,
+                size_bytes=verdict.size_bytes,
+                record_count=verdict.record_count,
+                failed_items=verdict.failed_items or None,
+                collected_at=now,
+            )
+        )
+    return stored
+
+
+def claim_key(
+    session: Session, values: Mapping[str, Any], first: ChainedEvent, *, lock_timeout: str
+) -> bool:
+    """Insert a new operation unless (tenant, key) or its source event is taken.
+
+    The unique constraints decide atomically; a concurrent submission of the same
+    key holding its row lock longer than ``lock_timeout`` raises lock_not_available.
+    Returns True when this call recorded the operation (and its first event).
+    """
+    session.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
+    inserted = session.scalar(
+        pg_insert(OperationRow)
+        .values(**values)
+        .on_conflict_do_nothing()
+        .returning(OperationRow.operation_id)
+    )
+    if inserted is None:
+        return False
+    session.execute(insert(EVENTS), _event_rows([first]))
+    return True
+
+
+def find_by_key(session: Session, tenant: str, key: str) -> Operation | None:
+    found = session.execute(
+        _LOAD.where(OPERATIONS.c.tenant == tenant).where(OPERATIONS.c.idempotency_key == key)
+    ).first()
+    return Operation.from_mapping(dict(found._mapping)) if found is not None else None
+
+
+def find_by_source_event(
+    session: Session, tenant: str, provider: str, source_event_id: str
+) -> Operation | None:
+    found = session.execute(
+        _LOAD.where(OPERATIONS.c.tenant == tenant)
+        .where(OPERATIONS.c.provider == provider)
+        .where(OPERATIONS.c.source_event_id == source_event_id)
+    ).first()
+    return Operation.from_mapping(dict(found._mapping)) if found is not None else None
+
+
 def claim_due(
     session: Session, *, now: datetime, redispatch_after: timedelta, limit: int
-) -> list[tuple[uuid.UUID, str]]:
+) -> list[tuple[uuid.UUID, OperationState]]:
     """Mark up to `limit` due operations as dispatched and return (id, state).
 
     Due means: active, next_poll_at reached, and no wake-up message handed to
@@ -143,7 +247,7 @@ def claim_due(
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
-    rows = [(op_id, state) for op_id, state in session.execute(due)]
+    rows = [(op_id, OperationState(state)) for op_id, state in session.execute(due)]
     if rows:
         # dispatched_at is a delivery hint, not owned data: no version bump, no event.
         session.execute(

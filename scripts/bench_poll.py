@@ -68,8 +68,7 @@ def main() -> int:
     from jobwarden.models.db import engine_for, transaction
     from jobwarden.models.migrate import ensure_database, upgrade
     from jobwarden.models.states import OperationState as S
-    from jobwarden.tasks.create_steps import create_step
-    from jobwarden.tasks.observe_steps import poll_step
+    from jobwarden.models.steps import CREATE, POLL
     from jobwarden.tasks.pipeline import run_step
     from jobwarden.tasks.runtime import current
 
@@ -91,7 +90,7 @@ def main() -> int:
         )
         assert answer.operation_id
         ops.append(answer.operation_id)
-        run_step(answer.operation_id, {S.create_pending.value}, create_step)
+        run_step(answer.operation_id, CREATE)
     time.sleep(0.01)  # past every initial delay of 1 ms
 
     # -- the hand-written floor ---------------------------------------------------
@@ -124,11 +123,10 @@ def main() -> int:
     floor = args.polls / (time.perf_counter() - start)
 
     # -- jobwarden's poll path ----------------------------------------------------
-    states = {S.accepted.value, S.observing.value}
     done = 0
     start = time.perf_counter()
     for n in range(args.polls):
-        if run_step(ops[n % len(ops)], states, poll_step) == S.observing.value:
+        if run_step(ops[n % len(ops)], POLL) == S.observing.value:
             done += 1
     jobwarden = args.polls / (time.perf_counter() - start)
 

@@ -13,16 +13,16 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import select, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
 
+from jobwarden.models import store
 from jobwarden.models.db import transaction
 from jobwarden.models.errors import InvalidSubmissionError
 from jobwarden.models.fingerprint import request_fingerprint
 from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.tables import EventRow, OperationRow
+from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 
 MAX_KEY = 255
@@ -162,29 +162,7 @@ def submit_operation(
     try:
         with transaction(rt.settings.database_url) as session:
             # A concurrent submission holding the key longer than this is "in progress".
-            session.execute(text("SET LOCAL lock_timeout = '5s'"))
-            inserted = session.scalar(
-                pg_insert(OperationRow)
-                .values(**values)
-                .on_conflict_do_nothing()
-                .returning(OperationRow.operation_id)
-            )
-            if inserted is not None:
-                ev = chained[0]
-                session.add(
-                    EventRow(
-                        operation_id=op_id,
-                        seq=1,
-                        actor=ev.draft.actor,
-                        at=ev.draft.at,
-                        from_state=None,
-                        to_state=ev.draft.to_state,
-                        kind=ev.draft.kind.value,
-                        excerpt=ev.draft.excerpt,
-                        prev_hash=ev.prev_hash,
-                        hash=ev.hash,
-                    )
-                )
+            if store.claim_key(session, values, chained[0], lock_timeout="5s"):
                 result = SubmitResult(
                     outcome=SubmitOutcome.created,
                     operation_id=str(op_id),
@@ -205,25 +183,19 @@ def submit_operation(
             )
         raise
     if result.outcome is SubmitOutcome.created and state is S.create_pending:
-        from jobwarden.tasks.pipeline import enqueue
-
-        enqueue(rt, op_id, state.value)
+        enqueue(rt, op_id, state)
     return result
 
 
 def _existing(
-    session: Any,
+    session: Session,
     tenant: str,
     provider: str,
     key: str,
     source_event_id: str | None,
     fingerprint: str,
 ) -> SubmitResult:
-    row = session.scalar(
-        select(OperationRow)
-        .where(OperationRow.tenant == tenant)
-        .where(OperationRow.idempotency_key == key)
-    )
+    row = store.find_by_key(session, tenant, key)
     if row is not None:
         # Conflict is checked before anything else, and the stored operation is not touched.
         outcome = (
@@ -238,12 +210,7 @@ def _existing(
             fingerprint=fingerprint,
         )
     if source_event_id is not None:
-        row = session.scalar(
-            select(OperationRow)
-            .where(OperationRow.tenant == tenant)
-            .where(OperationRow.provider == provider)
-            .where(OperationRow.source_event_id == source_event_id)
-        )
+        row = store.find_by_source_event(session, tenant, provider, source_event_id)
         if row is not None:
             return SubmitResult(
                 outcome=SubmitOutcome.duplicate_event,

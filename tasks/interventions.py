@@ -11,9 +11,9 @@ import uuid
 from datetime import timedelta
 
 from jobwarden.models import store
+from jobwarden.models.actions import EscalationReason
 from jobwarden.models.db import transaction
-from jobwarden.models.decisions import EscalationReason
-from jobwarden.models.errors import RefusedInputError, StaleVersionError
+from jobwarden.models.errors import LeaseNotAcquiredError, RefusedInputError, StaleVersionError
 from jobwarden.models.escalation import (
     Bounds,
     EscalationView,
@@ -23,12 +23,13 @@ from jobwarden.models.escalation import (
     options_for,
 )
 from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.operation import Operation
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.tables import OperationRow
-from jobwarden.tasks.leases import lease_key
+from jobwarden.tasks.dispatch import enqueue
+from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 
-CANCELLABLE = {S.accepted.value, S.observing.value, S.escalated.value, S.result_timed_out.value}
+CANCELLABLE: frozenset[S] = frozenset({S.accepted, S.observing, S.escalated, S.result_timed_out})
 
 
 def request_cancel(
@@ -43,66 +44,62 @@ def request_cancel(
     op_id = uuid.UUID(operation_id)
     last_version = 0
     for _ in range(5):
-        # Wait briefly for an in-flight poll to finish so its observation is not lost.
-        lock = rt.redis.lock(
-            lease_key(rt.settings.key_prefix, op_id),
-            timeout=rt.settings.lease_ttl_seconds,
-            blocking=True,
-            blocking_timeout=rt.settings.lease_ttl_seconds,
-            thread_local=False,
-        )
-        acquired = lock.acquire()
+        # Wait briefly for an in-flight poll to finish so its observation is not lost; if
+        # it does not, the fenced write below still refuses to overwrite it.
         try:
-            now = utcnow()
-            with transaction(rt.settings.database_url) as session:
+            with contextlib.ExitStack() as held, transaction(rt.settings.database_url) as session:
+                with contextlib.suppress(LeaseNotAcquiredError):
+                    held.enter_context(
+                        operation_lease(
+                            rt.redis,
+                            rt.settings.key_prefix,
+                            op_id,
+                            rt.settings.lease_ttl_seconds,
+                            wait_seconds=rt.settings.lease_ttl_seconds,
+                        )
+                    )
+                now = utcnow()
                 row = store.load(session, op_id)
                 if row is None:
                     raise RefusedInputError(f"no operation {operation_id}")
-                if row.state in (S.cancel_requested.value, S.cancelling.value):
-                    return row.state
+                if row.state in (S.cancel_requested, S.cancelling):
+                    return row.state.value
                 if row.state not in CANCELLABLE:
                     raise RefusedInputError(
-                        f"operation {operation_id} is {row.state}; cancel is possible only "
-                        f"from {', '.join(sorted(CANCELLABLE))}"
+                        f"operation {operation_id} is {row.state.value}; cancel is possible "
+                        f"only from {', '.join(sorted(s.value for s in CANCELLABLE))}"
                     )
                 window = (
                     row.cancel_window_seconds
                     or rt.contract(row.provider).limits.cancel_deadline_seconds
                 )
                 last_version = row.version
-                try:
-                    store.fenced_update(
-                        session,
-                        row,
-                        changes={
-                            "state": S.cancel_requested.value,
-                            "cancel_requested_by": requested_by,
-                            "cancel_reason": reason,
-                            "cancel_deadline": now + timedelta(seconds=window),
-                            "next_poll_at": now,
-                            "dispatched_at": now,
-                        },
-                        drafts=[
-                            EventDraft(
-                                kind=EventKind.cancel_requested,
-                                actor=f"user:{requested_by}",
-                                at=now,
-                                from_state=row.state,
-                                to_state=S.cancel_requested.value,
-                                cause=reason,
-                            )
-                        ],
-                        now=now,
-                    )
-                except StaleVersionError:
-                    continue
-        finally:
-            if acquired:
-                with contextlib.suppress(Exception):
-                    lock.release()
-        from jobwarden.tasks.pipeline import enqueue
-
-        enqueue(rt, op_id, S.cancel_requested.value)
+                store.fenced_update(
+                    session,
+                    row,
+                    changes={
+                        "state": S.cancel_requested.value,
+                        "cancel_requested_by": requested_by,
+                        "cancel_reason": reason,
+                        "cancel_deadline": now + timedelta(seconds=window),
+                        "next_poll_at": now,
+                        "dispatched_at": now,
+                    },
+                    drafts=[
+                        EventDraft(
+                            kind=EventKind.cancel_requested,
+                            actor=f"user:{requested_by}",
+                            at=now,
+                            from_state=row.state,
+                            to_state=S.cancel_requested.value,
+                            cause=reason,
+                        )
+                    ],
+                    now=now,
+                )
+        except StaleVersionError:
+            continue
+        enqueue(rt, op_id, S.cancel_requested)
         return S.cancel_requested.value
     # Five lost races in a row: the operation is busy; the caller may simply ask again.
     raise StaleVersionError(operation_id, last_version)
@@ -118,10 +115,10 @@ def escalation_options(operation_id: str, runtime: Runtime | None = None) -> lis
         return options_for(_escalation_view(rt, row))
 
 
-def _escalation_view(rt: Runtime, row: OperationRow) -> EscalationView:
+def _escalation_view(rt: Runtime, row: Operation) -> EscalationView:
     reason = row.escalation_reason
     return EscalationView(
-        state=S(row.state),
+        state=row.state,
         reason=EscalationReason(reason) if reason else None,
         has_remote_job=row.remote_job_id is not None and row.status_url is not None,
         contract_has_cancel=rt.contract(row.provider).cancel is not None,
@@ -191,10 +188,8 @@ def decide_escalation(
             ],
             now=now,
         )
-    from jobwarden.tasks.pipeline import enqueue
-
     enqueue(rt, stored.operation_id, stored.state)
-    return stored.state
+    return stored.state.value
 
 
 def approve(
@@ -213,7 +208,7 @@ def approve(
     now = utcnow()
     with transaction(rt.settings.database_url) as session:
         row = store.load(session, uuid.UUID(operation_id))
-        if row is None or row.state != S.awaiting_approval.value:
+        if row is None or row.state is not S.awaiting_approval:
             raise RefusedInputError(f"operation {operation_id} is not awaiting approval")
         if row.request_fingerprint != fingerprint:
             raise RefusedInputError(
@@ -243,7 +238,5 @@ def approve(
             ],
             now=now,
         )
-    from jobwarden.tasks.pipeline import enqueue
-
     enqueue(rt, stored.operation_id, stored.state)
-    return stored.state
+    return stored.state.value

@@ -23,11 +23,24 @@ def lease_key(prefix: str, operation_id: uuid.UUID) -> str:
 
 @contextmanager
 def operation_lease(
-    redis: Redis, prefix: str, operation_id: uuid.UUID, ttl_seconds: float
+    redis: Redis,
+    prefix: str,
+    operation_id: uuid.UUID,
+    ttl_seconds: float,
+    *,
+    wait_seconds: float = 0.0,
 ) -> Iterator[None]:
-    """Hold the operation's lease for the block, or raise LeaseNotAcquiredError at once."""
+    """Hold the operation's lease for the block, or raise LeaseNotAcquiredError.
+
+    Workers never wait (``wait_seconds=0``): a busy lease means another owner is on
+    it. A human's intervention may wait briefly for an in-flight step to finish.
+    """
     lock = redis.lock(
-        lease_key(prefix, operation_id), timeout=ttl_seconds, blocking=False, thread_local=False
+        lease_key(prefix, operation_id),
+        timeout=ttl_seconds,
+        blocking=wait_seconds > 0,
+        blocking_timeout=wait_seconds or None,
+        thread_local=False,
     )
     if not lock.acquire():
         raise LeaseNotAcquiredError(str(operation_id))

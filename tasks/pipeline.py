@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -14,75 +13,26 @@ from celery import Task
 
 from jobwarden.config.celery_app import app
 from jobwarden.models import store
+from jobwarden.models.actions import EscalationReason
 from jobwarden.models.db import transaction
-from jobwarden.models.decisions import EscalationReason
 from jobwarden.models.errors import (
     GiveUpError,
     LostRaceError,
     RefusedInputError,
     StaleVersionError,
 )
-from jobwarden.models.states import OperationState as S
-from jobwarden.models.tables import OperationRow
+from jobwarden.models.steps import CANCEL, COLLECT, CREATE, POLL, RECONCILE, StepKind
 from jobwarden.tasks import faults
-from jobwarden.tasks.cancel_steps import cancel_step
-from jobwarden.tasks.collect_steps import collect_step
-from jobwarden.tasks.create_steps import create_step
+from jobwarden.tasks.dispatch import enqueue, schedule
+from jobwarden.tasks.intake import submit_operation
 from jobwarden.tasks.leases import operation_lease
-from jobwarden.tasks.observe_steps import poll_step
-from jobwarden.tasks.reconcile_steps import reconcile_step
-from jobwarden.tasks.recording import Next, read, stop_automation
 from jobwarden.tasks.runtime import Runtime, current, utcnow
+from jobwarden.tasks.steps import read, run, stop_automation
 
 log = logging.getLogger("jobwarden.tasks")
 
-TASK_FOR_STATE: dict[str, str] = {
-    S.create_pending.value: "jobwarden.create",
-    S.create_unknown.value: "jobwarden.reconcile",
-    S.reconciling.value: "jobwarden.reconcile",
-    S.accepted.value: "jobwarden.poll",
-    S.observing.value: "jobwarden.poll",
-    S.cancelling.value: "jobwarden.poll",
-    S.cancel_requested.value: "jobwarden.cancel",
-    S.result_collecting.value: "jobwarden.collect",
-}
 
-Step = Callable[[Runtime, OperationRow], Next]
-
-
-def enqueue(rt: Runtime, operation_id: uuid.UUID, state: str, countdown: float = 0.0) -> bool:
-    """Publish a wake-up; on broker failure the sweeper re-sends it later (returns False)."""
-    name = TASK_FOR_STATE.get(state)
-    if name is None:
-        return False
-    try:
-        app.send_task(
-            name,
-            args=[str(operation_id)],
-            countdown=max(0.0, countdown) or None,
-            queue=rt.settings.queue,
-            retry=False,
-        )
-    except Exception as exc:
-        log.warning(
-            "enqueue_failed operation_id=%s task=%s error=%s",
-            operation_id,
-            name,
-            type(exc).__name__,
-        )
-        return False
-    return True
-
-
-def schedule(rt: Runtime, operation_id: uuid.UUID, nxt: Next) -> None:
-    if nxt.at is None:
-        return
-    countdown = (nxt.at - utcnow()).total_seconds()
-    if countdown <= rt.settings.max_countdown_seconds:
-        enqueue(rt, operation_id, nxt.state, countdown)
-
-
-def run_step(operation_id: str, states: set[str], step: Step) -> str | None:
+def run_step(operation_id: str, step: StepKind) -> str | None:
     """Lease, reload, act, release, then publish the next wake-up. Returns the new state."""
     rt = current()
     op_id = uuid.UUID(operation_id)
@@ -90,21 +40,21 @@ def run_step(operation_id: str, states: set[str], step: Step) -> str | None:
         with operation_lease(
             rt.redis, rt.settings.key_prefix, op_id, rt.settings.lease_ttl_seconds
         ):
-            row = read(rt, op_id)
-            if row is None or row.state not in states:
-                return row.state if row else None
-            faults.fault_point(rt.redis, rt.settings.key_prefix, "after_lease", row.idempotency_key)
-            from_state = row.state
-            nxt = step(rt, row)
+            op = read(rt, op_id)
+            if op is None or op.state not in step.states:
+                return op.state.value if op else None
+            faults.fault_point(rt.redis, rt.settings.key_prefix, "after_lease", op.idempotency_key)
+            from_state = op.state
+            op, next_at = run(rt, op, step)
             # One line per step, operation and trace id bound: grep either to follow a job.
             log.info(
                 "step_done operation_id=%s trace_id=%s step=%s from=%s to=%s next=%s",
                 operation_id,
-                row.trace_id,
-                step.__name__,
-                from_state,
-                nxt.state,
-                nxt.at.isoformat() if nxt.at else "-",
+                op.trace_id,
+                step.name,
+                from_state.value,
+                op.state.value,
+                next_at.isoformat() if next_at else "-",
             )
     except StaleVersionError as exc:
         # The evidence a fencing test waits for: this worker's write was refused by version.
@@ -120,21 +70,22 @@ def run_step(operation_id: str, states: set[str], step: Step) -> str | None:
     except GiveUpError as exc:
         # e.g. the contract's credential is missing: retrying cannot help, a human must act.
         log.warning("give_up operation_id=%s error=%s", operation_id, exc)
-        return stop_automation(rt, op_id, EscalationReason.authorization_denied, str(exc))
+        stopped = stop_automation(rt, op_id, EscalationReason.authorization_denied, str(exc))
+        return stopped.value if stopped else None
     except Exception as exc:
         # A bug, not a provider signal: the sweeper retries the step, and the committed
         # counters bound any requests it repeats. Loud, so nobody mistakes it for progress.
         log.error(
             "step_failed operation_id=%s step=%s error=%s: %s",
             operation_id,
-            step.__name__,
+            step.name,
             type(exc).__name__,
             exc,
         )
         raise
-    faults.fault_point(rt.redis, rt.settings.key_prefix, "before_schedule", row.idempotency_key)
-    schedule(rt, op_id, nxt)
-    return nxt.state
+    faults.fault_point(rt.redis, rt.settings.key_prefix, "before_schedule", op.idempotency_key)
+    schedule(rt, op_id, op.state, next_at)
+    return op.state.value
 
 
 class JobwardenTask(Task):  # type: ignore[misc]
@@ -144,29 +95,27 @@ class JobwardenTask(Task):  # type: ignore[misc]
 
 @app.task(name="jobwarden.create", base=JobwardenTask)
 def create(operation_id: str) -> str | None:
-    return run_step(operation_id, {S.create_pending.value}, create_step)
+    return run_step(operation_id, CREATE)
 
 
 @app.task(name="jobwarden.reconcile", base=JobwardenTask)
 def reconcile(operation_id: str) -> str | None:
-    return run_step(operation_id, {S.create_unknown.value, S.reconciling.value}, reconcile_step)
+    return run_step(operation_id, RECONCILE)
 
 
 @app.task(name="jobwarden.poll", base=JobwardenTask)
 def poll(operation_id: str) -> str | None:
-    return run_step(
-        operation_id, {S.accepted.value, S.observing.value, S.cancelling.value}, poll_step
-    )
+    return run_step(operation_id, POLL)
 
 
 @app.task(name="jobwarden.cancel", base=JobwardenTask)
 def cancel(operation_id: str) -> str | None:
-    return run_step(operation_id, {S.cancel_requested.value}, cancel_step)
+    return run_step(operation_id, CANCEL)
 
 
 @app.task(name="jobwarden.collect", base=JobwardenTask)
 def collect(operation_id: str) -> str | None:
-    return run_step(operation_id, {S.result_collecting.value}, collect_step)
+    return run_step(operation_id, COLLECT)
 
 
 def sweep_once(rt: Runtime) -> int:
@@ -194,8 +143,6 @@ def submit(**kwargs: Any) -> dict[str, Any]:
     Invalid input answers {"outcome": "invalid", "error": ...} rather than raising, so the
     caller gets a clear reason and nothing is recorded.
     """
-    from jobwarden.tasks.intake import submit_operation
-
     try:
         return submit_operation(**kwargs).as_dict()
     except (RefusedInputError, TypeError) as exc:

@@ -12,41 +12,17 @@ import json
 import os
 import secrets
 import ssl
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 
+from jobwarden.models.actions import ProviderRequest
 from jobwarden.models.contract import ProviderContract
 from jobwarden.models.errors import GiveUpError
 from jobwarden.models.plugins import OutboundRequest, ProviderPlugin
-from jobwarden.models.signals import HttpObservation, TransportFailure
+from jobwarden.models.signals import HttpObservation, RawResponse, TransportFailure
 
 MAX_BODY_BYTES = 50 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RawResponse:
-    observation: HttpObservation
-    content: bytes
-    content_type: str | None
-    provider_request_id: str | None
-
-
-def base_url(contract: ProviderContract) -> str:
-    if contract.base_url_env:
-        override = os.environ.get(contract.base_url_env)
-        if override:
-            return override.rstrip("/")
-    return contract.base_url.rstrip("/")
-
-
-def resolve_url(contract: ProviderContract, path_or_url: str) -> str:
-    """An absolute provider URL as given; a path (even `/v1/x:cancel`) joined onto the base."""
-    if path_or_url.startswith(("http://", "https://")):
-        return path_or_url
-    return base_url(contract) + "/" + path_or_url.lstrip("/")
 
 
 def traceparent(trace_id: str) -> str:
@@ -109,11 +85,6 @@ class ProviderClient:
         self._clients: dict[str, httpx.Client] = {}
         self.plugins = plugins or {}
 
-    def status_body(self, contract: ProviderContract, body: object) -> object:
-        """A parsed status body as the contract's pointers should see it (plugin reshaping)."""
-        plugin = self.plugins.get(contract.name)
-        return plugin.extract_status(body) if plugin is not None else body
-
     def _client(self, contract: ProviderContract) -> httpx.Client:
         client = self._clients.get(contract.name)
         if client is None:
@@ -131,27 +102,21 @@ class ProviderClient:
         self._clients.clear()
 
     def send(
-        self,
-        contract: ProviderContract,
-        method: str,
-        url: str,
-        *,
-        trace_id: str,
-        headers: dict[str, str] | None = None,
-        json_body: Any = None,
+        self, contract: ProviderContract, request: ProviderRequest, *, trace_id: str
     ) -> RawResponse:
         """Send one request; every outcome, including network failure, is returned."""
+        method, url = request.method, request.url
         all_headers = {
             "traceparent": traceparent(trace_id),
             "x-jobwarden-trace-id": trace_id,
             "accept": "application/json",
             **contract.extra_headers,
             **auth_headers(contract),
-            **(headers or {}),
+            **request.headers,
         }
         content = None
-        if json_body is not None:
-            content = json.dumps(json_body, separators=(",", ":")).encode()
+        if request.json_body is not None:
+            content = json.dumps(request.json_body, separators=(",", ":")).encode()
             all_headers["content-type"] = "application/json"
         plugin = self.plugins.get(contract.name)
         if plugin is not None:

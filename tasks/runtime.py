@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -15,8 +16,9 @@ from redis import Redis
 
 from jobwarden.config.settings import Settings, get_settings
 from jobwarden.models.contract import ProviderContract
-from jobwarden.models.contract_loader import load_contracts
-from jobwarden.models.plugins import load_plugin
+from jobwarden.models.contract_loader import effective_base_url, load_contracts
+from jobwarden.models.plugins import ProviderPlugin, load_plugin
+from jobwarden.models.requests import StepContext
 from jobwarden.tasks.provider_edge import ProviderClient
 
 
@@ -31,9 +33,17 @@ class Runtime:
     redis: Redis
     http: ProviderClient
     pid: int
+    contexts: dict[str, StepContext]
 
     def contract(self, provider: str) -> ProviderContract:
         return self.contracts[provider]
+
+    def context(self, provider: str) -> StepContext:
+        return self.contexts[provider]
+
+    @property
+    def actor(self) -> str:
+        return f"worker:{self.settings.worker_name}"
 
     @staticmethod
     def jitter() -> float:
@@ -50,13 +60,39 @@ def build_runtime(settings: Settings) -> Runtime:
         for name, c in contracts.items()
         if c.plugin is not None
     }
+    contexts = step_contexts(contracts, plugins, os.environ)
     return Runtime(
         settings=settings,
         contracts=contracts,
         redis=Redis.from_url(settings.redis_url, socket_timeout=10, health_check_interval=30),
         http=ProviderClient(plugins),
         pid=os.getpid(),
+        contexts=contexts,
     )
+
+
+def step_contexts(
+    contracts: Mapping[str, ProviderContract],
+    plugins: Mapping[str, ProviderPlugin],
+    environ: Mapping[str, str],
+) -> dict[str, StepContext]:
+    """The one base-URL resolution, once per process; plugins reshape status bodies only.
+
+    An override named by a contract (``base_url_env``) is validated here, so a bad
+    one stops start-up with the variable's name rather than failing a step.
+    """
+    return {
+        name: StepContext(
+            contract=c,
+            base_url=effective_base_url(c, environ),
+            status_body=plugins[name].extract_status if name in plugins else _as_is,
+        )
+        for name, c in contracts.items()
+    }
+
+
+def _as_is(body: object) -> object:
+    return body
 
 
 def current() -> Runtime:

@@ -9,13 +9,21 @@ from pathlib import Path
 
 import pytest
 
+from jobwarden.models.actions import ProviderRequest, RequestPurpose
 from jobwarden.models.contract import AuthSpec, ProviderContract
 from jobwarden.models.contract_loader import load_contract
 from jobwarden.models.errors import GiveUpError
 from jobwarden.models.plugins import OutboundRequest, load_plugin
+from jobwarden.models.requests import resolve_url
 from jobwarden.models.signals import TransportFailure
 from jobwarden.sandbox.server import SandboxServer
-from jobwarden.tasks.provider_edge import ProviderClient, resolve_url
+from jobwarden.tasks.provider_edge import ProviderClient
+from jobwarden.tasks.runtime import step_contexts
+
+
+def _get(url: str) -> ProviderRequest:
+    return ProviderRequest(purpose=RequestPurpose.status, method="GET", url=url)
+
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
 
@@ -44,10 +52,10 @@ def test_a_plugin_signs_requests_before_they_leave(server: SandboxServer) -> Non
     signed = ProviderClient(
         {contract.name: load_plugin("tests.integration.test_provider_edge:BearerFromPlugin")}
     )
-    url = resolve_url(contract, "/v1/jobs/job_missing")
+    url = resolve_url(contract.base_url, "/v1/jobs/job_missing")
     try:
-        assert plain.send(contract, "GET", url, trace_id="a" * 32).observation.status_code == 401
-        assert signed.send(contract, "GET", url, trace_id="a" * 32).observation.status_code == 404
+        assert plain.send(contract, _get(url), trace_id="a" * 32).observation.status_code == 401
+        assert signed.send(contract, _get(url), trace_id="a" * 32).observation.status_code == 404
     finally:
         plain.close()
         signed.close()
@@ -60,7 +68,9 @@ def test_refused_connection_is_an_observation_not_an_exception() -> None:
     contract = _contract(f"http://127.0.0.1:{port}", auth=None)
     client = ProviderClient()
     try:
-        raw = client.send(contract, "GET", resolve_url(contract, "/v1/jobs/x"), trace_id="b" * 32)
+        raw = client.send(
+            contract, _get(resolve_url(contract.base_url, "/v1/jobs/x")), trace_id="b" * 32
+        )
     finally:
         client.close()
     assert raw.observation.status_code is None
@@ -76,22 +86,20 @@ def test_a_missing_credential_names_the_variable_and_never_a_value(
     )
     client = ProviderClient()
     with pytest.raises(GiveUpError, match="JOBWARDEN_SANDBOX_TOKEN"):
-        client.send(contract, "GET", "http://127.0.0.1:9/", trace_id="c" * 32)
+        client.send(contract, _get("http://127.0.0.1:9/"), trace_id="c" * 32)
     client.close()
 
 
-def test_paths_with_colons_join_onto_the_base_url() -> None:
+def test_paths_with_colons_join_onto_a_base_url_with_a_path() -> None:
     contract = _contract("https://example.test/api", auth=None)
-    assert resolve_url(contract, "/v1/operations/op1:cancel") == (
+    assert resolve_url(contract.base_url, "/v1/operations/op1:cancel") == (
         "https://example.test/api/v1/operations/op1:cancel"
     )
-    assert resolve_url(contract, "https://other.test/x") == "https://other.test/x"
 
 
 def test_history_excerpts_redact_secret_looking_fields_and_bound_their_size() -> None:
-    from jobwarden.models.signals import HttpObservation
-    from jobwarden.tasks.provider_edge import RawResponse
-    from jobwarden.tasks.recording import excerpt
+    from jobwarden.models.excerpts import excerpt
+    from jobwarden.models.signals import HttpObservation, RawResponse
 
     body = {
         "id": "job_1",
@@ -129,9 +137,10 @@ class Unwrap:
 
 def test_a_plugin_reshapes_status_bodies_only() -> None:
     contract = _contract("http://127.0.0.1:9", auth=None)
-    client = ProviderClient(
-        {contract.name: load_plugin("tests.integration.test_provider_edge:Unwrap")}
-    )
-    assert client.status_body(contract, {"data": {"status": "running"}}) == {"status": "running"}
-    plain = ProviderClient()
-    assert plain.status_body(contract, {"data": 1}) == {"data": 1}
+    plugin = load_plugin("tests.integration.test_provider_edge:Unwrap")
+    reshaped = step_contexts({contract.name: contract}, {contract.name: plugin}, {})
+    assert reshaped[contract.name].status_body({"data": {"status": "running"}}) == {
+        "status": "running"
+    }
+    plain = step_contexts({contract.name: contract}, {}, {})
+    assert plain[contract.name].status_body({"data": 1}) == {"data": 1}

@@ -14,6 +14,7 @@ from jobwarden.models import store
 from jobwarden.models.db import engine_for, transaction
 from jobwarden.models.errors import StaleVersionError, TransitionRefusedError
 from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.operation import Operation
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.tables import EventRow, OperationRow
 
@@ -67,7 +68,7 @@ def _insert(url: str, row: OperationRow) -> uuid.UUID:
     return row.operation_id
 
 
-def _load(url: str, op_id: uuid.UUID) -> OperationRow:
+def _load(url: str, op_id: uuid.UUID) -> Operation:
     with transaction(url) as session:
         row = store.load(session, op_id)
         assert row is not None
@@ -92,7 +93,15 @@ def test_versioned_update_with_a_stale_version_changes_nothing_and_raises(
             session,
             stale,
             changes={"status_requests_used": 7, "state": S.failed.value},
-            drafts=[EventDraft(kind=EventKind.decision, actor="stale", at=NOW)],
+            drafts=[
+                EventDraft(
+                    kind=EventKind.decision,
+                    actor="stale",
+                    at=NOW,
+                    from_state=S.create_pending.value,
+                    to_state=S.failed.value,
+                )
+            ],
             now=NOW,
         )
     after = _load(database_url, op_id)
@@ -116,6 +125,38 @@ def test_fenced_update_refuses_a_transition_outside_the_table(database_url: str)
             now=NOW,
         )
     assert _load(database_url, op_id).state == S.create_pending.value
+
+
+def test_a_state_change_no_event_records_is_refused(database_url: str) -> None:
+    op_id = _insert(database_url, _new_row())
+    refused = pytest.raises(TransitionRefusedError, match="no event records")
+    with refused, transaction(database_url) as session:
+        store.fenced_update(
+            session,
+            _load(database_url, op_id),
+            changes={"state": S.failed.value},
+            drafts=[EventDraft(kind=EventKind.decision, actor="t", at=NOW)],
+            now=NOW,
+        )
+    assert _load(database_url, op_id).state is S.create_pending
+
+
+def test_a_stop_may_hop_through_allowed_states_each_with_its_event(database_url: str) -> None:
+    op_id = _insert(database_url, _new_row(S.create_unknown))
+    hops = [(S.create_unknown, S.reconciling), (S.reconciling, S.escalated)]
+    with transaction(database_url) as session:
+        stored = store.fenced_update(
+            session,
+            _load(database_url, op_id),
+            changes={"state": S.escalated.value},
+            drafts=[
+                EventDraft(kind=EventKind.decision, actor="t", at=NOW, from_state=a, to_state=b)
+                for a, b in hops
+            ],
+            now=NOW,
+        )
+    assert stored.state is S.escalated and stored.last_event_kind is EventKind.decision
+    assert _load(database_url, op_id).event_count == 3
 
 
 @pytest.mark.parametrize(
@@ -286,10 +327,18 @@ def test_fenced_update_returns_the_row_as_stored_even_within_the_loading_session
     with transaction(database_url) as session:
         row = store.load(session, op_id)
         assert row is not None
+        accepted = EventDraft(
+            kind=EventKind.create_accepted,
+            actor="t",
+            at=NOW,
+            from_state=S.create_pending.value,
+            to_state=S.accepted.value,
+        )
         stored = store.fenced_update(
-            session, row, changes={"state": S.accepted.value}, drafts=[], now=NOW
+            session, row, changes={"state": S.accepted.value}, drafts=[accepted], now=NOW
         )
         assert (stored.state, stored.version) == (S.accepted.value, 2)
+        assert stored.last_event_kind is EventKind.create_accepted
 
 
 def test_the_database_refuses_an_operation_past_approval_without_an_authoriser(
@@ -302,6 +351,13 @@ def test_the_database_refuses_an_operation_past_approval_without_an_authoriser(
     with pytest.raises(DBAPIError), transaction(database_url) as session:
         row = store.load(session, waiting)
         assert row is not None
+        approved = EventDraft(
+            kind=EventKind.approved,
+            actor="t",
+            at=NOW,
+            from_state=S.awaiting_approval.value,
+            to_state=S.create_pending.value,
+        )
         store.fenced_update(
-            session, row, changes={"state": S.create_pending.value}, drafts=[], now=NOW
+            session, row, changes={"state": S.create_pending.value}, drafts=[approved], now=NOW
         )

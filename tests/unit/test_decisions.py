@@ -27,6 +27,7 @@ from jobwarden.models.decisions import (
     first_poll,
     guard_before_status_request,
 )
+from jobwarden.models.history import EventKind
 from jobwarden.models.signals import (
     HttpSignal,
     SignalKind,
@@ -143,7 +144,11 @@ def decide(
         (
             Phase.observing,
             RemoteStatus.cancelled,
-            Finish(state=OperationState.cancelled, reason="remote_cancelled"),
+            Finish(
+                state=OperationState.cancelled,
+                reason="remote_cancelled",
+                event=EventKind.cancel_confirmed,
+            ),
         ),
         (
             Phase.observing,
@@ -157,7 +162,11 @@ def decide(
         (
             Phase.cancelling,
             RemoteStatus.cancelled,
-            Finish(state=OperationState.cancelled, reason="remote_cancelled"),
+            Finish(
+                state=OperationState.cancelled,
+                reason="remote_cancelled",
+                event=EventKind.cancel_confirmed,
+            ),
         ),
         (Phase.cancelling, RemoteStatus.succeeded, Collect(result_ref="https://p/r")),
         (
@@ -507,6 +516,7 @@ def test_the_first_poll_waits_the_initial_delay() -> None:
         delay_seconds=5.0,
         delay_source=DelaySource.initial_delay,
         clipped_to_deadline=False,
+        cause="first_poll",
     )
 
 

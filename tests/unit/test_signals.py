@@ -149,7 +149,7 @@ def observe(
         (403, SignalKind.forbidden),
         (404, SignalKind.not_found),
         (409, SignalKind.conflict),
-        (410, SignalKind.client_error),
+        (410, SignalKind.gone),
         (422, SignalKind.conflict),
         (429, SignalKind.rate_limited),
         (500, SignalKind.server_error),

@@ -1,0 +1,213 @@
+"""The closed set of actions a decision may return, for every step.
+
+A decision (``models/decisions.py`` for polls, ``models/steps.py`` for create,
+reconcile, cancel and collect) returns one of these; ``models/effects.py``
+turns it into the row changes and events to write. No action does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from jobwarden.models.history import EventKind
+from jobwarden.models.results import ResultVerdict
+from jobwarden.models.states import OperationState
+
+S = OperationState
+
+
+class DelaySource(StrEnum):
+    provider_retry_after = "provider_retry_after"  # the provider's Retry-After header
+    provider_poll_hint = "provider_poll_hint"  # a validated hint in the status body
+    local_backoff = "local_backoff"  # jittered exponential backoff, nothing from the provider
+    initial_delay = "initial_delay"  # the contract's wait before the first poll
+    manual_extension = "manual_extension"  # a human extended the bounds
+
+
+class EscalationReason(StrEnum):
+    deadline_exceeded = "deadline_exceeded"  # the result deadline passed while the job ran
+    request_budget_exhausted = "request_budget_exhausted"  # no status request left to send
+    rate_limited = "rate_limited"  # too many consecutive 429s
+    unknown_state = "unknown_state"  # a state the contract does not name, or an unexpected 404
+    authorization_denied = "authorization_denied"  # 401/403: never retry the same credential
+    provider_failure = "provider_failure"  # transport budget spent, or a refused request
+    contract_violation = "contract_violation"  # the provider contradicted itself or the contract
+    cancellation_unconfirmed = "cancellation_unconfirmed"  # cancel bounds ran out unconfirmed
+
+
+# The one place that says where a stop lands. While a cancel is ours, every stop is
+# cancellation_unconfirmed (the job may or may not be cancelled); a result deadline that
+# passes while the job runs keeps what is needed to look again later.
+def stop_state(state: OperationState, reason: EscalationReason) -> OperationState:
+    if state in (S.cancel_requested, S.cancelling):
+        return S.cancellation_unconfirmed
+    if reason is EscalationReason.deadline_exceeded and state in (S.accepted, S.observing):
+        return S.result_timed_out
+    return S.escalated
+
+
+# States with no direct edge to their stop state pass through one more state, each hop
+# an allowed transition with its own event (the transition table has no shortcuts).
+STOP_VIA: Mapping[OperationState, OperationState] = {
+    S.create_unknown: S.reconciling,
+    S.accepted: S.observing,
+    S.cancel_requested: S.cancelling,
+}
+
+
+class RequestPurpose(StrEnum):
+    create = "create"  # the create, with the operation's one provider token
+    lookup = "lookup"  # reconciliation: ask for the job under our token
+    status = "status"  # one status read
+    cancel = "cancel"  # the one cancel request
+    result = "result"  # the result download
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderRequest:
+    """One request as the core built it; the edge only sends it."""
+
+    purpose: RequestPurpose
+    method: str
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    json_body: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Wait:
+    """Send the next request no earlier than ``until``; stay in the current state."""
+
+    until: datetime
+    delay_seconds: float
+    delay_source: DelaySource
+    clipped_to_deadline: bool  # the chosen delay would have passed the deadline
+    cause: str = "wait"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotYet:
+    """An early wake-up (duplicated or early message): write nothing, act at ``until``."""
+
+    until: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Send:
+    """Commit the claim (counter, ``*_sent`` event, optional move), then send ``request``.
+
+    ``deadline`` is checked again after the claim commits: a request whose deadline
+    passed meanwhile is not sent, and the history says so.
+    """
+
+    request: ProviderRequest
+    event: EventKind
+    counters: Mapping[str, int] = field(default_factory=dict)
+    move_to: OperationState | None = None
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    wake_at: datetime | None = None  # the timer if the step dies after the claim
+    cause: str | None = None
+    excerpt: Mapping[str, Any] = field(default_factory=dict)
+    deadline: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Move:
+    """A transition with one event saying why; ``wake_at`` is the next timer (None: none)."""
+
+    to: OperationState
+    event: EventKind
+    cause: str
+    wake_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accept:
+    """The provider named the remote job: move to accepted and wait for the first poll."""
+
+    job_id: str
+    status_url: str
+    wait: Wait
+    event: EventKind  # create_accepted, create_replayed or reconciled
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retry:
+    """The create (or reconciliation) must be sent again with the same token, at ``wait``.
+
+    ``to`` is the state it waits in (create_unknown or reconciling when the outcome is
+    ambiguous; unchanged after a 429, which created nothing).
+    """
+
+    wait: Wait
+    event: EventKind  # create_ambiguous or create_refused
+    to: OperationState | None
+    detail: str
+    counts_transport_failure: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collect:
+    """The remote job succeeded: move to result_collecting."""
+
+    result_ref: str | None
+    expected: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finish:
+    """End in ``state`` (failed, expired, cancelled, result_unavailable, ...) for ``reason``."""
+
+    state: OperationState
+    reason: str
+    event: EventKind = EventKind.decision
+    summary: Mapping[str, Any] | None = None  # validation summary, for result endings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Succeed:
+    """The result was fetched and validated: store it and end in succeeded."""
+
+    verdict: ResultVerdict | None
+    content: bytes | None
+    content_type: str | None
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Escalate:
+    """Stop automation with a reason; ``state`` comes from ``stop_state``."""
+
+    reason: EscalationReason
+    detail: str
+    state: OperationState
+    keep_job_id: str | None = None  # a job id seen in a contract violation, for the human
+
+
+def escalate(
+    state: OperationState, reason: EscalationReason, detail: str, keep_job_id: str | None = None
+) -> Escalate:
+    return Escalate(
+        reason=reason, detail=detail, state=stop_state(state, reason), keep_job_id=keep_job_id
+    )
+
+
+Action = Wait | NotYet | Send | Move | Accept | Retry | Collect | Finish | Succeed | Escalate
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decided:
+    """An action plus the row fields that ride on the same commit (counters, observations).
+
+    ``seen`` is what the decision read from the answer, kept in the observation's excerpt;
+    ``answered`` names what the answer was to (absent for a status read).
+    """
+
+    action: Action
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    seen: Mapping[str, Any] = field(default_factory=dict)
+    answered: str | None = None

@@ -1,0 +1,87 @@
+"""The frozen snapshot of one operation, as a step read it.
+
+Steps, decisions and the store pass this value, never an ORM row: nothing can
+change it behind the fence, and the state is typed. A write returns a new
+snapshot (``with_changes``) mirroring what was stored.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from datetime import datetime
+from typing import Any
+
+from jobwarden.models.history import EventKind
+from jobwarden.models.states import OperationState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Operation:
+    operation_id: uuid.UUID
+    tenant: str
+    provider: str
+    idempotency_key: str
+    source_event_id: str | None
+    provider_token: str
+    request_fingerprint: str
+    method: str
+    route: str
+    command: Mapping[str, Any]
+    remote_job_id: str | None
+    status_url: str | None
+    state: OperationState
+    version: int
+    trace_id: str
+    requested_by: str
+    authorised_by: str | None
+    approval_expires_at: datetime | None
+    created_at: datetime
+    accepted_at: datetime | None
+    create_deadline: datetime
+    result_deadline: datetime
+    cancel_deadline: datetime | None
+    cancel_window_seconds: float | None
+    next_poll_at: datetime | None
+    dispatched_at: datetime | None
+    create_attempts: int
+    status_requests_used: int
+    max_status_requests: int
+    transport_failures_used: int
+    max_transport_failures: int
+    consecutive_rate_limited: int
+    poll_attempt: int
+    extensions_used: int
+    last_remote_state: str | None
+    last_http_status: int | None
+    progress: float | None
+    escalation_reason: str | None
+    escalation_detail: str | None
+    cancel_requested_by: str | None
+    cancel_reason: str | None
+    result_reference: str | None
+    validation_summary: Mapping[str, Any] | None
+    event_count: int
+    last_event_hash: str
+    updated_at: datetime
+    # Not a column: the kind of the newest event, read in the same query. A create_sent
+    # or reconcile_sent with nothing after it means the sender died mid-request.
+    last_event_kind: EventKind | None = None
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[str, Any]) -> Operation:
+        values = {f.name: row[f.name] for f in fields(cls) if f.name in row}
+        values["state"] = OperationState(values["state"])
+        kind = values.get("last_event_kind")
+        values["last_event_kind"] = EventKind(kind) if kind else None
+        return cls(**values)
+
+    def with_changes(self, changes: Mapping[str, Any]) -> Operation:
+        values = dict(changes)
+        if "state" in values:
+            values["state"] = OperationState(values["state"])
+        return replace(self, **values)
+
+
+COLUMNS: frozenset[str] = frozenset(f.name for f in fields(Operation)) - {"last_event_kind"}

@@ -1,0 +1,101 @@
+"""Requests as the core builds them: URLs from the contract, never guessed.
+
+``resolve_url`` is the one base-URL join; the base itself is resolved once per
+process (``contract_loader.effective_base_url``) and carried in ``StepContext``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobwarden.models.actions import ProviderRequest, RequestPurpose
+from jobwarden.models.contract import JobLocator, ProviderContract, TokenPlacement
+from jobwarden.models.operation import Operation
+from jobwarden.models.pointers import resolve_pointer
+from jobwarden.models.signals import RawResponse
+
+
+def _identity(body: object) -> object:
+    return body
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepContext:
+    """What every decision needs besides the operation: built once per process."""
+
+    contract: ProviderContract
+    base_url: str
+    # A provider plugin's status reshaping (pure provider code), else the body as is.
+    status_body: Callable[[object], object] = field(default=_identity)
+
+
+def resolve_url(base_url: str, path_or_url: str) -> str:
+    """An absolute provider URL as given; a path (even `/v1/x:cancel`) joined onto the base."""
+    if path_or_url.startswith(("http://", "https://")):
+        return path_or_url
+    return base_url.rstrip("/") + "/" + path_or_url.lstrip("/")
+
+
+def create_request(ctx: StepContext, op: Operation) -> ProviderRequest:
+    """The create, carrying the operation's one provider token where the contract says."""
+    spec = ctx.contract.create
+    body: Any = dict(op.command)
+    if spec.body_template == "wrapped":
+        body = {"command": body}
+    headers: dict[str, str] = {}
+    if spec.token_placement is TokenPlacement.header:
+        headers[spec.token_name] = op.provider_token
+    else:
+        body[spec.token_name] = op.provider_token
+    return ProviderRequest(
+        purpose=RequestPurpose.create,
+        method=spec.method,
+        url=resolve_url(ctx.base_url, spec.path),
+        headers=headers,
+        json_body=body,
+    )
+
+
+def lookup_request(ctx: StepContext, op: Operation, lookup_path: str) -> ProviderRequest:
+    return ProviderRequest(
+        purpose=RequestPurpose.lookup,
+        method="GET",
+        url=resolve_url(ctx.base_url, lookup_path.replace("{token}", op.provider_token)),
+    )
+
+
+def job_locator(contract: ProviderContract, raw: RawResponse) -> tuple[str | None, str | None]:
+    """Job id and status URL exactly where the contract says; never a guessed URL."""
+    obs = raw.observation
+    job_id: str | None = None
+    if contract.create.job_id_pointer is not None and isinstance(obs.body, dict):
+        found = resolve_pointer(obs.body, contract.create.job_id_pointer)
+        if isinstance(found, str | int) and not isinstance(found, bool) and str(found):
+            job_id = str(found)
+    status_url: str | None = None
+    header = {
+        JobLocator.location: "location",
+        JobLocator.operation_location: "operation-location",
+    }.get(contract.create.job_locator)
+    if header is not None:
+        status_url = obs.headers.get(header)
+        if status_url and job_id is None:
+            job_id = status_url
+    elif job_id is not None and contract.status.path is not None:
+        status_url = contract.status.path.replace("{job_id}", job_id)
+    return job_id, status_url
+
+
+def result_url(ctx: StepContext, op: Operation) -> str | None:
+    spec = ctx.contract.result
+    ref = op.result_reference
+    if spec is None:
+        return None
+    if spec.fetch == "path" and spec.path:
+        url = spec.path.replace("{job_id}", op.remote_job_id or "")
+        return resolve_url(ctx.base_url, url.replace("{result_ref}", ref or ""))
+    if ref is None:
+        return None
+    return resolve_url(ctx.base_url, ref)

@@ -1,0 +1,63 @@
+"""Wake-up messages: which task acts in which state, and how it is published.
+
+Messages carry only an operation id and are published after the commit that
+made them due; a lost one is re-sent by the sweeper, so publishing never fails
+a caller. Intake, interventions and the tasks all publish through here.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+
+from jobwarden.config.celery_app import app
+from jobwarden.models.states import OperationState as S
+from jobwarden.tasks.runtime import Runtime, utcnow
+
+log = logging.getLogger("jobwarden.tasks")
+
+TASK_FOR_STATE: Mapping[S, str] = {
+    S.create_pending: "jobwarden.create",
+    S.create_unknown: "jobwarden.reconcile",
+    S.reconciling: "jobwarden.reconcile",
+    S.accepted: "jobwarden.poll",
+    S.observing: "jobwarden.poll",
+    S.cancelling: "jobwarden.poll",
+    S.cancel_requested: "jobwarden.cancel",
+    S.result_collecting: "jobwarden.collect",
+}
+
+
+def enqueue(rt: Runtime, operation_id: uuid.UUID, state: S, countdown: float = 0.0) -> bool:
+    """Publish a wake-up; on broker failure the sweeper re-sends it later (returns False)."""
+    name = TASK_FOR_STATE.get(state)
+    if name is None:
+        return False
+    try:
+        app.send_task(
+            name,
+            args=[str(operation_id)],
+            countdown=max(0.0, countdown) or None,
+            queue=rt.settings.queue,
+            retry=False,
+        )
+    except Exception as exc:
+        log.warning(
+            "enqueue_failed operation_id=%s task=%s error=%s",
+            operation_id,
+            name,
+            type(exc).__name__,
+        )
+        return False
+    return True
+
+
+def schedule(rt: Runtime, operation_id: uuid.UUID, state: S, at: datetime | None) -> None:
+    """A short wait becomes a countdown message; a long one stays parked in next_poll_at."""
+    if at is None:
+        return
+    countdown = (at - utcnow()).total_seconds()
+    if countdown <= rt.settings.max_countdown_seconds:
+        enqueue(rt, operation_id, state, countdown)

@@ -1,0 +1,122 @@
+"""The one step runner: every step has the poll's shape.
+
+Under the operation's lease: ask the core what to do before any request; if it
+says ``Send``, commit the claim (counter and ``*_sent`` event) before the
+request leaves (invariants 1 and 3), check the deadline again, send exactly
+that request, ask the core what the answer means, and persist the plan in one
+fenced transaction. This module owns every commit of a step; decisions never
+see a session and never read the clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from jobwarden.models import store
+from jobwarden.models.actions import (
+    Accept,
+    Decided,
+    EscalationReason,
+    Send,
+    escalate,
+)
+from jobwarden.models.db import snapshot, transaction
+from jobwarden.models.effects import Plan, plan
+from jobwarden.models.errors import LeaseNotAcquiredError
+from jobwarden.models.operation import Operation
+from jobwarden.models.signals import RawResponse
+from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
+from jobwarden.models.steps import StepKind, unsent
+from jobwarden.tasks import faults
+from jobwarden.tasks.leases import operation_lease
+from jobwarden.tasks.runtime import Runtime, utcnow
+
+# A step sends one request, except reconciliation by lookup, which may follow an empty
+# lookup with the same-token create. A decision asking for more is a bug, not a loop.
+MAX_SENDS_PER_STEP = 2
+
+
+def read(rt: Runtime, operation_id: uuid.UUID) -> Operation | None:
+    """The snapshot a task starts from; every later write is fenced by its version."""
+    with snapshot(rt.settings.database_url) as session:
+        return store.load(session, operation_id)
+
+
+def persist(rt: Runtime, op: Operation, p: Plan, now: datetime) -> Operation:
+    """One fenced transaction; raises StaleVersionError when another owner wrote first."""
+    with transaction(rt.settings.database_url) as session:
+        return store.write(session, op, p, now=now)
+
+
+def _plan(
+    rt: Runtime, op: Operation, decided: Decided, now: datetime, answer: RawResponse | None
+) -> Plan:
+    return plan(
+        op,
+        decided,
+        actor=rt.actor,
+        now=now,
+        answer=answer,
+        max_countdown=rt.settings.max_countdown_seconds,
+    )
+
+
+def run(rt: Runtime, op: Operation, step: StepKind) -> tuple[Operation, datetime | None]:
+    """Drive ``op`` through one step; returns the stored snapshot and the next wake-up."""
+    ctx = rt.context(op.provider)
+    fault_scope = op.idempotency_key
+    now = utcnow()
+    decided = step.before(op, ctx, now)
+    answer: RawResponse | None = None
+    for _ in range(MAX_SENDS_PER_STEP):
+        send = decided.action
+        if not isinstance(send, Send):
+            break
+        op = persist(rt, op, _plan(rt, op, decided, now, answer), now)
+        faults.fault_point(rt.redis, rt.settings.key_prefix, step.claim_point, fault_scope)
+        now = utcnow()
+        late = unsent(op, send, now)
+        if late is not None:
+            # The claim stays as unused reserve, and the history says it was not sent.
+            decided, answer = late, None
+            break
+        answer = rt.http.send(ctx.contract, send.request, trace_id=op.trace_id)
+        faults.fault_point(rt.redis, rt.settings.key_prefix, step.response_point, fault_scope)
+        now = utcnow()
+        decided = step.after(op, ctx, send.request, answer, now, rt.jitter())
+    else:
+        if isinstance(decided.action, Send):
+            detail = f"{step.name} asked for more than {MAX_SENDS_PER_STEP} requests in one step"
+            decided = Decided(
+                action=escalate(op.state, EscalationReason.contract_violation, detail)
+            )
+    p = _plan(rt, op, decided, now, answer)
+    if p.empty:
+        return op, None
+    op = persist(rt, op, p, now)
+    if isinstance(decided.action, Accept):
+        faults.fault_point(rt.redis, rt.settings.key_prefix, "after_accept_commit", fault_scope)
+    return op, p.next_at
+
+
+def stop_automation(
+    rt: Runtime, operation_id: uuid.UUID, reason: EscalationReason, detail: str
+) -> OperationState | None:
+    """Escalate from whatever active state the row is in; returns the state reached."""
+    try:
+        with operation_lease(
+            rt.redis, rt.settings.key_prefix, operation_id, rt.settings.lease_ttl_seconds
+        ):
+            op = read(rt, operation_id)
+            if op is None:
+                return None
+            if op.state in TERMINAL or op.state in AUTOMATION_STOPPED:
+                return op.state
+            if op.state is OperationState.awaiting_approval:
+                return op.state
+            now = utcnow()
+            decided = Decided(action=escalate(op.state, reason, detail))
+            return persist(rt, op, _plan(rt, op, decided, now, None), now).state
+    except LeaseNotAcquiredError:
+        return None  # its owner meets the same condition and stops it
