@@ -19,7 +19,7 @@ from jobwarden.harness import REPO, Stack, wait_for
 from tests.acceptance.conftest import Pipeline, worker_logs
 
 
-def _gaps(requests: list[dict]) -> list[float]:
+def _gaps(requests: list[dict[str, Any]]) -> list[float]:
     times = [r["monotonic"] for r in requests]
     return [b - a for a, b in itertools.pairwise(times)]
 
@@ -38,6 +38,7 @@ def _kill_worker_at(
     arm(point, key, "block:60")
     op = pipeline.submit({"polls_to_finish": 2}, key=key)
     pid = wait_for(lambda: fired(point, key), timeout=20, what=f"a worker stalled at {point}")
+    assert pid is not None
     check_held(op)
     killed = stack.kill_worker_of(pid)
     try:
@@ -107,13 +108,14 @@ def test_duplicate_poll_messages_and_racing_workers_send_one_status_request_per_
         for _ in range(10):
             poll.apply_async(args=[op], queue=os.environ["JOBWARDEN_QUEUE"])
         seen = len(pipeline.job_requests(op, "status"))
-        wait_for(
-            lambda s=seen: (
-                len(pipeline.job_requests(op, "status")) > s
+
+        def moved_on(seen: int = seen) -> bool:
+            return (
+                len(pipeline.job_requests(op, "status")) > seen
                 or pipeline.row(op).state != "observing"
-            ),
-            timeout=10,
-        )
+            )
+
+        wait_for(moved_on, timeout=10)
     row = pipeline.wait_state(op)
     assert row.state == "succeeded"
     statuses = pipeline.job_requests(op, "status")
