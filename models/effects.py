@@ -8,7 +8,7 @@ their delay source, the observation of a provider answer. The shell writes the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 from jobwarden.models.actions import (
     STOP_VIA,
     Accept,
+    Action,
     Collect,
     Decided,
     Escalate,
@@ -91,6 +92,41 @@ def _answer_fields(raw: RawResponse | None, seen: Mapping[str, Any]) -> dict[str
     }
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Draft:
+    """What every action's plan starts from: the operation, the moment, the answer."""
+
+    op: Operation
+    actor: str
+    now: datetime
+    max_countdown: float
+    carried: dict[str, Any]  # the answer's http status, request id and excerpt, if any
+
+    def event(self, kind: EventKind, to: S | None, **extra: Any) -> EventDraft:
+        return EventDraft(
+            kind=kind,
+            actor=self.actor,
+            at=self.now,
+            from_state=self.op.state.value if to is not None else None,
+            to_state=to.value if to is not None else None,
+            **extra,
+        )
+
+    def wake(self, at: datetime | None) -> dict[str, Any]:
+        return wake_changes(at, self.now, self.max_countdown)
+
+    def wait(self, wait: Wait) -> EventDraft:
+        return wait_event(wait, actor=self.actor, now=self.now)
+
+
+def _carries_answer(action: Action) -> bool:
+    """Actions whose own event records the answer; the rest get an ``observed`` first."""
+    return isinstance(action, Accept | Retry | Succeed) or (
+        isinstance(action, Finish)
+        and action.event in (EventKind.create_refused, EventKind.result_rejected)
+    )
+
+
 def plan(
     op: Operation,
     decided: Decided,
@@ -109,148 +145,131 @@ def plan(
     action = decided.action
     if isinstance(action, NotYet):
         return Plan()
+    d = _Draft(
+        op=op,
+        actor=actor,
+        now=now,
+        max_countdown=max_countdown,
+        carried=_answer_fields(answer, decided.seen),
+    )
     changes: dict[str, Any] = dict(decided.changes)
     events: list[EventDraft] = []
-    carried = _answer_fields(answer, decided.seen)
     if answer is not None:
         changes["last_http_status"] = answer.observation.status_code
-    carries_answer = isinstance(action, Accept | Retry | Succeed) or (
-        isinstance(action, Finish)
-        and action.event in (EventKind.create_refused, EventKind.result_rejected)
+        if not _carries_answer(action):
+            events.append(d.event(EventKind.observed, None, cause=decided.answered, **d.carried))
+    own = _PLANNERS[type(action)](d, action)
+    return Plan(
+        changes={**changes, **own.changes},
+        events=(*events, *own.events),
+        next_at=own.next_at,
+        result=own.result,
     )
-    if answer is not None and not carries_answer:
-        events.append(
-            EventDraft(
-                kind=EventKind.observed, actor=actor, at=now, cause=decided.answered, **carried
-            )
-        )
-
-    def moved(kind: EventKind, to: S | None, **extra: Any) -> EventDraft:
-        return EventDraft(
-            kind=kind,
-            actor=actor,
-            at=now,
-            from_state=op.state.value if to is not None else None,
-            to_state=to.value if to is not None else None,
-            **extra,
-        )
-
-    def wake(at: datetime | None) -> dict[str, Any]:
-        return wake_changes(at, now, max_countdown)
-
-    if isinstance(action, Send):
-        to = action.move_to if action.move_to is not op.state else None
-        changes |= dict(action.counters) | dict(action.changes)
-        if to is not None:
-            changes["state"] = to.value
-        if action.wake_at is not None:
-            changes |= wake(action.wake_at)
-        events.append(moved(action.event, to, cause=action.cause, excerpt=dict(action.excerpt)))
-        return Plan(changes=changes, events=tuple(events))
-    if isinstance(action, Wait):
-        events.append(wait_event(action, actor=actor, now=now))
-        return Plan(
-            changes=changes | wake(action.until), events=tuple(events), next_at=action.until
-        )
-    if isinstance(action, Move):
-        changes |= {"state": action.to.value, **wake(action.wake_at)}
-        events.append(moved(action.event, action.to, cause=action.cause))
-        return Plan(changes=changes, events=tuple(events), next_at=action.wake_at)
-    if isinstance(action, Accept):
-        changes |= {
-            "state": S.accepted.value,
-            "remote_job_id": action.job_id,
-            "status_url": action.status_url,
-            "accepted_at": now,
-            **wake(action.wait.until),
-        }
-        events.append(moved(action.event, S.accepted, **carried))
-        events.append(wait_event(action.wait, actor=actor, now=now))
-        return Plan(changes=changes, events=tuple(events), next_at=action.wait.until)
-    if isinstance(action, Retry):
-        to = action.to if action.to is not op.state else None
-        changes |= wake(action.wait.until)
-        if to is not None:
-            changes["state"] = to.value
-        if action.counts_transport_failure:
-            changes["transport_failures_used"] = op.transport_failures_used + 1
-        carried["excerpt"] = {
-            **carried.get("excerpt", {}),
-            "next_attempt_at": action.wait.until.isoformat(),
-        }
-        events.append(
-            moved(
-                action.event,
-                to,
-                cause=action.detail,
-                delay_source=action.wait.delay_source.value,
-                **carried,
-            )
-        )
-        return Plan(changes=changes, events=tuple(events), next_at=action.wait.until)
-    if isinstance(action, Collect):
-        changes |= {
-            "state": S.result_collecting.value,
-            "result_reference": action.result_ref,
-            "validation_summary": {"expected": dict(action.expected)},
-            **wake(now),
-        }
-        events.append(
-            moved(
-                EventKind.decision,
-                S.result_collecting,
-                cause="remote job finished; collect the result",
-            )
-        )
-        return Plan(changes=changes, events=tuple(events), next_at=now)
-    if isinstance(action, Finish):
-        changes |= {"state": action.state.value, **wake(None)}
-        extra: dict[str, Any] = {}
-        if action.summary is not None:
-            changes["validation_summary"] = dict(action.summary)
-        if carries_answer:
-            extra = dict(carried)
-            if action.summary is not None:
-                extra["excerpt"] = dict(action.summary)
-        elif action.summary is not None:
-            extra["excerpt"] = dict(action.summary)
-        events.append(moved(action.event, action.state, cause=action.reason, **extra))
-        return Plan(changes=changes, events=tuple(events))
-    if isinstance(action, Succeed):
-        verdict = action.verdict
-        summary = (
-            verdict.summary() if verdict else {"valid": True, "problem": None, "note": action.note}
-        )
-        changes |= {"state": S.succeeded.value, "validation_summary": summary, **wake(None)}
-        carried["excerpt"] = summary
-        events.append(moved(EventKind.result_collected, S.succeeded, **carried))
-        stored = None
-        if verdict is not None and action.content is not None:
-            stored = StoredResult(
-                content=action.content, content_type=action.content_type, verdict=verdict
-            )
-        return Plan(changes=changes, events=tuple(events), result=stored)
-    return _stop(op, action, changes, events, actor=actor, now=now)
 
 
-def _stop(
-    op: Operation,
-    action: Escalate,
-    changes: dict[str, Any],
-    events: list[EventDraft],
-    *,
-    actor: str,
-    now: datetime,
-) -> Plan:
+def _send(d: _Draft, action: Send) -> Plan:
+    to = action.move_to if action.move_to is not d.op.state else None
+    changes = {**action.counters, **action.changes}
+    if to is not None:
+        changes["state"] = to.value
+    if action.wake_at is not None:
+        changes |= d.wake(action.wake_at)
+    ev = d.event(action.event, to, cause=action.cause, excerpt=dict(action.excerpt))
+    return Plan(changes=changes, events=(ev,))
+
+
+def _wait(d: _Draft, action: Wait) -> Plan:
+    return Plan(changes=d.wake(action.until), events=(d.wait(action),), next_at=action.until)
+
+
+def _move(d: _Draft, action: Move) -> Plan:
+    changes = {"state": action.to.value, **d.wake(action.wake_at)}
+    ev = d.event(action.event, action.to, cause=action.cause)
+    return Plan(changes=changes, events=(ev,), next_at=action.wake_at)
+
+
+def _accept(d: _Draft, action: Accept) -> Plan:
+    changes = {
+        "state": S.accepted.value,
+        "remote_job_id": action.job_id,
+        "status_url": action.status_url,
+        "accepted_at": d.now,
+        **d.wake(action.wait.until),
+    }
+    events = (d.event(action.event, S.accepted, **d.carried), d.wait(action.wait))
+    return Plan(changes=changes, events=events, next_at=action.wait.until)
+
+
+def _retry(d: _Draft, action: Retry) -> Plan:
+    to = action.to if action.to is not d.op.state else None
+    changes = d.wake(action.wait.until)
+    if to is not None:
+        changes["state"] = to.value
+    if action.counts_transport_failure:
+        changes["transport_failures_used"] = d.op.transport_failures_used + 1
+    carried = dict(d.carried)
+    carried["excerpt"] = {
+        **carried.get("excerpt", {}),
+        "next_attempt_at": action.wait.until.isoformat(),
+    }
+    ev = d.event(
+        action.event,
+        to,
+        cause=action.detail,
+        delay_source=action.wait.delay_source.value,
+        **carried,
+    )
+    return Plan(changes=changes, events=(ev,), next_at=action.wait.until)
+
+
+def _collect(d: _Draft, action: Collect) -> Plan:
+    changes = {
+        "state": S.result_collecting.value,
+        "result_reference": action.result_ref,
+        "validation_summary": {"expected": dict(action.expected)},
+        **d.wake(d.now),
+    }
+    cause = "remote job finished; collect the result"
+    ev = d.event(EventKind.decision, S.result_collecting, cause=cause)
+    return Plan(changes=changes, events=(ev,), next_at=d.now)
+
+
+def _finish(d: _Draft, action: Finish) -> Plan:
+    changes = {"state": action.state.value, **d.wake(None)}
+    extra: dict[str, Any] = dict(d.carried) if _carries_answer(action) else {}
+    if action.summary is not None:
+        changes["validation_summary"] = dict(action.summary)
+        extra["excerpt"] = dict(action.summary)
+    ev = d.event(action.event, action.state, cause=action.reason, **extra)
+    return Plan(changes=changes, events=(ev,))
+
+
+def _succeed(d: _Draft, action: Succeed) -> Plan:
+    verdict = action.verdict
+    summary = (
+        verdict.summary() if verdict else {"valid": True, "problem": None, "note": action.note}
+    )
+    changes = {"state": S.succeeded.value, "validation_summary": summary, **d.wake(None)}
+    ev = d.event(EventKind.result_collected, S.succeeded, **{**d.carried, "excerpt": summary})
+    stored = None
+    if verdict is not None and action.content is not None:
+        stored = StoredResult(
+            content=action.content, content_type=action.content_type, verdict=verdict
+        )
+    return Plan(changes=changes, events=(ev,), result=stored)
+
+
+def _stop(d: _Draft, action: Escalate) -> Plan:
     """Stop automation: hop through STOP_VIA when there is no direct edge, then escalate."""
-    src = op.state
+    src = d.op.state
+    events: list[EventDraft] = []
     via = STOP_VIA.get(src)
     if via is not None and not is_allowed(src, action.state):
         events.append(
             EventDraft(
                 kind=EventKind.decision,
-                actor=actor,
-                at=now,
+                actor=d.actor,
+                at=d.now,
                 from_state=src.value,
                 to_state=via.value,
                 cause="stopping: " + action.detail,
@@ -260,15 +279,15 @@ def _stop(
     events.append(
         EventDraft(
             kind=EventKind.escalated,
-            actor=actor,
-            at=now,
+            actor=d.actor,
+            at=d.now,
             from_state=src.value,
             to_state=action.state.value,
             cause=action.reason.value,
             excerpt={"detail": action.detail},
         )
     )
-    changes |= {
+    changes: dict[str, Any] = {
         "state": action.state.value,
         "escalation_reason": action.reason.value,
         "escalation_detail": action.detail,
@@ -278,3 +297,18 @@ def _stop(
     if action.keep_job_id is not None:
         changes["remote_job_id"] = action.keep_job_id
     return Plan(changes=changes, events=tuple(events))
+
+
+# One planner per action: adding an action without one fails at the first plan() call
+# and in tests/unit/test_effects.py, never silently.
+_PLANNERS: dict[type[Any], Callable[[_Draft, Any], Plan]] = {
+    Send: _send,
+    Wait: _wait,
+    Move: _move,
+    Accept: _accept,
+    Retry: _retry,
+    Collect: _collect,
+    Finish: _finish,
+    Succeed: _succeed,
+    Escalate: _stop,
+}

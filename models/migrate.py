@@ -6,6 +6,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from jobwarden import migrations
 
@@ -25,9 +27,6 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 
 def ensure_database(database_url: str) -> None:
     """Create the target database if it does not exist (connects to `postgres`)."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
     url = make_url(database_url)
     name = url.database
     admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")

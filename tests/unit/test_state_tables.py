@@ -104,3 +104,12 @@ def test_options_exist_only_for_human_states_and_each_leads_along_the_table(
             view, option.kind, bounds, now=NOW, cancel_window=timedelta(minutes=5)
         )
         assert is_allowed(state, S(changes["state"])), option.kind
+
+
+def test_every_action_of_the_closed_set_has_its_planner() -> None:
+    from typing import get_args
+
+    from jobwarden.models.actions import Action, NotYet
+    from jobwarden.models.effects import _PLANNERS
+
+    assert set(get_args(Action)) == set(_PLANNERS) | {NotYet}
