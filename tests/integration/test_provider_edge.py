@@ -6,6 +6,7 @@ import dataclasses
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ def server() -> Iterator[SandboxServer]:
         yield s
 
 
-def _contract(url: str, **changes: object) -> ProviderContract:
+def _contract(url: str, **changes: Any) -> ProviderContract:
     base = load_contract(SHIPPED / "sandbox.toml")
     return dataclasses.replace(base, base_url=url, base_url_env=None, **changes)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from jobwarden.models.contract import ResultSpec
-from jobwarden.models.results import validate_result
+from jobwarden.models.results import ResultVerdict, validate_result
 
 SPEC = ResultSpec(
     fetch="url",
@@ -32,15 +33,15 @@ def doc(ok: int, failed: int, count: int | None = None) -> bytes:
     ).encode()
 
 
-def check(content: bytes, **kw: object) -> object:
-    args: dict[str, object] = {
+def check(content: bytes, **kw: Any) -> ResultVerdict:
+    args: dict[str, Any] = {
         "content_type": "application/json",
         "expected_sha256": hashlib.sha256(content).hexdigest(),
         "declared_record_count": None,
     }
     args.update(kw)
     spec = args.pop("spec", SPEC)
-    return validate_result(spec, content=content, **args)  # type: ignore[arg-type]
+    return validate_result(spec, content=content, **args)
 
 
 def test_two_failed_items_of_500_is_valid_with_counts_and_references() -> None:
