@@ -16,6 +16,7 @@ from typing import Final, TypeVar, overload
 from urllib.parse import urlsplit
 
 from jobwarden.models.errors import ContractError
+from jobwarden.models.excerpts import names_a_secret
 
 __all__ = [
     "HEADER_NAME",
@@ -32,26 +33,6 @@ MAX_SECONDS: Final = 30 * 24 * 3600
 MAX_COUNT: Final = 1_000_000
 MAX_RESULT_BYTES: Final = 10 * 1024**3
 MAX_REQUEST_TIMEOUT_SECONDS: Final = 600
-
-# Keys that would hold a credential itself. Secrets never rest in a contract file.
-_SECRET_KEYS: Final = frozenset(
-    {
-        "token",
-        "secret",
-        "password",
-        "passwd",
-        "api_key",
-        "apikey",
-        "key",
-        "access_token",
-        "auth_token",
-        "bearer",
-        "client_secret",
-        "private_key",
-        "credential",
-        "credentials",
-    }
-)
 
 HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 _ENV_NAME: Final = re.compile(r"[A-Z_][A-Z0-9_]*\Z")
@@ -99,7 +80,9 @@ class TomlTable:
         allowed = sorted(allowed)
         errors = []
         for key in self.data:
-            if key.lower().replace("-", "_") in _SECRET_KEYS:
+            # A bare `key` holds a credential in a contract (not in a provider body, where
+            # it often names a record), so it is refused here besides the shared words.
+            if key not in allowed and (names_a_secret(key) or key.lower() == "key"):
                 errors.append(
                     self.fail(
                         key,

@@ -37,6 +37,7 @@ from jobwarden.models.contract_fields import (
     toml_type,
 )
 from jobwarden.models.errors import ContractError
+from jobwarden.models.excerpts import names_a_secret
 from jobwarden.models.plugins import is_plugin_spec
 
 __all__ = [
@@ -55,7 +56,6 @@ __all__ = [
     "parse_webhook",
 ]
 
-_SECRET_HEADER_WORDS: Final = ("authorization", "cookie", "token", "secret", "password", "api-key")
 _NAME: Final = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 _CREATE_METHODS: Final = ("POST", "PUT", "PATCH")
@@ -95,7 +95,7 @@ def parse_top(t: TomlTable, stem: str) -> TopLevel:
             field = f"extra_headers.{header}"
             if not HEADER_NAME.match(header):
                 raise ContractError(t.file, field, "is not a valid HTTP header name")
-            if any(word in header.lower() for word in _SECRET_HEADER_WORDS):
+            if names_a_secret(header):
                 raise ContractError(
                     t.file,
                     field,

@@ -22,6 +22,8 @@ SECRET_WORDS: Final = (
     "api-key",
     "credential",
     "cookie",
+    "bearer",
+    "private_key",
 )
 EXCERPT_LIMIT: Final = 2000
 EXCERPT_HEADERS: Final = ("retry-after", "location", "operation-location", "idempotent-replayed")
