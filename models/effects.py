@@ -262,31 +262,19 @@ def _succeed(d: _Draft, action: Succeed) -> Plan:
 def _stop(d: _Draft, action: Escalate) -> Plan:
     """Stop automation: hop through STOP_VIA when there is no direct edge, then escalate."""
     src = d.op.state
+
+    def hop(kind: EventKind, to: S, **extra: Any) -> EventDraft:
+        return EventDraft(
+            kind=kind, actor=d.actor, at=d.now, from_state=src.value, to_state=to.value, **extra
+        )
+
     events: list[EventDraft] = []
     via = STOP_VIA.get(src)
     if via is not None and not is_allowed(src, action.state):
-        events.append(
-            EventDraft(
-                kind=EventKind.decision,
-                actor=d.actor,
-                at=d.now,
-                from_state=src.value,
-                to_state=via.value,
-                cause="stopping: " + action.detail,
-            )
-        )
+        events.append(hop(EventKind.decision, via, cause="stopping: " + action.detail))
         src = via
-    events.append(
-        EventDraft(
-            kind=EventKind.escalated,
-            actor=d.actor,
-            at=d.now,
-            from_state=src.value,
-            to_state=action.state.value,
-            cause=action.reason.value,
-            excerpt={"detail": action.detail},
-        )
-    )
+    detail = {"detail": action.detail}
+    events.append(hop(EventKind.escalated, action.state, cause=action.reason.value, excerpt=detail))
     changes: dict[str, Any] = {
         "state": action.state.value,
         "escalation_reason": action.reason.value,

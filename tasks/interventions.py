@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from datetime import timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
 
 from jobwarden.models import store
 from jobwarden.models.actions import EscalationReason
@@ -74,35 +78,40 @@ def request_cancel(
                     or rt.contract(row.provider).limits.cancel_deadline_seconds
                 )
                 last_version = row.version
-                store.fenced_update(
-                    session,
-                    row,
-                    changes={
-                        "state": S.cancel_requested.value,
-                        "cancel_requested_by": requested_by,
-                        "cancel_reason": reason,
-                        "cancel_deadline": now + timedelta(seconds=window),
-                        "next_poll_at": now,
-                        "dispatched_at": now,
-                    },
-                    drafts=[
-                        EventDraft(
-                            kind=EventKind.cancel_requested,
-                            actor=f"user:{requested_by}",
-                            at=now,
-                            from_state=row.state,
-                            to_state=S.cancel_requested.value,
-                            cause=reason,
-                        )
-                    ],
-                    now=now,
+                requested = EventDraft(
+                    kind=EventKind.cancel_requested,
+                    actor=f"user:{requested_by}",
+                    at=now,
+                    from_state=row.state,
+                    to_state=S.cancel_requested.value,
+                    cause=reason,
                 )
+                changes = {
+                    "cancel_requested_by": requested_by,
+                    "cancel_reason": reason,
+                    "cancel_deadline": now + timedelta(seconds=window),
+                    **_due_now(now),
+                }
+                _intervene(session, row, requested, changes)
         except StaleVersionError:
             continue
         enqueue(rt, op_id, S.cancel_requested)
         return S.cancel_requested.value
     # Five lost races in a row: the operation is busy; the caller may simply ask again.
     raise StaleVersionError(operation_id, last_version)
+
+
+def _intervene(
+    session: Session, row: Operation, draft: EventDraft, changes: Mapping[str, Any]
+) -> Operation:
+    """Record a person's intervention as one fenced move, explained by ``draft``."""
+    move = {**changes, "state": draft.to_state}
+    return store.fenced_update(session, row, changes=move, drafts=[draft], now=draft.at)
+
+
+def _due_now(now: datetime) -> dict[str, Any]:
+    # Due at once: if the wake-up message is lost, the sweeper re-sends it.
+    return {"next_poll_at": now, "dispatched_at": now}
 
 
 def escalation_options(operation_id: str, runtime: Runtime | None = None) -> list[Option]:
@@ -166,28 +175,21 @@ def decide_escalation(
             for k, v in changes.items()
             if k not in ("state", "dispatched_at")
         }
-        stored = store.fenced_update(
-            session,
-            row,
-            changes=changes,
-            drafts=[
-                EventDraft(
-                    kind=EventKind.human_decision,
-                    actor=f"human:{approver}",
-                    at=now,
-                    from_state=row.state,
-                    to_state=changes["state"],
-                    cause=kind.value,
-                    excerpt={
-                        "option": kind.value,
-                        "note": note,
-                        "escalation_reason": row.escalation_reason,
-                        "new_bounds": bounds,
-                    },
-                )
-            ],
-            now=now,
+        decided = EventDraft(
+            kind=EventKind.human_decision,
+            actor=f"human:{approver}",
+            at=now,
+            from_state=row.state,
+            to_state=changes["state"],
+            cause=kind.value,
+            excerpt={
+                "option": kind.value,
+                "note": note,
+                "escalation_reason": row.escalation_reason,
+                "new_bounds": bounds,
+            },
         )
+        stored = _intervene(session, row, decided, changes)
     enqueue(rt, stored.operation_id, stored.state)
     return stored.state.value
 
@@ -216,27 +218,15 @@ def approve(
                 "operation's; a changed payload needs a new approval"
             )
         expires = now + timedelta(seconds=valid_for_seconds)
-        stored = store.fenced_update(
-            session,
-            row,
-            changes={
-                "state": S.create_pending.value,
-                "authorised_by": approver,
-                "approval_expires_at": expires,
-                "next_poll_at": now,
-                "dispatched_at": now,
-            },
-            drafts=[
-                EventDraft(
-                    kind=EventKind.approved,
-                    actor=f"human:{approver}",
-                    at=now,
-                    from_state=row.state,
-                    to_state=S.create_pending.value,
-                    excerpt={"fingerprint": fingerprint, "expires_at": expires.isoformat()},
-                )
-            ],
-            now=now,
+        approved = EventDraft(
+            kind=EventKind.approved,
+            actor=f"human:{approver}",
+            at=now,
+            from_state=row.state,
+            to_state=S.create_pending.value,
+            excerpt={"fingerprint": fingerprint, "expires_at": expires.isoformat()},
         )
+        changes = {"authorised_by": approver, "approval_expires_at": expires, **_due_now(now)}
+        stored = _intervene(session, row, approved, changes)
     enqueue(rt, stored.operation_id, stored.state)
     return stored.state.value
