@@ -168,6 +168,8 @@ def plan(
 
 
 def _send(d: _Draft, action: Send) -> Plan:
+    # The claim: committed before the request leaves, so a crash after it leaves unused
+    # reserve (invariant 3) and a create_sent that a later step reads as a lost send.
     to = action.move_to if action.move_to is not d.op.state else None
     changes = {**action.counters, **action.changes}
     if to is not None:
@@ -201,6 +203,8 @@ def _accept(d: _Draft, action: Accept) -> Plan:
 
 
 def _retry(d: _Draft, action: Retry) -> Plan:
+    # A failed read spends the transport budget even on create, so a provider that never
+    # answers cannot keep an operation retrying past its bounds.
     to = action.to if action.to is not d.op.state else None
     changes = d.wake(action.wait.until)
     if to is not None:
@@ -235,6 +239,7 @@ def _collect(d: _Draft, action: Collect) -> Plan:
 
 
 def _finish(d: _Draft, action: Finish) -> Plan:
+    # Terminal: no timer survives it, so the sweeper never wakes an ended operation.
     changes = {"state": action.state.value, **d.wake(None)}
     extra: dict[str, Any] = dict(d.carried) if _carries_answer(action) else {}
     if action.summary is not None:

@@ -1,0 +1,244 @@
+"""The create and reconcile decisions: the only ones that may send a create.
+
+Every send carries the operation's one provider token; an answer that may have
+created a job without saying which is ambiguous and goes to reconciliation with
+the same token, never to a fresh one (invariant 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from jobwarden.models.actions import (
+    Accept,
+    Decided,
+    DelaySource,
+    EscalationReason,
+    Finish,
+    Move,
+    ProviderRequest,
+    RequestPurpose,
+    Retry,
+    Send,
+    escalate,
+)
+from jobwarden.models.backoff import backoff_delay
+from jobwarden.models.contract import ReconciliationPath
+from jobwarden.models.decisions import (
+    CreateOutcomeKind,
+    decide_after_create,
+    first_poll,
+    poll_view,
+    wait_within,
+)
+from jobwarden.models.history import EventKind
+from jobwarden.models.operation import Operation
+from jobwarden.models.pointers import resolve_pointer
+from jobwarden.models.requests import (
+    StepContext,
+    create_request,
+    job_locator,
+    lookup_request,
+    resolve_url,
+)
+from jobwarden.models.signals import RawResponse, SignalKind, classify_http
+from jobwarden.models.states import OperationState as S
+
+# --- create -----------------------------------------------------------------------------
+
+
+def before_create(op: Operation, ctx: StepContext, now: datetime) -> Decided:
+    if op.create_attempts > 0 and op.last_event_kind in (
+        EventKind.create_sent,
+        EventKind.reconcile_sent,
+    ):
+        # The claim committed and nothing followed: the sender died with the request
+        # perhaps delivered. Only reconciliation (same token) may find out.
+        return Decided(
+            action=Move(
+                to=S.create_unknown,
+                event=EventKind.create_ambiguous,
+                cause="create_sent_without_recorded_outcome",
+                wake_at=now,
+            )
+        )
+    give_up = create_too_late(op, now)
+    if give_up is not None:
+        # Nothing is in flight (the check above): failing here cannot orphan a remote job.
+        return Decided(action=Finish(state=S.failed, reason=give_up))
+    return Decided(action=_create_send(ctx, op, EventKind.create_sent, cause=None))
+
+
+def create_too_late(op: Operation, now: datetime) -> str | None:
+    if op.approval_expires_at is not None and now >= op.approval_expires_at:
+        return "approval_expired before the create was sent"
+    if now >= op.create_deadline:
+        return "create_deadline_exceeded"
+    return None
+
+
+def _create_send(ctx: StepContext, op: Operation, event: EventKind, cause: str | None) -> Send:
+    attempt = op.create_attempts + 1
+    return Send(
+        request=create_request(ctx, op),
+        event=event,
+        counters={"create_attempts": attempt},
+        move_to=S.reconciling if op.state is S.create_unknown else None,
+        cause=cause,
+        excerpt={"attempt": attempt},
+        deadline=op.create_deadline,
+    )
+
+
+def after_create(
+    op: Operation,
+    ctx: StepContext,
+    request: ProviderRequest,
+    raw: RawResponse,
+    now: datetime,
+    u: float,
+) -> Decided:
+    """What a create (or same-token reconciliation) answer means. Never a fresh token."""
+    contract = ctx.contract
+    reconciling = op.state is S.reconciling
+    signal = classify_http(raw.observation, now=now)
+    job_id, status_url = job_locator(contract, raw)
+    outcome = decide_after_create(signal, job_id=job_id, known_job_id=op.remote_job_id)
+    replayed = raw.observation.headers.get("idempotent-replayed", "").lower() == "true"
+    seen = {"job_id": job_id}
+    kind = outcome.kind
+    if kind is CreateOutcomeKind.accepted and job_id is not None and status_url is not None:
+        event = (
+            EventKind.reconciled
+            if reconciling
+            else (EventKind.create_replayed if replayed else EventKind.create_accepted)
+        )
+        wait = first_poll(poll_view(op, accepted_at=now), contract.poll, now=now)
+        return Decided(
+            action=Accept(
+                job_id=job_id,
+                status_url=resolve_url(ctx.base_url, status_url),
+                wait=wait,
+                event=event,
+            ),
+            seen=seen,
+        )
+    if kind in (CreateOutcomeKind.accepted, CreateOutcomeKind.contract_violation):
+        detail = (
+            outcome.detail
+            if kind is CreateOutcomeKind.contract_violation
+            else "accepted without a status location the contract names"
+        )
+        # A remote job may exist: keep its id for the human who reconciles it.
+        keep = job_id if op.remote_job_id is None else None
+        action = escalate(op.state, EscalationReason.contract_violation, detail, keep_job_id=keep)
+        return Decided(action=action, seen=seen)
+    if kind is CreateOutcomeKind.authorization_denied:
+        detail = f"HTTP {signal.status_code} on create"
+        return Decided(action=escalate(op.state, EscalationReason.authorization_denied, detail))
+    if kind is CreateOutcomeKind.refused:
+        return Decided(
+            action=Finish(state=S.failed, reason=outcome.detail, event=EventKind.create_refused)
+        )
+    ambiguous = kind is CreateOutcomeKind.ambiguous
+    if op.create_attempts >= contract.limits.max_create_attempts:
+        if op.state is S.create_pending and ambiguous:
+            # Ambiguity must be reconciled before anyone may give up on it.
+            move = Move(
+                to=S.create_unknown,
+                event=EventKind.create_ambiguous,
+                cause=outcome.detail,
+                wake_at=now,
+            )
+            return Decided(action=move)
+        reason = (
+            EscalationReason.rate_limited
+            if kind is CreateOutcomeKind.rate_limited
+            else EscalationReason.provider_failure
+        )
+        detail = f"{op.create_attempts} create attempts: {outcome.detail}"
+        return Decided(action=escalate(op.state, reason, detail))
+    if outcome.retry_after is not None:
+        seconds, source = outcome.retry_after, DelaySource.provider_retry_after
+    else:
+        seconds = backoff_delay(
+            attempt=op.create_attempts,
+            base=contract.poll.base_seconds,
+            maximum=contract.poll.max_seconds,
+            jitter_floor=contract.poll.jitter_floor,
+            u=u,
+        )
+        source = DelaySource.local_backoff
+    wait = wait_within(now=now, seconds=seconds, deadline=op.create_deadline, source=source)
+    if not ambiguous:
+        # A 429 means the provider did not take the request: same token, later.
+        retry = Retry(
+            wait=wait,
+            event=EventKind.create_refused,
+            to=None,
+            detail="rate_limited",
+            counts_transport_failure=False,
+        )
+        return Decided(action=retry)
+    # Ambiguous: the provider may have created the job; never a fresh token.
+    failed_read = signal.kind in (SignalKind.transport, SignalKind.server_error)
+    retry = Retry(
+        wait=wait,
+        event=EventKind.create_ambiguous,
+        to=S.reconciling if reconciling else S.create_unknown,
+        detail=outcome.detail,
+        counts_transport_failure=failed_read,
+    )
+    return Decided(action=retry)
+
+
+# --- reconcile --------------------------------------------------------------------------
+
+
+def before_reconcile(op: Operation, ctx: StepContext, now: datetime) -> Decided:
+    spec = ctx.contract.reconciliation
+    if spec.path is ReconciliationPath.none:
+        detail = (
+            "create outcome unknown and the contract has no reconciliation "
+            "path: at-most-once cannot be proven"
+        )
+        return Decided(action=escalate(op.state, EscalationReason.unknown_state, detail))
+    if now >= op.create_deadline:
+        detail = "create deadline passed while reconciling"
+        return Decided(action=escalate(op.state, EscalationReason.deadline_exceeded, detail))
+    if spec.path is ReconciliationPath.lookup_by_reference and spec.lookup_path:
+        send = _create_send(ctx, op, EventKind.reconcile_sent, cause=spec.path.value)
+        return Decided(action=replace(send, request=lookup_request(ctx, op, spec.lookup_path)))
+    return Decided(action=_create_send(ctx, op, EventKind.reconcile_sent, cause=spec.path.value))
+
+
+def after_reconcile(
+    op: Operation,
+    ctx: StepContext,
+    request: ProviderRequest,
+    raw: RawResponse,
+    now: datetime,
+    u: float,
+) -> Decided:
+    if request.purpose is RequestPurpose.create:
+        return after_create(op, ctx, request, raw, now, u)
+    contract = ctx.contract
+    signal = classify_http(raw.observation, now=now)
+    pointer = contract.reconciliation.lookup_job_id_pointer or "/data/0/id"
+    found = resolve_pointer(raw.observation.body, pointer) if signal.kind is SignalKind.ok else None
+    if isinstance(found, str) and found:
+        if contract.status.path is None:
+            detail = "lookup found a job but the contract has no status path"
+            action = escalate(
+                op.state, EscalationReason.contract_violation, detail, keep_job_id=found
+            )
+            return Decided(action=action, answered="lookup response")
+        url = resolve_url(ctx.base_url, contract.status.path.replace("{job_id}", found))
+        wait = first_poll(poll_view(op, accepted_at=now), contract.poll, now=now)
+        accept = Accept(job_id=found, status_url=url, wait=wait, event=EventKind.reconciled)
+        return Decided(action=accept, seen={"job_id": found})
+    # Nothing under our token: resending the create with the same token is safe.
+    cause = f"lookup found no job under our token (http {signal.status_code or '-'})"
+    send = _create_send(ctx, op, EventKind.reconcile_sent, cause=cause)
+    return Decided(action=send, answered="lookup response")

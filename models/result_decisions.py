@@ -1,0 +1,150 @@
+"""The collect decisions: fetch the result only from an allowed origin, validate it.
+
+``succeeded`` is reached only through ``Succeed``, after validation, and is
+written in the same transaction that stores the result bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobwarden.models.actions import (
+    Decided,
+    DelaySource,
+    EscalationReason,
+    Finish,
+    ProviderRequest,
+    RequestPurpose,
+    Send,
+    Succeed,
+    Wait,
+    escalate,
+)
+from jobwarden.models.backoff import backoff_delay
+from jobwarden.models.history import EventKind
+from jobwarden.models.operation import Operation
+from jobwarden.models.requests import (
+    StepContext,
+    result_url,
+)
+from jobwarden.models.results import ResultVerdict, origin_allowed, validate_result
+from jobwarden.models.signals import RawResponse, SignalKind, classify_http
+from jobwarden.models.states import OperationState as S
+
+# --- collect ----------------------------------------------------------------------------
+
+
+def _result_ending(
+    op: Operation, verdict: ResultVerdict, content: bytes, ctype: str | None
+) -> Decided:
+    if not verdict.valid:
+        finish = Finish(
+            state=S.result_validation_failed,
+            reason=verdict.problem or "invalid",
+            event=EventKind.result_rejected,
+            summary=verdict.summary(),
+        )
+        return Decided(action=finish)
+    return Decided(action=Succeed(verdict=verdict, content=content, content_type=ctype))
+
+
+def _unavailable(problem: str) -> Decided:
+    return Decided(
+        action=Finish(
+            state=S.result_unavailable,
+            reason=problem,
+            event=EventKind.result_rejected,
+            summary={"valid": False, "problem": problem},
+        )
+    )
+
+
+def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
+    spec = ctx.contract.result
+    expected: dict[str, Any] = dict((op.validation_summary or {}).get("expected") or {})
+    if spec is None:
+        note = "contract declares no result; nothing to fetch"
+        return Decided(action=Succeed(verdict=None, content=None, content_type=None, note=note))
+    if spec.fetch == "inline":
+        inline = expected.get("inline")
+        content = json.dumps(inline, separators=(",", ":")).encode() if inline is not None else b""
+        if not content:
+            return _unavailable("inline result missing")
+        ctype = "application/json"  # serialised here from the status body
+        verdict = validate_result(
+            spec,
+            content=content,
+            content_type=ctype,
+            expected_sha256=expected.get("expected_sha256"),
+            declared_record_count=None,
+        )
+        return _result_ending(op, verdict, content, ctype)
+    url = result_url(ctx, op)
+    if url is None:
+        return _unavailable("no result reference")
+    if not origin_allowed(ctx.contract, ctx.base_url, url):
+        # Invariant 10: the credential goes only where the contract says; nothing is sent.
+        return _unavailable(f"result origin not allowed by the contract: {url.split('?')[0]}")
+    return Decided(
+        action=Send(
+            request=ProviderRequest(purpose=RequestPurpose.result, method="GET", url=url),
+            event=EventKind.result_fetch_sent,
+            excerpt={"url": url.split("?")[0]},
+        )
+    )
+
+
+def after_collect(
+    op: Operation,
+    ctx: StepContext,
+    request: ProviderRequest,
+    raw: RawResponse,
+    now: datetime,
+    u: float,
+) -> Decided:
+    contract = ctx.contract
+    spec = contract.result
+    # A result is bytes of the contract's type (CSV, JSON Lines): its body is not judged here.
+    signal = classify_http(raw.observation, now=now, json_body=False)
+    code = signal.status_code
+    if spec is not None and signal.kind in (SignalKind.ok, SignalKind.accepted):
+        expected = dict((op.validation_summary or {}).get("expected") or {})
+        verdict = validate_result(
+            spec,
+            content=raw.content,
+            content_type=raw.content_type,
+            expected_sha256=expected.get("expected_sha256"),
+            declared_record_count=None,
+        )
+        return _result_ending(op, verdict, raw.content, raw.content_type)
+    if signal.kind in (SignalKind.unauthorized, SignalKind.forbidden):
+        detail = f"HTTP {code} fetching the result"
+        denied = escalate(op.state, EscalationReason.authorization_denied, detail)
+        return Decided(action=denied, answered="result fetch")
+    if signal.kind in (SignalKind.not_found, SignalKind.gone):
+        return _unavailable(f"HTTP {code} fetching the result")
+    # A failed download is not a failed job: spend the transport budget, then stop.
+    used = op.transport_failures_used + 1
+    if used > op.max_transport_failures:
+        detail = "transport failure budget spent fetching the result"
+        spent = escalate(op.state, EscalationReason.provider_failure, detail)
+        return Decided(
+            action=spent, changes={"transport_failures_used": used}, answered="result fetch"
+        )
+    seconds = backoff_delay(
+        attempt=used,
+        base=contract.poll.base_seconds,
+        maximum=contract.poll.max_seconds,
+        jitter_floor=contract.poll.jitter_floor,
+        u=u,
+    )
+    wait = Wait(
+        until=now + timedelta(seconds=seconds),
+        delay_seconds=seconds,
+        delay_source=DelaySource.local_backoff,
+        clipped_to_deadline=False,
+        cause="result fetch failed; retry",
+    )
+    return Decided(action=wait, changes={"transport_failures_used": used}, answered="result fetch")
