@@ -140,13 +140,26 @@ def test_a_worker_killed_right_after_committing_the_accepted_job_never_sends_a_s
     pipeline: Pipeline,
     arm: Callable[..., None],
     fired: Callable[[str, str], int | None],
+    redis_client: Any,
 ) -> None:
-    op, row = _fault("after_accept_commit", "kill", pipeline, arm, fired, {"polls_to_finish": 1})
+    from jobwarden.tasks.leases import lease_key
+    from jobwarden.tasks.pipeline import create
+
+    key = secrets.token_hex(8)
+    arm("after_accept_commit", key, "kill")
+    op = pipeline.submit({"polls_to_finish": 1}, key=key)
+    wait_for(lambda: fired("after_accept_commit", key), timeout=20, what="the kill after accept")
+    # The redelivered create meets the dead worker's lease; a late duplicate sent once that
+    # lease has expired (before the sweeper's next round) must find the accepted row and stop.
+    lease = lease_key(os.environ["JOBWARDEN_KEY_PREFIX"], uuid.UUID(op))
+    wait_for(lambda: not redis_client.exists(lease), timeout=10, what="the dead lease to expire")
+    create.apply_async(args=[op], queue=os.environ["JOBWARDEN_QUEUE"])
+    row = pipeline.wait_state(op, timeout=30)
     assert row.state == "succeeded"
     creates = _one_remote_job_under_one_token(pipeline, op, row)
     assert len(creates) == 1
     kinds = pipeline.kinds(op)
-    # The committed accept is the truth: the redelivered create finds nothing to do.
+    # The accept was committed before the crash: nothing ambiguous, nothing to reconcile.
     assert kinds[:3] == ["intent_recorded", "create_sent", "create_accepted"]
     assert "create_ambiguous" not in kinds and "reconcile_sent" not in kinds
     assert len(pipeline.job_requests(op, "status")) == row.status_requests_used == 1
