@@ -53,6 +53,8 @@ class Operation:
     consecutive_rate_limited: int
     poll_attempt: int
     extensions_used: int
+    step_failures: int
+    poll_not_before: datetime | None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

@@ -116,6 +116,10 @@ class OperationRow(Base):
     consecutive_rate_limited: Mapped[int] = mapped_column(Integer, default=0)
     poll_attempt: Mapped[int] = mapped_column(Integer, default=0)
     extensions_used: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Steps that crashed on this operation (committed): bounds a step that keeps failing.
+    step_failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The provider asked not to be polled before this (Retry-After or a poll hint).
+    poll_not_before: Mapped[datetime | None] = mapped_column(TZ)
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)
@@ -149,6 +153,8 @@ class EventRow(Base):
     http_status: Mapped[int | None] = mapped_column(Integer)
     provider_request_id: Mapped[str | None] = mapped_column(String(200))
     excerpt: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # Digest of the operations row this event produced (bound into the chain by verify).
+    row_digest: Mapped[str | None] = mapped_column(String(64))
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))
 

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from jobwarden.models import store
 from jobwarden.models.db import transaction
-from jobwarden.models.errors import InvalidSubmissionError
+from jobwarden.models.errors import InvalidSubmissionError, RefusedInputError
 from jobwarden.models.fingerprint import request_fingerprint
 from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain
 from jobwarden.models.states import OperationState as S
@@ -221,3 +221,11 @@ def _existing(
     return SubmitResult(
         outcome=SubmitOutcome.in_progress, operation_id=None, state=None, fingerprint=fingerprint
     )
+
+
+def submit_from_message(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The Celery intake's answer: the submission's outcome, or why it is invalid."""
+    try:
+        return submit_operation(**kwargs).as_dict()
+    except (RefusedInputError, TypeError) as exc:
+        return {"outcome": "invalid", "error": str(exc)}

@@ -18,13 +18,12 @@ from jobwarden.models.db import transaction
 from jobwarden.models.errors import (
     GiveUpError,
     LostRaceError,
-    RefusedInputError,
     StaleVersionError,
 )
 from jobwarden.models.steps import CANCEL, COLLECT, CREATE, POLL, RECONCILE, StepKind
 from jobwarden.tasks import faults
 from jobwarden.tasks.dispatch import enqueue, schedule
-from jobwarden.tasks.intake import submit_operation
+from jobwarden.tasks.intake import submit_from_message
 from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 from jobwarden.tasks.steps import read, run, stop_automation
@@ -143,7 +142,4 @@ def submit(**kwargs: Any) -> dict[str, Any]:
     Invalid input answers {"outcome": "invalid", "error": ...} rather than raising, so the
     caller gets a clear reason and nothing is recorded.
     """
-    try:
-        return submit_operation(**kwargs).as_dict()
-    except (RefusedInputError, TypeError) as exc:
-        return {"outcome": "invalid", "error": str(exc)}
+    return submit_from_message(kwargs)
