@@ -8,7 +8,7 @@ their delay source, the observation of a provider answer. The shell writes the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -28,7 +28,7 @@ from jobwarden.models.actions import (
     Succeed,
     Wait,
 )
-from jobwarden.models.excerpts import excerpt
+from jobwarden.models.excerpts import excerpt, scrub_text
 from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.results import ResultVerdict
@@ -82,13 +82,16 @@ def wait_event(wait: Wait, *, actor: str, now: datetime) -> EventDraft:
     )
 
 
-def _answer_fields(raw: RawResponse | None, seen: Mapping[str, Any]) -> dict[str, Any]:
+def _answer_fields(
+    raw: RawResponse | None, seen: Mapping[str, Any], secrets: Sequence[str]
+) -> dict[str, Any]:
     if raw is None:
         return {}
+    request_id = raw.provider_request_id
     return {
         "http_status": raw.observation.status_code,
-        "provider_request_id": raw.provider_request_id,
-        "excerpt": excerpt(raw, **seen),
+        "provider_request_id": scrub_text(request_id, secrets)[:200] if request_id else None,
+        "excerpt": excerpt(raw, secrets, **seen),
     }
 
 
@@ -135,12 +138,14 @@ def plan(
     now: datetime,
     answer: RawResponse | None,
     max_countdown: float,
+    secrets: Sequence[str] = (),
 ) -> Plan:
     """Row changes, events and the next wake-up for ``decided`` (nothing is written here).
 
     ``answer`` is the provider answer the decision read, if any: it is recorded
     either inside the action's own event (accepted, refused, result endings) or as
     an ``observed`` event first, so every answer is in the history exactly once.
+    ``secrets`` are the credential's forms, redacted from whatever is recorded.
     """
     action = decided.action
     if isinstance(action, NotYet):
@@ -150,7 +155,7 @@ def plan(
         actor=actor,
         now=now,
         max_countdown=max_countdown,
-        carried=_answer_fields(answer, decided.seen),
+        carried=_answer_fields(answer, decided.seen, secrets),
     )
     changes: dict[str, Any] = dict(decided.changes)
     events: list[EventDraft] = []

@@ -7,6 +7,7 @@ it to refuse literal credentials, and excerpts redact keys containing one.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Final
 
 from jobwarden.models.signals import RawResponse
@@ -34,36 +35,55 @@ def names_a_secret(name: str) -> bool:
     return any(word in lowered for word in SECRET_WORDS)
 
 
-def _scrub(value: Any, depth: int = 0) -> Any:
+REDACTED: Final = "[redacted]"
+
+
+def scrub_text(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every occurrence of a configured secret form replaced."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def _scrub(value: Any, secrets: Sequence[str], depth: int = 0) -> Any:
     if depth > 6:
         return "…"
     if isinstance(value, dict):
         return {
-            k: ("[redacted]" if names_a_secret(str(k)) else _scrub(v, depth + 1))
+            scrub_text(str(k), secrets): (
+                REDACTED if names_a_secret(str(k)) else _scrub(v, secrets, depth + 1)
+            )
             for k, v in list(value.items())[:50]
         }
     if isinstance(value, list):
-        return [_scrub(v, depth + 1) for v in value[:20]]
-    if isinstance(value, str) and len(value) > 300:
-        return value[:300] + "…"
+        return [_scrub(v, secrets, depth + 1) for v in value[:20]]
+    if isinstance(value, str):
+        # By value, before cutting: a secret split by the cut would survive in part.
+        value = scrub_text(value, secrets)
+        return value[:300] + "…" if len(value) > 300 else value
     return value
 
 
-def excerpt(raw: RawResponse, **extra: Any) -> dict[str, Any]:
-    """A bounded, secret-free summary of a provider response for the history."""
+def excerpt(raw: RawResponse, secrets: Sequence[str] = (), **extra: Any) -> dict[str, Any]:
+    """A bounded, secret-free summary of a provider response for the history.
+
+    ``secrets`` are the credential's forms (plain, base64, URL-encoded): a provider
+    that echoes one back in a body, a header or a malformed text is redacted by value.
+    """
     obs = raw.observation
-    out: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
+    out: dict[str, Any] = {k: _scrub(v, secrets) for k, v in extra.items() if v is not None}
     if obs.transport_failure is not None:
         out["transport_failure"] = obs.transport_failure.value
         return out
-    headers = {h: obs.headers[h] for h in EXCERPT_HEADERS if h in obs.headers}
+    headers = {h: scrub_text(obs.headers[h], secrets) for h in EXCERPT_HEADERS if h in obs.headers}
     if headers:
         out["headers"] = headers
     if obs.body_problem:
         out["body_problem"] = obs.body_problem
-        out["body_text"] = raw.content[:200].decode("utf-8", "replace")
+        out["body_text"] = scrub_text(raw.content[:4096].decode("utf-8", "replace"), secrets)[:200]
     elif obs.body is not None:
-        body = _scrub(obs.body)
+        body = _scrub(obs.body, secrets)
         if len(json.dumps(body, default=str)) > EXCERPT_LIMIT:
             body = {"truncated": json.dumps(body, default=str)[:EXCERPT_LIMIT]}
         out["body"] = body

@@ -8,10 +8,12 @@ Secrets are read from the environment or a file at call time and never logged.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
 import ssl
+import urllib.parse
 from pathlib import Path
 
 import httpx
@@ -47,6 +49,31 @@ def _secret(contract: ProviderContract) -> str | None:
         f"provider {contract.name}: no credential in "
         f"{auth.secret_env or auth.secret_file or 'the configured source'}"
     )
+
+
+def secret_forms(contract: ProviderContract) -> tuple[str, ...]:
+    """The credential as a provider might echo it back: plain, base64, URL-encoded.
+
+    Excerpts are scrubbed by these values (invariant 9: by value, not only by key
+    name). Empty when the contract has no credential or it cannot be read.
+    """
+    try:
+        secret = _secret(contract)
+    except GiveUpError:
+        return ()
+    if not secret:
+        return ()
+    raw = secret.encode("utf-8", "surrogatepass")
+    forms = {
+        secret,
+        base64.b64encode(raw).decode(),
+        base64.urlsafe_b64encode(raw).decode(),
+        base64.b64encode(raw).decode().rstrip("="),
+        urllib.parse.quote(secret, safe=""),
+        urllib.parse.quote_plus(secret),
+    }
+    # Very short values would redact ordinary words; a credential is never that short.
+    return tuple(sorted((f for f in forms if len(f) >= 8), key=len, reverse=True))
 
 
 def auth_headers(contract: ProviderContract) -> dict[str, str]:

@@ -30,6 +30,7 @@ from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
 from jobwarden.models.steps import StepKind, unsent
 from jobwarden.tasks import faults
 from jobwarden.tasks.leases import operation_lease
+from jobwarden.tasks.provider_edge import secret_forms
 from jobwarden.tasks.runtime import Runtime, utcnow
 
 # A step sends one request, except reconciliation by lookup, which may follow an empty
@@ -59,6 +60,8 @@ def _plan(
         now=now,
         answer=answer,
         max_countdown=rt.settings.max_countdown_seconds,
+        # Read per plan, not cached: a rotated credential is scrubbed from then on.
+        secrets=secret_forms(rt.contract(op.provider)) if answer is not None else (),
     )
 
 
