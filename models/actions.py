@@ -37,6 +37,7 @@ class EscalationReason(StrEnum):
     provider_failure = "provider_failure"  # transport budget spent, or a refused request
     contract_violation = "contract_violation"  # the provider contradicted itself or the contract
     cancellation_unconfirmed = "cancellation_unconfirmed"  # cancel bounds ran out unconfirmed
+    internal_error = "internal_error"  # a step kept crashing on this operation (a bug, or input)
 
 
 # The one place that says where a stop lands. While a cancel is ours, every stop is

@@ -34,10 +34,12 @@ from jobwarden.models.decisions import (
 )
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
+from jobwarden.models.origins import on_allowed_origin, shown_url, usable_url
 from jobwarden.models.pointers import resolve_pointer
 from jobwarden.models.requests import (
     StepContext,
     create_request,
+    job_id_problem,
     job_locator,
     lookup_request,
     resolve_url,
@@ -91,6 +93,30 @@ def _create_send(ctx: StepContext, op: Operation, event: EventKind, cause: str |
     )
 
 
+def accept(
+    op: Operation, ctx: StepContext, job_id: str, status_url: str, event: EventKind, now: datetime
+) -> Decided:
+    """Accept the remote job, unless its id or status URL could not be used safely.
+
+    The status URL is where every poll will send the credential: it must be on an origin
+    the contract allows (invariant 10), or nothing is ever sent to it.
+    """
+    seen = {"job_id": job_id}
+    problem = job_id_problem(ctx.contract, job_id)
+    if problem is None and not (
+        usable_url(status_url) and on_allowed_origin(status_url, ctx.base_url)
+    ):
+        problem = f"status URL on an origin the contract does not allow: {shown_url(status_url)}"
+    if problem is not None:
+        keep = job_id if job_id_problem(ctx.contract, job_id) is None else None
+        action = escalate(op.state, EscalationReason.contract_violation, problem, keep_job_id=keep)
+        return Decided(action=action, seen=seen)
+    wait = first_poll(poll_view(op, accepted_at=now), ctx.contract.poll, now=now)
+    return Decided(
+        action=Accept(job_id=job_id, status_url=status_url, wait=wait, event=event), seen=seen
+    )
+
+
 def after_create(
     op: Operation,
     ctx: StepContext,
@@ -114,24 +140,17 @@ def after_create(
             if reconciling
             else (EventKind.create_replayed if replayed else EventKind.create_accepted)
         )
-        wait = first_poll(poll_view(op, accepted_at=now), contract.poll, now=now)
-        return Decided(
-            action=Accept(
-                job_id=job_id,
-                status_url=resolve_url(ctx.base_url, status_url),
-                wait=wait,
-                event=event,
-            ),
-            seen=seen,
-        )
+        return accept(op, ctx, job_id, resolve_url(ctx.base_url, status_url), event, now)
     if kind in (CreateOutcomeKind.accepted, CreateOutcomeKind.contract_violation):
         detail = (
             outcome.detail
             if kind is CreateOutcomeKind.contract_violation
             else "accepted without a status location the contract names"
         )
-        # A remote job may exist: keep its id for the human who reconciles it.
-        keep = job_id if op.remote_job_id is None else None
+        # A remote job may exist: keep its id for the human who reconciles it (if it can be
+        # stored as is; an unusable one stays in the observation's excerpt only).
+        usable = job_id is not None and job_id_problem(contract, job_id) is None
+        keep = job_id if op.remote_job_id is None and usable else None
         action = escalate(op.state, EscalationReason.contract_violation, detail, keep_job_id=keep)
         return Decided(action=action, seen=seen)
     if kind is CreateOutcomeKind.authorization_denied:
@@ -235,9 +254,9 @@ def after_reconcile(
             )
             return Decided(action=action, answered="lookup response")
         url = resolve_url(ctx.base_url, contract.status.path.replace("{job_id}", found))
-        wait = first_poll(poll_view(op, accepted_at=now), contract.poll, now=now)
-        accept = Accept(job_id=found, status_url=url, wait=wait, event=EventKind.reconciled)
-        return Decided(action=accept, seen={"job_id": found})
+        return replace(
+            accept(op, ctx, found, url, EventKind.reconciled, now), answered="lookup response"
+        )
     # Nothing under our token: resending the create with the same token is safe.
     cause = f"lookup found no job under our token (http {signal.status_code or '-'})"
     send = _create_send(ctx, op, EventKind.reconcile_sent, cause=cause)

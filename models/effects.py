@@ -19,6 +19,7 @@ from jobwarden.models.actions import (
     Action,
     Collect,
     Decided,
+    DelaySource,
     Escalate,
     Finish,
     Move,
@@ -186,12 +187,21 @@ def _send(d: _Draft, action: Send) -> Plan:
 
 
 def _wait(d: _Draft, action: Wait) -> Plan:
-    return Plan(changes=d.wake(action.until), events=(d.wait(action),), next_at=action.until)
+    changes = d.wake(action.until)
+    if action.delay_source in (DelaySource.provider_retry_after, DelaySource.provider_poll_hint):
+        # Remembered past this wait: a person's early wake-up (cancel, resume) still
+        # honours it when the next status request is decided.
+        changes["poll_not_before"] = action.until
+    return Plan(changes=changes, events=(d.wait(action),), next_at=action.until)
 
 
 def _move(d: _Draft, action: Move) -> Plan:
-    changes = {"state": action.to.value, **d.wake(action.wake_at)}
-    ev = d.event(action.event, action.to, cause=action.cause)
+    # A move to the state it is in records the decision without a transition.
+    to = action.to if action.to is not d.op.state else None
+    changes = d.wake(action.wake_at)
+    if to is not None:
+        changes["state"] = to.value
+    ev = d.event(action.event, to, cause=action.cause)
     return Plan(changes=changes, events=(ev,), next_at=action.wake_at)
 
 

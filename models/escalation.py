@@ -78,6 +78,7 @@ def options_for(view: EscalationView) -> list[Option]:
             EscalationReason.provider_failure,
             EscalationReason.authorization_denied,
             EscalationReason.unknown_state,
+            EscalationReason.internal_error,
         ):
             opts.append(
                 Option(kind=OptionKind.resume, label=f"resume observing: +{EXTEND_CHECKS} checks")

@@ -38,12 +38,24 @@ def names_a_secret(name: str) -> bool:
 REDACTED: Final = "[redacted]"
 
 
+def storable(text: str) -> str:
+    """``text`` as Postgres can store it: NUL and lone surrogates escaped, not lost.
+
+    JSON allows ``\u0000`` and unpaired surrogates; text columns and JSONB refuse
+    them, and a refused write would crash the step that recorded the answer.
+    """
+    if text.isascii() and "\x00" not in text:
+        return text
+    text = text.replace("\x00", "\\u0000")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def scrub_text(text: str, secrets: Sequence[str]) -> str:
-    """``text`` with every occurrence of a configured secret form replaced."""
+    """``text`` with every occurrence of a configured secret form replaced, storable."""
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, REDACTED)
-    return text
+    return storable(text)
 
 
 def _scrub(value: Any, secrets: Sequence[str], depth: int = 0) -> Any:

@@ -6,6 +6,7 @@ process (``contract_loader.effective_base_url``) and carried in ``StepContext``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,30 @@ class StepContext:
     base_url: str
     # A provider plugin's status reshaping (pure provider code), else the body as is.
     status_body: Callable[[object], object] = field(default=_identity)
+
+
+MAX_JOB_ID = 500  # the remote_job_id column; a longer id cannot be stored faithfully
+# RFC 3986 pchar, plus "/" between segments (AIP-151 names are "operations/abc").
+_SAFE_PATH = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/%-]+\Z")
+
+
+def job_id_problem(contract: ProviderContract, job_id: str) -> str | None:
+    """Why a provider's job id cannot be used, or None. Never the id itself unescaped."""
+    if len(job_id) > MAX_JOB_ID:
+        return f"job id longer than {MAX_JOB_ID} characters"
+    if not job_id.isprintable() or not job_id.isascii() or " " in job_id:
+        return f"job id with control, space or non-ASCII characters: {job_id[:80]!r}"
+    templated = any(
+        template is not None and "{job_id}" in template
+        for template in (
+            contract.status.path,
+            contract.cancel.path if contract.cancel else None,
+            contract.result.path if contract.result else None,
+        )
+    )
+    if templated and (not _SAFE_PATH.match(job_id) or ".." in job_id or job_id.startswith("/")):
+        return f"job id is not a safe URL path segment: {job_id[:80]!r}"
+    return None
 
 
 def resolve_url(base_url: str, path_or_url: str) -> str:

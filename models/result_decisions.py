@@ -25,6 +25,7 @@ from jobwarden.models.actions import (
 from jobwarden.models.backoff import backoff_delay
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
+from jobwarden.models.origins import shown_url, usable_url
 from jobwarden.models.requests import (
     StepContext,
     result_url,
@@ -84,14 +85,15 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     url = result_url(ctx, op)
     if url is None:
         return _unavailable("no result reference")
-    if not origin_allowed(ctx.contract, ctx.base_url, url):
+    if not (usable_url(url) and origin_allowed(ctx.contract, ctx.base_url, url)):
         # Invariant 10: the credential goes only where the contract says; nothing is sent.
-        return _unavailable(f"result origin not allowed by the contract: {url.split('?')[0]}")
+        detail = f"result URL on an origin the contract does not allow: {shown_url(url)}"
+        return Decided(action=escalate(op.state, EscalationReason.contract_violation, detail))
     return Decided(
         action=Send(
             request=ProviderRequest(purpose=RequestPurpose.result, method="GET", url=url),
             event=EventKind.result_fetch_sent,
-            excerpt={"url": url.split("?")[0]},
+            excerpt={"url": shown_url(url)},
         )
     )
 

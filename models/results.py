@@ -10,9 +10,9 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from jobwarden.models.contract import ProviderContract, ResultSpec
+from jobwarden.models.origins import on_allowed_origin
 from jobwarden.models.pointers import MISSING, resolve_pointer
 
 
@@ -49,14 +49,8 @@ def _ref(item: Any) -> Any:
 
 def origin_allowed(contract: ProviderContract, base_url: str, url: str) -> bool:
     """Results are fetched only from origins the contract allows (default: the provider's)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        return False
-    origin = f"{parts.scheme}://{parts.netloc}"
     spec = contract.result
-    allowed = spec.allowed_origins if spec and spec.allowed_origins else ()
-    base = urlsplit(base_url)
-    return origin in allowed or origin == f"{base.scheme}://{base.netloc}"
+    return on_allowed_origin(url, base_url, spec.allowed_origins if spec else ())
 
 
 def _parse(spec: ResultSpec, content: bytes) -> tuple[object, str | None]:

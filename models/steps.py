@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobwarden.models.actions import (
+    Action,
     Collect,
     Decided,
     DelaySource,
@@ -42,9 +43,12 @@ from jobwarden.models.decisions import (
     decide_after_status,
     guard_before_status_request,
     poll_view,
+    wait_within,
 )
+from jobwarden.models.excerpts import storable
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
+from jobwarden.models.origins import on_allowed_origin, shown_url, usable_url
 from jobwarden.models.pointers import resolve_pointer
 from jobwarden.models.requests import (
     StepContext,
@@ -105,6 +109,22 @@ def before_poll(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     if op.status_url is None:
         detail = "no status URL recorded"
         return Decided(action=escalate(op.state, EscalationReason.contract_violation, detail))
+    if not (usable_url(op.status_url) and on_allowed_origin(op.status_url, ctx.base_url)):
+        # Checked again before every poll, not only at accept: a row written before the
+        # check existed, or a changed base URL, must not send the credential elsewhere.
+        detail = f"status URL on an origin the contract does not allow: {shown_url(op.status_url)}"
+        return Decided(action=escalate(op.state, EscalationReason.contract_violation, detail))
+    if op.poll_not_before is not None and now < op.poll_not_before:
+        # Woken early by a person (cancel, resume) after the provider asked us to wait: the
+        # provider's word still holds (invariant 3), so wait out its Retry-After first.
+        wait = wait_within(
+            now=now,
+            seconds=(op.poll_not_before - now).total_seconds(),
+            deadline=view.deadline,
+            source=DelaySource.provider_retry_after,
+            cause="the provider's last Retry-After still holds",
+        )
+        return Decided(action=wait)
     used = op.status_requests_used + 1
     return Decided(
         action=Send(
@@ -154,7 +174,7 @@ def after_poll(
     }
     seen: dict[str, Any] = {"signal": signal.kind.value}
     if reading is not None:
-        changes["last_remote_state"] = (reading.raw_state or "")[:200] or None
+        changes["last_remote_state"] = storable(reading.raw_state or "")[:200] or None
         if reading.progress is not None:
             changes["progress"] = reading.progress
         seen |= {
@@ -163,9 +183,15 @@ def after_poll(
             "progress": reading.progress,
             "contradiction": reading.contradiction,
         }
-    action = decision.action
+    action: Action = decision.action
     if isinstance(action, Collect):
-        action = Collect(result_ref=action.result_ref, expected=_expected(ctx, body))
+        ref = action.result_ref
+        if ref is not None and not usable_url(ref):
+            # A tab, newline or NUL in a reference cannot be requested or stored as is.
+            detail = f"result reference is not a usable URL: {ref[:80]!r}"
+            action = escalate(op.state, EscalationReason.contract_violation, detail)
+        else:
+            action = Collect(result_ref=ref, expected=_expected(ctx, body))
     return Decided(action=action, changes=changes, seen=seen)
 
 
@@ -194,7 +220,13 @@ def before_cancel(op: Operation, ctx: StepContext, now: datetime) -> Decided:
         seconds=contract.limits.cancel_deadline_seconds
     )
     first = now + timedelta(seconds=contract.poll.initial_delay_seconds)
+    if op.poll_not_before is not None:
+        # The confirming poll honours the provider's last Retry-After (invariant 3).
+        first = max(first, op.poll_not_before)
     url = resolve_url(ctx.base_url, contract.cancel.path.replace("{job_id}", op.remote_job_id))
+    if not (usable_url(url) and on_allowed_origin(url, ctx.base_url)):
+        detail = f"cancel URL on an origin the contract does not allow: {shown_url(url)}"
+        return Decided(action=escalate(op.state, EscalationReason.contract_violation, detail))
     return Decided(
         action=Send(
             request=ProviderRequest(

@@ -26,7 +26,7 @@ from jobwarden.tasks.dispatch import enqueue, schedule
 from jobwarden.tasks.intake import submit_from_message
 from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, current, utcnow
-from jobwarden.tasks.steps import read, run, stop_automation
+from jobwarden.tasks.steps import read, record_step_failure, run, stop_automation
 
 log = logging.getLogger("jobwarden.tasks")
 
@@ -72,15 +72,21 @@ def run_step(operation_id: str, step: StepKind) -> str | None:
         stopped = stop_automation(rt, op_id, EscalationReason.authorization_denied, str(exc))
         return stopped.value if stopped else None
     except Exception as exc:
-        # A bug, not a provider signal: the sweeper retries the step, and the committed
-        # counters bound any requests it repeats. Loud, so nobody mistakes it for progress.
+        # A bug, not a provider signal: counted on the row, so the sweeper's retries end
+        # after MAX_STEP_FAILURES; loud, so nobody mistakes it for progress. The message
+        # may hold provider bytes, so only the class name reaches the history.
         log.error(
-            "step_failed operation_id=%s step=%s error=%s: %s",
+            "step_failed operation_id=%s step=%s error=%s",
             operation_id,
             step.name,
             type(exc).__name__,
-            exc,
         )
+        try:
+            reached = record_step_failure(rt, op_id, step, exc)
+        except Exception as counting:  # the database may be what failed: the sweeper retries
+            log.error("step_failure_not_counted operation_id=%s error=%s", operation_id, counting)
+        else:
+            log.error("step_failure_counted operation_id=%s state=%s", operation_id, reached)
         raise
     faults.fault_point(rt.redis, rt.settings.key_prefix, "before_schedule", op.idempotency_key)
     schedule(rt, op_id, op.state, next_at)

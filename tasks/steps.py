@@ -11,6 +11,7 @@ see a session and never read the clock.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 
 from jobwarden.models import store
@@ -18,12 +19,14 @@ from jobwarden.models.actions import (
     Accept,
     Decided,
     EscalationReason,
+    Move,
     Send,
     escalate,
 )
 from jobwarden.models.db import snapshot, transaction
 from jobwarden.models.effects import Plan, plan
 from jobwarden.models.errors import LeaseNotAcquiredError
+from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.signals import RawResponse
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
@@ -103,23 +106,76 @@ def run(rt: Runtime, op: Operation, step: StepKind) -> tuple[Operation, datetime
     return op, p.next_at
 
 
+# A step that raises is a bug or an answer nobody foresaw; retried without bound it would
+# resend requests the counters already allow, forever. Counted per operation and committed,
+# so a crash loop across workers and restarts still ends.
+MAX_STEP_FAILURES = 3
+
+
+def _stoppable(op: Operation | None) -> bool:
+    return op is not None and (
+        op.state not in TERMINAL
+        and op.state not in AUTOMATION_STOPPED
+        and op.state is not OperationState.awaiting_approval
+    )
+
+
 def stop_automation(
     rt: Runtime, operation_id: uuid.UUID, reason: EscalationReason, detail: str
 ) -> OperationState | None:
     """Escalate from whatever active state the row is in; returns the state reached."""
+    return _under_lease(
+        rt, operation_id, lambda op: Decided(action=escalate(op.state, reason, detail))
+    )
+
+
+def record_step_failure(
+    rt: Runtime, operation_id: uuid.UUID, step: StepKind, exc: BaseException
+) -> OperationState | None:
+    """Count a crashed step; the third one stops automation with ``internal_error``.
+
+    The history names the exception class, never its message (it may hold provider
+    bytes or a credential). Returns the state reached, None if another owner has it.
+    """
+    name = type(exc).__name__
+
+    def count(op: Operation) -> Decided:
+        failures = op.step_failures + 1
+        if failures >= MAX_STEP_FAILURES:
+            detail = f"the {step.name} step crashed {failures} times; last: {name}"
+            action = escalate(op.state, EscalationReason.internal_error, detail)
+            return Decided(action=action, changes={"step_failures": failures})
+        cause = f"{step.name} step crashed ({name}); {failures} of {MAX_STEP_FAILURES}"
+        in_flight = op.state is OperationState.create_pending and op.last_event_kind in (
+            EventKind.create_sent,
+            EventKind.reconcile_sent,
+        )
+        if in_flight:
+            # The create may have left before the crash: only reconciliation may say.
+            move = Move(
+                to=OperationState.create_unknown,
+                event=EventKind.create_ambiguous,
+                cause=cause,
+                wake_at=utcnow(),
+            )
+        else:
+            move = Move(to=op.state, event=EventKind.decision, cause=cause, wake_at=op.next_poll_at)
+        return Decided(action=move, changes={"step_failures": failures})
+
+    return _under_lease(rt, operation_id, count)
+
+
+def _under_lease(
+    rt: Runtime, operation_id: uuid.UUID, decide: Callable[[Operation], Decided]
+) -> OperationState | None:
     try:
         with operation_lease(
             rt.redis, rt.settings.key_prefix, operation_id, rt.settings.lease_ttl_seconds
         ):
             op = read(rt, operation_id)
-            if op is None:
-                return None
-            if op.state in TERMINAL or op.state in AUTOMATION_STOPPED:
-                return op.state
-            if op.state is OperationState.awaiting_approval:
-                return op.state
+            if op is None or not _stoppable(op):
+                return op.state if op is not None else None
             now = utcnow()
-            decided = Decided(action=escalate(op.state, reason, detail))
-            return persist(rt, op, _plan(rt, op, decided, now, None), now).state
+            return persist(rt, op, _plan(rt, op, decide(op), now, None), now).state
     except LeaseNotAcquiredError:
         return None  # its owner meets the same condition and stops it

@@ -39,3 +39,15 @@ def test_an_echoed_credential_in_an_unparsable_body_is_redacted_before_the_cut()
 def test_without_configured_secrets_only_secret_looking_keys_are_redacted() -> None:
     ex = excerpt(answer(200, {"api_key": "abc", "id": SECRET}))
     assert ex["body"] == {"api_key": REDACTED, "id": SECRET}
+
+
+def test_nul_and_lone_surrogates_from_a_provider_are_escaped_not_lost() -> None:
+    raw = answer(200, {"state": "run\x00ning", "note": "\ud800x", "k\x00": 1})
+    ex = excerpt(raw)
+    stored = repr(ex)
+    assert "\x00" not in stored and "\ud800" not in stored
+    assert ex["body"]["state"] == "run\\u0000ning"
+    assert ex["body"]["note"] == "\\ud800x"
+    # What Postgres refuses is gone; psycopg could encode every string.
+    for text in (ex["body"]["state"], ex["body"]["note"], *ex["body"]):
+        text.encode("utf-8")
