@@ -157,6 +157,7 @@ class Collect:
 
     result_ref: str | None
     expected: Mapping[str, Any] = field(default_factory=dict)
+    deadline: datetime | None = None  # collection must be done by then
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -181,6 +181,10 @@ class Limits:
     max_transport_failures: int
     request_timeout_seconds: float
     max_create_attempts: int = 5
+    # Result collection has bounds of its own: a download that keeps failing, or a
+    # reference that never answers, ends instead of being fetched forever.
+    max_result_fetches: int = 5
+    result_fetch_deadline_seconds: float = 900.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

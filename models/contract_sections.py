@@ -395,6 +395,8 @@ def parse_limits(t: TomlTable) -> Limits:
         max_transport_failures=need_count("max_transport_failures"),
         request_timeout_seconds=timeout,
         max_create_attempts=t.count("max_create_attempts", default=5, maximum=100),
+        max_result_fetches=t.count("max_result_fetches", default=5, maximum=100),
+        result_fetch_deadline_seconds=t.seconds("result_fetch_deadline_seconds", default=900.0),
     )
 
 

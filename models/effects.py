@@ -246,6 +246,7 @@ def _collect(d: _Draft, action: Collect) -> Plan:
         "state": S.result_collecting.value,
         "result_reference": action.result_ref,
         "validation_summary": {"expected": dict(action.expected)},
+        "collect_deadline": action.deadline,
         **d.wake(d.now),
     }
     cause = "remote job finished; collect the result"

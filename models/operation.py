@@ -55,6 +55,8 @@ class Operation:
     extensions_used: int
     step_failures: int
     poll_not_before: datetime | None
+    result_fetch_attempts: int
+    collect_deadline: datetime | None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

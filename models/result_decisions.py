@@ -82,6 +82,13 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
             declared_record_count=None,
         )
         return _result_ending(op, verdict, content, ctype)
+    limits = ctx.contract.limits
+    if op.collect_deadline is not None and now >= op.collect_deadline:
+        detail = "result fetch deadline passed"
+        return Decided(action=escalate(op.state, EscalationReason.deadline_exceeded, detail))
+    if op.result_fetch_attempts >= limits.max_result_fetches:
+        detail = f"result fetched {op.result_fetch_attempts} times without a usable answer"
+        return Decided(action=escalate(op.state, EscalationReason.provider_failure, detail))
     url = result_url(ctx, op)
     if url is None:
         return _unavailable("no result reference")
@@ -93,7 +100,9 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
         action=Send(
             request=ProviderRequest(purpose=RequestPurpose.result, method="GET", url=url),
             event=EventKind.result_fetch_sent,
+            counters={"result_fetch_attempts": op.result_fetch_attempts + 1},
             excerpt={"url": shown_url(url)},
+            deadline=op.collect_deadline,
         )
     )
 

@@ -191,7 +191,8 @@ def after_poll(
             detail = f"result reference is not a usable URL: {ref[:80]!r}"
             action = escalate(op.state, EscalationReason.contract_violation, detail)
         else:
-            action = Collect(result_ref=ref, expected=_expected(ctx, body))
+            window = timedelta(seconds=contract.limits.result_fetch_deadline_seconds)
+            action = Collect(result_ref=ref, expected=_expected(ctx, body), deadline=now + window)
     return Decided(action=action, changes=changes, seen=seen)
 
 
@@ -285,6 +286,9 @@ def unsent(op: Operation, send: Send, now: datetime) -> Decided | None:
             detail = f"{late.detail}; reserved request not sent"
             return Decided(action=replace(late, detail=detail))
         return None
+    if purpose is RequestPurpose.result:
+        detail = "result fetch deadline passed; reserved download not sent"
+        return Decided(action=escalate(op.state, EscalationReason.deadline_exceeded, detail))
     if op.state is S.create_pending:
         reason = (
             f"{create_too_late(op, now) or 'create_deadline_exceeded'}; reserved create not sent"

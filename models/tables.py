@@ -120,6 +120,9 @@ class OperationRow(Base):
     step_failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # The provider asked not to be polled before this (Retry-After or a poll hint).
     poll_not_before: Mapped[datetime | None] = mapped_column(TZ)
+    # Result collection's own bounds: downloads sent, and when collection must be done.
+    result_fetch_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    collect_deadline: Mapped[datetime | None] = mapped_column(TZ)
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)

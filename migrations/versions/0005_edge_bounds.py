@@ -4,6 +4,7 @@
   hostile answer that crashes a step cannot retry without bound.
 - poll_not_before: the last time the provider asked us not to look before
   (Retry-After or a poll hint); a cancel's confirmation honours it.
+- result_fetch_attempts / collect_deadline: result collection's own bounds.
 - row_digest: each event commits to a digest of the operations row it produced,
   so verify can check the live row against the chain.
 
@@ -31,10 +32,19 @@ def upgrade() -> None:
     op.add_column(
         "operations", sa.Column("poll_not_before", sa.DateTime(timezone=True), nullable=True)
     )
+    op.add_column(
+        "operations",
+        sa.Column("result_fetch_attempts", sa.Integer(), nullable=False, server_default="0"),
+    )
+    op.add_column(
+        "operations", sa.Column("collect_deadline", sa.DateTime(timezone=True), nullable=True)
+    )
     op.add_column("operation_events", sa.Column("row_digest", sa.String(64), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("operations", "collect_deadline")
+    op.drop_column("operations", "result_fetch_attempts")
     op.drop_column("operation_events", "row_digest")
     op.drop_column("operations", "poll_not_before")
     op.drop_column("operations", "step_failures")

@@ -26,11 +26,11 @@ def test_a_step_that_crashes_three_times_stops_with_internal_error_and_a_bounded
     pipeline.wait_state(op, "observing")
     for crash in range(1, 4):
         arm("after_poll_response", key, "raise")
-        wait_for(
-            lambda n=crash: pipeline.row(op).step_failures == n,
-            timeout=30,
-            what=f"crash {crash} counted",
-        )
+
+        def counted(n: int = crash) -> bool:
+            return bool(pipeline.row(op).step_failures == n)
+
+        wait_for(counted, timeout=30, what=f"crash {crash} counted")
     row = pipeline.wait_state(op, "escalated", timeout=20)
     assert row.escalation_reason == "internal_error"
     assert "InjectedFaultError" in (row.escalation_detail or "")
