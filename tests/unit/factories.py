@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from jobwarden.models.actions import Decided
 from jobwarden.models.contract import ProviderContract
 from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.effects import Plan, plan
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.requests import StepContext
 from jobwarden.models.signals import HttpObservation, RawResponse, TransportFailure
-from jobwarden.models.states import OperationState
+from jobwarden.models.states import OperationState, check_transition
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -69,6 +72,10 @@ def operation(state: OperationState = OperationState.create_pending, **overrides
         "consecutive_rate_limited": 0,
         "poll_attempt": 0,
         "extensions_used": 0,
+        "step_failures": 0,
+        "poll_not_before": None,
+        "result_fetch_attempts": 0,
+        "collect_deadline": None,
         "last_remote_state": None,
         "last_http_status": None,
         "progress": None,
@@ -109,3 +116,81 @@ def answer(
         content_type=content_type if status is not None else None,
         provider_request_id=None,
     )
+
+
+# --- builders for the step and plan tables (no database, no clock) ----------------------
+
+ACTOR = "worker:test"
+MAX_COUNTDOWN = 60.0  # seconds: a longer wait is parked in next_poll_at, not a countdown
+
+
+def reply(
+    status: int | None,
+    body: object = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    failure: TransportFailure | None = None,
+    body_problem: str | None = None,
+    content: bytes = b"",
+    content_type: str | None = "application/json",
+    request_id: str | None = None,
+) -> RawResponse:
+    """Like ``answer`` with headers as a mapping (keys as the edge gives them: lower-cased)."""
+    return RawResponse(
+        observation=HttpObservation(
+            status_code=status,
+            headers={k.lower(): v for k, v in (headers or {}).items()},
+            body=body,
+            body_problem=body_problem,
+            transport_failure=failure,
+        ),
+        content=content,
+        content_type=content_type if status is not None else None,
+        provider_request_id=request_id,
+    )
+
+
+def planned(
+    op: Operation,
+    decided: Decided,
+    *,
+    now: datetime = NOW,
+    answer: RawResponse | None = None,
+    max_countdown: float = MAX_COUNTDOWN,
+) -> Plan:
+    return plan(op, decided, actor=ACTOR, now=now, answer=answer, max_countdown=max_countdown)
+
+
+def claimed(op: Operation, p: Plan) -> Operation:
+    """The snapshot the step runner holds after a claim's plan committed (as the store returns)."""
+    last = p.events[-1].kind if p.events else op.last_event_kind
+    return op.with_changes(
+        {
+            **p.changes,
+            "version": op.version + 1,
+            "event_count": op.event_count + len(p.events),
+            "last_event_kind": last,
+        }
+    )
+
+
+def walked(src: OperationState, p: Plan) -> list[OperationState]:
+    """The states a plan's events move through from ``src``; raises off the transition table.
+
+    Stricter than ``store.check_path``: a moving event must start where the previous one
+    ended, and a state change in ``changes`` must be where the events arrive.
+    """
+    at, path = src, []
+    for draft in p.events:
+        if draft.to_state is None or draft.to_state == draft.from_state:
+            continue
+        assert draft.from_state == at.value, f"{draft.kind} leaves {draft.from_state}, not {at}"
+        hop = OperationState(draft.to_state)
+        check_transition(at, hop)
+        at = hop
+        path.append(hop)
+    if "state" in p.changes:
+        assert OperationState(p.changes["state"]) is at, f"changes say {p.changes['state']}"
+    else:
+        assert at is src, "the events move the operation but the changes do not"
+    return path
