@@ -42,8 +42,9 @@ S = OperationState
 TRANSITIONS: dict[OperationState, frozenset[OperationState]] = {
     # Rejecting an approval request is a human decision that ends the operation.
     S.awaiting_approval: frozenset({S.create_pending, S.abandoned}),
-    # 401/403 on create escalates authorization_denied rather than failing outright.
-    S.create_pending: frozenset({S.accepted, S.create_unknown, S.failed, S.escalated}),
+    # 401/403 on create escalates authorization_denied rather than failing outright; a
+    # cancel before the create leaves ends the operation with nothing sent (abandoned).
+    S.create_pending: frozenset({S.accepted, S.create_unknown, S.failed, S.escalated, S.abandoned}),
     S.create_unknown: frozenset({S.reconciling}),
     S.reconciling: frozenset({S.accepted, S.failed, S.escalated}),
     S.accepted: frozenset({S.observing, S.cancel_requested}),

@@ -25,6 +25,7 @@ from jobwarden.models.actions import (
     Escalate,
     EscalationReason,
     Finish,
+    Move,
     NotYet,
     ProviderRequest,
     RequestPurpose,
@@ -125,6 +126,16 @@ def before_poll(op: Operation, ctx: StepContext, now: datetime) -> Decided:
             cause="the provider's last Retry-After still holds",
         )
         return Decided(action=wait)
+    if op.cancel_requested_by is not None and op.state in (S.accepted, S.observing):
+        # A cancel asked for before the remote job was known (create ambiguous, or not
+        # yet accepted): now that it is, carry it out instead of observing.
+        move = Move(
+            to=S.cancel_requested,
+            event=EventKind.decision,
+            cause="carrying out the cancel requested before the remote job was known",
+            wake_at=now,
+        )
+        return Decided(action=move)
     used = op.status_requests_used + 1
     return Decided(
         action=Send(
@@ -217,9 +228,8 @@ def before_cancel(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     if contract.cancel is None or op.remote_job_id is None:
         detail = "the contract has no cancel endpoint"
         return Decided(action=escalate(op.state, EscalationReason.cancellation_unconfirmed, detail))
-    deadline = op.cancel_deadline or now + timedelta(
-        seconds=contract.limits.cancel_deadline_seconds
-    )
+    window = op.cancel_window_seconds or contract.limits.cancel_deadline_seconds
+    deadline = op.cancel_deadline or now + timedelta(seconds=window)
     first = now + timedelta(seconds=contract.poll.initial_delay_seconds)
     if op.poll_not_before is not None:
         # The confirming poll honours the provider's last Retry-After (invariant 3).

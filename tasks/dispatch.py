@@ -54,6 +54,28 @@ def enqueue(rt: Runtime, operation_id: uuid.UUID, state: S, countdown: float = 0
     return True
 
 
+# A task that finds the lease taken re-publishes itself this much later: the holder may be
+# a person's intervention that does not publish the worker's wake-up again (a cancel
+# refused, a decision still being typed), and the sweeper's redispatch is a minute away.
+LEASE_BUSY_RETRY_SECONDS = 1.0
+
+
+def republish(rt: Runtime, task_name: str, operation_id: uuid.UUID) -> bool:
+    """Publish ``task_name`` again for an operation whose lease was busy."""
+    try:
+        app.send_task(
+            task_name,
+            args=[str(operation_id)],
+            countdown=min(LEASE_BUSY_RETRY_SECONDS, rt.settings.max_countdown_seconds),
+            queue=rt.settings.queue,
+            retry=False,
+        )
+    except Exception as exc:
+        log.warning("republish_failed operation_id=%s error=%s", operation_id, type(exc).__name__)
+        return False
+    return True
+
+
 def schedule(rt: Runtime, operation_id: uuid.UUID, state: S, at: datetime | None) -> None:
     """A short wait becomes a countdown message; a long one stays parked in next_poll_at."""
     if at is None:

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from jobwarden.models import store
 from jobwarden.models.actions import EscalationReason
+from jobwarden.models.cancel_requests import decide_cancel_request
 from jobwarden.models.db import transaction
 from jobwarden.models.errors import LeaseNotAcquiredError, RefusedInputError, StaleVersionError
 from jobwarden.models.escalation import (
@@ -33,16 +34,14 @@ from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 
-CANCELLABLE: frozenset[S] = frozenset({S.accepted, S.observing, S.escalated, S.result_timed_out})
-
 
 def request_cancel(
     operation_id: str, requested_by: str, reason: str, runtime: Runtime | None = None
 ) -> str:
-    """Record the intent to cancel; the owner sends the one cancel request.
+    """Record the intent to cancel at once, whatever the state; a worker carries it out.
 
-    Returns the operation's state afterwards. Raises RefusedInputError when
-    the operation cannot be cancelled from its current state.
+    Returns the operation's state afterwards (``abandoned`` when nothing was sent yet).
+    Raises RefusedInputError only when the operation has ended.
     """
     rt = runtime or current()
     op_id = uuid.UUID(operation_id)
@@ -66,37 +65,44 @@ def request_cancel(
                 row = store.load(session, op_id)
                 if row is None:
                     raise RefusedInputError(f"no operation {operation_id}")
-                if row.state in (S.cancel_requested, S.cancelling):
-                    return row.state.value
-                if row.state not in CANCELLABLE:
-                    raise RefusedInputError(
-                        f"operation {operation_id} is {row.state.value}; cancel is possible "
-                        f"only from {', '.join(sorted(s.value for s in CANCELLABLE))}"
-                    )
                 window = (
                     row.cancel_window_seconds
                     or rt.contract(row.provider).limits.cancel_deadline_seconds
                 )
+                move = decide_cancel_request(
+                    row,
+                    now=now,
+                    window=timedelta(seconds=window),
+                    requested_by=requested_by,
+                    reason=reason,
+                )
+                if move is None:
+                    return row.state.value
                 last_version = row.version
                 requested = EventDraft(
                     kind=EventKind.cancel_requested,
                     actor=f"user:{requested_by}",
                     at=now,
-                    from_state=row.state,
-                    to_state=S.cancel_requested.value,
-                    cause=reason,
+                    from_state=row.state.value if move.to else None,
+                    to_state=move.to.value if move.to else None,
+                    cause=move.cause,
                 )
-                changes = {
-                    "cancel_requested_by": requested_by,
-                    "cancel_reason": reason,
-                    "cancel_deadline": now + timedelta(seconds=window),
-                    **_due_now(now),
-                }
-                _intervene(session, row, requested, changes)
+                changes = dict(move.changes)
+                if move.to is S.abandoned:
+                    changes |= {"next_poll_at": None, "dispatched_at": None}
+                elif move.due:
+                    changes |= _due_now(now)
+                if move.to is None:
+                    stored = store.fenced_update(
+                        session, row, changes=changes, drafts=[requested], now=now
+                    )
+                else:
+                    stored = _intervene(session, row, requested, changes)
         except StaleVersionError:
             continue
-        enqueue(rt, op_id, S.cancel_requested)
-        return S.cancel_requested.value
+        if move.due:
+            enqueue(rt, op_id, stored.state)
+        return stored.state.value
     # Five lost races in a row: the operation is busy; the caller may simply ask again.
     raise StaleVersionError(operation_id, last_version)
 

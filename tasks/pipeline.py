@@ -22,7 +22,7 @@ from jobwarden.models.errors import (
 )
 from jobwarden.models.steps import CANCEL, COLLECT, CREATE, POLL, RECONCILE, StepKind
 from jobwarden.tasks import faults
-from jobwarden.tasks.dispatch import enqueue, schedule
+from jobwarden.tasks.dispatch import enqueue, republish, schedule
 from jobwarden.tasks.intake import submit_from_message
 from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, current, utcnow
@@ -64,7 +64,10 @@ def run_step(operation_id: str, step: StepKind) -> str | None:
         )
         return None
     except LostRaceError as exc:
+        # The holder may not publish this wake-up again: never lose it (the row, not this
+        # message, decides whether anything is due when it comes back).
         log.info("lease_busy operation_id=%s detail=%s", operation_id, exc)
+        republish(rt, f"jobwarden.{step.name}", op_id)
         return None
     except GiveUpError as exc:
         # e.g. the contract's credential is missing: retrying cannot help, a human must act.

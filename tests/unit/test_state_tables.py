@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from jobwarden.models.actions import STOP_VIA, EscalationReason, stop_state
+from jobwarden.models.cancel_requests import CANCELLABLE
 from jobwarden.models.escalation import (
     Bounds,
     EscalationView,
@@ -25,7 +26,6 @@ from jobwarden.models.states import (
 from jobwarden.models.steps import STEPS
 from jobwarden.models.tables import ACTIVE_STATES
 from jobwarden.tasks.dispatch import TASK_FOR_STATE
-from jobwarden.tasks.interventions import CANCELLABLE
 from tests.unit.factories import NOW
 
 S = OperationState

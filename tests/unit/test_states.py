@@ -25,6 +25,7 @@ EXPECTED: set[tuple[S, S]] = {
     (S.create_pending, S.create_unknown),
     (S.create_pending, S.failed),
     (S.create_pending, S.escalated),
+    (S.create_pending, S.abandoned),  # a cancel before the create was sent
     (S.create_unknown, S.reconciling),
     (S.reconciling, S.accepted),
     (S.reconciling, S.failed),

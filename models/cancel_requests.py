@@ -1,0 +1,72 @@
+"""What a person's "stop" means in each state: the intent is always recorded at once.
+
+Pure: a frozen operation, the time and the cancel window in, the move out. Only a
+terminal operation refuses; before the create leaves, a cancel ends the operation
+without sending it; while the create is ambiguous, the intent waits for
+reconciliation and is carried out once the remote job is known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.history import EventKind
+from jobwarden.models.operation import Operation
+from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
+
+S = OperationState
+
+# States where the remote job is known and running (or stopped but reconcilable).
+CANCELLABLE: frozenset[S] = frozenset({S.accepted, S.observing, S.escalated, S.result_timed_out})
+# The create may have left and its outcome is not known yet: reconcile first.
+AWAITING_RECONCILIATION: frozenset[S] = frozenset({S.create_unknown, S.reconciling})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelMove:
+    """``to`` None records the intent without a transition (it is carried out later)."""
+
+    to: S | None
+    changes: dict[str, Any]
+    cause: str
+    due: bool  # a worker must look at the operation now
+
+
+def create_in_flight(op: Operation) -> bool:
+    """A create claim with no recorded outcome: the request may have reached the provider."""
+    return op.last_event_kind in (EventKind.create_sent, EventKind.reconcile_sent)
+
+
+def decide_cancel_request(
+    op: Operation, *, now: datetime, window: timedelta, requested_by: str, reason: str
+) -> CancelMove | None:
+    """The move a cancel request makes; None when one is already under way.
+
+    Raises RefusedInputError only for a terminal operation (nothing left to stop).
+    """
+    state = op.state
+    if state in TERMINAL:
+        raise RefusedInputError(f"operation {op.operation_id} is {state.value}: it has ended")
+    if state in (S.cancel_requested, S.cancelling):
+        return None
+    intent = {"cancel_requested_by": requested_by, "cancel_reason": reason}
+    if state is S.awaiting_approval or (state is S.create_pending and not create_in_flight(op)):
+        # Nothing was sent, so nothing exists remotely: the operation ends here.
+        cause = f"{reason} (cancelled before the create was sent)"
+        return CancelMove(to=S.abandoned, changes=intent, cause=cause, due=False)
+    if state in CANCELLABLE:
+        changes = {**intent, "cancel_deadline": now + window}
+        return CancelMove(to=S.cancel_requested, changes=changes, cause=reason, due=True)
+    if state is S.create_pending or state in AWAITING_RECONCILIATION:
+        cause = f"{reason} (recorded; carried out once reconciliation finds the remote job)"
+        return CancelMove(to=None, changes=intent, cause=cause, due=True)
+    if state is S.result_collecting:
+        cause = f"{reason} (recorded; the remote job already finished, its result is collected)"
+        return CancelMove(to=None, changes=intent, cause=cause, due=False)
+    if state in AUTOMATION_STOPPED:
+        cause = f"{reason} (recorded; a human decides, see the options)"
+        return CancelMove(to=None, changes=intent, cause=cause, due=False)
+    raise RefusedInputError(f"operation {op.operation_id} is {state.value}")  # pragma: no cover
