@@ -72,7 +72,7 @@ class _Budget:
 
 def _show_integer(value: int) -> str:
     # str() of a huge int is slow and, past 4300 digits, itself a ValueError.
-    return str(value) if value.bit_length() <= 64 else f"of {value.bit_length()} bits"
+    return str(value) if value.bit_length() <= 128 else f"of {value.bit_length()} bits"
 
 
 def _check_json(value: Any, path: str, depth: int, budget: _Budget) -> None:

@@ -6,26 +6,53 @@ happens; the intent row is committed before any message is published.
 
 from __future__ import annotations
 
+import inspect
 import secrets
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
+from sqlalchemy import String
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from jobwarden.models import store
 from jobwarden.models.db import transaction
-from jobwarden.models.errors import InvalidSubmissionError, RefusedInputError
-from jobwarden.models.fingerprint import request_fingerprint
+from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.fingerprint import request_fingerprint, show_key
 from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain
 from jobwarden.models.states import OperationState as S
+from jobwarden.models.submission import ACTOR_PREFIX, FieldLimits, Submission, check_submission
+from jobwarden.models.tables import Base, EventRow, OperationRow
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 
-MAX_KEY = 255
+
+def _length(row: type[Base], name: str) -> int:
+    column_type = row.__table__.c[name].type
+    if not isinstance(column_type, String) or column_type.length is None:
+        raise TypeError(f"{row.__tablename__}.{name} is not a String column with a length")
+    return column_type.length
+
+
+# Read from the tables so the rules cannot drift from what Postgres will store.
+LIMITS = FieldLimits(
+    tenant=_length(OperationRow, "tenant"),
+    provider=_length(OperationRow, "provider"),
+    idempotency_key=_length(OperationRow, "idempotency_key"),
+    source_event_id=_length(OperationRow, "source_event_id"),
+    # requested_by is also authorised_by and, prefixed, the intent event's actor.
+    requested_by=min(
+        _length(OperationRow, "requested_by"),
+        _length(OperationRow, "authorised_by"),
+        _length(EventRow, "actor") - len(ACTOR_PREFIX),
+    ),
+    method=_length(OperationRow, "method"),
+    route=_length(OperationRow, "route"),
+)
 
 
 class SubmitOutcome(StrEnum):
@@ -52,21 +79,6 @@ class SubmitResult:
         }
 
 
-def _validate(tenant: str, provider: str, key: str, requested_by: str, rt: Runtime) -> None:
-    for name, value in (
-        ("tenant", tenant),
-        ("idempotency_key", key),
-        ("requested_by", requested_by),
-    ):
-        if not isinstance(value, str) or not value.strip():
-            raise InvalidSubmissionError(f"{name} is required")
-        if len(value) > MAX_KEY:
-            raise InvalidSubmissionError(f"{name} is longer than {MAX_KEY} characters")
-    if provider not in rt.contracts:
-        known = ", ".join(sorted(rt.contracts))
-        raise InvalidSubmissionError(f"unknown provider {provider!r}; known: {known}")
-
-
 def submit_operation(
     *,
     tenant: str,
@@ -85,23 +97,35 @@ def submit_operation(
 ) -> SubmitResult:
     """Record an operation's intent and hand it to the workers.
 
-    Raises InvalidSubmissionError for bad input (nothing is recorded).
+    Raises InvalidSubmissionError naming the field and the rule for any input the
+    rules in models/submission.py refuse; nothing is recorded then. The row and its
+    intent event are written in one transaction, so a failure leaves neither.
     """
     rt = runtime or current()
-    _validate(tenant, provider, idempotency_key, requested_by, rt)
-    contract = rt.contract(provider)
-    route = route or f"/providers/{provider}/operations"
-    fingerprint = request_fingerprint(
-        method=method, route=route, tenant=tenant, provider=provider, command=command
+    sub = check_submission(
+        limits=LIMITS,
+        providers=rt.contracts,
+        tenant=tenant,
+        provider=provider,
+        idempotency_key=idempotency_key,
+        command=command,
+        requested_by=requested_by,
+        source_event_id=source_event_id,
+        method=method,
+        route=route,
+        max_status_requests=max_status_requests,
+        result_deadline_seconds=result_deadline_seconds,
+        max_transport_failures=max_transport_failures,
+        cancel_deadline_seconds=cancel_deadline_seconds,
     )
-    for name, value in (
-        ("max_status_requests", max_status_requests),
-        ("max_transport_failures", max_transport_failures),
-        ("result_deadline_seconds", result_deadline_seconds),
-        ("cancel_deadline_seconds", cancel_deadline_seconds),
-    ):
-        if value is not None and (isinstance(value, bool) or not value > 0):
-            raise InvalidSubmissionError(f"{name} must be positive")
+    contract = rt.contract(sub.provider)
+    fingerprint = request_fingerprint(
+        method=sub.method,
+        route=sub.route,
+        tenant=sub.tenant,
+        provider=sub.provider,
+        command=sub.command,
+    )
     limits = contract.limits
     now = utcnow()
     op_id = uuid.uuid4()
@@ -109,56 +133,56 @@ def submit_operation(
     first = [
         EventDraft(
             kind=EventKind.intent_recorded,
-            actor=f"submitter:{requested_by}",
+            actor=f"{ACTOR_PREFIX}{sub.requested_by}",
             at=now,
             to_state=state.value,
             excerpt={
                 "fingerprint": fingerprint,
-                "idempotency_key": idempotency_key,
-                "source_event_id": source_event_id,
+                "idempotency_key": sub.idempotency_key,
+                "source_event_id": sub.source_event_id,
             },
         )
     ]
     chained = chain(str(op_id), first, last_seq=0, last_hash=GENESIS_HASH)
+    result_seconds = sub.result_deadline_seconds or limits.result_deadline_seconds
     values = {
         "operation_id": op_id,
-        "tenant": tenant,
-        "provider": provider,
-        "idempotency_key": idempotency_key,
-        "source_event_id": source_event_id,
+        "tenant": sub.tenant,
+        "provider": sub.provider,
+        "idempotency_key": sub.idempotency_key,
+        "source_event_id": sub.source_event_id,
         # Ours, generated with the row, never the caller's key and never regenerated.
         "provider_token": f"jw-{op_id.hex}",
         "request_fingerprint": fingerprint,
-        "method": method.upper(),
-        "route": route,
-        "command": command,
+        "method": sub.method,
+        "route": sub.route,
+        "command": sub.command,
         "state": state.value,
         "version": 1,
         "trace_id": secrets.token_hex(16),
-        "requested_by": requested_by,
+        "requested_by": sub.requested_by,
         # Invariant 1 names who authorised the create: without an approval step the
         # submitter's request is the authority; with one, the approver fills this in.
-        "authorised_by": None if contract.requires_approval else requested_by,
+        "authorised_by": None if contract.requires_approval else sub.requested_by,
         "created_at": now,
         "create_deadline": now + timedelta(seconds=limits.create_deadline_seconds),
-        "result_deadline": now
-        + timedelta(seconds=result_deadline_seconds or limits.result_deadline_seconds),
+        "result_deadline": now + timedelta(seconds=result_seconds),
         "cancel_deadline": None,
         "next_poll_at": now if state is S.create_pending else None,
         "dispatched_at": now if state is S.create_pending else None,
         "create_attempts": 0,
         "status_requests_used": 0,
-        "max_status_requests": max_status_requests or limits.max_status_requests,
+        "max_status_requests": sub.max_status_requests or limits.max_status_requests,
         "transport_failures_used": 0,
-        "max_transport_failures": max_transport_failures or limits.max_transport_failures,
+        "max_transport_failures": sub.max_transport_failures or limits.max_transport_failures,
         "consecutive_rate_limited": 0,
         "poll_attempt": 0,
         "event_count": 1,
         "last_event_hash": chained[-1].hash,
         "updated_at": now,
     }
-    if cancel_deadline_seconds is not None:
-        values["cancel_window_seconds"] = cancel_deadline_seconds
+    if sub.cancel_deadline_seconds is not None:
+        values["cancel_window_seconds"] = sub.cancel_deadline_seconds
     try:
         with transaction(rt.settings.database_url) as session:
             # A concurrent submission holding the key longer than this is "in progress".
@@ -170,9 +194,7 @@ def submit_operation(
                     fingerprint=fingerprint,
                 )
             else:
-                result = _existing(
-                    session, tenant, provider, idempotency_key, source_event_id, fingerprint
-                )
+                result = _existing(session, sub, fingerprint)
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
             return SubmitResult(
@@ -187,15 +209,8 @@ def submit_operation(
     return result
 
 
-def _existing(
-    session: Session,
-    tenant: str,
-    provider: str,
-    key: str,
-    source_event_id: str | None,
-    fingerprint: str,
-) -> SubmitResult:
-    row = store.find_by_key(session, tenant, key)
+def _existing(session: Session, sub: Submission, fingerprint: str) -> SubmitResult:
+    row = store.find_by_key(session, sub.tenant, sub.idempotency_key)
     if row is not None:
         # Conflict is checked before anything else, and the stored operation is not touched.
         outcome = (
@@ -209,8 +224,8 @@ def _existing(
             state=row.state,
             fingerprint=fingerprint,
         )
-    if source_event_id is not None:
-        row = store.find_by_source_event(session, tenant, provider, source_event_id)
+    if sub.source_event_id is not None:
+        row = store.find_by_source_event(session, sub.tenant, sub.provider, sub.source_event_id)
         if row is not None:
             return SubmitResult(
                 outcome=SubmitOutcome.duplicate_event,
@@ -223,9 +238,48 @@ def _existing(
     )
 
 
-def submit_from_message(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The Celery intake's answer: the submission's outcome, or why it is invalid."""
+_PARAMETERS = inspect.signature(submit_operation).parameters
+# The caller's fields; runtime is the process's own and never comes from a message.
+MESSAGE_FIELDS = frozenset(_PARAMETERS) - {"runtime"}
+REQUIRED_FIELDS = frozenset(n for n, p in _PARAMETERS.items() if p.default is p.empty)
+
+
+def _name(key: object) -> str:
+    """A keyword name for an error line: a plain one as it is, anything else escaped."""
+    if not isinstance(key, str):
+        return ascii(key)
+    return key if key.isascii() and key.isidentifier() and len(key) <= 40 else show_key(key)
+
+
+def _names(keys: Iterable[object]) -> str:
+    return ", ".join(sorted(_name(k) for k in keys))
+
+
+def _message_problem(kwargs: object) -> str | None:
+    if not isinstance(kwargs, Mapping):
+        return f"the submission must be keyword arguments, got {type(kwargs).__name__}"
+    if "runtime" in kwargs:
+        return "runtime is internal to the worker and cannot be passed to jobwarden.submit"
+    unknown = [k for k in kwargs if k not in MESSAGE_FIELDS]
+    if unknown:
+        return f"unknown keyword arguments: {_names(unknown)}"
+    missing = REQUIRED_FIELDS - set(kwargs)
+    if missing:
+        return f"missing keyword arguments: {_names(missing)}"
+    return None
+
+
+def submit_from_message(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The Celery intake's answer: the submission's outcome, or why it is invalid.
+
+    Every invalid message (unknown or missing keywords, a runtime, any field a rule
+    refuses) answers {"outcome": "invalid", "error": ...} and records nothing; only
+    infrastructure failures (Postgres unreachable) raise, for Celery to report.
+    """
+    problem = _message_problem(kwargs)
+    if problem is not None:
+        return {"outcome": "invalid", "error": problem}
     try:
         return submit_operation(**kwargs).as_dict()
-    except (RefusedInputError, TypeError) as exc:
+    except RefusedInputError as exc:
         return {"outcome": "invalid", "error": str(exc)}

@@ -1,0 +1,221 @@
+"""Intake's rules: what a submission may hold before anything is recorded.
+
+Pure functions over hostile input (any Python value, any code point): each
+returns the normalised value or raises InvalidSubmissionError naming the field
+and the rule. Column lengths come in as ``FieldLimits`` (the shell reads them
+from the tables), so the rules cannot drift from what Postgres will store.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Final
+
+from jobwarden.models.contract_fields import MAX_COUNT, MAX_SECONDS
+from jobwarden.models.errors import InvalidSubmissionError
+from jobwarden.models.fingerprint import (
+    EXACT_INTEGER,
+    canonical_command,
+    check_utf8,
+    child_path,
+    show_key,
+    shown_path,
+)
+
+# RFC 9110's methods plus PATCH (RFC 5789): the request the fingerprint binds.
+HTTP_METHODS: Final = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+)
+ACTOR_PREFIX: Final = "submitter:"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FieldLimits:
+    """The longest value each text field's column holds, in characters."""
+
+    tenant: int
+    provider: int
+    idempotency_key: int
+    source_event_id: int
+    requested_by: int
+    method: int
+    route: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Submission:
+    """A submission that passed every rule, normalised (method upper-cased, route filled)."""
+
+    tenant: str
+    provider: str
+    idempotency_key: str
+    command: dict[str, Any]
+    requested_by: str
+    source_event_id: str | None
+    method: str
+    route: str
+    max_status_requests: int | None
+    result_deadline_seconds: float | None
+    max_transport_failures: int | None
+    cancel_deadline_seconds: float | None
+
+
+def _storable(label: str, value: str) -> None:
+    """Postgres text and JSONB refuse NUL; a lone surrogate has no UTF-8 encoding at all."""
+    if "\x00" in value:
+        raise InvalidSubmissionError(
+            f"{label} contains a NUL character, which Postgres cannot store"
+        )
+    check_utf8(label, value)
+
+
+def check_text(field: str, value: object, *, max_length: int) -> str:
+    """A required identifier: a non-blank string that fits its column and Postgres."""
+    if not isinstance(value, str):
+        raise InvalidSubmissionError(f"{field} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidSubmissionError(f"{field} is required")
+    if len(value) > max_length:
+        raise InvalidSubmissionError(f"{field} is longer than {max_length} characters")
+    _storable(field, value)
+    return value
+
+
+def check_optional_text(field: str, value: object, *, max_length: int) -> str | None:
+    """Like check_text, but None (left out) is allowed; an empty string is not."""
+    return None if value is None else check_text(field, value, max_length=max_length)
+
+
+def check_method(value: object, *, max_length: int) -> str:
+    """One of the HTTP methods, in any case; returned upper-cased."""
+    if isinstance(value, str) and value.isascii() and len(value) <= max_length:
+        method = value.upper()
+        if method in HTTP_METHODS:
+            return method
+    raise InvalidSubmissionError(f"method must be one of {', '.join(sorted(HTTP_METHODS))}")
+
+
+def check_route(value: object, *, max_length: int) -> str:
+    """An absolute path: starts with "/", printable characters only, fits its column."""
+    if not isinstance(value, str):
+        raise InvalidSubmissionError(f"route must be a string, got {type(value).__name__}")
+    if not value.startswith("/"):
+        raise InvalidSubmissionError('route must start with "/"')
+    if len(value) > max_length:
+        raise InvalidSubmissionError(f"route is longer than {max_length} characters")
+    # isprintable() is False for NUL, control characters, surrogates and format characters.
+    if not value.isprintable():
+        raise InvalidSubmissionError("route must be printable (no control or surrogate characters)")
+    return value
+
+
+def check_count(field: str, value: object) -> int | None:
+    """A budget: a whole number from 1 to MAX_COUNT, or None for the contract's default."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        # bool is an int to Python, and 1.5 would be rounded by the Integer column: both refused.
+        raise InvalidSubmissionError(f"{field} must be a whole number, got {type(value).__name__}")
+    if value < 1:
+        raise InvalidSubmissionError(f"{field} must be positive")
+    if value > MAX_COUNT:
+        raise InvalidSubmissionError(f"{field} must be at most {MAX_COUNT}")
+    return int(value)
+
+
+def check_seconds(field: str, value: object) -> float | None:
+    """A deadline: a finite number of seconds above 0 and at most MAX_SECONDS (30 days)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidSubmissionError(f"{field} must be a number, got {type(value).__name__}")
+    # Compared before any float() so a huge int cannot overflow, and inf never becomes a deadline.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidSubmissionError(f"{field} must be finite")
+    if value <= 0:
+        raise InvalidSubmissionError(f"{field} must be positive")
+    if value > MAX_SECONDS:
+        raise InvalidSubmissionError(f"{field} must be at most {MAX_SECONDS} seconds (30 days)")
+    return float(value)
+
+
+def _check_storable(value: object, path: str) -> None:
+    """What Postgres JSONB would refuse or change; runs after canonical_command's checks."""
+    if isinstance(value, str):
+        _storable(shown_path(path), value)
+    elif isinstance(value, float) and abs(value) > EXACT_INTEGER:
+        # JSONB keeps 1e20 as the integer 100000000000000000000, which RFC 8785 then
+        # refuses: the stored command could no longer be canonicalised or re-hashed.
+        raise InvalidSubmissionError(
+            f"{shown_path(path)}: number {value!r} is outside ±(2^53 - 1); Postgres would return "
+            "it as an integer RFC 8785 cannot canonicalise, so send it as a string"
+        )
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_storable(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _storable(f"{shown_path(path)}: key {show_key(key)}", key)
+            _check_storable(item, child_path(path, key))
+
+
+def check_command(value: object) -> dict[str, Any]:
+    """A JSON object that canonicalises (RFC 8785) within the size and depth bounds, and
+    that Postgres stores as JSONB and hands back still canonicalising to the same bytes."""
+    if not isinstance(value, dict):
+        raise InvalidSubmissionError("command must be a JSON object")
+    canonical_command(value)  # types, depth and size first: the walk below relies on them
+    _check_storable(value, "")
+    return value
+
+
+# Keyword-only, one parameter per submission field, as submit_operation's own signature.
+def check_submission(  # noqa: PLR0913
+    *,
+    limits: FieldLimits,
+    providers: Collection[str],
+    tenant: object,
+    provider: object,
+    idempotency_key: object,
+    command: object,
+    requested_by: object,
+    source_event_id: object = None,
+    method: object = "POST",
+    route: object = None,
+    max_status_requests: object = None,
+    result_deadline_seconds: object = None,
+    max_transport_failures: object = None,
+    cancel_deadline_seconds: object = None,
+) -> Submission:
+    """Every intake rule, in the order a caller would fix them; the first failure raises."""
+    checked_tenant = check_text("tenant", tenant, max_length=limits.tenant)
+    checked_provider = check_text("provider", provider, max_length=limits.provider)
+    if checked_provider not in providers:
+        known = ", ".join(sorted(providers))
+        raise InvalidSubmissionError(f"unknown provider {checked_provider!r}; known: {known}")
+    key = check_text("idempotency_key", idempotency_key, max_length=limits.idempotency_key)
+    by = check_text("requested_by", requested_by, max_length=limits.requested_by)
+    event = check_optional_text(
+        "source_event_id", source_event_id, max_length=limits.source_event_id
+    )
+    checked_method = check_method(method, max_length=limits.method)
+    checked_route = check_route(
+        f"/providers/{checked_provider}/operations" if route is None else route,
+        max_length=limits.route,
+    )
+    return Submission(
+        tenant=checked_tenant,
+        provider=checked_provider,
+        idempotency_key=key,
+        requested_by=by,
+        source_event_id=event,
+        method=checked_method,
+        route=checked_route,
+        max_status_requests=check_count("max_status_requests", max_status_requests),
+        max_transport_failures=check_count("max_transport_failures", max_transport_failures),
+        result_deadline_seconds=check_seconds("result_deadline_seconds", result_deadline_seconds),
+        cancel_deadline_seconds=check_seconds("cancel_deadline_seconds", cancel_deadline_seconds),
+        command=check_command(command),
+    )
