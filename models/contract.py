@@ -60,10 +60,16 @@ class CreateSpec:
     token_name: str  # header name or body field name
     job_locator: JobLocator
     job_id_pointer: str | None = None  # required when job_locator is body
-    # Statuses that mean "accepted"; anything 2xx not listed is still accepted.
+    # 2xx statuses that mean "accepted"; any other 2xx is an ambiguous answer.
     accepted_statuses: tuple[int, ...] = (200, 201, 202)
-    # Status code the provider uses for "same token, different body" (e.g. 422, 409).
-    conflict_status: int | None = None
+    # "Still processing the first request under this token" (IETF Idempotency-Key draft:
+    # 409; Azure repeatable requests: 409 while in progress): retry the same token later.
+    # Any other 409/422 means "same token, different body": a contract violation.
+    in_flight_statuses: tuple[int, ...] = (409,)
+    # Where one status serves both, the body tells them apart: in flight only when the
+    # value at in_flight_pointer is one of in_flight_values.
+    in_flight_pointer: str | None = None
+    in_flight_values: tuple[str, ...] = ()
     body_template: str = (
         "command"  # "command": the command is the body; "wrapped": {"command": ...}
     )

@@ -268,7 +268,9 @@ class TomlTable:
             raise self.fail(key, f"must be an HTTP status code from {low} to {high}, got {value!r}")
         return value
 
-    def status_codes(self, key: str, *, default: tuple[int, ...]) -> tuple[int, ...]:
+    def status_codes(
+        self, key: str, *, default: tuple[int, ...], low: int = 200, high: int = 299
+    ) -> tuple[int, ...]:
         value = self._typed(key, list, "an array of HTTP status codes")
         if value is None:
             return default
@@ -276,8 +278,9 @@ class TomlTable:
             raise self.fail(key, "must list at least one status code")
         codes = []
         for index, code in enumerate(value):
-            if isinstance(code, bool) or not isinstance(code, int) or not 200 <= code <= 299:
-                raise self.fail(f"{key}[{index}]", f"must be a 2xx status code, got {code!r}")
+            if isinstance(code, bool) or not isinstance(code, int) or not low <= code <= high:
+                what = f"{low // 100}xx" if high - low == 99 else f"{low} to {high}"
+                raise self.fail(f"{key}[{index}]", f"must be a {what} status code, got {code!r}")
             codes.append(code)
         return tuple(codes)
 

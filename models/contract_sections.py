@@ -152,7 +152,12 @@ def parse_create(t: TomlTable) -> CreateSpec:
     job_id_pointer = t.pointer("job_id_pointer")
     if locator is JobLocator.body and not job_id_pointer:
         raise t.fail("job_id_pointer", "required when create.job_locator = 'body'")
-    conflict = t.status_code("conflict_status", low=400, high=499)
+    in_flight = t.status_codes("in_flight_statuses", default=(409,), low=400, high=499)
+    in_flight_pointer = t.pointer("in_flight_pointer")
+    in_flight_values = t.str_list("in_flight_values") or ()
+    if bool(in_flight_pointer) != bool(in_flight_values):
+        raise t.fail("in_flight_values", "in_flight_pointer and in_flight_values go together")
+    accepted = t.status_codes("accepted_statuses", default=(200, 201, 202))
     body_template = t.choice("body_template", _BODY_TEMPLATES) or "command"
     return CreateSpec(
         method=method,
@@ -161,8 +166,10 @@ def parse_create(t: TomlTable) -> CreateSpec:
         token_name=token_name,
         job_locator=locator,
         job_id_pointer=job_id_pointer,
-        accepted_statuses=t.status_codes("accepted_statuses", default=(200, 201, 202)),
-        conflict_status=conflict,
+        accepted_statuses=accepted,
+        in_flight_statuses=in_flight,
+        in_flight_pointer=in_flight_pointer,
+        in_flight_values=in_flight_values,
         body_template=body_template,
     )
 

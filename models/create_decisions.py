@@ -17,13 +17,14 @@ from jobwarden.models.actions import (
     EscalationReason,
     Finish,
     Move,
+    NotYet,
     ProviderRequest,
     RequestPurpose,
     Retry,
     Send,
     escalate,
 )
-from jobwarden.models.backoff import backoff_delay
+from jobwarden.models.backoff import backoff_delay, validate_poll_hint
 from jobwarden.models.contract import ReconciliationPath
 from jobwarden.models.decisions import (
     CreateOutcomeKind,
@@ -44,13 +45,23 @@ from jobwarden.models.requests import (
     lookup_request,
     resolve_url,
 )
-from jobwarden.models.signals import RawResponse, SignalKind, classify_http
+from jobwarden.models.signals import HttpSignal, RawResponse, SignalKind, classify_http
 from jobwarden.models.states import OperationState as S
 
 # --- create -----------------------------------------------------------------------------
 
 
+def not_yet(op: Operation, now: datetime) -> Decided | None:
+    """An early or duplicated message (invariant 8): the row's timer has not come yet."""
+    if op.next_poll_at is not None and now < op.next_poll_at:
+        return Decided(action=NotYet(until=op.next_poll_at))
+    return None
+
+
 def before_create(op: Operation, ctx: StepContext, now: datetime) -> Decided:
+    early = not_yet(op, now)
+    if early is not None:
+        return early
     if op.create_attempts > 0 and op.last_event_kind in (
         EventKind.create_sent,
         EventKind.reconcile_sent,
@@ -94,7 +105,13 @@ def _create_send(ctx: StepContext, op: Operation, event: EventKind, cause: str |
 
 
 def accept(
-    op: Operation, ctx: StepContext, job_id: str, status_url: str, event: EventKind, now: datetime
+    op: Operation,
+    ctx: StepContext,
+    job_id: str,
+    status_url: str,
+    event: EventKind,
+    now: datetime,
+    raw: RawResponse | None = None,
 ) -> Decided:
     """Accept the remote job, unless its id or status URL could not be used safely.
 
@@ -111,10 +128,29 @@ def accept(
         keep = job_id if job_id_problem(ctx.contract, job_id) is None else None
         action = escalate(op.state, EscalationReason.contract_violation, problem, keep_job_id=keep)
         return Decided(action=action, seen=seen)
-    wait = first_poll(poll_view(op, accepted_at=now), ctx.contract.poll, now=now)
+    view = poll_view(op, accepted_at=now)
+    retry_after, hint = _asked_delay(ctx, raw, now, view.deadline)
+    wait = first_poll(view, ctx.contract.poll, now=now, retry_after=retry_after, poll_hint=hint)
     return Decided(
         action=Accept(job_id=job_id, status_url=status_url, wait=wait, event=event), seen=seen
     )
+
+
+def _asked_delay(
+    ctx: StepContext, raw: RawResponse | None, now: datetime, deadline: datetime
+) -> tuple[float | None, float | None]:
+    """The Retry-After and poll hint an answer carries (valid ones only), in seconds."""
+    if raw is None:
+        return None, None
+    signal = classify_http(raw.observation, now=now)
+    retry_after = signal.retry_after.seconds if signal.retry_after.valid else None
+    hint: float | None = None
+    pointer = ctx.contract.status.poll_hint_pointer
+    body = raw.observation.body
+    if pointer is not None and isinstance(body, dict):
+        found = validate_poll_hint(resolve_pointer(body, pointer), now=now, deadline=deadline)
+        hint = found.seconds if found.valid else None
+    return retry_after, hint
 
 
 def after_create(
@@ -130,7 +166,18 @@ def after_create(
     reconciling = op.state is S.reconciling
     signal = classify_http(raw.observation, now=now)
     job_id, status_url = job_locator(contract, raw)
-    outcome = decide_after_create(signal, job_id=job_id, known_job_id=op.remote_job_id)
+    spec = contract.create
+    in_flight = signal.status_code in spec.in_flight_statuses and (
+        spec.in_flight_pointer is None
+        or resolve_pointer(raw.observation.body, spec.in_flight_pointer) in spec.in_flight_values
+    )
+    outcome = decide_after_create(
+        signal,
+        job_id=job_id,
+        known_job_id=op.remote_job_id,
+        in_flight=in_flight,
+        accepted=signal.status_code in spec.accepted_statuses,
+    )
     replayed = raw.observation.headers.get("idempotent-replayed", "").lower() == "true"
     seen = {"job_id": job_id}
     kind = outcome.kind
@@ -140,7 +187,8 @@ def after_create(
             if reconciling
             else (EventKind.create_replayed if replayed else EventKind.create_accepted)
         )
-        return accept(op, ctx, job_id, resolve_url(ctx.base_url, status_url), event, now)
+        url = resolve_url(ctx.base_url, status_url)
+        return accept(op, ctx, job_id, url, event, now, raw)
     if kind in (CreateOutcomeKind.accepted, CreateOutcomeKind.contract_violation):
         detail = (
             outcome.detail
@@ -190,6 +238,17 @@ def after_create(
         )
         source = DelaySource.local_backoff
     wait = wait_within(now=now, seconds=seconds, deadline=op.create_deadline, source=source)
+    if kind is CreateOutcomeKind.in_flight:
+        # The provider still works on our first request: the outcome is not known yet,
+        # and only the same token, later, may learn it (never a fresh one).
+        retry = Retry(
+            wait=wait,
+            event=EventKind.create_ambiguous,
+            to=None,
+            detail=outcome.detail,
+            counts_transport_failure=False,
+        )
+        return Decided(action=retry)
     if not ambiguous:
         # A 429 means the provider did not take the request: same token, later.
         retry = Retry(
@@ -212,10 +271,40 @@ def after_create(
     return Decided(action=retry)
 
 
+def _lookup_retry(
+    op: Operation, ctx: StepContext, signal: HttpSignal, now: datetime, u: float
+) -> Retry:
+    policy = ctx.contract.poll
+    if signal.retry_after.valid and signal.retry_after.seconds is not None:
+        seconds, source = signal.retry_after.seconds, DelaySource.provider_retry_after
+    else:
+        attempt = op.create_attempts
+        seconds = backoff_delay(
+            attempt=attempt,
+            base=policy.base_seconds,
+            maximum=policy.max_seconds,
+            jitter_floor=policy.jitter_floor,
+            u=u,
+        )
+        source = DelaySource.local_backoff
+    wait = wait_within(now=now, seconds=seconds, deadline=op.create_deadline, source=source)
+    failed_read = signal.kind in (SignalKind.transport, SignalKind.server_error)
+    return Retry(
+        wait=wait,
+        event=EventKind.create_ambiguous,
+        to=None,
+        detail=f"lookup unreadable ({signal.transport_failure or signal.kind.value}): ask again",
+        counts_transport_failure=failed_read,
+    )
+
+
 # --- reconcile --------------------------------------------------------------------------
 
 
 def before_reconcile(op: Operation, ctx: StepContext, now: datetime) -> Decided:
+    early = not_yet(op, now)
+    if early is not None:
+        return early
     spec = ctx.contract.reconciliation
     if spec.path is ReconciliationPath.none:
         detail = (
@@ -254,9 +343,16 @@ def after_reconcile(
             )
             return Decided(action=action, answered="lookup response")
         url = resolve_url(ctx.base_url, contract.status.path.replace("{job_id}", found))
-        return replace(
-            accept(op, ctx, found, url, EventKind.reconciled, now), answered="lookup response"
-        )
+        accepted = accept(op, ctx, found, url, EventKind.reconciled, now, raw)
+        return replace(accepted, answered="lookup response")
+    if signal.kind in (SignalKind.unauthorized, SignalKind.forbidden):
+        detail = f"HTTP {signal.status_code} on the reconciliation lookup"
+        denied = escalate(op.state, EscalationReason.authorization_denied, detail)
+        return Decided(action=denied, answered="lookup response")
+    if signal.kind not in (SignalKind.ok, SignalKind.not_found):
+        # A lookup we could not read is no evidence that the job is absent: ask again
+        # later (after Retry-After), never resend the create on a guess.
+        return Decided(action=_lookup_retry(op, ctx, signal, now, u), answered="lookup response")
     # Nothing under our token: resending the create with the same token is safe.
     cause = f"lookup found no job under our token (http {signal.status_code or '-'})"
     send = _create_send(ctx, op, EventKind.reconcile_sent, cause=cause)

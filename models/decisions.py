@@ -168,18 +168,34 @@ def _wait_for(view: PollView, *, now: datetime, seconds: float, source: DelaySou
     return wait_within(now=now, seconds=seconds, deadline=view.deadline, source=source)
 
 
-def first_poll(view: PollView, policy: PollPolicy, *, now: datetime) -> Wait:
-    """Wait the contract's initial delay before the first status request.
+def first_poll(
+    view: PollView,
+    policy: PollPolicy,
+    *,
+    now: datetime,
+    retry_after: float | None = None,
+    poll_hint: float | None = None,
+) -> Wait:
+    """Wait before the first status request: the contract's initial delay, or longer.
 
-    Clipped to the deadline like every wait; a deadline already passed gives a
-    zero wait until the deadline, and the guard then escalates.
+    The create (or reconcile) answer's Retry-After, else its poll hint, sets the first
+    poll when it asks for more (Azure puts Retry-After on the 202 for exactly this);
+    raised to the hint floor, never shortened. Clipped to the deadline like every
+    wait; a deadline already passed gives a zero wait, and the guard then escalates.
     """
+    seconds, source = policy.initial_delay_seconds, DelaySource.initial_delay
+    asked = retry_after if retry_after is not None else poll_hint
+    if asked is not None:
+        asked = max(asked, policy.hint_floor_seconds)
+        if asked > seconds:
+            seconds = asked
+            source = (
+                DelaySource.provider_retry_after
+                if retry_after is not None
+                else DelaySource.provider_poll_hint
+            )
     return wait_within(
-        now=now,
-        seconds=policy.initial_delay_seconds,
-        deadline=view.deadline,
-        source=DelaySource.initial_delay,
-        cause="first_poll",
+        now=now, seconds=seconds, deadline=view.deadline, source=source, cause="first_poll"
     )
 
 
@@ -336,6 +352,7 @@ class CreateOutcomeKind(StrEnum):
     refused = "refused"  # the provider refused; nothing was created: failed
     authorization_denied = "authorization_denied"  # 401/403: escalate, never retry as is
     rate_limited = "rate_limited"  # 429: nothing created; retry the same token after Retry-After
+    in_flight = "in_flight"  # the provider is still processing our token: same token, later
     contract_violation = "contract_violation"  # conflict on our own token, or a second job id
 
 
@@ -347,14 +364,21 @@ class CreateOutcome:
 
 
 def decide_after_create(
-    signal: HttpSignal, *, job_id: str | None, known_job_id: str | None
+    signal: HttpSignal,
+    *,
+    job_id: str | None,
+    known_job_id: str | None,
+    in_flight: bool = False,
+    accepted: bool = True,
 ) -> CreateOutcome:
     """Classify a create (or same-token reconciliation) answer. Never raises.
 
     ``job_id`` is what the edge extracted as the contract says; ``known_job_id``
     is a job id already recorded for this operation, if any. Anything that may
     have created a job without telling us which is ``ambiguous``: the caller
-    reconciles with the same token and never mints a fresh one.
+    reconciles with the same token and never mints a fresh one. ``in_flight`` says
+    the contract reads this conflict as "still processing our token"; ``accepted``
+    that the 2xx is one the contract lists as accepted (any other 2xx is ambiguous).
     """
     kind = signal.kind
     code = signal.status_code
@@ -364,6 +388,8 @@ def decide_after_create(
         return CreateOutcome(kind=k, retry_after=retry_after, detail=detail)
 
     if kind in (SignalKind.ok, SignalKind.accepted):
+        if not accepted:
+            return outcome(CreateOutcomeKind.ambiguous, f"http_{code} not an accepted status")
         if not job_id:
             return outcome(CreateOutcomeKind.ambiguous, f"http_{code} without a usable job id")
         if known_job_id is not None and job_id != known_job_id:
@@ -379,6 +405,11 @@ def decide_after_create(
         return outcome(CreateOutcomeKind.authorization_denied, f"http_{code}")
     if kind is SignalKind.rate_limited:
         return outcome(CreateOutcomeKind.rate_limited, "http_429")
+    if kind is SignalKind.conflict and in_flight:
+        return outcome(CreateOutcomeKind.in_flight, f"http_{code}: still processing our token")
     if kind is SignalKind.conflict:
-        return outcome(CreateOutcomeKind.contract_violation, f"http_{code} for our own token")
+        return outcome(
+            CreateOutcomeKind.contract_violation,
+            f"http_{code} for our own token: same token, different request",
+        )
     return outcome(CreateOutcomeKind.refused, f"http_{code}")

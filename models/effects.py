@@ -123,6 +123,9 @@ class _Draft:
         return wait_event(wait, actor=self.actor, now=self.now)
 
 
+_PROVIDER_SOURCES = (DelaySource.provider_retry_after, DelaySource.provider_poll_hint)
+
+
 def _carries_answer(action: Action) -> bool:
     """Actions whose own event records the answer; the rest get an ``observed`` first."""
     return isinstance(action, Accept | Retry | Succeed) or (
@@ -188,7 +191,7 @@ def _send(d: _Draft, action: Send) -> Plan:
 
 def _wait(d: _Draft, action: Wait) -> Plan:
     changes = d.wake(action.until)
-    if action.delay_source in (DelaySource.provider_retry_after, DelaySource.provider_poll_hint):
+    if action.delay_source in _PROVIDER_SOURCES:
         # Remembered past this wait: a person's early wake-up (cancel, resume) still
         # honours it when the next status request is decided.
         changes["poll_not_before"] = action.until
@@ -213,6 +216,8 @@ def _accept(d: _Draft, action: Accept) -> Plan:
         "accepted_at": d.now,
         **d.wake(action.wait.until),
     }
+    if action.wait.delay_source in _PROVIDER_SOURCES:
+        changes["poll_not_before"] = action.wait.until
     events = (d.event(action.event, S.accepted, **d.carried), d.wait(action.wait))
     return Plan(changes=changes, events=events, next_at=action.wait.until)
 

@@ -19,10 +19,12 @@ from jobwarden.models.actions import (
     RequestPurpose,
     Send,
     Succeed,
-    Wait,
     escalate,
 )
 from jobwarden.models.backoff import backoff_delay
+from jobwarden.models.contract_fields import MAX_SECONDS
+from jobwarden.models.create_decisions import not_yet
+from jobwarden.models.decisions import wait_within
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.origins import shown_url, usable_url
@@ -63,6 +65,9 @@ def _unavailable(problem: str) -> Decided:
 
 
 def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
+    early = not_yet(op, now)
+    if early is not None:
+        return early
     spec = ctx.contract.result
     expected: dict[str, Any] = dict((op.validation_summary or {}).get("expected") or {})
     if spec is None:
@@ -144,18 +149,24 @@ def after_collect(
         return Decided(
             action=spent, changes={"transport_failures_used": used}, answered="result fetch"
         )
-    seconds = backoff_delay(
-        attempt=used,
-        base=contract.poll.base_seconds,
-        maximum=contract.poll.max_seconds,
-        jitter_floor=contract.poll.jitter_floor,
-        u=u,
-    )
-    wait = Wait(
-        until=now + timedelta(seconds=seconds),
-        delay_seconds=seconds,
-        delay_source=DelaySource.local_backoff,
-        clipped_to_deadline=False,
+    if signal.retry_after.valid and signal.retry_after.seconds is not None:
+        seconds, source = signal.retry_after.seconds, DelaySource.provider_retry_after
+    else:
+        seconds = backoff_delay(
+            attempt=used,
+            base=contract.poll.base_seconds,
+            maximum=contract.poll.max_seconds,
+            jitter_floor=contract.poll.jitter_floor,
+            u=u,
+        )
+        source = DelaySource.local_backoff
+    # Clipped to the collection deadline: the next step then stops instead of waiting on.
+    deadline = op.collect_deadline or now + timedelta(seconds=MAX_SECONDS)
+    wait = wait_within(
+        now=now,
+        seconds=seconds,
+        deadline=deadline,
+        source=source,
         cause="result fetch failed; retry",
     )
     return Decided(action=wait, changes={"transport_failures_used": used}, answered="result fetch")

@@ -226,7 +226,11 @@ def _expected(ctx: StepContext, body: object) -> dict[str, Any]:
 def before_cancel(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     contract = ctx.contract
     if contract.cancel is None or op.remote_job_id is None:
-        detail = "the contract has no cancel endpoint"
+        detail = (
+            "the contract has no cancel endpoint"
+            if contract.cancel is None
+            else "no remote job id is known to cancel"
+        )
         return Decided(action=escalate(op.state, EscalationReason.cancellation_unconfirmed, detail))
     window = op.cancel_window_seconds or contract.limits.cancel_deadline_seconds
     deadline = op.cancel_deadline or now + timedelta(seconds=window)
@@ -273,7 +277,13 @@ def after_cancel(
         delay_seconds=max(0.0, (until - now).total_seconds()),
         delay_source=DelaySource.initial_delay,
         clipped_to_deadline=op.cancel_deadline is not None and until >= op.cancel_deadline,
-        cause="cancel sent; confirm by status reads",
+        cause=(
+            "cancel sent; confirm by status reads"
+            if ctx.contract.cancel is not None
+            and signal.status_code in ctx.contract.cancel.accepted_statuses
+            else f"cancel not accepted (http {signal.status_code or '-'}): "
+            "the status reads say what the job does"
+        ),
     )
     return Decided(action=wait, answered="cancel response")
 

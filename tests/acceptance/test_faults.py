@@ -187,7 +187,9 @@ def test_a_two_hour_retry_after_parks_the_operation_with_no_countdown_held_by_a_
     from jobwarden.config.celery_app import app
 
     op = pipeline.submit(
-        {"never_finish": True, "retry_after": 7200}, result_deadline_seconds=4 * 3600
+        {"never_finish": True, "retry_after": 7200},
+        result_deadline_seconds=4 * 3600,
+        cancel_deadline_seconds=4,
     )
     wait_for(lambda: "decision" in pipeline.kinds(op)[4:], timeout=20, what="the first wait")
     row = pipeline.row(op)
@@ -213,9 +215,13 @@ def test_a_two_hour_retry_after_parks_the_operation_with_no_countdown_held_by_a_
     assert len(pipeline.job_requests(op, "status")) == 1
     from jobwarden.tasks.interventions import request_cancel
 
-    # Leave nothing running: cancel it (honoured by the sandbox).
+    # Leave nothing running: cancel it. The provider asked not to be polled for two hours,
+    # and a cancel does not change that (invariant 3): no status read confirms the cancel
+    # before its deadline, so it ends unconfirmed, and a human may check again later.
     request_cancel(op, "pytest", "end of test")
-    assert pipeline.wait_state(op).state == "cancelled"
+    assert pipeline.wait_state(op).state == "cancellation_unconfirmed"
+    assert len(pipeline.job_requests(op, "cancel")) == 1
+    assert len(pipeline.job_requests(op, "status")) == 1
 
 
 def test_a_parked_operation_is_woken_by_the_sweeper_when_due_and_never_earlier(

@@ -80,7 +80,7 @@ def test_sandbox_contract_describes_the_sandbox_api() -> None:
     assert c.create.token_placement is TokenPlacement.header
     assert c.create.token_name == "Idempotency-Key"
     assert c.create.job_locator is JobLocator.body and c.create.job_id_pointer == "/id"
-    assert c.create.conflict_status == 422
+    assert c.create.in_flight_statuses == (409,)
     assert c.status.path == "/v1/jobs/{job_id}"
     assert c.status.state_pointer == "/status"
     assert c.status.poll_hint_pointer == "/poll_after_seconds"
@@ -416,8 +416,18 @@ RULES = [
     ('token_name = "Idempotency-Key"', 'token_name = ""', "create.token_name", "empty"),
     ('job_locator = "body"', 'job_locator = "header"', "create.job_locator", "must be one of"),
     ('job_id_pointer = "/id"', 'job_id_pointer = "id"', "create.job_id_pointer", "JSON pointer"),
-    ("conflict_status = 422", "conflict_status = 200", "create.conflict_status", "400 to 499"),
-    ("conflict_status = 422", "conflict_status = true", "create.conflict_status", "400 to 499"),
+    (
+        "in_flight_statuses = [409]",
+        "in_flight_statuses = [200]",
+        "create.in_flight_statuses[0]",
+        "4xx status code",
+    ),
+    (
+        "in_flight_statuses = [409]",
+        "conflict_status = 422",
+        "create.conflict_status",
+        "did you mean 'in_flight_statuses'",
+    ),
     (
         "accepted_statuses = [200, 201, 202]",
         "accepted_statuses = [200, 404]",

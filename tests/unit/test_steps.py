@@ -253,12 +253,6 @@ def test_a_create_retried_after_a_429_is_sent_again_with_the_same_token() -> Non
     assert token_of(SANDBOX, action.request) == TOKEN
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="before_create, before_reconcile and before_collect ignore next_poll_at: a "
-    "duplicated or early message sends before the provider's Retry-After or our backoff "
-    "(invariant 8: each task re-checks next_poll_at; before_poll does)",
-)
 @pytest.mark.parametrize(
     ("before", "op"),
     [
@@ -359,11 +353,6 @@ def test_a_replayed_create_is_recorded_as_a_replay() -> None:
     assert action.event is EventKind.create_replayed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after_create ignores the create answer's Retry-After: the first poll waits only "
-    "the contract's initial delay (DESIGN: the create answer's Retry-After sets the first poll)",
-)
 def test_the_first_poll_honours_a_retry_after_on_the_create_answer() -> None:
     op, send = sent_create(AZURE)
     answer = reply(202, headers={"operation-location": AZURE_OP, "retry-after": "30"})
@@ -479,8 +468,7 @@ def test_a_refused_create_fails_with_the_answer_in_its_own_event(code: int, stat
     [
         (401, R.authorization_denied, "HTTP 401 on create"),
         (403, R.authorization_denied, "HTTP 403 on create"),
-        (409, R.contract_violation, "http_409 for our own token"),
-        (422, R.contract_violation, "http_422 for our own token"),
+        (422, R.contract_violation, "http_422 for our own token: same token, different request"),
     ],
 )
 @pytest.mark.parametrize("state", [S.create_pending, S.reconciling])
@@ -492,6 +480,37 @@ def test_denied_and_conflicting_creates_escalate_without_a_retry(
     decided = after_create(op, SANDBOX, create_request(SANDBOX, op), answer, NOW, 1.0)
     assert decided.action == Escalate(reason=reason, detail=detail, state=S.escalated)
     assert walked(op.state, planned(op, decided, answer=answer)) == [S.escalated]
+
+
+@pytest.mark.parametrize("state", [S.create_pending, S.reconciling])
+def test_a_409_in_flight_retries_the_same_token_later_within_the_attempts(state: S) -> None:
+    # IETF Idempotency-Key draft / Azure repeatable requests: 409 while the provider still
+    # processes the first request under our token; the same token, after Retry-After.
+    op = operation(state, create_attempts=1, last_event_kind=EventKind.create_sent)
+    answer = reply(409, {"error": {"code": "idempotency_key_in_use"}}, headers={"retry-after": "3"})
+    decided = after_create(op, SANDBOX, create_request(SANDBOX, op), answer, NOW, 1.0)
+    assert isinstance(decided.action, Retry) and decided.action.to is None
+    assert decided.action.event is EventKind.create_ambiguous
+    assert decided.action.wait.delay_source is DelaySource.provider_retry_after
+    assert decided.action.wait.until == NOW + timedelta(seconds=3)
+    spent = operation(state, create_attempts=SANDBOX.contract.limits.max_create_attempts)
+    last = after_create(spent, SANDBOX, create_request(SANDBOX, spent), answer, NOW, 1.0)
+    assert isinstance(last.action, Escalate)
+
+
+def test_a_conflict_status_in_flight_only_with_the_body_value_the_contract_names() -> None:
+    spec = replace(
+        SANDBOX.contract.create,
+        in_flight_pointer="/error/code",
+        in_flight_values=("idempotency_key_in_use",),
+    )
+    ctx = replace(SANDBOX, contract=replace(SANDBOX.contract, create=spec))
+    op = operation(S.create_pending, create_attempts=1, last_event_kind=EventKind.create_sent)
+    busy = reply(409, {"error": {"code": "idempotency_key_in_use"}})
+    other = reply(409, {"error": {"code": "idempotency_key_reused"}})
+    assert isinstance(after_create(op, ctx, create_request(ctx, op), busy, NOW, 1.0).action, Retry)
+    mismatch = after_create(op, ctx, create_request(ctx, op), other, NOW, 1.0).action
+    assert isinstance(mismatch, Escalate) and mismatch.reason is R.contract_violation
 
 
 RATE_LIMITED: list[tuple[dict[str, str], Wait]] = [
@@ -856,12 +875,6 @@ def test_a_lookup_that_finds_nothing_sends_the_create_with_the_same_token(
     assert [e.kind for e in p.events] == [EventKind.observed, EventKind.reconcile_sent]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after_reconcile treats a lookup it could not read (5xx, transport, 429) as "
-    "'no job under our token' and sends the create at once: not evidence of absence, "
-    "and a 429's Retry-After is ignored",
-)
 @pytest.mark.parametrize(
     "answer",
     [
@@ -1285,10 +1298,13 @@ def test_a_cancel_that_cannot_be_sent_is_cancellation_unconfirmed(
 ) -> None:
     op = cancelling_requested(**overrides)
     decided = before_cancel(op, ctx, NOW)
+    detail = (
+        "the contract has no cancel endpoint"
+        if ctx.contract.cancel is None
+        else "no remote job id is known to cancel"
+    )
     assert decided.action == Escalate(
-        reason=R.cancellation_unconfirmed,
-        detail="the contract has no cancel endpoint",
-        state=S.cancellation_unconfirmed,
+        reason=R.cancellation_unconfirmed, detail=detail, state=S.cancellation_unconfirmed
     )
     assert walked(op.state, planned(op, decided)) == [S.cancelling, S.cancellation_unconfirmed]
 
@@ -1359,12 +1375,21 @@ def test_any_other_cancel_answer_waits_for_a_status_read_to_confirm(answer: RawR
     op, send = sent_cancel()
     assert op.state is S.cancelling
     decided = after_cancel(op, SANDBOX, send.request, answer, NOW, 1.0)
+    code = answer.observation.status_code
+    assert SANDBOX.contract.cancel is not None
+    # The contract's accepted statuses tell "received" from "not accepted" in the history;
+    # either way only a status read may say the job is cancelled.
+    cause = (
+        "cancel sent; confirm by status reads"
+        if code in SANDBOX.contract.cancel.accepted_statuses
+        else f"cancel not accepted (http {code or '-'}): the status reads say what the job does"
+    )
     assert decided.action == Wait(
         until=NOW + timedelta(seconds=0.2),
         delay_seconds=0.2,
         delay_source=DelaySource.initial_delay,
         clipped_to_deadline=False,
-        cause="cancel sent; confirm by status reads",
+        cause=cause,
     )
     p = planned(op, decided, answer=answer)
     assert walked(op.state, p) == []  # sending a cancel is not cancelled
@@ -1663,7 +1688,7 @@ def test_a_result_that_is_gone_is_unavailable(code: int) -> None:
 COLLECT_FAILURES = [
     reply(500),
     reply(502),
-    reply(503, headers={"retry-after": "1"}),
+    reply(503),
     reply(400),
     reply(409),
     reply(422),
@@ -1700,11 +1725,6 @@ def test_a_failed_result_download_past_the_budget_escalates_provider_failure(
     assert decided.changes == {"transport_failures_used": 4}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after_collect ignores Retry-After on a 429 result download: it backs off locally "
-    "and fetches again before the provider allows (DESIGN, HTTP signals: honour Retry-After)",
-)
 def test_a_rate_limited_result_download_waits_for_retry_after() -> None:
     op, send = sent_collect()
     answer = reply(429, headers={"retry-after": "120"})
