@@ -128,12 +128,19 @@ class Move:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Accept:
-    """The provider named the remote job: move to accepted and wait for the first poll."""
+    """The provider named the remote job: move to accepted and wait for the first poll.
 
-    job_id: str
-    status_url: str
+    ``then`` is set when the create answer itself says the job already ended (a
+    synchronous outcome): the operation goes straight on to collection or its end,
+    and the history says the outcome came with the create. ``job_id`` and
+    ``status_url`` may then be absent (a result answered in place of a job).
+    """
+
+    job_id: str | None
+    status_url: str | None
     wait: Wait
     event: EventKind  # create_accepted, create_replayed or reconciled
+    then: Collect | Finish | Escalate | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,8 +12,10 @@ from datetime import datetime
 
 from jobwarden.models.actions import (
     Accept,
+    Collect,
     Decided,
     DelaySource,
+    Escalate,
     EscalationReason,
     Finish,
     Move,
@@ -25,9 +27,12 @@ from jobwarden.models.actions import (
     escalate,
 )
 from jobwarden.models.backoff import backoff_delay, validate_poll_hint
-from jobwarden.models.contract import ReconciliationPath
+from jobwarden.models.collection import collection
+from jobwarden.models.contract import ReconciliationPath, RemoteStatus
 from jobwarden.models.decisions import (
     CreateOutcomeKind,
+    PollView,
+    action_for_reading,
     decide_after_create,
     first_poll,
     poll_view,
@@ -36,7 +41,7 @@ from jobwarden.models.decisions import (
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.origins import on_allowed_origin, shown_url, usable_url
-from jobwarden.models.pointers import resolve_pointer
+from jobwarden.models.pointers import MISSING, resolve_pointer
 from jobwarden.models.requests import (
     StepContext,
     create_request,
@@ -45,7 +50,13 @@ from jobwarden.models.requests import (
     lookup_request,
     resolve_url,
 )
-from jobwarden.models.signals import HttpSignal, RawResponse, SignalKind, classify_http
+from jobwarden.models.signals import (
+    HttpSignal,
+    RawResponse,
+    SignalKind,
+    classify_http,
+    read_status,
+)
 from jobwarden.models.states import OperationState as S
 
 # --- create -----------------------------------------------------------------------------
@@ -131,9 +142,39 @@ def accept(
     view = poll_view(op, accepted_at=now)
     retry_after, hint = _asked_delay(ctx, raw, now, view.deadline)
     wait = first_poll(view, ctx.contract.poll, now=now, retry_after=retry_after, poll_hint=hint)
-    return Decided(
-        action=Accept(job_id=job_id, status_url=status_url, wait=wait, event=event), seen=seen
+    then = synchronous_outcome(ctx, raw, view, now) if raw is not None else None
+    accept_action = Accept(job_id=job_id, status_url=status_url, wait=wait, event=event, then=then)
+    return Decided(action=accept_action, seen=seen)
+
+
+def synchronous_outcome(
+    ctx: StepContext, raw: RawResponse, view: PollView, now: datetime
+) -> Collect | Finish | Escalate | None:
+    """What a create answer that already says how the job ended leads to, or None.
+
+    The answer is read through the state table like a status answer, but only when
+    it carries a state (or an error) where the contract says: a create body without
+    one says nothing about the job's end.
+    """
+    body = ctx.status_body(raw.observation.body)
+    if not isinstance(body, dict):
+        return None
+    spec = ctx.contract.status
+    carries_state = resolve_pointer(body, spec.state_pointer) is not MISSING or (
+        spec.error_pointer is not None
+        and resolve_pointer(body, spec.error_pointer) not in (MISSING, None)
     )
+    if not carries_state:
+        return None
+    reading = read_status(ctx.contract, body, now=now, deadline=view.deadline)
+    if reading.remote_status in (RemoteStatus.pending, RemoteStatus.unknown):
+        return None
+    outcome = action_for_reading(view, reading)
+    if isinstance(outcome, Collect):
+        return collection(S.observing, ctx, outcome.result_ref, body, now)
+    if isinstance(outcome, Finish | Escalate):
+        return outcome
+    return None
 
 
 def _asked_delay(
@@ -179,6 +220,16 @@ def after_create(
         accepted=signal.status_code in spec.accepted_statuses,
     )
     replayed = raw.observation.headers.get("idempotent-replayed", "").lower() == "true"
+    if job_id is None and signal.kind in (SignalKind.ok, SignalKind.accepted):
+        # A result answered in place of a job (a synchronous provider): nothing to poll,
+        # so it is collected (or ended) under this operation, and the history says so.
+        view = poll_view(op, accepted_at=now)
+        sync = synchronous_outcome(ctx, raw, view, now)
+        if sync is not None:
+            wait = first_poll(view, contract.poll, now=now)
+            event = EventKind.reconciled if reconciling else EventKind.create_accepted
+            in_place = Accept(job_id=None, status_url=None, wait=wait, event=event, then=sync)
+            return Decided(action=in_place, seen={"synchronous": True})
     seen = {"job_id": job_id}
     kind = outcome.kind
     if kind is CreateOutcomeKind.accepted and job_id is not None and status_url is not None:

@@ -43,6 +43,7 @@ __all__ = [
     "Phase",
     "PollView",
     "Wait",
+    "action_for_reading",
     "decide_after_create",
     "decide_after_status",
     "first_poll",
@@ -257,7 +258,7 @@ def _next_wait(
     return _wait_for(view, now=now, seconds=seconds, source=source)
 
 
-def _after_reading(view: PollView, reading: StatusReading) -> PollAction | None:
+def action_for_reading(view: PollView, reading: StatusReading) -> PollAction | None:
     """The action a readable status implies, or None for "still pending: wait"."""
     phase = view.phase
     if reading.contradiction is not None:
@@ -322,7 +323,7 @@ def decide_after_status(
     elif kind in (SignalKind.conflict, SignalKind.gone, SignalKind.client_error):
         action = _escalate(view.phase, EscalationReason.provider_failure, f"http_{code}")
     elif kind in (SignalKind.ok, SignalKind.accepted) and reading is not None:
-        action = _after_reading(view, reading)
+        action = action_for_reading(view, reading)
     else:
         # server_error, transport, malformed, or a 2xx without a readable body.
         failures += 1

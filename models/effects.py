@@ -9,7 +9,7 @@ their delay source, the observation of a provider answer. The shell writes the
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -218,8 +218,29 @@ def _accept(d: _Draft, action: Accept) -> Plan:
     }
     if action.wait.delay_source in _PROVIDER_SOURCES:
         changes["poll_not_before"] = action.wait.until
-    events = (d.event(action.event, S.accepted, **d.carried), d.wait(action.wait))
-    return Plan(changes=changes, events=events, next_at=action.wait.until)
+    accepted = d.event(action.event, S.accepted, **d.carried)
+    if action.then is None:
+        events = (accepted, d.wait(action.wait))
+        return Plan(changes=changes, events=events, next_at=action.wait.until)
+    # A synchronous outcome: the create answer already says how the job ended. It passes
+    # through observing (each hop an allowed transition) to wherever that outcome leads.
+    cause = f"synchronous outcome: the create answer says the job ended ({action.event.value})"
+    observing = d.op.with_changes({"state": S.observing.value})
+    hop = EventDraft(
+        kind=EventKind.decision,
+        actor=d.actor,
+        at=d.now,
+        from_state=S.accepted.value,
+        to_state=S.observing.value,
+        cause=cause,
+    )
+    rest = _PLANNERS[type(action.then)](replace(d, op=observing), action.then)
+    return Plan(
+        changes={**changes, **rest.changes},
+        events=(accepted, hop, *rest.events),
+        next_at=rest.next_at,
+        result=rest.result,
+    )
 
 
 def _retry(d: _Draft, action: Retry) -> Plan:

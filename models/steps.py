@@ -33,6 +33,7 @@ from jobwarden.models.actions import (
     Wait,
     escalate,
 )
+from jobwarden.models.collection import collection
 from jobwarden.models.create_decisions import (
     after_create,
     after_reconcile,
@@ -50,7 +51,6 @@ from jobwarden.models.excerpts import storable
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.origins import on_allowed_origin, shown_url, usable_url
-from jobwarden.models.pointers import resolve_pointer
 from jobwarden.models.requests import (
     StepContext,
     resolve_url,
@@ -196,28 +196,8 @@ def after_poll(
         }
     action: Action = decision.action
     if isinstance(action, Collect):
-        ref = action.result_ref
-        if ref is not None and not usable_url(ref):
-            # A tab, newline or NUL in a reference cannot be requested or stored as is.
-            detail = f"result reference is not a usable URL: {ref[:80]!r}"
-            action = escalate(op.state, EscalationReason.contract_violation, detail)
-        else:
-            window = timedelta(seconds=contract.limits.result_fetch_deadline_seconds)
-            action = Collect(result_ref=ref, expected=_expected(ctx, body), deadline=now + window)
+        action = collection(op.state, ctx, action.result_ref, body, now)
     return Decided(action=action, changes=changes, seen=seen)
-
-
-def _expected(ctx: StepContext, body: object) -> dict[str, Any]:
-    """What the status body promised about the result, checked when it is collected."""
-    expected: dict[str, Any] = {}
-    spec = ctx.contract.result
-    if spec is not None and spec.checksum_pointer:
-        sha = resolve_pointer(body, spec.checksum_pointer)
-        expected["expected_sha256"] = sha if isinstance(sha, str) else None
-    if spec is not None and spec.fetch == "inline" and ctx.contract.status.result_ref_pointer:
-        inline = resolve_pointer(body, ctx.contract.status.result_ref_pointer)
-        expected["inline"] = inline if isinstance(inline, dict | list) else None
-    return expected
 
 
 # --- cancel -----------------------------------------------------------------------------
