@@ -6,13 +6,17 @@ import json
 import sys
 import uuid
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from jobwarden.config.settings import get_settings
 from jobwarden.models.errors import JobwardenError
+
+if TYPE_CHECKING:
+    from jobwarden.models.history import ChainedEvent, ChainProblem
+    from jobwarden.models.operation import Operation
 
 app = typer.Typer(
     add_completion=False,
@@ -72,17 +76,31 @@ def db_upgrade(
     console.print("database is at head")
 
 
-def _row_and_events(operation_id: str):  # type: ignore[no-untyped-def]
+def _operation_id(argument: str) -> uuid.UUID:
+    """The argument as an operation id; one line and exit 2 when it is not one."""
+    try:
+        return uuid.UUID(argument)
+    except ValueError:
+        _say(f"not an operation id: {argument!r}")
+        raise typer.Exit(2) from None
+
+
+def _say(line: str) -> None:
+    # One line on stderr, never wrapped and never read as markup (it may quote provider text).
+    err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _row_and_events(operation_id: str) -> tuple[Operation, list[ChainedEvent]]:
     from jobwarden.models import store
     from jobwarden.models.db import transaction
 
+    op_id = _operation_id(operation_id)
     with transaction(get_settings().database_url) as session:
-        op_id = uuid.UUID(operation_id)
         row = store.load(session, op_id)
         if row is None:
-            err.print(f"no operation {operation_id}")
+            _say(f"no operation {operation_id}")
             raise typer.Exit(1)
-        return row, store.events_for(session, op_id), store.verify(session, op_id)
+        return row, store.events_for(session, op_id)
 
 
 @app.command()
@@ -90,9 +108,9 @@ def show(operation_id: str) -> None:
     """State, remote job, counters, deadlines and escalation reason."""
     from jobwarden.story import summary_lines
 
-    row, _, _ = _row_and_events(operation_id)
+    row, _ = _row_and_events(operation_id)
     for line in summary_lines(row):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, markup=False)
     from jobwarden.models.states import HUMAN_ONLY_SOURCES, OperationState
     from jobwarden.tasks.interventions import escalation_options
 
@@ -107,20 +125,124 @@ def history(operation_id: str) -> None:
     """The operation's story, one line per event."""
     from jobwarden.story import event_line
 
-    _, events, _ = _row_and_events(operation_id)
+    _, events = _row_and_events(operation_id)
     for ev in events:
-        console.print(event_line(ev), highlight=False)
+        console.print(event_line(ev), highlight=False, markup=False)
+
+
+def _problem_line(p: ChainProblem) -> str:
+    return f"event {p.seq}: {p.problem}" if p.seq else p.problem
 
 
 @app.command()
-def verify(operation_id: str) -> None:
-    """Recompute the event hash chain; exit 1 if any event was altered or removed."""
-    _, events, problems = _row_and_events(operation_id)
+def verify(
+    operation_id: Annotated[
+        str | None, typer.Argument(help="The operation to verify.", show_default=False)
+    ] = None,
+    export_heads: Annotated[
+        bool,
+        typer.Option(
+            "--export-heads",
+            envvar="JOBWARDEN_VERIFY_EXPORT_HEADS",
+            help="Print every operation's id, event count and head hash, one per line.",
+        ),
+    ] = False,
+    heads: Annotated[
+        Path | None,
+        typer.Option(
+            "--heads",
+            envvar="JOBWARDEN_VERIFY_HEADS",
+            help="Verify every operation named in a file --export-heads wrote earlier.",
+        ),
+    ] = None,
+) -> None:
+    """Prove an operation's history; exit 1 naming whatever was altered or removed.
+
+    Checks every event hash, that the history is not empty, the operations row
+    against the digest its head event recorded, and the result bytes against the
+    sha256 the chain recorded. It cannot see a consistent rewrite of a whole chain
+    with its head by someone with write access to the database: keep the output of
+    --export-heads elsewhere and compare with --heads FILE, which names every
+    operation whose exported head is no longer in its history (or that is gone).
+    """
+    if sum((operation_id is not None, export_heads, heads is not None)) != 1:
+        _say("verify takes one of: an operation id, --export-heads, --heads FILE")
+        raise typer.Exit(2)
+    if export_heads:
+        _export_heads()
+    elif heads is not None:
+        _compare_heads(heads)
+    else:
+        assert operation_id is not None
+        _verify_one(operation_id)
+
+
+def _verify_one(operation_id: str) -> None:
+    from jobwarden.models import store
+    from jobwarden.models.db import transaction
+    from jobwarden.models.history import row_bound
+
+    op_id = _operation_id(operation_id)
+    with transaction(get_settings().database_url) as session:
+        problems = store.verify(session, op_id)
+        events = store.stored_events(session, op_id)
     if problems:
         for p in problems:
-            err.print(f"event {p.seq}: {p.problem}")
+            _say(_problem_line(p) if p.problem != "no such operation" else f"no operation {op_id}")
         raise typer.Exit(1)
-    console.print(f"chain verified: {len(events)} events")
+    note = (
+        "" if row_bound(events) else " (the row is not bound: its last write predates row digests)"
+    )
+    console.print(f"chain verified: {len(events)} events{note}", highlight=False, markup=False)
+
+
+def _export_heads() -> None:
+    from jobwarden.models import store
+    from jobwarden.models.db import transaction
+
+    with transaction(get_settings().database_url) as session:
+        for op_id, count, head in store.heads(session):
+            typer.echo(f"{op_id} {count} {head}")
+
+
+def _read_heads(path: Path) -> list[tuple[uuid.UUID, int, str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        _say(f"cannot read {path}: {exc}")
+        raise typer.Exit(2) from None
+    anchors: list[tuple[uuid.UUID, int, str]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split()
+        try:
+            op_id, count, head = uuid.UUID(parts[0]), int(parts[1]), parts[2]
+            if len(parts) != 3 or count < 0 or len(head) != 64:
+                raise ValueError(line)
+        except (ValueError, IndexError):
+            _say(f"{path}:{number}: not a line --export-heads writes (id, event count, hash)")
+            raise typer.Exit(2) from None
+        anchors.append((op_id, count, head))
+    return anchors
+
+
+def _compare_heads(path: Path) -> None:
+    from jobwarden.models import store
+    from jobwarden.models.db import transaction
+
+    anchors = _read_heads(path)
+    failed = 0
+    for op_id, count, head in anchors:
+        with transaction(get_settings().database_url) as session:
+            problems = store.check_head(session, op_id, count, head)
+        failed += bool(problems)
+        for p in problems:
+            _say(f"operation {op_id}: {_problem_line(p)}")
+    if failed:
+        _say(f"{failed} of {len(anchors)} operations do not match their exported heads")
+        raise typer.Exit(1)
+    console.print(f"heads verified: {len(anchors)} operations", highlight=False)
 
 
 @app.command()

@@ -6,7 +6,24 @@ from datetime import datetime
 from typing import Any
 
 from jobwarden.models.history import ChainedEvent
-from jobwarden.models.tables import OperationRow
+from jobwarden.models.operation import Operation
+
+# A provider's value (a job id, a state, a detail) shown longer than this is cut.
+SHOWN_VALUE_LIMIT = 200
+
+
+def shown(value: object, limit: int | None = SHOWN_VALUE_LIMIT) -> str:
+    """``value`` as one safe line: control and other unprintable characters escaped, cut short.
+
+    Provider text is stored faithfully (a job id with a newline stays one); only
+    what an operator reads is escaped, so one event stays one line.
+    """
+    text = str(value)
+    if limit is not None and len(text) > limit:
+        text = f"{text[:limit]}... ({len(text)} characters)"
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def _hhmmss(value: str | datetime | None) -> str:
@@ -30,6 +47,13 @@ def _http(ex: dict[str, Any], status: int | None) -> str:
     return ", ".join(parts)
 
 
+def _percent(progress: float) -> str:
+    try:
+        return f"{progress:.0f}%"
+    except OverflowError:  # an integer beyond any float: shown as the provider sent it
+        return f"{shown(progress, limit=40)}%"
+
+
 def event_line(ev: ChainedEvent) -> str:
     d = ev.draft
     ex = d.excerpt or {}
@@ -42,7 +66,7 @@ def event_line(ev: ChainedEvent) -> str:
         what = ex.get("remote_state")
         prog = ex.get("progress")
         detail = f", {what}" if what else ""
-        detail += f" {prog:.0f}%" if isinstance(prog, int | float) and what else ""
+        detail += f" {_percent(prog)}" if isinstance(prog, int | float) and what else ""
         if ex.get("contradiction"):
             detail += f", contradiction {ex['contradiction']}"
         text = f"polled, {_http(ex, d.http_status)}{detail}"
@@ -53,9 +77,8 @@ def event_line(ev: ChainedEvent) -> str:
         if ex.get("clipped_to_deadline"):
             text += ", clipped to the deadline"
     elif kind in ("create_accepted", "create_replayed", "reconciled"):
-        text = (
-            f"{kind.replace('_', ' ')}, {_http(ex, d.http_status)}, remote job {ex.get('job_id')}"
-        )
+        job = shown(ex.get("job_id"))
+        text = f"{kind.replace('_', ' ')}, {_http(ex, d.http_status)}, remote job {job}"
     elif kind in ("create_ambiguous", "create_refused"):
         nxt = ex.get("next_attempt_at")
         text = f"{kind.replace('_', ' ')}: {d.cause}, {_http(ex, d.http_status)}"
@@ -74,16 +97,17 @@ def event_line(ev: ChainedEvent) -> str:
     else:
         cause = f": {d.cause}" if d.cause else ""
         text = f"{kind.replace('_', ' ')}{cause}"
-    return f"{t} {text}{move if kind not in ('poll_sent',) else ''}".replace(f"{move}{move}", move)
+    line = f"{t} {text}{move if kind not in ('poll_sent',) else ''}".replace(f"{move}{move}", move)
+    return shown(line, limit=None)
 
 
-def summary_lines(row: OperationRow) -> list[str]:
-    return [
+def summary_lines(row: Operation) -> list[str]:
+    lines = [
         f"operation        {row.operation_id}",
         f"tenant/provider  {row.tenant} / {row.provider}",
         f"state            {row.state}"
         + (f" ({row.escalation_reason}: {row.escalation_detail})" if row.escalation_reason else ""),
-        f"remote job       {row.remote_job_id or '-'}",
+        f"remote job       {shown(row.remote_job_id or '-')}",
         f"status requests  {row.status_requests_used}/{row.max_status_requests}",
         f"transport fails  {row.transport_failures_used}/{row.max_transport_failures}",
         f"create deadline  {row.create_deadline.isoformat()}",
@@ -94,3 +118,4 @@ def summary_lines(row: OperationRow) -> list[str]:
         f"trace id         {row.trace_id}",
         f"version          {row.version}, {row.event_count} events",
     ]
+    return [shown(line, limit=None) for line in lines]

@@ -334,6 +334,9 @@ ROW_FACTS: Final[Mapping[str, str]] = {
     "transport_failures_used": "int",
     "max_transport_failures": "int",
     "extensions_used": "int",
+    "step_failures": "int",
+    "result_fetch_attempts": "int",
+    "collect_deadline": "time",
 }
 # Columns deliberately outside the digest, each for a reason:
 UNBOUND_COLUMNS: Final = frozenset(
@@ -348,7 +351,6 @@ UNBOUND_COLUMNS: Final = frozenset(
         "poll_not_before",  # a timer (the hint itself is in the observed event)
         "poll_attempt",  # backoff bookkeeping; each wait's event records its delay
         "consecutive_rate_limited",  # backoff bookkeeping, recorded per observation
-        "step_failures",  # counted when a step crashed, where no event may be writable
         "last_remote_state",  # caches of the last observation, which its event records
         "last_http_status",
         "progress",
@@ -384,6 +386,9 @@ def row_digest(facts: Mapping[str, Any]) -> str:
 class ChainProblem:
     seq: int  # the event concerned; 0 when it is about the operation as a whole
     problem: str
+
+
+_HEAD_MISMATCH: Final = "chain head does not match the operation row"
 
 
 def _hash_matches(operation_id: str, ev: StoredEvent) -> bool:
@@ -442,9 +447,6 @@ def verify_chain(
     if row is not None:
         problems.extend(_check_row(stored, row))
     return problems
-
-
-_HEAD_MISMATCH: Final = "chain head does not match the operation row"
 
 
 def row_bound(events: Sequence[ChainedEvent | StoredEvent]) -> bool:

@@ -1,15 +1,17 @@
 """The store: the only module that speaks SQL.
 
 Every write to an operation is a compare-and-set on its version and appends
-its events to the hash chain in the same transaction. Reads return frozen
-``Operation`` snapshots, never ORM rows; helpers take the session and never
-commit (the task wrapper does).
+its events to the hash chain in the same transaction; the last event of each
+write commits to the digest of the row the write produced (``ROW_FACTS`` in
+history), computed from values already in hand, so it costs no round trip.
+Reads return frozen ``Operation`` snapshots, never ORM rows; helpers take the
+session and never commit (the task wrapper does).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -21,11 +23,16 @@ from jobwarden.models.effects import Plan
 from jobwarden.models.errors import StaleVersionError, TransitionRefusedError
 from jobwarden.models.history import (
     GENESIS_HASH,
+    ROW_FACTS,
     ChainedEvent,
     ChainProblem,
     EventDraft,
     EventKind,
+    StoredEvent,
     chain,
+    check_result,
+    recorded_fields,
+    row_digest,
     verify_chain,
 )
 from jobwarden.models.operation import COLUMNS, Operation
@@ -68,6 +75,7 @@ def _event_rows(events: Sequence[ChainedEvent]) -> list[dict[str, Any]]:
             "http_status": ev.draft.http_status,
             "provider_request_id": ev.draft.provider_request_id,
             "excerpt": ev.draft.excerpt,
+            "row_digest": ev.row_digest,
             "prev_hash": ev.prev_hash,
             "hash": ev.hash,
         }
@@ -75,9 +83,21 @@ def _event_rows(events: Sequence[ChainedEvent]) -> list[dict[str, Any]]:
     ]
 
 
+def _default(name: str) -> Any:
+    """What the column holds when an insert leaves it out (its scalar default, else NULL)."""
+    default = OPERATIONS.c[name].default
+    return default.arg if default is not None and default.is_scalar else None  # type: ignore[attr-defined]
+
+
 def insert_operation(session: Session, row: OperationRow, drafts: Sequence[EventDraft]) -> None:
     """Add a new operation with its first events; flushes so unique violations surface here."""
-    chained = chain(str(row.operation_id), drafts, last_seq=0, last_hash=GENESIS_HASH)
+    for name in ROW_FACTS:
+        if getattr(row, name) is None:
+            setattr(row, name, _default(name))  # spelled out, so the digest sees what is stored
+    digest = row_digest({name: getattr(row, name) for name in ROW_FACTS})
+    chained = chain(
+        str(row.operation_id), drafts, last_seq=0, last_hash=GENESIS_HASH, row_digest=digest
+    )
     row.version = 1
     row.event_count = len(chained)
     row.last_event_hash = chained[-1].hash if chained else GENESIS_HASH
@@ -122,6 +142,9 @@ def fenced_update(
     """Write `changes` only if the row still has the version we read; append events.
 
     A state change in `changes` must walk allowed transitions recorded by the events.
+    The last event commits to the digest of the row as this write leaves it. A
+    write without events cannot move that digest: it must not change a bound fact
+    (``ROW_FACTS``), or verify reports the row as differing from its history.
     Raises StaleVersionError when another owner wrote first (zero rows matched):
     the caller stops, it does not overwrite. Returns the snapshot as now stored.
     """
@@ -131,8 +154,19 @@ def fenced_update(
     new_state = changes.get("state")
     if new_state is not None and new_state != row.state:
         check_path(row.state, drafts, OperationState(new_state))
+    digest = None
+    if drafts:
+        # The row after this write, from the snapshot and the changes: no read needed.
+        after = {
+            name: changes[name] if name in changes else getattr(row, name) for name in ROW_FACTS
+        }
+        digest = row_digest(after)
     chained = chain(
-        str(row.operation_id), drafts, last_seq=row.event_count, last_hash=row.last_event_hash
+        str(row.operation_id),
+        drafts,
+        last_seq=row.event_count,
+        last_hash=row.last_event_hash,
+        row_digest=digest,
     )
     values = dict(changes)
     values["version"] = row.version + 1
@@ -190,18 +224,30 @@ def claim_key(
 
     The unique constraints decide atomically; a concurrent submission of the same
     key holding its row lock longer than ``lock_timeout`` raises lock_not_available.
-    Returns True when this call recorded the operation (and its first event).
+    ``first`` is chained again here with the digest of the row being inserted, and
+    the head in ``values`` replaced to match. Returns True when this call recorded
+    the operation (and its first event).
     """
+    if first.seq != 1 or first.prev_hash != GENESIS_HASH:
+        raise ValueError("claim_key records an operation's first event only")
+    row = {name: values[name] if name in values else _default(name) for name in ROW_FACTS}
+    (bound,) = chain(
+        first.operation_id,
+        [first.draft],
+        last_seq=0,
+        last_hash=GENESIS_HASH,
+        row_digest=row_digest(row),
+    )
     session.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
     inserted = session.scalar(
         pg_insert(OperationRow)
-        .values(**values)
+        .values(**{**values, **row, "event_count": 1, "last_event_hash": bound.hash})
         .on_conflict_do_nothing()
         .returning(OperationRow.operation_id)
     )
     if inserted is None:
         return False
-    session.execute(insert(EVENTS), _event_rows([first]))
+    session.execute(insert(EVENTS), _event_rows([bound]))
     return True
 
 
@@ -278,6 +324,7 @@ def _chained(row: EventRow) -> ChainedEvent:
         draft=draft,
         prev_hash=row.prev_hash,
         hash=row.hash,
+        row_digest=row.row_digest,
     )
 
 
@@ -288,14 +335,111 @@ def events_for(session: Session, operation_id: uuid.UUID) -> list[ChainedEvent]:
     return [_chained(r) for r in rows]
 
 
-def verify(session: Session, operation_id: uuid.UUID) -> list[ChainProblem]:
-    """Prove an operation's history: every hash recomputed, the head matching the row."""
-    row = load(session, operation_id)
-    if row is None:
-        return [ChainProblem(seq=0, problem="no such operation")]
-    return verify_chain(
-        str(operation_id),
-        events_for(session, operation_id),
-        head_seq=row.event_count,
-        head_hash=row.last_event_hash,
+def stored_events(session: Session, operation_id: uuid.UUID) -> list[StoredEvent]:
+    """The history as stored, every hashed field verbatim: what verify reads.
+
+    Unlike ``events_for`` it needs no known kind, so an edited row is reported, not raised.
+    """
+    found = session.execute(
+        select(EVENTS).where(EVENTS.c.operation_id == operation_id).order_by(EVENTS.c.seq)
     )
+    return [
+        StoredEvent(
+            seq=ev.seq,
+            fields=recorded_fields(dict(ev._mapping)),
+            prev_hash=ev.prev_hash,
+            hash=ev.hash,
+            row_digest=ev.row_digest,
+        )
+        for ev in found
+    ]
+
+
+# A verify that keeps meeting new writes between its reads gives up and says so.
+_VERIFY_READS = 5
+
+
+def verify(session: Session, operation_id: uuid.UUID) -> list[ChainProblem]:
+    """Prove an operation's history and what it vouches for; [] when all holds.
+
+    Every hash recomputed; the head matching the row; an empty history refused;
+    the live row's bound facts against the digest its head event recorded; the
+    stored result bytes against their sha256 and that against the chain.
+    Needs only SELECT: the row's version is read again after the events and the
+    result, and a write that landed in between makes it read everything again.
+    Cannot detect a consistent rewrite of the chain with its head: see history.
+    """
+    for _ in range(_VERIFY_READS):
+        found = session.execute(_LOAD.where(OPERATIONS.c.operation_id == operation_id)).first()
+        if found is None:
+            return [ChainProblem(seq=0, problem="no such operation")]
+        row = found._mapping
+        events = stored_events(session, operation_id)
+        result = session.execute(
+            select(RESULTS.c.content, RESULTS.c.sha256, RESULTS.c.size_bytes).where(
+                RESULTS.c.operation_id == operation_id
+            )
+        ).first()
+        version = session.scalar(
+            select(OPERATIONS.c.version).where(OPERATIONS.c.operation_id == operation_id)
+        )
+        if version == row["version"]:
+            break
+    else:
+        return [ChainProblem(seq=0, problem=f"written {_VERIFY_READS} times while verifying")]
+    problems = verify_chain(
+        str(operation_id),
+        events,
+        head_seq=row["event_count"],
+        head_hash=row["last_event_hash"],
+        row={name: row[name] for name in ROW_FACTS},
+    )
+    problems += check_result(
+        events,
+        content=result.content if result is not None else None,
+        sha256=result.sha256 if result is not None else None,
+        size_bytes=result.size_bytes if result is not None else None,
+    )
+    return problems
+
+
+def heads(session: Session) -> Iterator[tuple[uuid.UUID, int, str]]:
+    """Every operation's (id, event count, head hash) as its row holds them, streamed by id."""
+    rows = session.execute(
+        select(OPERATIONS.c.operation_id, OPERATIONS.c.event_count, OPERATIONS.c.last_event_hash)
+        .order_by(OPERATIONS.c.operation_id)
+        .execution_options(yield_per=1000)
+    )
+    yield from ((op_id, count, head) for op_id, count, head in rows)
+
+
+def check_head(
+    session: Session, operation_id: uuid.UUID, seq: int, head_hash: str
+) -> list[ChainProblem]:
+    """Verify an operation against a head exported earlier (``heads``).
+
+    History only grows, so the live chain must still hold the exported event
+    ``seq`` with ``head_hash``; events appended since are fine. Also runs ``verify``.
+    """
+    problems = verify(session, operation_id)
+    if problems and problems[0].problem == "no such operation":
+        return [ChainProblem(seq=0, problem="disappeared: no such operation")]
+    if seq == 0:
+        live: str | None = GENESIS_HASH
+    else:
+        live = session.scalar(
+            select(EVENTS.c.hash)
+            .where(EVENTS.c.operation_id == operation_id)
+            .where(EVENTS.c.seq == seq)
+        )
+    if live is None:
+        problems.append(
+            ChainProblem(
+                seq=seq, problem=f"head changed: the history no longer reaches event {seq}"
+            )
+        )
+    elif live != head_hash:
+        problems.append(
+            ChainProblem(seq=seq, problem="head changed: this event's hash is not the exported one")
+        )
+    return problems

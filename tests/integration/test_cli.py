@@ -6,8 +6,13 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+from sqlalchemy import select
+
+from jobwarden.models.db import transaction
+from jobwarden.models.tables import OperationRow
 from tests.integration.test_store import _insert, _new_row
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,3 +90,50 @@ def test_show_lists_the_options_a_human_may_pick_for_a_stopped_operation(
     assert options == ["extend", "cancel_at_provider", "abandon"]
     refused = _cli("decide", str(op), "resume", "--approver", "ops")
     assert refused.returncode == 2 and "not offered" in refused.stderr
+
+
+def test_verify_names_an_argument_that_is_not_an_operation_id_in_one_line() -> None:
+    done = _cli("verify", "not-a-uuid")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["not an operation id: 'not-a-uuid'"]
+    assert done.stdout == ""
+
+
+def test_verify_of_a_missing_operation_is_one_line_and_exit_1(database_url: str) -> None:
+    missing = uuid.uuid4()
+    done = _cli("verify", str(missing))
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [f"no operation {missing}"]
+
+
+def test_show_and_history_refuse_a_bad_id_in_one_line_too() -> None:
+    for command in ("show", "history"):
+        done = _cli(command, "12\n34")
+        assert done.returncode == 2
+        assert done.stderr.splitlines() == ["not an operation id: '12\\n34'"]
+
+
+def test_verify_takes_exactly_one_of_an_id_export_heads_or_heads(tmp_path: Path) -> None:
+    for args in ((), ("--export-heads", str(uuid.uuid4())), ("--export-heads", "--heads", "f")):
+        done = _cli("verify", *args)
+        assert done.returncode == 2, args
+        assert done.stderr.splitlines() == [
+            "verify takes one of: an operation id, --export-heads, --heads FILE"
+        ]
+
+
+def test_an_odd_remote_job_id_is_stored_as_sent_and_shown_escaped_on_one_line(
+    database_url: str,
+) -> None:
+    odd = "job\n1\x1b[31m"
+    op = _insert(database_url, _new_row(remote_job_id=odd, status_url="http://127.0.0.1:9/j"))
+    shown = _cli("show", str(op))
+    assert shown.returncode == 0, shown.stderr
+    assert "remote job       job\\n1\\x1b[31m" in shown.stdout.splitlines()
+    with transaction(database_url) as session:
+        assert (
+            session.scalar(
+                select(OperationRow.remote_job_id).where(OperationRow.operation_id == op)
+            )
+            == odd
+        )

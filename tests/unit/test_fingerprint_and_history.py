@@ -2,16 +2,43 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
 
 import pytest
+import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
 from jobwarden.models.errors import InvalidSubmissionError
 from jobwarden.models.fingerprint import canonical_command, request_fingerprint
-from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain, verify_chain
+from jobwarden.models.history import (
+    GENESIS_HASH,
+    NUMBER_TAG,
+    ROW_FACTS,
+    UNBOUND_COLUMNS,
+    ChainedEvent,
+    EventDraft,
+    EventKind,
+    StoredEvent,
+    canonical,
+    chain,
+    check_result,
+    draft_fields,
+    exact_decimal,
+    hashable,
+    row_bound,
+    row_digest,
+    verify_chain,
+)
+from jobwarden.models.operation import COLUMNS
+from jobwarden.models.states import OperationState as S
+from tests.unit import factories
 
 BASE = {"method": "POST", "route": "/r", "tenant": "t", "provider": "p"}
 json_values = st.recursive(
@@ -127,3 +154,314 @@ def test_a_row_whose_head_does_not_match_its_events_is_reported() -> None:
     events = chain("op", drafts(2), last_seq=0, last_hash=GENESIS_HASH)
     problems = verify_chain("op", events, head_seq=3, head_hash=events[-1].hash)
     assert [p.problem for p in problems] == ["chain head does not match the operation row"]
+
+
+# --- numbers hash alike before and after the JSONB round trip -----------------------------
+
+
+def jsonb_round_trip(value: object) -> object:
+    """What Postgres hands back for ``value`` stored as JSONB: numeric text, read by json.
+
+    JSONB keeps a number as numeric and prints it in plain notation with its scale
+    (1e20 -> 100000000000000000000, 1.5e-300 -> 0.000...15, 1.0 -> 1.0).
+    """
+    text = json.dumps(value)
+    return json.loads(text, parse_float=lambda s: json.loads(format(Decimal(s), "f")))
+
+
+BIG = [2**64, -(2**63), 2**53, -(2**53), 10**300, 1e300, 1e20, 1e16, 2.0**53, -1e300, 1.8e308]
+SMALL = [0.1, 1.5e-300, 5e-324, 1.0, -0.0, 2**53 - 1, -(2**53) + 1, 3, 0.5, 1e15]
+
+
+@pytest.mark.parametrize("number", BIG + SMALL, ids=repr)
+def test_a_number_hashes_the_same_after_postgres_reads_it_back(number: float) -> None:
+    stored = jsonb_round_trip({"n": number})
+    assert canonical(stored) == canonical({"n": number})
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [(1e300, 10**300), (1e20, 10**20), (1e16, 10**16), (2.0**64, 18446744073709552000)],
+    ids=repr,
+)
+def test_a_big_float_and_the_integer_jsonb_returns_for_it_share_one_exact_decimal(
+    a: float, b: int
+) -> None:
+    assert exact_decimal(a) == exact_decimal(b)
+    assert hashable(a) == hashable(b) == NUMBER_TAG + exact_decimal(b)
+
+
+def test_exact_decimals_are_exact_so_neighbouring_big_integers_differ() -> None:
+    assert exact_decimal(2**64) == "18446744073709551616e0"
+    assert exact_decimal(2**64 + 1) != exact_decimal(2**64)
+    assert exact_decimal(-(2**63)) == "-9223372036854775808e0"
+    assert exact_decimal(10**300) == "1e300"
+    assert exact_decimal(123 * 10**40 + 1) == "123" + "0" * 39 + "1e0"
+    # Beyond str()'s 4300-digit guard, still exact and still no exception.
+    assert exact_decimal(10**5000 + 7).endswith("7e0")
+
+
+def test_numbers_rfc8785_holds_exactly_are_left_alone_so_older_chains_hash_as_before() -> None:
+    value: dict[str, Any] = {
+        "a": [0.1, 1.5e-300, 2**53 - 1, -(2**53) + 1, True, None, "x"],
+        "b": {"c": 1.0},
+    }
+    assert hashable(value) == value
+    assert canonical(value) == rfc8785.dumps(value)
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf], ids=repr)
+def test_non_finite_floats_get_a_tag_of_their_own_instead_of_an_error(number: float) -> None:
+    tagged = hashable(number)
+    assert isinstance(tagged, str) and tagged.startswith(NUMBER_TAG)
+    assert canonical({"n": number}) != canonical({"n": 0})
+
+
+def test_a_tag_cannot_collide_with_a_string_postgres_can_store() -> None:
+    # Text and JSONB refuse NUL, so a stored string never spells a tag.
+    assert "\x00" in NUMBER_TAG
+    assert canonical({"n": 2**64}) != canonical({"n": "18446744073709551616e0"})
+
+
+def test_values_json_cannot_hold_are_refused_with_a_type_error() -> None:
+    with pytest.raises(TypeError, match="not a JSON value: set"):
+        canonical({"x": {1, 2}})
+
+
+safe_or_big_numbers = (
+    st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.integers(-(2**70), 2**70).map(lambda n: n * 10**20)
+)
+jsonable = st.recursive(
+    st.none() | st.booleans() | st.text(max_size=6) | safe_or_big_numbers,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(st.dictionaries(st.text(max_size=6), jsonable, max_size=6))
+def test_any_json_value_hashes_the_same_after_the_jsonb_round_trip(value: dict[str, Any]) -> None:
+    assert canonical(jsonb_round_trip(value)) == canonical(value)
+
+
+def test_an_event_holding_big_numbers_chains_and_verifies_after_the_round_trip() -> None:
+    body = {"id": 2**64, "min": -(2**63), "big": 1e300, "mid": 1e20, "small": 1.5e-300}
+    draft = EventDraft(kind=EventKind.observed, actor="w", at=T0, excerpt=body)
+    (ev,) = chain("op", [draft], last_seq=0, last_hash=GENESIS_HASH, row_digest="d" * 64)
+    read_back = StoredEvent(
+        seq=1,
+        fields={**draft_fields(draft), "excerpt": jsonb_round_trip(body)},
+        prev_hash=ev.prev_hash,
+        hash=ev.hash,
+        row_digest=ev.row_digest,
+    )
+    assert verify_chain("op", [read_back], head_seq=1, head_hash=ev.hash) == []
+
+
+def test_an_event_hashed_before_numbers_were_tagged_still_verifies() -> None:
+    # Older chains hashed 1e20 the way RFC 8785 spells a float; JSONB returns it as an int.
+    fields = draft_fields(
+        EventDraft(kind=EventKind.observed, actor="w", at=T0, excerpt={"n": 1e20, "m": 1e300})
+    )
+    material = {"operation_id": "op", "seq": 1, "prev_hash": GENESIS_HASH, **fields}
+    old_hash = hashlib.sha256(rfc8785.dumps(material)).hexdigest()
+    read_back = StoredEvent(
+        seq=1,
+        fields={**fields, "excerpt": {"n": 10**20, "m": 10**300}},
+        prev_hash=GENESIS_HASH,
+        hash=old_hash,
+    )
+    assert verify_chain("op", [read_back], head_seq=1, head_hash=old_hash) == []
+
+
+# --- the chain covers the operations row and the result bytes ---------------------------------
+
+
+def _facts(**changes: Any) -> dict[str, Any]:
+    op = factories.operation(**changes)
+    return {name: getattr(op, name) for name in ROW_FACTS}
+
+
+def test_every_operations_column_is_bound_or_named_as_unbound_with_a_reason() -> None:
+    assert set(ROW_FACTS) | UNBOUND_COLUMNS == COLUMNS
+    assert not set(ROW_FACTS) & UNBOUND_COLUMNS
+
+
+EDITS: dict[str, Any] = {
+    "tenant": "t2",
+    "provider": "other",
+    "idempotency_key": "k2",
+    "source_event_id": "e2",
+    "provider_token": "jw-other",
+    "request_fingerprint": "e" * 64,
+    "method": "PUT",
+    "route": "/other",
+    "command": {"a": 2},
+    "trace_id": "b" * 32,
+    "requested_by": "mallory",
+    "authorised_by": "mallory",
+    "approval_expires_at": T0,
+    "created_at": T0,
+    "state": S.succeeded,
+    "remote_job_id": "job_2",
+    "status_url": "http://127.0.0.1:8765/v1/jobs/job_2",
+    "accepted_at": T0,
+    "result_reference": "http://127.0.0.1:8765/r2",
+    "validation_summary": {"valid": True},
+    "escalation_reason": "rate_limited",
+    "escalation_detail": "edited",
+    "cancel_requested_by": "mallory",
+    "cancel_reason": "edited",
+    "create_deadline": T0,
+    "result_deadline": T0,
+    "cancel_deadline": T0,
+    "cancel_window_seconds": 1.5,
+    "create_attempts": 7,
+    "status_requests_used": 7,
+    "max_status_requests": 700,
+    "transport_failures_used": 7,
+    "max_transport_failures": 700,
+    "extensions_used": 7,
+    "step_failures": 2,
+    "result_fetch_attempts": 7,
+    "collect_deadline": T0,
+}
+
+
+def test_every_bound_fact_has_an_edit_below() -> None:
+    assert set(EDITS) == set(ROW_FACTS)
+
+
+@pytest.mark.parametrize("field", sorted(EDITS))
+def test_editing_any_bound_fact_changes_the_row_digest(field: str) -> None:
+    assert row_digest(_facts()) != row_digest(_facts(**{field: EDITS[field]}))
+
+
+def test_the_row_digest_reads_values_the_way_postgres_returns_them() -> None:
+    written = _facts(
+        state=S.accepted, cancel_window_seconds=30, max_status_requests=12.0, created_at=T0
+    )
+    read_back = _facts(
+        state="accepted",
+        cancel_window_seconds=30.0,
+        max_status_requests=12,
+        created_at=T0.astimezone(timezone(timedelta(hours=2))),
+    )
+    assert row_digest(written) == row_digest(read_back)
+    big = _facts(command={"n": 1e20, "m": 2**64})
+    assert row_digest(big) == row_digest(_facts(command=jsonb_round_trip(big["command"])))
+
+
+def _bound_chain(facts: dict[str, Any], n: int = 3) -> list[ChainedEvent]:
+    return chain("op", drafts(n), last_seq=0, last_hash=GENESIS_HASH, row_digest=row_digest(facts))
+
+
+def test_a_chain_whose_head_recorded_the_live_row_verifies() -> None:
+    facts = _facts()
+    events = _bound_chain(facts)
+    assert [e.row_digest is not None for e in events] == [False, False, True]
+    assert verify_chain("op", events, head_seq=3, head_hash=events[-1].hash, row=facts) == []
+
+
+def test_a_row_edited_after_its_head_was_written_is_reported_naming_the_state() -> None:
+    facts = _facts()
+    events = chain(
+        "op",
+        [EventDraft(kind=EventKind.decision, actor="w", at=T0, to_state="create_pending")],
+        last_seq=0,
+        last_hash=GENESIS_HASH,
+        row_digest=row_digest(facts),
+    )
+    problems = verify_chain(
+        "op", events, head_seq=1, head_hash=events[-1].hash, row={**facts, "state": "succeeded"}
+    )
+    assert [(p.seq, p.problem) for p in problems] == [
+        (
+            1,
+            "operations row differs from the row this event recorded "
+            "(state is succeeded, the history ends in create_pending)",
+        )
+    ]
+
+
+def test_an_empty_history_is_a_problem_not_a_verified_chain() -> None:
+    problems = verify_chain("op", [], head_seq=0, head_hash=GENESIS_HASH, row=_facts())
+    assert [p.problem for p in problems] == ["no events: the history is empty"]
+
+
+def test_a_history_from_before_row_digests_verifies_without_binding_the_row() -> None:
+    events = chain("op", drafts(2), last_seq=0, last_hash=GENESIS_HASH)
+    facts = _facts()
+    assert verify_chain("op", events, head_seq=2, head_hash=events[-1].hash, row=facts) == []
+    assert not row_bound(events)
+
+
+def test_a_head_without_a_digest_after_bound_writes_is_a_cut_chain() -> None:
+    facts = _facts()
+    first = _bound_chain(facts, 2)
+    more = chain("op", drafts(2), last_seq=2, last_hash=first[-1].hash, row_digest="a" * 64)
+    cut = [*first, more[0]]  # the tail of the second write removed, the head set back
+    problems = verify_chain("op", cut, head_seq=3, head_hash=cut[-1].hash, row=facts)
+    assert [p.seq for p in problems] == [3]
+    assert "no row digest" in problems[0].problem
+
+
+def test_an_unknown_kind_is_reported_not_raised() -> None:
+    (ev,) = chain("op", drafts(1), last_seq=0, last_hash=GENESIS_HASH)
+    edited = replace(ev.stored(), fields={**ev.stored().fields, "kind": "bogus"})
+    problems = verify_chain("op", [edited], head_seq=1, head_hash=ev.hash)
+    assert [(p.seq, p.problem) for p in problems] == [(1, "hash does not match contents")]
+
+
+def _collected(content: bytes) -> list[ChainedEvent]:
+    digest = hashlib.sha256(content).hexdigest()
+    summary = {"valid": True, "sha256": digest, "size_bytes": len(content)}
+    draft = EventDraft(kind=EventKind.result_collected, actor="w", at=T0, excerpt=summary)
+    return chain("op", [draft], last_seq=0, last_hash=GENESIS_HASH)
+
+
+def test_stored_result_bytes_matching_the_recorded_digest_pass() -> None:
+    content = b'{"ok": true}'
+    sha = hashlib.sha256(content).hexdigest()
+    assert check_result(_collected(content), content=content, sha256=sha, size_bytes=12) == []
+    assert check_result(drafts_chained(), content=None, sha256=None, size_bytes=None) == []
+
+
+def drafts_chained() -> list[ChainedEvent]:
+    return chain("op", drafts(2), last_seq=0, last_hash=GENESIS_HASH)
+
+
+@pytest.mark.parametrize(
+    ("stored", "expected"),
+    [
+        ("replaced_bytes", ["stored result bytes do not match their sha256"]),
+        (
+            "replaced_bytes_and_sha256",
+            [
+                "stored result sha256 differs from the digest this event recorded",
+                "stored result is 6 bytes; 12 were recorded",
+            ],
+        ),
+        ("deleted", ["the result bytes it recorded are missing"]),
+    ],
+)
+def test_replaced_or_missing_result_bytes_are_named(stored: str, expected: list[str]) -> None:
+    original = b'{"ok": true}'
+    events = _collected(original)
+    sha = hashlib.sha256(original).hexdigest()
+    other = b"forged"
+    content: bytes | None = {"replaced_bytes": b'{"ok": fals}', "deleted": None}.get(stored, other)
+    stored_sha = hashlib.sha256(other).hexdigest() if stored == "replaced_bytes_and_sha256" else sha
+    size = len(content) if content is not None else None
+    problems = check_result(events, content=content, sha256=stored_sha, size_bytes=size)
+    assert [p.problem for p in problems] == expected
+
+
+def test_result_bytes_no_event_records_are_named() -> None:
+    problems = check_result(drafts_chained(), content=b"x", sha256="0" * 64, size_bytes=1)
+    assert [p.problem for p in problems] == [
+        "result bytes are stored, but no result_collected event records them"
+    ]
