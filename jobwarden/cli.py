@@ -28,7 +28,8 @@ db_app = typer.Typer(no_args_is_help=True, help="The Postgres schema.")
 app.add_typer(providers_app, name="providers")
 app.add_typer(db_app, name="db")
 console = Console(soft_wrap=True)
-err = Console(stderr=True)
+# soft_wrap: an error is one line whatever the terminal width (scripts grep for it).
+err = Console(stderr=True, soft_wrap=True)
 
 
 @app.callback()
@@ -254,14 +255,50 @@ def submit(
     ],
     tenant: Annotated[str, typer.Option(envvar="JOBWARDEN_TENANT")] = "default",
     requested_by: Annotated[str, typer.Option(envvar="JOBWARDEN_REQUESTED_BY")] = "cli",
+    source_event_id: Annotated[
+        str | None,
+        typer.Option(
+            help="Business identity: one operation per event.", envvar="JOBWARDEN_SOURCE_EVENT_ID"
+        ),
+    ] = None,
+    max_status_requests: Annotated[
+        int | None,
+        typer.Option(
+            help="Status request budget (default: the contract's).",
+            envvar="JOBWARDEN_MAX_STATUS_REQUESTS",
+        ),
+    ] = None,
+    max_transport_failures: Annotated[
+        int | None,
+        typer.Option(
+            help="Failed reads allowed (default: the contract's).",
+            envvar="JOBWARDEN_MAX_TRANSPORT_FAILURES",
+        ),
+    ] = None,
+    result_deadline_seconds: Annotated[
+        float | None,
+        typer.Option(
+            help="Result deadline from submission (default: the contract's).",
+            envvar="JOBWARDEN_RESULT_DEADLINE_SECONDS",
+        ),
+    ] = None,
+    cancel_deadline_seconds: Annotated[
+        float | None,
+        typer.Option(
+            help="How long a cancel may take to be confirmed.",
+            envvar="JOBWARDEN_CANCEL_DEADLINE_SECONDS",
+        ),
+    ] = None,
 ) -> None:
     """Submit an operation; prints created / replayed / in_progress / conflict / duplicate_event."""
     from jobwarden.tasks.intake import submit_operation
 
     try:
         parsed = json.loads(command)
-    except ValueError as exc:
-        err.print(f"command is not JSON: {exc}")
+    except (ValueError, RecursionError) as exc:
+        # A very deep array exhausts the parser's recursion: as much "not JSON" as a typo.
+        problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        err.print(f"error: command is not usable JSON: {problem}", highlight=False)
         raise typer.Exit(2) from None
     result = submit_operation(
         tenant=tenant,
@@ -269,6 +306,11 @@ def submit(
         idempotency_key=key,
         command=parsed,
         requested_by=requested_by,
+        source_event_id=source_event_id,
+        max_status_requests=max_status_requests,
+        max_transport_failures=max_transport_failures,
+        result_deadline_seconds=result_deadline_seconds,
+        cancel_deadline_seconds=cancel_deadline_seconds,
     )
     console.print_json(json.dumps(result.as_dict()))
 
