@@ -10,6 +10,7 @@ JSON pointers (RFC 6901, e.g. ``/result/url``) locate fields in response bodies.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -87,6 +88,8 @@ class StatusSpec:
     expiry_pointer: str | None = None  # RFC 3339 time after which the job may not run
     result_ref_pointer: str | None = None  # where a finished job names its result
     error_pointer: str | None = None  # presence of a value here means failed (AIP-151 `error`)
+    error_code_pointer: str | None = None  # the failed job's code, mapped by states.error_codes
+    detail_state_pointer: str | None = None  # a finer state beside the main one (states.detail)
     # Seconds after acceptance during which 404 means "not visible yet" (eventual consistency).
     not_found_grace_seconds: float = 0.0
 
@@ -102,6 +105,13 @@ class StateTable:
     expired: frozenset[str] = frozenset()
     # Raw values that mean "cancel received, not yet done" (e.g. OpenAI "cancelling").
     cancelling: frozenset[str] = frozenset()
+    # A failed job's error code read at status.error_code_pointer, mapped to the outcome it
+    # really is: AIP-151 google.rpc.Code 1 CANCELLED -> cancelled, 4 DEADLINE_EXCEEDED ->
+    # expired; Azure error.code "OperationTimedOut" -> expired. Unlisted codes stay failed.
+    error_codes: Mapping[str, RemoteStatus] = field(default_factory=dict)
+    # The finer state read at status.detail_state_pointer (e.g. AIP-151 metadata.state),
+    # by value; a value not listed here is an unknown state, whatever `done` says.
+    detail: Mapping[str, RemoteStatus] = field(default_factory=dict)
 
     def classify(self, raw: str) -> RemoteStatus:
         if raw in self.pending or raw in self.cancelling:

@@ -23,6 +23,7 @@ from jobwarden.models.contract import (
     PollPolicy,
     ReconciliationPath,
     ReconciliationSpec,
+    RemoteStatus,
     ResultSpec,
     StateTable,
     StatusSpec,
@@ -200,6 +201,8 @@ def parse_status(t: TomlTable, create: CreateSpec | None) -> StatusSpec:
         expiry_pointer=t.pointer("expiry_pointer"),
         result_ref_pointer=t.pointer("result_ref_pointer"),
         error_pointer=error_pointer,
+        error_code_pointer=t.pointer("error_code_pointer"),
+        detail_state_pointer=t.pointer("detail_state_pointer"),
         not_found_grace_seconds=t.seconds("not_found_grace_seconds", default=0.0, zero_ok=True),
     )
 
@@ -236,6 +239,12 @@ def parse_states(t: TomlTable, status: StatusSpec | None) -> StateTable:
         raise ContractError(
             t.file, "status.state_default", f"{default!r} is not listed in any class of [states]"
         )
+    error_codes = _outcome_table(t, "error_codes")
+    detail = _outcome_table(t, "detail")
+    if status is not None and error_codes and not status.error_code_pointer:
+        raise t.fail("error_codes", "needs status.error_code_pointer to read the code")
+    if status is not None and detail and not status.detail_state_pointer:
+        raise t.fail("detail", "needs status.detail_state_pointer to read the finer state")
     return StateTable(
         pending=values["pending"],
         cancelling=values["cancelling"],
@@ -243,7 +252,28 @@ def parse_states(t: TomlTable, status: StatusSpec | None) -> StateTable:
         failed=values["failed"],
         cancelled=values["cancelled"],
         expired=values["expired"],
+        error_codes=error_codes,
+        detail=detail,
     )
+
+
+_OUTCOMES: Final = {s.value: s for s in RemoteStatus if s is not RemoteStatus.unknown}
+
+
+def _outcome_table(t: TomlTable, key: str) -> dict[str, RemoteStatus]:
+    """A table of provider value -> outcome class (pending, succeeded, failed, ...)."""
+    raw = t.get(key)
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise t.fail(key, f"must be a table of value = outcome, got {toml_type(raw)}")
+    table: dict[str, RemoteStatus] = {}
+    for value, outcome in raw.items():
+        if outcome not in _OUTCOMES:
+            choices = ", ".join(_OUTCOMES)
+            raise t.fail(f"{key}.{value}", f"must be one of: {choices}, got {outcome!r}")
+        table[str(value)] = _OUTCOMES[outcome]
+    return table
 
 
 def parse_cancel(t: TomlTable) -> CancelSpec:

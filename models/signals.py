@@ -203,6 +203,31 @@ def _rfc3339(value: object | Missing) -> datetime | None:
         return None
 
 
+def _refine(
+    contract: ProviderContract, body: object, status: RemoteStatus, raw_state: str | None
+) -> tuple[RemoteStatus, str | None]:
+    """The outcome a failed job's error code really is, and the finer state's word.
+
+    AIP-151 reports a cancelled or timed-out operation as done + error (code 1, 4);
+    Azure reports expiry as Failed with error.code OperationTimedOut. A finer state the
+    contract does not list (an undocumented metadata.state) is unknown, never guessed.
+    """
+    spec, states = contract.status, contract.states
+    if status is RemoteStatus.failed and spec.error_code_pointer and states.error_codes:
+        code = resolve_pointer(body, spec.error_code_pointer)
+        if isinstance(code, str | int) and not isinstance(code, bool):
+            status = states.error_codes.get(str(code), status)
+    if spec.detail_state_pointer and states.detail:
+        detail = _raw_state(resolve_pointer(body, spec.detail_state_pointer))
+        if detail is not None:
+            known = states.detail.get(detail)
+            if known is None:
+                return RemoteStatus.unknown, f"{raw_state}/{detail}"
+            if status is RemoteStatus.unknown:
+                status = known
+    return status, raw_state
+
+
 def read_status(
     contract: ProviderContract, body: object, *, now: datetime, deadline: datetime
 ) -> StatusReading:
@@ -226,12 +251,20 @@ def read_status(
         remote_status = RemoteStatus.unknown
     else:
         remote_status = contract.states.classify(raw_state)
+    remote_status, raw_state = _refine(contract, body, remote_status, raw_state)
 
     ref_value = _optional(body, spec.result_ref_pointer)
     result_ref = ref_value if isinstance(ref_value, str) and ref_value else None
     expires_at = _rfc3339(_optional(body, spec.expiry_pointer))
 
     contradiction: str | None = None
+    # AIP-151: `done` with neither `response` nor `error` is no outcome at all.
+    inline_missing = (
+        contract.result is not None
+        and contract.result.fetch == "inline"
+        and spec.result_ref_pointer is not None
+        and resolve_pointer(body, spec.result_ref_pointer) in (MISSING, None)
+    )
     # A reference is only expected where the contract says a finished job names one.
     expects_ref = (
         contract.result is not None
@@ -240,6 +273,8 @@ def read_status(
     )
     if remote_status is RemoteStatus.succeeded and expects_ref and result_ref is None:
         contradiction = "succeeded_without_result_reference"
+    elif remote_status is RemoteStatus.succeeded and inline_missing:
+        contradiction = "succeeded_without_result"
     elif remote_status is RemoteStatus.pending and expires_at is not None and expires_at < now:
         contradiction = "running_after_expiry"
 

@@ -286,10 +286,18 @@ def test_aip_151_done_and_error_classify_the_operation(
     assert reading.error == body.get("error")
 
 
-def test_aip_151_inline_result_needs_no_result_reference() -> None:
-    reading = read_status(AIP151, {"done": True}, now=NOW, deadline=DEADLINE)
+def test_aip_151_done_with_a_response_needs_no_result_reference() -> None:
+    body = {"done": True, "response": {"rows": 3}}
+    reading = read_status(AIP151, body, now=NOW, deadline=DEADLINE)
     assert reading.remote_status is RemoteStatus.succeeded
     assert reading.contradiction is None
+
+
+def test_aip_151_done_with_neither_response_nor_error_is_a_contradiction() -> None:
+    # AIP-151: a done operation carries exactly one of `response` or `error`.
+    reading = read_status(AIP151, {"done": True}, now=NOW, deadline=DEADLINE)
+    assert reading.remote_status is RemoteStatus.succeeded
+    assert reading.contradiction == "succeeded_without_result"
 
 
 def test_succeeded_without_a_result_reference_is_a_contradiction() -> None:
