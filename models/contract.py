@@ -74,6 +74,12 @@ class CreateSpec:
     body_template: str = (
         "command"  # "command": the command is the body; "wrapped": {"command": ...}
     )
+    # The token's shape, made with the row and never regenerated: "prefixed_hex"
+    # (jw-<32 hex>) or "uuid" (AIP-155 asks request_id to be a UUID; Azure a GUID).
+    token_format: str = "prefixed_hex"
+    # A header carrying the first attempt's IMF-fixdate, identical on every retry
+    # (OASIS Repeatable Requests 1.0: Repeatability-First-Sent).
+    first_sent_header: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

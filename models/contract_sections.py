@@ -160,6 +160,8 @@ def parse_create(t: TomlTable) -> CreateSpec:
         raise t.fail("in_flight_values", "in_flight_pointer and in_flight_values go together")
     accepted = t.status_codes("accepted_statuses", default=(200, 201, 202))
     body_template = t.choice("body_template", _BODY_TEMPLATES) or "command"
+    token_format = t.choice("token_format", ("prefixed_hex", "uuid")) or "prefixed_hex"
+    first_sent_header = t.header_name("first_sent_header")
     return CreateSpec(
         method=method,
         path=path,
@@ -172,6 +174,8 @@ def parse_create(t: TomlTable) -> CreateSpec:
         in_flight_pointer=in_flight_pointer,
         in_flight_values=in_flight_values,
         body_template=body_template,
+        token_format=token_format,
+        first_sent_header=first_sent_header,
     )
 
 

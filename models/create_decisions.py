@@ -91,7 +91,7 @@ def before_create(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     if give_up is not None:
         # Nothing is in flight (the check above): failing here cannot orphan a remote job.
         return Decided(action=Finish(state=S.failed, reason=give_up))
-    return Decided(action=_create_send(ctx, op, EventKind.create_sent, cause=None))
+    return Decided(action=_create_send(ctx, op, EventKind.create_sent, cause=None, now=now))
 
 
 def create_too_late(op: Operation, now: datetime) -> str | None:
@@ -102,12 +102,17 @@ def create_too_late(op: Operation, now: datetime) -> str | None:
     return None
 
 
-def _create_send(ctx: StepContext, op: Operation, event: EventKind, cause: str | None) -> Send:
+def _create_send(
+    ctx: StepContext, op: Operation, event: EventKind, cause: str | None, now: datetime
+) -> Send:
     attempt = op.create_attempts + 1
+    # The first claim fixes the first-sent time; every retry reads it from the row.
+    first = op.first_sent_at or now
     return Send(
-        request=create_request(ctx, op),
+        request=create_request(ctx, op, first),
         event=event,
         counters={"create_attempts": attempt},
+        changes={} if op.first_sent_at else {"first_sent_at": first},
         move_to=S.reconciling if op.state is S.create_unknown else None,
         cause=cause,
         excerpt={"attempt": attempt},
@@ -367,9 +372,11 @@ def before_reconcile(op: Operation, ctx: StepContext, now: datetime) -> Decided:
         detail = "create deadline passed while reconciling"
         return Decided(action=escalate(op.state, EscalationReason.deadline_exceeded, detail))
     if spec.path is ReconciliationPath.lookup_by_reference and spec.lookup_path:
-        send = _create_send(ctx, op, EventKind.reconcile_sent, cause=spec.path.value)
+        send = _create_send(ctx, op, EventKind.reconcile_sent, cause=spec.path.value, now=now)
         return Decided(action=replace(send, request=lookup_request(ctx, op, spec.lookup_path)))
-    return Decided(action=_create_send(ctx, op, EventKind.reconcile_sent, cause=spec.path.value))
+    return Decided(
+        action=_create_send(ctx, op, EventKind.reconcile_sent, cause=spec.path.value, now=now)
+    )
 
 
 def after_reconcile(
@@ -406,5 +413,5 @@ def after_reconcile(
         return Decided(action=_lookup_retry(op, ctx, signal, now, u), answered="lookup response")
     # Nothing under our token: resending the create with the same token is safe.
     cause = f"lookup found no job under our token (http {signal.status_code or '-'})"
-    send = _create_send(ctx, op, EventKind.reconcile_sent, cause=cause)
+    send = _create_send(ctx, op, EventKind.reconcile_sent, cause=cause, now=now)
     return Decided(action=send, answered="lookup response")

@@ -337,6 +337,7 @@ ROW_FACTS: Final[Mapping[str, str]] = {
     "step_failures": "int",
     "result_fetch_attempts": "int",
     "collect_deadline": "time",
+    "first_sent_at": "time",
 }
 # Columns deliberately outside the digest, each for a reason:
 UNBOUND_COLUMNS: Final = frozenset(

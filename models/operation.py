@@ -57,6 +57,7 @@ class Operation:
     poll_not_before: datetime | None
     result_fetch_attempts: int
     collect_deadline: datetime | None
+    first_sent_at: datetime | None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

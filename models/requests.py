@@ -7,8 +7,11 @@ process (``contract_loader.effective_base_url``) and carried in ``StepContext``.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import format_datetime
 from typing import Any
 
 from jobwarden.models.actions import ProviderRequest, RequestPurpose
@@ -63,8 +66,21 @@ def resolve_url(base_url: str, path_or_url: str) -> str:
     return base_url.rstrip("/") + "/" + path_or_url.lstrip("/")
 
 
-def create_request(ctx: StepContext, op: Operation) -> ProviderRequest:
-    """The create, carrying the operation's one provider token where the contract says."""
+def provider_token(token_format: str, operation_id: uuid.UUID) -> str:
+    """The operation's one token, made with its row: AIP-155 wants a UUID, others a prefix."""
+    if token_format == "uuid":
+        return str(uuid.uuid4())
+    return f"jw-{operation_id.hex}"
+
+
+def create_request(
+    ctx: StepContext, op: Operation, first_sent: datetime | None = None
+) -> ProviderRequest:
+    """The create, carrying the operation's one provider token where the contract says.
+
+    ``first_sent`` is the first attempt's time, sent in the contract's companion header
+    (Repeatability-First-Sent) as an IMF-fixdate, the same on every retry.
+    """
     spec = ctx.contract.create
     body: Any = dict(op.command)
     if spec.body_template == "wrapped":
@@ -74,6 +90,9 @@ def create_request(ctx: StepContext, op: Operation) -> ProviderRequest:
         headers[spec.token_name] = op.provider_token
     else:
         body[spec.token_name] = op.provider_token
+    sent = first_sent or op.first_sent_at
+    if spec.first_sent_header and sent is not None:
+        headers[spec.first_sent_header] = format_datetime(sent.astimezone(UTC), usegmt=True)
     return ProviderRequest(
         purpose=RequestPurpose.create,
         method=spec.method,

@@ -123,6 +123,9 @@ class OperationRow(Base):
     # Result collection's own bounds: downloads sent, and when collection must be done.
     result_fetch_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     collect_deadline: Mapped[datetime | None] = mapped_column(TZ)
+    # When the first create was claimed: sent again as is on every retry (companion
+    # headers such as Repeatability-First-Sent must not change between attempts).
+    first_sent_at: Mapped[datetime | None] = mapped_column(TZ)
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)

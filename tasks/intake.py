@@ -24,6 +24,7 @@ from jobwarden.models.db import transaction
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.fingerprint import request_fingerprint, show_key
 from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain
+from jobwarden.models.requests import provider_token
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.submission import ACTOR_PREFIX, FieldLimits, Submission, check_submission
 from jobwarden.models.tables import Base, EventRow, OperationRow
@@ -152,7 +153,7 @@ def submit_operation(
         "idempotency_key": sub.idempotency_key,
         "source_event_id": sub.source_event_id,
         # Ours, generated with the row, never the caller's key and never regenerated.
-        "provider_token": f"jw-{op_id.hex}",
+        "provider_token": provider_token(contract.create.token_format, op_id),
         "request_fingerprint": fingerprint,
         "method": sub.method,
         "route": sub.route,

@@ -76,6 +76,7 @@ def operation(state: OperationState = OperationState.create_pending, **overrides
         "poll_not_before": None,
         "result_fetch_attempts": 0,
         "collect_deadline": None,
+        "first_sent_at": None,
         "last_remote_state": None,
         "last_http_status": None,
         "progress": None,

@@ -328,6 +328,7 @@ EDITS: dict[str, Any] = {
     "step_failures": 2,
     "result_fetch_attempts": 7,
     "collect_deadline": T0,
+    "first_sent_at": T0,
 }
 
 

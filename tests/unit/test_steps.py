@@ -185,7 +185,11 @@ def test_a_fresh_create_is_sent_once_with_the_operations_one_token(name: str) ->
         None,
     )
     assert action.deadline == op.create_deadline
-    assert planned(op, Decided(action=action)).changes == {"create_attempts": 1}
+    # The first claim fixes the first-sent time that every retry sends again.
+    assert planned(op, Decided(action=action)).changes == {
+        "create_attempts": 1,
+        "first_sent_at": NOW,
+    }
 
 
 @pytest.mark.parametrize("last", [EventKind.create_sent, EventKind.reconcile_sent])
@@ -786,7 +790,7 @@ def test_reconciliation_asks_under_the_same_token_and_counts_the_attempt(
     assert isinstance(action, Send)
     assert action.request.purpose is purpose
     if purpose is RequestPurpose.create:
-        assert action.request == create_request(ctx, op)
+        assert action.request == create_request(ctx, op, op.first_sent_at or NOW)
         assert token_of(ctx, action.request) == TOKEN
     else:
         assert (action.request.method, action.request.url) == ("GET", url)
