@@ -22,7 +22,10 @@ class Settings(BaseSettings):
     # Prefix for every Redis key jobwarden owns (leases, webhook dedup); tests isolate by it.
     key_prefix: str = "jobwarden"
     queue: str = "jobwarden"
-    lease_ttl_seconds: float = Field(default=60.0, gt=0)
+    # A step holds the lease across up to two requests, each bounded by its contract's
+    # request_timeout_seconds (tasks.provider_edge.check_request_bounds): 150 s covers the
+    # longest shipped timeout (60 s) twice with room to spare.
+    lease_ttl_seconds: float = Field(default=150.0, gt=0)
     # Waits longer than this are parked in Postgres (next_poll_at) instead of a countdown.
     max_countdown_seconds: float = Field(default=120.0, gt=0)
     sweep_interval_seconds: float = Field(default=5.0, gt=0)

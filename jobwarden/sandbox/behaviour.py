@@ -4,6 +4,11 @@ A create request's body may carry a ``"behaviour"`` object; it is parsed here
 into an immutable :class:`Behaviour`. Unknown keys and wrongly typed values are
 rejected (the create answers 400) so a typo in a test script fails loudly
 instead of silently running the default behaviour.
+
+The ``hostile_*`` and ``job_id_style`` knobs make the sandbox a misbehaving
+provider (deep JSON, numbers past 64 bits, drips, huge bodies, foreign origins,
+control characters, an echoed credential); :mod:`jobwarden.sandbox.hostile`
+builds those answers.
 """
 
 from __future__ import annotations
@@ -15,6 +20,40 @@ OUTCOMES = ("succeeded", "failed", "expired")
 CREATE_RESPONSES = ("normal", "drop", "hold")
 CANCEL_MODES = ("honour", "race", "never")
 ERROR_ACTIONS = ("drop", "hold", "malformed")
+# Hostile modes: what a misbehaving provider sends (first value: behave).
+HOSTILE_STATUS = (
+    "none",
+    "deep_json",  # a status object holding deep_json_depth nested arrays
+    "big_numbers",  # 2^64, -2^64, 2^70 and 1e300 beside the usual fields
+    "echo_credential",  # the Authorization header received, echoed in body and headers
+    "huge",  # a huge_bytes answer, generated while it is written
+    "drip",  # the body one byte per drip_interval_seconds
+    "drip_headers",  # status line, headers and body one byte per drip_interval_seconds
+)
+HOSTILE_CREATE = (
+    "none",
+    "big_numbers",
+    "foreign_location",  # Location names foreign_origin
+    "foreign_operation_location",  # Operation-Location names foreign_origin
+    "huge",
+    "drip",
+)
+HOSTILE_RESULT = (
+    "none",
+    "foreign_host",  # the result reference names foreign_origin
+    "newline_reference",  # the result reference holds a newline
+    "tab_reference",  # the result reference holds a tab
+    "deep_json",  # the result document holds deep_json_depth nested arrays
+    "huge",  # a huge_bytes result, generated while it is written
+    "drip",
+)
+JOB_ID_STYLES = (
+    "normal",
+    "newline",  # job_<hex>\nx
+    "tab",  # job_<hex>\tx
+    "long",  # 600 characters past the usual id
+    "dot_segments",  # job_<hex>/../x: climbs out of the job's path
+)
 
 
 class BehaviourError(ValueError):
@@ -57,6 +96,18 @@ class Behaviour:
     result_failed_items: int = 0
     result_bad_checksum: bool = False
     never_finish: bool = False
+    hostile_status: str = "none"
+    hostile_from: int = 1  # the first normal status call that is hostile
+    hostile_create: str = "none"
+    hostile_result: str = "none"
+    job_id_style: str = "normal"
+    create_retry_after: int | None = None
+    deep_json_depth: int = 10_000
+    huge_bytes: int = 64 * 1024 * 1024
+    drip_interval_seconds: float = 1.0
+    # Only ever named in answers: the sandbox never connects anywhere. A loopback default,
+    # so a client that wrongly follows it (169.254.169.254 in real life) stays on this host.
+    foreign_origin: str = "http://127.0.0.2:9"
 
     def status_error_for(self, index: int) -> StatusError | None:
         """The scripted error for the ``index``-th (0-based) status call, if any."""
@@ -157,6 +208,16 @@ _FIELDS = frozenset(
         "result_failed_items",
         "result_bad_checksum",
         "never_finish",
+        "hostile_status",
+        "hostile_from",
+        "hostile_create",
+        "hostile_result",
+        "job_id_style",
+        "create_retry_after",
+        "deep_json_depth",
+        "huge_bytes",
+        "drip_interval_seconds",
+        "foreign_origin",
     }
 )
 
@@ -181,6 +242,10 @@ def parse_behaviour(raw: Any) -> Behaviour:
     hold = _float(raw, "hold_seconds")
     items = _int(raw, "result_items")
     failed_items = _int(raw, "result_failed_items")
+    hostile_from = _int(raw, "hostile_from", minimum=1)
+    depth = _int(raw, "deep_json_depth", minimum=1)
+    huge = _int(raw, "huge_bytes", minimum=1)
+    drip = _float(raw, "drip_interval_seconds")
     return Behaviour(
         polls_to_finish=2 if polls is None else polls,
         seconds_to_finish=_float(raw, "seconds_to_finish"),
@@ -205,4 +270,14 @@ def parse_behaviour(raw: Any) -> Behaviour:
         result_failed_items=0 if failed_items is None else failed_items,
         result_bad_checksum=_bool(raw, "result_bad_checksum", False),
         never_finish=_bool(raw, "never_finish", False),
+        hostile_status=_choice(raw, "hostile_status", HOSTILE_STATUS),
+        hostile_from=1 if hostile_from is None else hostile_from,
+        hostile_create=_choice(raw, "hostile_create", HOSTILE_CREATE),
+        hostile_result=_choice(raw, "hostile_result", HOSTILE_RESULT),
+        job_id_style=_choice(raw, "job_id_style", JOB_ID_STYLES),
+        create_retry_after=_int(raw, "create_retry_after"),
+        deep_json_depth=10_000 if depth is None else depth,
+        huge_bytes=64 * 1024 * 1024 if huge is None else huge,
+        drip_interval_seconds=1.0 if drip is None else drip,
+        foreign_origin=_str(raw, "foreign_origin", Behaviour.foreign_origin).rstrip("/"),
     )

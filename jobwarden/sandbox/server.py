@@ -166,13 +166,44 @@ class _Handler(BaseHTTPRequestHandler):
         _shutdown(self.connection)
 
     def _send(self, reply: Reply) -> None:
+        length = reply.length if reply.stream is not None else len(reply.body)
+        if reply.drip_headers:
+            self._drip(self._head(reply, length) + reply.body, reply.drip_seconds)
+            return
         self.send_response(reply.status)
         for name, value in reply.headers.items():
             self.send_header(name, value)
-        self.send_header("Content-Length", str(len(reply.body)))
+        self.send_header("Content-Length", str(length))
         self.end_headers()
-        self.wfile.write(reply.body)
+        if reply.drip_seconds > 0:
+            self.wfile.flush()
+            self._drip(reply.body, reply.drip_seconds)
+            return
+        if reply.stream is not None:
+            # Generated while written: a huge answer never sits in the sandbox's memory.
+            for chunk in reply.stream():
+                if self.server.stopping.is_set():
+                    self._drop()
+                    return
+                self.wfile.write(chunk)
+        else:
+            self.wfile.write(reply.body)
         self.wfile.flush()
+
+    def _head(self, reply: Reply, length: int) -> bytes:
+        lines = [f"{self.protocol_version} {reply.status} {self.responses[reply.status][0]}"]
+        lines += [f"{name}: {value}" for name, value in reply.headers.items()]
+        lines.append(f"Content-Length: {length}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def _drip(self, data: bytes, interval: float) -> None:
+        """One byte per ``interval``; stops when the client leaves or the server stops."""
+        for i in range(len(data)):
+            self.wfile.write(data[i : i + 1])
+            self.wfile.flush()  # raises once the client is gone: handle() ends the connection
+            if self.server.stopping.wait(interval):
+                self._drop()
+                return
 
     def _dispatch(self) -> None:
         try:
@@ -195,12 +226,18 @@ class _Handler(BaseHTTPRequestHandler):
             idempotency_key=self.headers.get("Idempotency-Key"),
             job_id=job_id,
             traceparent=self.headers.get("traceparent"),
+            host=self.headers.get("Host"),
+            authorized="Authorization" in self.headers,
         )
         try:
             reply = self._route(seq, kind, job_id, path=path, query=query, body=body)
         except Exception as exc:  # a sandbox bug must still answer, and visibly
             reply = error_reply(500, "sandbox_bug", repr(exc))
-        self._deliver(seq, job_id, reply)
+        try:
+            self._deliver(seq, job_id, reply)
+        finally:
+            # Answered, dropped or abandoned by the client: how long the exchange lasted.
+            state.ended(seq)
 
     def _deliver(self, seq: int, job_id: str | None, reply: Reply) -> None:
         state = self.server.state
@@ -210,10 +247,14 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.hold_seconds > 0:
             self.server.stopping.wait(reply.hold_seconds)  # never under the state lock
         if reply.reprocess_status and job_id is not None:
-            reply = state.status(seq, job_id, after_hold=True)
+            reply = state.status(seq, job_id, after_hold=True, authorization=self._authorization)
         # Fill the log before writing, so a client that has its answer sees it logged.
         state.answered(seq, reply.status, reply.headers.get("Retry-After"))
         self._send(reply)
+
+    @property
+    def _authorization(self) -> str | None:
+        return self.headers.get("Authorization")
 
     def _authorised(self) -> bool:
         token = self.server.token
@@ -246,7 +287,7 @@ class _Handler(BaseHTTPRequestHandler):
             return state.lookup(seq, _first(query, "reference"))
         if job_id is not None:
             if kind == "status":
-                return state.status(seq, job_id)
+                return state.status(seq, job_id, authorization=self._authorization)
             if kind == "cancel":
                 return state.cancel(seq, job_id)
             if kind == "result":

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
+from urllib.parse import quote
 
+from jobwarden.sandbox import hostile
 from jobwarden.sandbox.behaviour import Behaviour, BehaviourError, parse_behaviour
 
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
@@ -55,6 +57,22 @@ class Reply:
     drop: bool = False  # close the socket without sending a byte
     hold_seconds: float = 0.0  # sleep (lock released) before acting
     reprocess_status: bool = False  # after the hold, ask status(..., after_hold=True)
+    stream: hostile.Generator | None = None  # a body generated while written (not held)
+    length: int = 0  # the Content-Length of a streamed body
+    drip_seconds: float = 0.0  # write one byte per interval
+    drip_headers: bool = False  # drip the status line and headers too, not just the body
+
+
+def _transport_mode(reply: Reply, mode: str, b: Behaviour, fields: dict[str, Any]) -> Reply:
+    """Apply a huge or dripping hostile mode to an answer; other modes leave it as is."""
+    if mode == "huge":
+        reply.stream, reply.length = hostile.generated_json(fields, b.huge_bytes)
+        reply.body = b""
+    elif mode in ("drip", "drip_headers"):
+        reply.body = hostile.padded(reply.body)
+        reply.drip_seconds = b.drip_interval_seconds
+        reply.drip_headers = mode == "drip_headers"
+    return reply
 
 
 def json_reply(status: int, payload: Any, headers: dict[str, str] | None = None) -> Reply:
@@ -78,6 +96,8 @@ class Job:
     create_body: bytes
     result_bytes: bytes
     result_sha256: str
+    result_stream: hostile.Generator | None = None  # a huge result, generated per download
+    result_length: int = 0
     create_requests: int = 1
     status_calls: int = 0  # normal status calls (scripted error calls excluded)
     error_calls: int = 0  # status calls consumed by status_errors
@@ -92,7 +112,22 @@ class Job:
         return None if seconds is None else self.created_at + timedelta(seconds=seconds)
 
     def create_headers(self) -> dict[str, str]:
-        return {"Content-Type": _JSON, "Location": f"/v1/jobs/{self.id}"}
+        # Quoted: a hostile id must reach the client in the body, not split this header.
+        headers = {"Content-Type": _JSON, "Location": f"/v1/jobs/{quote(self.id, safe='')}"}
+        b = self.behaviour
+        foreign = f"{b.foreign_origin}/v1/jobs/{self.id}"
+        if b.hostile_create == "foreign_location":
+            headers["Location"] = foreign
+        elif b.hostile_create == "foreign_operation_location":
+            headers["Operation-Location"] = foreign
+        if b.create_retry_after is not None:
+            headers["Retry-After"] = str(b.create_retry_after)
+        return headers
+
+    def create_fields(self) -> dict[str, Any]:
+        """The create answer's fields, for a hostile mode that rewrites its body."""
+        loaded = json.loads(self.create_body)
+        return loaded if isinstance(loaded, dict) else {}
 
     def public(self) -> dict[str, Any]:
         return {
@@ -108,7 +143,7 @@ class Job:
         }
 
 
-def _build_result(job_id: str, behaviour: Behaviour) -> bytes:
+def _result_document(job_id: str, behaviour: Behaviour) -> dict[str, Any]:
     """`result_items` records in all, the last `result_failed_items` of them failed."""
     total = behaviour.result_items
     ok = max(0, total - behaviour.result_failed_items)
@@ -117,7 +152,15 @@ def _build_result(job_id: str, behaviour: Behaviour) -> bytes:
         {"ref": f"item-{i}", "error": "item rejected by the sandbox"}
         for i in range(ok + 1, total + 1)
     ]
-    document = {"record_count": total, "items": items, "failed_items": failed}
+    return {"record_count": total, "items": items, "failed_items": failed}
+
+
+def _build_result(job_id: str, behaviour: Behaviour) -> bytes:
+    document = _result_document(job_id, behaviour)
+    if behaviour.hostile_result == "deep_json":
+        return hostile.dumps_with_deep(document, "nested", behaviour.deep_json_depth)
+    if behaviour.hostile_result == "drip":
+        return hostile.padded(json.dumps(document).encode())  # the checksum covers the padding
     return json.dumps(document).encode()
 
 
@@ -142,6 +185,8 @@ class SandboxState:
         idempotency_key: str | None,
         job_id: str | None,
         traceparent: str | None,
+        host: str | None = None,
+        authorized: bool = False,
     ) -> int:
         now = datetime.now(UTC)
         with self._lock:
@@ -161,6 +206,9 @@ class SandboxState:
                 "retry_after": None,
                 "traceparent": traceparent,
                 "replayed": False,
+                "host": host,  # whom the client thought it was talking to
+                "authorized": authorized,  # an Authorization header arrived (never its value)
+                "ended": None,  # monotonic time the exchange ended (answered, dropped, left)
             }
         return seq
 
@@ -170,6 +218,12 @@ class SandboxState:
             if entry is not None:
                 entry["status"] = status
                 entry["retry_after"] = retry_after
+
+    def ended(self, seq: int) -> None:
+        with self._lock:
+            entry = self._log.get(seq)
+            if entry is not None:
+                entry["ended"] = time.monotonic()
 
     def _note(self, seq: int, **fields: Any) -> None:
         entry = self._log.get(seq)  # caller holds the lock
@@ -212,6 +266,10 @@ class SandboxState:
         except BehaviourError as exc:
             return error_reply(400, "invalid_behaviour", str(exc))
         canonical = json.dumps(command, sort_keys=True)
+        # A huge result is hashed here, before the lock: it takes a while at 400 MB.
+        huge = None
+        if behaviour.hostile_result == "huge":
+            huge = hostile.generated_result(behaviour.result_items, behaviour.huge_bytes)
         with self._lock:
             existing = self._by_key.get(key)
             if existing is not None:
@@ -222,10 +280,14 @@ class SandboxState:
                 existing.create_requests += 1
                 self._note(seq, job_id=existing.id, replayed=True)
                 headers = {**existing.create_headers(), "Idempotent-Replayed": "true"}
-                return Reply(status=202, body=existing.create_body, headers=headers)
-            job = self._new_job(key, canonical, command, behaviour)
+                replay = Reply(status=202, body=existing.create_body, headers=headers)
+                return _transport_mode(
+                    replay, behaviour.hostile_create, behaviour, existing.create_fields()
+                )
+            job = self._new_job(key, canonical, command, behaviour, huge)
             self._note(seq, job_id=job.id)
         reply = Reply(status=202, body=job.create_body, headers=job.create_headers())
+        _transport_mode(reply, behaviour.hostile_create, behaviour, job.create_fields())
         if behaviour.create_response == "drop":
             reply.drop = True
         elif behaviour.create_response == "hold":
@@ -233,14 +295,22 @@ class SandboxState:
         return reply
 
     def _new_job(
-        self, key: str, canonical: str, command: dict[str, Any], behaviour: Behaviour
+        self,
+        key: str,
+        canonical: str,
+        command: dict[str, Any],
+        behaviour: Behaviour,
+        huge: tuple[hostile.Generator, int, str] | None = None,
     ) -> Job:
-        job_id = f"job_{uuid.uuid4().hex[:12]}"
+        job_id = hostile.job_id(f"job_{uuid.uuid4().hex[:12]}", behaviour.job_id_style)
         while job_id in self._jobs:  # pragma: no cover - 48 random bits
-            job_id = f"job_{uuid.uuid4().hex[:12]}"
+            job_id = hostile.job_id(f"job_{uuid.uuid4().hex[:12]}", behaviour.job_id_style)
         created = datetime.now(UTC)
-        body = {"id": job_id, "status": "queued", "created_at": iso_utc(created)}
+        body: dict[str, Any] = {"id": job_id, "status": "queued", "created_at": iso_utc(created)}
+        if behaviour.hostile_create == "big_numbers":
+            body.update(hostile.BIG_NUMBERS)
         result = _build_result(job_id, behaviour)
+        stream, length, digest = huge or (None, 0, hashlib.sha256(result).hexdigest())
         job = Job(
             id=job_id,
             key=key,
@@ -251,13 +321,22 @@ class SandboxState:
             created_mono=time.monotonic(),
             create_body=json.dumps(body).encode(),
             result_bytes=result,
-            result_sha256=hashlib.sha256(result).hexdigest(),
+            result_sha256=digest,
+            result_stream=stream,
+            result_length=length,
         )
         self._jobs[job_id] = job
         self._by_key[key] = job
         return job
 
-    def status(self, seq: int, job_id: str, *, after_hold: bool = False) -> Reply:
+    def status(
+        self,
+        seq: int,
+        job_id: str,
+        *,
+        after_hold: bool = False,
+        authorization: str | None = None,
+    ) -> Reply:
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None:
@@ -292,7 +371,8 @@ class SandboxState:
                 )
             if b.unknown_state_at is not None and n >= b.unknown_state_at:
                 status = "mystery"
-            return self._status_reply(job, status, progress)
+            mode = b.hostile_status if n >= b.hostile_from else "none"
+            return self._status_reply(job, status, progress, mode, authorization)
 
     def _finished(self, job: Job, n: int) -> bool:
         b = job.behaviour
@@ -336,7 +416,14 @@ class SandboxState:
             fraction = n / b.polls_to_finish
         return max(0, min(99, int(100 * fraction)))
 
-    def _status_reply(self, job: Job, status: str, progress: int | None) -> Reply:
+    def _status_reply(
+        self,
+        job: Job,
+        status: str,
+        progress: int | None,
+        mode: str = "none",
+        authorization: str | None = None,
+    ) -> Reply:
         b = job.behaviour
         expires = job.expires_at
         body: dict[str, Any] = {
@@ -353,7 +440,7 @@ class SandboxState:
             if b.result_bad_checksum:
                 digest = hashlib.sha256(job.result_bytes + b"tampered").hexdigest()
             body["result"] = {
-                "url": f"/v1/jobs/{job.id}/result",
+                "url": hostile.result_reference(job.id, b.hostile_result, b.foreign_origin),
                 "sha256": digest,
                 "record_count": b.result_items,
             }
@@ -365,7 +452,16 @@ class SandboxState:
             retry = retry_after_value(b.retry_after, b.retry_after_date)
             if retry is not None:
                 headers["Retry-After"] = retry
-        return json_reply(200, body, headers)
+        if mode == "big_numbers":
+            body.update(hostile.BIG_NUMBERS)
+        elif mode == "echo_credential":
+            fields, echoed = hostile.echo(authorization)
+            body.update(fields)
+            headers.update(echoed, Location=hostile.echo_location(job.id, authorization))
+        reply = json_reply(200, body, headers)
+        if mode == "deep_json":
+            reply.body = hostile.dumps_with_deep(body, "detail", b.deep_json_depth)
+        return _transport_mode(reply, mode, b, body)
 
     def cancel(self, seq: int, job_id: str) -> Reply:
         with self._lock:
@@ -391,7 +487,12 @@ class SandboxState:
                 return error_reply(404, "not_found", f"no job {job_id}")
             if job.final != "succeeded" or job.behaviour.succeed_without_result:
                 return error_reply(404, "result_not_available", "the job has no result (yet)")
-            return Reply(status=200, body=job.result_bytes, headers={"Content-Type": _JSON})
+            reply = Reply(status=200, body=job.result_bytes, headers={"Content-Type": _JSON})
+            if job.result_stream is not None:
+                reply.body, reply.stream, reply.length = b"", job.result_stream, job.result_length
+            elif job.behaviour.hostile_result == "drip":
+                reply.drip_seconds = job.behaviour.drip_interval_seconds
+            return reply
 
     def lookup(self, seq: int, reference: str | None) -> Reply:
         if not reference:

@@ -1,10 +1,18 @@
-"""The HTTP edge against the real sandbox: observations, never exceptions; plugins; secrets."""
+"""The HTTP edge against real servers: observations, never exceptions; plugins; secrets;
+whole-request deadlines, bodies cut while reading, depth-bounded JSON."""
 
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import json
+import logging
+import secrets
 import socket
+import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +24,9 @@ from jobwarden.models.contract_loader import load_contract
 from jobwarden.models.errors import GiveUpError
 from jobwarden.models.plugins import OutboundRequest, load_plugin
 from jobwarden.models.requests import resolve_url
-from jobwarden.models.signals import TransportFailure
+from jobwarden.models.signals import RawResponse, TransportFailure
 from jobwarden.sandbox.server import SandboxServer
-from jobwarden.tasks.provider_edge import ProviderClient
+from jobwarden.tasks.provider_edge import ProviderClient, json_depth, parse_json, secret_forms
 from jobwarden.tasks.runtime import step_contexts
 
 
@@ -145,3 +153,382 @@ def test_a_plugin_reshapes_status_bodies_only() -> None:
     }
     plain = step_contexts({contract.name: contract}, {}, {})
     assert plain[contract.name].status_body({"data": 1}) == {"data": 1}
+
+
+# -- hostile answers: bounded time, bounded memory, observations not exceptions ---------
+
+SECRET = "edge-secret-0123456789abcdef"
+
+
+@pytest.fixture
+def secured(monkeypatch: pytest.MonkeyPatch) -> Iterator[SandboxServer]:
+    """A sandbox that wants SECRET, and the variable the contract reads it from."""
+    monkeypatch.setenv("JOBWARDEN_EDGE_TEST_TOKEN", SECRET)
+    with SandboxServer(token=SECRET) as s:
+        yield s
+
+
+def _secured_contract(url: str, *, timeout: float = 5.0, max_bytes: int | None = None) -> Any:
+    base = _contract(url, auth=AuthSpec(scheme="bearer", secret_env="JOBWARDEN_EDGE_TEST_TOKEN"))
+    limits = dataclasses.replace(base.limits, request_timeout_seconds=timeout)
+    result = base.result
+    if max_bytes is not None and result is not None:
+        result = dataclasses.replace(result, max_bytes=max_bytes)
+    return dataclasses.replace(base, limits=limits, result=result)
+
+
+def _job(client: ProviderClient, contract: Any, behaviour: dict[str, Any]) -> str:
+    """A sandbox job scripted with ``behaviour``, created through the edge itself."""
+    create = ProviderRequest(
+        purpose=RequestPurpose.create,
+        method="POST",
+        url=resolve_url(contract.base_url, "/v1/jobs"),
+        headers={"Idempotency-Key": secrets.token_hex(8)},
+        json_body={"behaviour": behaviour},
+    )
+    body = client.send(contract, create, trace_id="d" * 32).observation.body
+    assert isinstance(body, dict), body
+    return str(body["id"])
+
+
+def _status(client: ProviderClient, contract: Any, job_id: str) -> RawResponse:
+    url = resolve_url(contract.base_url, f"/v1/jobs/{job_id}")
+    return client.send(contract, _get(url), trace_id="e" * 32)
+
+
+@pytest.mark.parametrize("mode", ["drip", "drip_headers"])
+def test_a_dripping_answer_ends_at_the_whole_request_deadline_not_per_read(
+    secured: SandboxServer, mode: str
+) -> None:
+    # One byte per 100 ms: every read succeeds well within a per-read timeout, forever.
+    contract = _secured_contract(secured.url, timeout=1.5)
+    client = ProviderClient()
+    try:
+        job_id = _job(client, contract, {"hostile_status": mode, "drip_interval_seconds": 0.1})
+        started = time.monotonic()
+        raw = _status(client, contract, job_id)
+        elapsed = time.monotonic() - started
+        assert raw.observation.transport_failure is TransportFailure.read_timeout
+        assert raw.observation.status_code is None and raw.content == b""
+        assert 1.4 <= elapsed < 1.5 + 1.0
+        # The cut connection is not reused: the next request on the client is answered.
+        after = _status(client, contract, _job(client, contract, {}))
+        assert after.observation.status_code == 200
+    finally:
+        client.close()
+
+
+def test_a_huge_status_answer_is_cut_while_reading_at_the_answer_limit(
+    secured: SandboxServer,
+) -> None:
+    contract = _secured_contract(secured.url)
+    client = ProviderClient(answer_limit=64 * 1024)
+    try:
+        huge = 200 * 1024 * 1024
+        job_id = _job(client, contract, {"hostile_status": "huge", "huge_bytes": huge})
+        started = time.monotonic()
+        raw = _status(client, contract, job_id)
+        # 200 MB would take seconds to read even on loopback; the cut comes after 64 KiB.
+        assert time.monotonic() - started < 1.0
+    finally:
+        client.close()
+    assert raw.observation.status_code == 200
+    assert raw.observation.body is None and raw.observation.body_problem == "too_large"
+    assert len(raw.content) == 64 * 1024 + 1
+
+
+def test_a_result_past_max_bytes_keeps_one_byte_more_so_validation_refuses_its_size(
+    secured: SandboxServer,
+) -> None:
+    from jobwarden.models.results import validate_result
+
+    contract = _secured_contract(secured.url, max_bytes=100_000)
+    client = ProviderClient()
+    try:
+        job_id = _job(
+            client,
+            contract,
+            {"hostile_result": "huge", "huge_bytes": 5_000_000, "polls_to_finish": 1},
+        )
+        assert _status(client, contract, job_id).observation.status_code == 200
+        request = ProviderRequest(
+            purpose=RequestPurpose.result,
+            method="GET",
+            url=resolve_url(contract.base_url, f"/v1/jobs/{job_id}/result"),
+        )
+        raw = client.send(contract, request, trace_id="f" * 32)
+    finally:
+        client.close()
+    assert raw.observation.body_problem == "too_large"
+    assert len(raw.content) == 100_001
+    assert contract.result is not None
+    verdict = validate_result(
+        contract.result,
+        content=raw.content,
+        content_type=raw.content_type,
+        expected_sha256=None,
+        declared_record_count=None,
+    )
+    assert not verdict.valid and verdict.problem == "result exceeds 100000 bytes"
+
+
+def test_ten_thousand_nested_arrays_are_a_too_deep_observation_not_a_recursion_error(
+    secured: SandboxServer,
+) -> None:
+    contract = _secured_contract(secured.url)
+    client = ProviderClient()
+    try:
+        job_id = _job(client, contract, {"hostile_status": "deep_json"})
+        raw = _status(client, contract, job_id)
+    finally:
+        client.close()
+    assert raw.observation.status_code == 200
+    assert raw.observation.body is None and raw.observation.body_problem == "too_deep"
+
+
+def test_numbers_past_64_bits_are_read_exactly(secured: SandboxServer) -> None:
+    contract = _secured_contract(secured.url)
+    client = ProviderClient()
+    try:
+        job_id = _job(client, contract, {"hostile_status": "big_numbers"})
+        body = _status(client, contract, job_id).observation.body
+    finally:
+        client.close()
+    assert isinstance(body, dict)
+    assert body["bytes_processed"] == 2**64 and body["records_seen"] == 2**70
+    assert body["cost_estimate"] == 1e300 and body["status"] == "queued"
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"\xff\xfe{}", "undecodable"),  # not UTF-8
+        (b'{"a": "\\u0000"}', "undecodable"),  # NUL: Postgres text and JSONB cannot hold it
+        (b'{"a": "\\ud800"}', "undecodable"),  # a lone surrogate is not Unicode text
+        (b'{"a": NaN}', "malformed_json"),  # json.loads would accept it; JSON does not
+        (b'{"a": Infinity}', "malformed_json"),
+        (b'{"a": 1e400}', "number_out_of_range"),  # a float would silently become inf
+        (b'{"a": ' + b"9" * 5000 + b"}", "number_out_of_range"),
+        (b'{"a": ' + b"[" * 65 + b"]" * 65 + b"}", "too_deep"),
+        (b'{"a": [1, 2', "malformed_json"),
+    ],
+)
+def test_an_unreadable_body_is_named_by_its_problem(data: bytes, problem: str) -> None:
+    assert parse_json(data) == (None, problem)
+
+
+def test_brackets_inside_strings_do_not_count_towards_depth() -> None:
+    text = '{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\"[["}'
+    assert json_depth(text) == 1
+    assert parse_json(text.encode())[1] is None
+    nested = "[" * 64 + "]" * 64
+    assert json_depth(nested) == 64
+    assert parse_json(b"\xef\xbb\xbf" + nested.encode()) == (json.loads(nested), None)
+
+
+def test_a_gzip_answer_is_inflated_within_the_same_bound() -> None:
+    # A 100 MB gzip bomb is about 100 KB on the wire: the bound applies after inflating.
+    bomb = gzip.compress(b"[" + b" " * 100_000_000 + b"]", compresslevel=9)
+    small = gzip.compress(b'{"status": "running"}')
+
+    class Gzip(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            payload = bomb if self.path == "/bomb" else small
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Gzip)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    contract = _contract(url, auth=None)
+    client = ProviderClient(answer_limit=1024 * 1024)
+    try:
+        bombed = client.send(contract, _get(f"{url}/bomb"), trace_id="a" * 32)
+        fine = client.send(contract, _get(f"{url}/small"), trace_id="a" * 32)
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+    assert bombed.observation.body_problem == "too_large"
+    assert len(bombed.content) == 1024 * 1024 + 1
+    assert fine.observation.body == {"status": "running"}
+
+
+@pytest.mark.parametrize(
+    "reference",
+    ["/v1/jobs/job_1/result\nx", "/v1/jobs/job_1/result\tx", "/v1/jobs/job_1\r\nX-Injected: 1"],
+)
+def test_a_reference_with_control_characters_is_an_observation_and_never_sent(
+    secured: SandboxServer, reference: str
+) -> None:
+    contract = _secured_contract(secured.url)
+    client = ProviderClient()
+    request = ProviderRequest(
+        purpose=RequestPurpose.result, method="GET", url=secured.url + reference
+    )
+    try:
+        raw = client.send(contract, request, trace_id="a" * 32)
+    finally:
+        client.close()
+    assert raw.observation.status_code is None
+    assert raw.observation.transport_failure is TransportFailure.protocol
+    assert secured.requests() == []
+
+
+@pytest.mark.parametrize(
+    ("url", "headers"),
+    [
+        ("ftp://127.0.0.1/v1/jobs/x", {}),  # UnsupportedProtocol
+        ("http://[::1/v1/jobs/x", {}),  # InvalidURL: a broken host
+        ("{base}/v1/jobs/x", {"X-Note": "caf\u00e9"}),  # httpx encodes header values as ASCII
+        ("{base}/v1/jobs/x", {"X-Note": "a\r\nX-Injected: 1"}),  # h11 refuses CR/LF
+    ],
+)
+def test_every_request_error_is_an_observation_not_an_exception(
+    secured: SandboxServer, url: str, headers: dict[str, str]
+) -> None:
+    contract = _secured_contract(secured.url)
+    client = ProviderClient()
+    request = ProviderRequest(
+        purpose=RequestPurpose.status,
+        method="GET",
+        url=url.format(base=secured.url),
+        headers=headers,
+    )
+    try:
+        raw = client.send(contract, request, trace_id="a" * 32)
+    finally:
+        client.close()
+    assert raw.observation.transport_failure is TransportFailure.protocol
+    assert secured.requests() == []
+
+
+@pytest.mark.parametrize(
+    ("source", "value", "problem"),
+    [
+        ("env", "tok-0123456789\r\nX-Injected: 1", "control character"),
+        ("env", "tok-0123456789\nsecond-line", "control character"),
+        ("file", "tok-01234\x0056789", "control character"),  # the environment cannot hold NUL
+        ("file", "tok-0123\r\n456789", "control character"),
+        ("env", "tok-0123456789-\u00e9t\u00e9", "non-ASCII"),
+        ("file", "tok-0123456789-\u2603", "non-ASCII"),
+    ],
+)
+def test_an_unusable_credential_gives_up_naming_its_source_never_the_value(
+    secured: SandboxServer,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    source: str,
+    value: str,
+    problem: str,
+) -> None:
+    if source == "env":
+        monkeypatch.setenv("JOBWARDEN_EDGE_TEST_TOKEN", value)
+        contract = _secured_contract(secured.url)
+        named = "JOBWARDEN_EDGE_TEST_TOKEN"
+    else:
+        secret_file = tmp_path / "token"
+        secret_file.write_text(value, encoding="utf-8")
+        auth = AuthSpec(scheme="bearer", secret_file=str(secret_file))
+        contract = _contract(secured.url, auth=auth)
+        named = str(secret_file)
+    client = ProviderClient()
+    try:
+        with pytest.raises(GiveUpError) as caught:
+            _status(client, contract, "job_1")
+    finally:
+        client.close()
+    message = str(caught.value)
+    assert named in message and problem in message
+    assert "tok-" not in message and "tok-" not in repr(caught.value.args)
+    assert secured.requests() == []
+    # Never sent, but still scrubbed by value should a provider have it from elsewhere.
+    assert value.strip() in secret_forms(contract)
+
+
+def test_a_secret_file_that_is_not_utf8_gives_up_naming_the_file(
+    tmp_path: Path, secured: SandboxServer
+) -> None:
+    secret_file = tmp_path / "token"
+    secret_file.write_bytes(b"tok-\xff\xfe-0123456789")
+    contract = _contract(secured.url, auth=AuthSpec(scheme="bearer", secret_file=str(secret_file)))
+    client = ProviderClient()
+    try:
+        with pytest.raises(GiveUpError, match=str(secret_file)):
+            _status(client, contract, "job_1")
+    finally:
+        client.close()
+    assert secured.requests() == []
+
+
+def test_no_log_record_at_any_level_holds_the_credential(
+    secured: SandboxServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """httpcore's DEBUG trace prints response headers; the provider here echoes the
+    credential in a header and the body. With the root logger at DEBUG, no record
+    (from httpx, httpcore or anyone) may hold it in any form."""
+    contract = _secured_contract(secured.url)
+    forms = secret_forms(contract)
+    assert SECRET in forms
+    caplog.set_level(logging.DEBUG)  # the root logger, as an operator debugging would
+    client = ProviderClient()
+    try:
+        job_id = _job(client, contract, {"hostile_status": "echo_credential"})
+        raw = _status(client, contract, job_id)
+        # An unusable header value makes h11 raise with the value in its message.
+        bad = ProviderRequest(
+            purpose=RequestPurpose.status,
+            method="GET",
+            url=resolve_url(contract.base_url, f"/v1/jobs/{job_id}"),
+            headers={"X-Copy": f"{SECRET}\r\n"},
+        )
+        client.send(contract, bad, trace_id="a" * 32)
+    finally:
+        client.close()
+    assert raw.observation.headers["x-echoed-authorization"] == f"Bearer {SECRET}"
+    assert logging.getLogger("any.library").isEnabledFor(logging.DEBUG)  # DEBUG really was on
+    for record in caplog.records:
+        text = record.getMessage() + repr(record.args) + str(record.exc_info)
+        assert not any(form in text for form in forms), (record.name, text[:200])
+
+
+def test_the_http_library_loggers_stay_at_warning_whatever_the_root_level(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    assert logging.getLogger("any.library").isEnabledFor(logging.DEBUG)
+    for name in ("httpx", "httpcore", "httpcore.http11", "httpcore.connection"):
+        assert not logging.getLogger(name).isEnabledFor(logging.INFO), name
+
+
+def test_an_http_proxy_from_the_environment_is_honoured_and_no_proxy_bypasses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with SandboxServer() as proxy, SandboxServer() as direct:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        client = ProviderClient()
+        contract = _contract("http://provider.invalid", auth=None)
+        try:
+            # A forward proxy gets the absolute URL; the sandbox answers it as if it were the host.
+            via = client.send(
+                contract, _get("http://provider.invalid/v1/jobs/j1"), trace_id="a" * 32
+            )
+            bypassed = client.send(contract, _get(f"{direct.url}/v1/jobs/j2"), trace_id="a" * 32)
+        finally:
+            client.close()
+        assert via.observation.status_code == 404 and bypassed.observation.status_code == 404
+        assert [(r["path"], r["host"]) for r in proxy.requests()] == [
+            ("/v1/jobs/j1", "provider.invalid")
+        ]
+        assert [r["path"] for r in direct.requests()] == ["/v1/jobs/j2"]

@@ -1,11 +1,17 @@
-"""Settings: defaults that work locally, one clear error naming a bad variable."""
+"""Settings: defaults that work locally, one clear error naming a bad variable, and a
+lease long enough for the requests a step sends under it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from jobwarden.config.settings import load_settings
+from jobwarden.config.settings import DEFAULT_PROVIDERS_DIR, load_settings
+from jobwarden.models.contract import ProviderContract
+from jobwarden.models.contract_loader import load_contracts
 from jobwarden.models.errors import SettingsError
+from jobwarden.tasks.provider_edge import check_request_bounds
 
 
 @pytest.fixture(autouse=True)
@@ -47,3 +53,42 @@ def test_a_countdown_longer_than_half_the_visibility_timeout_is_refused(
     monkeypatch.setenv("JOBWARDEN_MAX_COUNTDOWN_SECONDS", "3000")
     with pytest.raises(SettingsError, match="JOBWARDEN_MAX_COUNTDOWN_SECONDS"):
         load_settings()
+
+
+# -- every request ends before the lease it runs under -----------------------------------
+
+
+def _with_timeout(contract: ProviderContract, seconds: float) -> ProviderContract:
+    limits = dataclasses.replace(contract.limits, request_timeout_seconds=seconds)
+    return dataclasses.replace(contract, limits=limits)
+
+
+def test_the_default_lease_outlasts_every_shipped_contracts_requests() -> None:
+    contracts = load_contracts(DEFAULT_PROVIDERS_DIR)
+    assert contracts
+    check_request_bounds(contracts, load_settings())
+
+
+@pytest.mark.parametrize(
+    ("ttl", "timeout", "allowed"),
+    [
+        ("5", 2.0, True),  # two requests of 2 s and the 1 s margin: exactly the lease
+        ("4.9", 2.0, False),
+        ("60", 30.0, False),  # the lease alone is not enough: the step may send twice
+        ("61", 30.0, True),
+    ],
+)
+def test_a_lease_shorter_than_two_requests_and_a_margin_is_refused_naming_both(
+    monkeypatch: pytest.MonkeyPatch, ttl: str, timeout: float, allowed: bool
+) -> None:
+    monkeypatch.setenv("JOBWARDEN_LEASE_TTL_SECONDS", ttl)
+    shipped = load_contracts(DEFAULT_PROVIDERS_DIR)["sandbox"]
+    contracts = {"sandbox": _with_timeout(shipped, timeout)}
+    if allowed:
+        check_request_bounds(contracts, load_settings())
+        return
+    with pytest.raises(SettingsError) as refused:
+        check_request_bounds(contracts, load_settings())
+    message = str(refused.value)
+    assert "JOBWARDEN_LEASE_TTL_SECONDS" in message and "provider sandbox" in message
+    assert "request_timeout_seconds" in message
