@@ -19,7 +19,7 @@ from jobwarden.models.contract import ProviderContract
 from jobwarden.models.contract_loader import effective_base_url, load_contracts
 from jobwarden.models.plugins import ProviderPlugin, load_plugin
 from jobwarden.models.requests import StepContext
-from jobwarden.tasks.provider_edge import ProviderClient
+from jobwarden.tasks.provider_edge import ProviderClient, check_request_bounds
 
 
 def utcnow() -> datetime:
@@ -55,6 +55,8 @@ _runtime: Runtime | None = None
 
 def build_runtime(settings: Settings) -> Runtime:
     contracts = load_contracts(settings.providers_dir)
+    # A request must never outlive the lease, or a second owner starts beside it.
+    check_request_bounds(contracts, settings)
     plugins = {
         name: load_plugin(c.plugin, file=c.source_file)
         for name, c in contracts.items()

@@ -33,12 +33,13 @@ from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
 from jobwarden.models.steps import StepKind, unsent
 from jobwarden.tasks import faults
 from jobwarden.tasks.leases import operation_lease
-from jobwarden.tasks.provider_edge import secret_forms
+from jobwarden.tasks.provider_edge import MAX_REQUESTS_PER_LEASE, secret_forms
 from jobwarden.tasks.runtime import Runtime, utcnow
 
 # A step sends one request, except reconciliation by lookup, which may follow an empty
 # lookup with the same-token create. A decision asking for more is a bug, not a loop.
-MAX_SENDS_PER_STEP = 2
+# The lease TTL is checked against this many requests at start-up (the edge's bound).
+MAX_SENDS_PER_STEP = MAX_REQUESTS_PER_LEASE
 
 
 def read(rt: Runtime, operation_id: uuid.UUID) -> Operation | None:
