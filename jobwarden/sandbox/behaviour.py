@@ -108,6 +108,15 @@ class Behaviour:
     # Only ever named in answers: the sandbox never connects anywhere. A loopback default,
     # so a client that wrongly follows it (169.254.169.254 in real life) stays on this host.
     foreign_origin: str = "http://127.0.0.2:9"
+    # Conventions, each named after the public spec it models:
+    # IETF Idempotency-Key draft / Azure repeatable requests: a repeat of a key whose first
+    # request is still being processed (within this many seconds) answers 409 in flight.
+    in_flight_seconds: float | None = None
+    # OASIS Repeatable Requests 1.0 (Azure): the key must be a GUID and travel with
+    # Repeatability-First-Sent (IMF-fixdate), identical on every repeat (else 400).
+    require_repeatability: bool = False
+    # A synchronous provider: the create answer is the finished job (200, final status).
+    synchronous: bool = False
 
     def status_error_for(self, index: int) -> StatusError | None:
         """The scripted error for the ``index``-th (0-based) status call, if any."""
@@ -218,6 +227,9 @@ _FIELDS = frozenset(
         "huge_bytes",
         "drip_interval_seconds",
         "foreign_origin",
+        "in_flight_seconds",
+        "require_repeatability",
+        "synchronous",
     }
 )
 
@@ -280,4 +292,7 @@ def parse_behaviour(raw: Any) -> Behaviour:
         huge_bytes=64 * 1024 * 1024 if huge is None else huge,
         drip_interval_seconds=1.0 if drip is None else drip,
         foreign_origin=_str(raw, "foreign_origin", Behaviour.foreign_origin).rstrip("/"),
+        in_flight_seconds=_float(raw, "in_flight_seconds"),
+        require_repeatability=_bool(raw, "require_repeatability", False),
+        synchronous=_bool(raw, "synchronous", False),
     )

@@ -228,6 +228,7 @@ class _Handler(BaseHTTPRequestHandler):
             traceparent=self.headers.get("traceparent"),
             host=self.headers.get("Host"),
             authorized="Authorization" in self.headers,
+            first_sent=self.headers.get("Repeatability-First-Sent"),
         )
         try:
             reply = self._route(seq, kind, job_id, path=path, query=query, body=body)
@@ -282,7 +283,12 @@ class _Handler(BaseHTTPRequestHandler):
                 **{"WWW-Authenticate": "Bearer"},
             )
         if kind == "create":
-            return state.create(seq, self.headers.get("Idempotency-Key"), body)
+            return state.create(
+                seq,
+                self.headers.get("Idempotency-Key"),
+                body,
+                first_sent=self.headers.get("Repeatability-First-Sent"),
+            )
         if kind == "lookup":
             return state.lookup(seq, _first(query, "reference"))
         if job_id is not None:

@@ -16,7 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from email.utils import format_datetime
+from email.utils import format_datetime, parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -105,6 +105,7 @@ class Job:
     final: str | None = None
     last_status: str = "queued"
     last_progress: int = 0
+    first_sent: str | None = None  # Repeatability-First-Sent of the first create
 
     @property
     def expires_at(self) -> datetime | None:
@@ -141,6 +142,25 @@ class Job:
             "error_calls": self.error_calls,
             "cancel_requested": self.cancel_requested,
         }
+
+
+def _repeatability_problem(behaviour: Behaviour, key: str, first_sent: str | None) -> Reply | None:
+    """OASIS Repeatable Requests 1.0 as Azure applies it: a GUID key, an IMF-fixdate."""
+    if not behaviour.require_repeatability:
+        return None
+    try:
+        uuid.UUID(key)
+    except ValueError:
+        return error_reply(400, "invalid_request_id", "Repeatability-Request-ID must be a GUID")
+    try:
+        parsed = parsedate_to_datetime(first_sent or "")
+    except (TypeError, ValueError):
+        parsed = None
+    if parsed is None or not (first_sent or "").endswith("GMT"):
+        return error_reply(
+            400, "invalid_first_sent", "Repeatability-First-Sent must be an IMF-fixdate"
+        )
+    return None
 
 
 def _result_document(job_id: str, behaviour: Behaviour) -> dict[str, Any]:
@@ -187,6 +207,7 @@ class SandboxState:
         traceparent: str | None,
         host: str | None = None,
         authorized: bool = False,
+        first_sent: str | None = None,
     ) -> int:
         now = datetime.now(UTC)
         with self._lock:
@@ -205,6 +226,7 @@ class SandboxState:
                 "status": None,
                 "retry_after": None,
                 "traceparent": traceparent,
+                "first_sent": first_sent,
                 "replayed": False,
                 "host": host,  # whom the client thought it was talking to
                 "authorized": authorized,  # an Authorization header arrived (never its value)
@@ -252,7 +274,9 @@ class SandboxState:
             self._log.clear()
 
     # ----------------------------------------------------------------- API
-    def create(self, seq: int, key: str | None, raw_body: bytes) -> Reply:
+    def create(
+        self, seq: int, key: str | None, raw_body: bytes, first_sent: str | None = None
+    ) -> Reply:
         if not key:
             return error_reply(400, "idempotency_key_required", "send an Idempotency-Key header")
         try:
@@ -265,6 +289,9 @@ class SandboxState:
             behaviour = parse_behaviour(command.get("behaviour"))
         except BehaviourError as exc:
             return error_reply(400, "invalid_behaviour", str(exc))
+        refused = _repeatability_problem(behaviour, key, first_sent)
+        if refused is not None:
+            return refused
         canonical = json.dumps(command, sort_keys=True)
         # A huge result is hashed here, before the lock: it takes a while at 400 MB.
         huge = None
@@ -277,6 +304,21 @@ class SandboxState:
                     return error_reply(
                         422, "idempotency_key_reused", "this key was used with a different body"
                     )
+                if behaviour.require_repeatability and first_sent != existing.first_sent:
+                    # OASIS Repeatable Requests: a repeat must carry the first-sent time.
+                    return error_reply(
+                        400, "repeatability_mismatch", "Repeatability-First-Sent changed"
+                    )
+                in_flight = behaviour.in_flight_seconds
+                if in_flight is not None and time.monotonic() - existing.created_mono < in_flight:
+                    # IETF Idempotency-Key draft: the first request is still being processed.
+                    self._note(seq, job_id=existing.id, replayed=True)
+                    return error_reply(
+                        409,
+                        "idempotency_key_in_use",
+                        "a request with this key is still being processed",
+                        **{"Retry-After": "1"},
+                    )
                 existing.create_requests += 1
                 self._note(seq, job_id=existing.id, replayed=True)
                 headers = {**existing.create_headers(), "Idempotent-Replayed": "true"}
@@ -285,7 +327,12 @@ class SandboxState:
                     replay, behaviour.hostile_create, behaviour, existing.create_fields()
                 )
             job = self._new_job(key, canonical, command, behaviour, huge)
+            job.first_sent = first_sent
             self._note(seq, job_id=job.id)
+            if behaviour.synchronous:
+                # The create answer is the finished job: no status read is needed.
+                job.final = behaviour.outcome
+                return self._status_reply(job, job.final, 100 if behaviour.progress else None)
         reply = Reply(status=202, body=job.create_body, headers=job.create_headers())
         _transport_mode(reply, behaviour.hostile_create, behaviour, job.create_fields())
         if behaviour.create_response == "drop":

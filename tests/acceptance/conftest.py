@@ -83,6 +83,23 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         'base_url_env = "JOBWARDEN_SANDBOX_URL"', 'base_url_env = "JOBWARDEN_UNREACHABLE_URL"'
     )
     (out / "sandbox_unreachable.toml").write_text(unreachable)
+    # The public conventions the sandbox models on request: a UUID token with
+    # Repeatability-First-Sent (OASIS Repeatable Requests / Azure), and error codes that say
+    # what a failure really is (Azure OperationTimedOut, AIP-151 google.rpc.Code).
+    conventions = (
+        _variant(base, "sandbox_conventions")
+        .replace(
+            'token_name = "Idempotency-Key"',
+            'token_name = "Idempotency-Key"\ntoken_format = "uuid"\n'
+            'first_sent_header = "Repeatability-First-Sent"',
+        )
+        .replace(
+            'state_pointer = "/status"',
+            'state_pointer = "/status"\nerror_code_pointer = "/error/code"',
+        )
+        .replace("[cancel]", '[states.error_codes]\nOperationTimedOut = "expired"\n\n[cancel]', 1)
+    )
+    (out / "sandbox_conventions.toml").write_text(conventions)
     return out
 
 
