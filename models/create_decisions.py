@@ -14,7 +14,6 @@ from jobwarden.models.actions import (
     Accept,
     Collect,
     Decided,
-    DelaySource,
     Escalate,
     EscalationReason,
     Finish,
@@ -26,7 +25,7 @@ from jobwarden.models.actions import (
     Send,
     escalate,
 )
-from jobwarden.models.backoff import backoff_delay, validate_poll_hint
+from jobwarden.models.backoff import validate_poll_hint
 from jobwarden.models.collection import collection
 from jobwarden.models.contract import ReconciliationPath, RemoteStatus
 from jobwarden.models.decisions import (
@@ -36,7 +35,7 @@ from jobwarden.models.decisions import (
     decide_after_create,
     first_poll,
     poll_view,
-    wait_within,
+    retry_wait,
 )
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
@@ -282,18 +281,14 @@ def after_create(
         )
         detail = f"{op.create_attempts} create attempts: {outcome.detail}"
         return Decided(action=escalate(op.state, reason, detail))
-    if outcome.retry_after is not None:
-        seconds, source = outcome.retry_after, DelaySource.provider_retry_after
-    else:
-        seconds = backoff_delay(
-            attempt=op.create_attempts,
-            base=contract.poll.base_seconds,
-            maximum=contract.poll.max_seconds,
-            jitter_floor=contract.poll.jitter_floor,
-            u=u,
-        )
-        source = DelaySource.local_backoff
-    wait = wait_within(now=now, seconds=seconds, deadline=op.create_deadline, source=source)
+    wait = retry_wait(
+        outcome.retry_after,
+        contract.poll,
+        attempt=op.create_attempts,
+        u=u,
+        now=now,
+        deadline=op.create_deadline,
+    )
     if kind is CreateOutcomeKind.in_flight:
         # The provider still works on our first request: the outcome is not known yet,
         # and only the same token, later, may learn it (never a fresh one).
@@ -330,20 +325,15 @@ def after_create(
 def _lookup_retry(
     op: Operation, ctx: StepContext, signal: HttpSignal, now: datetime, u: float
 ) -> Retry:
-    policy = ctx.contract.poll
-    if signal.retry_after.valid and signal.retry_after.seconds is not None:
-        seconds, source = signal.retry_after.seconds, DelaySource.provider_retry_after
-    else:
-        attempt = op.create_attempts
-        seconds = backoff_delay(
-            attempt=attempt,
-            base=policy.base_seconds,
-            maximum=policy.max_seconds,
-            jitter_floor=policy.jitter_floor,
-            u=u,
-        )
-        source = DelaySource.local_backoff
-    wait = wait_within(now=now, seconds=seconds, deadline=op.create_deadline, source=source)
+    asked = signal.retry_after.seconds if signal.retry_after.valid else None
+    wait = retry_wait(
+        asked,
+        ctx.contract.poll,
+        attempt=op.create_attempts,
+        u=u,
+        now=now,
+        deadline=op.create_deadline,
+    )
     failed_read = signal.kind in (SignalKind.transport, SignalKind.server_error)
     return Retry(
         wait=wait,

@@ -49,6 +49,7 @@ __all__ = [
     "first_poll",
     "guard_before_status_request",
     "poll_view",
+    "retry_wait",
     "wait_within",
 ]
 
@@ -163,6 +164,35 @@ def wait_within(
         clipped_to_deadline=False,
         cause=cause,
     )
+
+
+def retry_wait(
+    retry_after: float | None,
+    policy: PollPolicy,
+    *,
+    attempt: int,
+    u: float,
+    now: datetime,
+    deadline: datetime,
+    cause: str = "wait",
+) -> Wait:
+    """Wait for the provider's Retry-After when it sent one, else jittered backoff.
+
+    The one choice of delay for a request to repeat (a create, a lookup, a download);
+    clipped to ``deadline`` before any arithmetic, so no hint can overflow or widen it.
+    """
+    if retry_after is not None:
+        seconds, source = retry_after, DelaySource.provider_retry_after
+    else:
+        seconds = backoff_delay(
+            attempt=attempt,
+            base=policy.base_seconds,
+            maximum=policy.max_seconds,
+            jitter_floor=policy.jitter_floor,
+            u=u,
+        )
+        source = DelaySource.local_backoff
+    return wait_within(now=now, seconds=seconds, deadline=deadline, source=source, cause=cause)
 
 
 def _wait_for(view: PollView, *, now: datetime, seconds: float, source: DelaySource) -> Wait:
