@@ -176,6 +176,8 @@ def decide_escalation(
                 seconds=row.cancel_window_seconds or limits.cancel_deadline_seconds
             ),
         )
+        # The event carries the new bounds, so the history shows what a human widened and
+        # by how much; counters are never reset (a decision raises limits instead).
         bounds = {
             k: (v.isoformat() if hasattr(v, "isoformat") else v)
             for k, v in changes.items()
@@ -223,6 +225,8 @@ def approve(
                 "the approval names a different fingerprint than the "
                 "operation's; a changed payload needs a new approval"
             )
+        # An approval expires: the create step refuses to send under a stale one, so an
+        # approval given today cannot authorise a create a week from now.
         expires = now + timedelta(seconds=valid_for_seconds)
         approved = EventDraft(
             kind=EventKind.approved,
