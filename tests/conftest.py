@@ -1,7 +1,17 @@
 """Shared fixtures: a scratch database per test run, a Redis key prefix per run.
 
-Tests talk to the real Postgres and Redis on localhost; isolation is by
-database name and key prefix, never by faking a server.
+Tests talk to real servers; isolation is by database name and key prefix, never by
+faking a server. Which servers is configurable, Unix sockets included:
+
+- ``JOBWARDEN_TEST_ADMIN_URL``: a Postgres URL with the right to create databases
+  (default: the server of ``JOBWARDEN_DATABASE_URL`` if set, else
+  ``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``). The scratch database
+  lives on that server, under the same credentials and query (``?host=/run/postgresql``).
+- ``JOBWARDEN_TEST_REDIS_URL``: the Redis for broker and leases (default:
+  ``JOBWARDEN_REDIS_URL`` if set, else ``redis://127.0.0.1:6379/0``).
+
+Every other ``JOBWARDEN_*`` setting is removed once those are read, so a developer's
+own settings (providers folder, lease TTL, queue) never leak into a test.
 """
 
 from __future__ import annotations
@@ -11,24 +21,48 @@ import secrets
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy.engine import make_url
 
 RUN_ID = secrets.token_hex(4)
-ADMIN_URL = os.environ.get(
-    "JOBWARDEN_TEST_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
 TEST_DB = f"jobwarden_test_{RUN_ID}"
+DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-def _scrub_env() -> None:
-    for name in list(os.environ):
-        if name.startswith("JOBWARDEN_") and name != "JOBWARDEN_TEST_ADMIN_URL":
+def _admin_url(environ: dict[str, str]) -> str:
+    if "JOBWARDEN_TEST_ADMIN_URL" in environ:
+        return environ["JOBWARDEN_TEST_ADMIN_URL"]
+    if "JOBWARDEN_DATABASE_URL" in environ:
+        # Same server and credentials, the maintenance database for CREATE DATABASE.
+        url = make_url(environ["JOBWARDEN_DATABASE_URL"]).set(database="postgres")
+        return url.render_as_string(hide_password=False)
+    return DEFAULT_ADMIN_URL
+
+
+def _redis_url(environ: dict[str, str]) -> str:
+    return environ.get("JOBWARDEN_TEST_REDIS_URL") or environ.get(
+        "JOBWARDEN_REDIS_URL", DEFAULT_REDIS_URL
+    )
+
+
+def _configure_environment() -> tuple[str, str]:
+    environ = dict(os.environ)
+    admin_url, redis_url = _admin_url(environ), _redis_url(environ)
+    for name in environ:
+        if name.startswith("JOBWARDEN_") and not name.startswith("JOBWARDEN_TEST_"):
             del os.environ[name]
+    os.environ["JOBWARDEN_TEST_ADMIN_URL"] = admin_url
+    os.environ["JOBWARDEN_TEST_REDIS_URL"] = redis_url
+    scratch = make_url(admin_url).set(database=TEST_DB)
+    os.environ["JOBWARDEN_DATABASE_URL"] = scratch.render_as_string(hide_password=False)
+    os.environ["JOBWARDEN_REDIS_URL"] = redis_url
+    os.environ["JOBWARDEN_BROKER_URL"] = redis_url
+    os.environ["JOBWARDEN_KEY_PREFIX"] = f"jwtest-{RUN_ID}"
+    os.environ["JOBWARDEN_QUEUE"] = f"jwtest-{RUN_ID}"
+    return admin_url, redis_url
 
 
-_scrub_env()
-os.environ["JOBWARDEN_DATABASE_URL"] = ADMIN_URL.rsplit("/", 1)[0] + f"/{TEST_DB}"
-os.environ["JOBWARDEN_KEY_PREFIX"] = f"jwtest-{RUN_ID}"
-os.environ["JOBWARDEN_QUEUE"] = f"jwtest-{RUN_ID}"
+ADMIN_URL, REDIS_URL = _configure_environment()
 
 
 @pytest.fixture(scope="session")
