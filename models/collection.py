@@ -10,19 +10,43 @@ from jobwarden.models.actions import Collect, Escalate, EscalationReason, escala
 from jobwarden.models.origins import usable_url
 from jobwarden.models.pointers import resolve_pointer
 from jobwarden.models.requests import StepContext
+from jobwarden.models.results import promised_checksum_key
 from jobwarden.models.states import OperationState
 
 
 def expected_result(ctx: StepContext, body: object) -> dict[str, Any]:
-    """What the status body promised about the result, checked when it is collected."""
+    """What the status body promised about the result, checked when it is collected.
+
+    Read at the poll that saw the job finish, and carried in the row until collection:
+    the result's digest (``expected_<algorithm>``; None when promised but absent), the
+    counts it declared (OpenAI ``request_counts``; only those present, as whole numbers)
+    and a second file holding the failed lines (OpenAI ``error_file_id``).
+    """
     expected: dict[str, Any] = {}
     spec = ctx.contract.result
-    if spec is not None and spec.checksum_pointer:
-        sha = resolve_pointer(body, spec.checksum_pointer)
-        expected["expected_sha256"] = sha if isinstance(sha, str) else None
-    if spec is not None and spec.fetch == "inline" and ctx.contract.status.result_ref_pointer:
+    if spec is None:
+        return expected
+    if spec.checksum_pointer:
+        digest = resolve_pointer(body, spec.checksum_pointer)
+        expected[promised_checksum_key(spec)] = digest if isinstance(digest, str) else None
+    if spec.fetch == "inline" and ctx.contract.status.result_ref_pointer:
         inline = resolve_pointer(body, ctx.contract.status.result_ref_pointer)
         expected["inline"] = inline if isinstance(inline, dict | list) else None
+    counts: dict[str, int] = {}
+    for name, pointer in (
+        ("completed", spec.completed_count_pointer),
+        ("failed", spec.failed_count_pointer),
+        ("total", spec.total_count_pointer),
+    ):
+        value = resolve_pointer(body, pointer) if pointer is not None else None
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            counts[name] = value
+    if counts:
+        expected["declared_counts"] = counts
+    if spec.error_file_pointer is not None:
+        ref = resolve_pointer(body, spec.error_file_pointer)
+        if isinstance(ref, str) and ref:
+            expected["error_file"] = ref
     return expected
 
 

@@ -147,6 +147,27 @@ class ReconciliationSpec:
     lookup_job_id_pointer: str | None = None
 
 
+class DigestField(StrEnum):
+    """A response field carrying a digest of the result, named as the contract writes it."""
+
+    repr_digest = "repr-digest"  # RFC 9530: digest of the selected representation
+    content_digest = "content-digest"  # RFC 9530: digest of the message content
+    content_md5 = "content-md5"  # RFC 1864: base64 of the 16 MD5 octets
+    x_goog_hash = "x-goog-hash"  # Google Cloud Storage: crc32c=<base64>,md5=<base64>
+
+
+class ChecksumAlgorithm(StrEnum):
+    sha256 = "sha256"  # FIPS 180-4 SHA-256
+    sha512 = "sha512"  # FIPS 180-4 SHA-512
+    md5 = "md5"  # RFC 1321: corruption, not tampering
+    crc32c = "crc32c"  # Castagnoli CRC (RFC 4960 appendix B), 4 octets big-endian
+
+
+class ChecksumEncoding(StrEnum):
+    hex = "hex"  # lower or upper case hexadecimal
+    base64 = "base64"  # RFC 4648 section 4, padded
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResultSpec:
     """How a finished job's result is fetched and validated."""
@@ -158,11 +179,33 @@ class ResultSpec:
     path: str | None = None
     allowed_origins: tuple[str, ...] = ()  # empty means: only the contract's base_url origin
     content_type: str | None = "application/json"
-    checksum_pointer: str | None = None  # in the status body: expected sha256 hex of the result
-    checksum_header: str | None = None  # or in the result response
+    # Digest fields of the result response to verify (models.digests), and whether at least
+    # one usable digest must be there: a promised check that is missing is a failed check.
+    digests: tuple[DigestField, ...] = ()
+    digests_required: bool = True
+    # A digest in the status body, in the contract's algorithm and encoding.
+    checksum_pointer: str | None = None
+    checksum_algorithm: ChecksumAlgorithm = ChecksumAlgorithm.sha256
+    checksum_encoding: ChecksumEncoding = ChecksumEncoding.hex
     record_count_pointer: str | None = None  # in the result body: declared record count
-    items_pointer: str | None = None  # in the result body: list of succeeded items
-    failed_items_pointer: str | None = None  # in the result body: list of failed items
+    # The result's items: the list at items_pointer (the whole document without it), or
+    # every line when jsonl. Without a per-item rule below every item counts as succeeded.
+    items_pointer: str | None = None
+    failed_items_pointer: str | None = None  # in the result body: a separate list of failures
+    # Per-item outcome (Azure-style list with a status field; Google- and OpenAI-style JSON
+    # Lines whose failed lines carry an error or an HTTP status >= 400).
+    item_status_pointer: str | None = None
+    item_failed_values: tuple[str, ...] = ()
+    item_succeeded_values: tuple[str, ...] = ()  # when set, any other status is a problem
+    item_error_pointer: str | None = None  # a value other than null here: the item failed
+    item_status_code_pointer: str | None = None  # an HTTP status >= 400 here: the item failed
+    item_ref_pointer: str | None = None  # the reference recorded for a failed item
+    # Counts the status body declares when the job finished (OpenAI request_counts),
+    # cross-checked with the items found; and a second file holding the failed lines.
+    completed_count_pointer: str | None = None
+    failed_count_pointer: str | None = None
+    total_count_pointer: str | None = None
+    error_file_pointer: str | None = None
     max_bytes: int = 50 * 1024 * 1024
     # Fraction of failed items above which the result is invalid (per-item failures).
     max_failed_fraction: float = 1.0

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypedDict
 from urllib.parse import urlsplit
 
 from jobwarden.models.contract import (
     AuthSpec,
     CancelSpec,
+    ChecksumAlgorithm,
+    ChecksumEncoding,
     CreateSpec,
+    DigestField,
     JobLocator,
     Limits,
     PollPolicy,
@@ -344,21 +347,108 @@ def parse_result(t: TomlTable, status: StatusSpec | None) -> ResultSpec:
         content_type = "application/json"
     if not isinstance(content_type, str):
         raise t.fail("content_type", f"must be a string, got {toml_type(content_type)}")
-    checksum_header = t.header_name("checksum_header")
+    jsonl = t.boolean("jsonl", default=False)
+    items_pointer = t.pointer("items_pointer")
+    if jsonl and items_pointer is not None:
+        raise t.fail("items_pointer", "not allowed with jsonl = true: every line is an item")
     return ResultSpec(
         fetch=fetch,
         path=path,
         allowed_origins=tuple(origins),
         content_type=content_type or None,
-        checksum_pointer=t.pointer("checksum_pointer"),
-        checksum_header=checksum_header,
+        **_result_digests(t, fetch),
         record_count_pointer=t.pointer("record_count_pointer"),
-        items_pointer=t.pointer("items_pointer"),
+        items_pointer=items_pointer,
         failed_items_pointer=t.pointer("failed_items_pointer"),
+        **_item_outcomes(t),
         max_bytes=t.count("max_bytes", default=50 * 1024 * 1024, maximum=MAX_RESULT_BYTES),
         max_failed_fraction=t.fraction("max_failed_fraction", default=1.0),
-        jsonl=t.boolean("jsonl", default=False),
+        jsonl=jsonl,
     )
+
+
+class _Digests(TypedDict):
+    digests: tuple[DigestField, ...]
+    digests_required: bool
+    checksum_pointer: str | None
+    checksum_algorithm: ChecksumAlgorithm
+    checksum_encoding: ChecksumEncoding
+
+
+class _ItemRules(TypedDict):
+    item_status_pointer: str | None
+    item_failed_values: tuple[str, ...]
+    item_succeeded_values: tuple[str, ...]
+    item_error_pointer: str | None
+    item_status_code_pointer: str | None
+    item_ref_pointer: str | None
+    completed_count_pointer: str | None
+    failed_count_pointer: str | None
+    total_count_pointer: str | None
+    error_file_pointer: str | None
+
+
+def _result_digests(t: TomlTable, fetch: str) -> _Digests:
+    """result.digests (response fields) and result.checksum_* (the status body's digest)."""
+    names = t.str_list("digests")
+    fields: list[DigestField] = []
+    for index, name in enumerate(names or ()):
+        if name not in {f.value for f in DigestField}:
+            known = ", ".join(f.value for f in DigestField)
+            raise t.fail(f"digests[{index}]", f"must be one of: {known}; got {name!r}")
+        if DigestField(name) in fields:
+            raise t.fail(f"digests[{index}]", f"{name!r} is listed twice")
+        fields.append(DigestField(name))
+    if names == ():
+        raise t.fail("digests", "must list at least one digest field (or be left out)")
+    if fields and fetch == "inline":
+        raise t.fail("digests", "needs a result response; fetch = 'inline' has none")
+    if t.get("digests_required") is not None and not fields:
+        raise t.fail("digests_required", "only allowed with result.digests")
+    pointer = t.pointer("checksum_pointer")
+    algorithm = t.enum("checksum_algorithm", ChecksumAlgorithm)
+    encoding = t.enum("checksum_encoding", ChecksumEncoding)
+    for key, value in (("checksum_algorithm", algorithm), ("checksum_encoding", encoding)):
+        if value is not None and pointer is None:
+            raise t.fail(key, "only allowed with result.checksum_pointer")
+    return {
+        "digests": tuple(fields),
+        "digests_required": t.boolean("digests_required", default=True),
+        "checksum_pointer": pointer,
+        "checksum_algorithm": algorithm or ChecksumAlgorithm.sha256,
+        "checksum_encoding": encoding or ChecksumEncoding.hex,
+    }
+
+
+def _item_outcomes(t: TomlTable) -> _ItemRules:
+    """How each item's outcome is read, and the counts the status body declares."""
+    status_pointer = t.pointer("item_status_pointer")
+    failed_values = t.str_list("item_failed_values") or ()
+    succeeded_values = t.str_list("item_succeeded_values") or ()
+    if bool(status_pointer) != bool(failed_values):
+        raise t.fail("item_failed_values", "item_status_pointer and item_failed_values go together")
+    if succeeded_values and not status_pointer:
+        raise t.fail("item_succeeded_values", "only allowed with result.item_status_pointer")
+    overlap = sorted(set(failed_values) & set(succeeded_values))
+    if overlap:
+        raise t.fail("item_succeeded_values", f"{overlap[0]!r} is also an item_failed_values")
+    failed_count = t.pointer("failed_count_pointer")
+    error_file = t.pointer("error_file_pointer")
+    if error_file is not None and failed_count is None:
+        # The failed lines are elsewhere: only the declared count says how many there are.
+        raise t.fail("error_file_pointer", "needs result.failed_count_pointer")
+    return {
+        "item_status_pointer": status_pointer,
+        "item_failed_values": failed_values,
+        "item_succeeded_values": succeeded_values,
+        "item_error_pointer": t.pointer("item_error_pointer"),
+        "item_status_code_pointer": t.pointer("item_status_code_pointer"),
+        "item_ref_pointer": t.pointer("item_ref_pointer"),
+        "completed_count_pointer": t.pointer("completed_count_pointer"),
+        "failed_count_pointer": failed_count,
+        "total_count_pointer": t.pointer("total_count_pointer"),
+        "error_file_pointer": error_file,
+    }
 
 
 def parse_webhook(t: TomlTable) -> WebhookSpec:

@@ -79,13 +79,7 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
         if not content:
             return _unavailable("inline result missing")
         ctype = "application/json"  # serialised here from the status body
-        verdict = validate_result(
-            spec,
-            content=content,
-            content_type=ctype,
-            expected_sha256=expected.get("expected_sha256"),
-            declared_record_count=None,
-        )
+        verdict = validate_result(spec, content=content, content_type=ctype, promised=expected)
         return _result_ending(op, verdict, content, ctype)
     limits = ctx.contract.limits
     if op.collect_deadline is not None and now >= op.collect_deadline:
@@ -101,9 +95,14 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
         # Invariant 10: the credential goes only where the contract says; nothing is sent.
         detail = f"result URL on an origin the contract does not allow: {shown_url(url)}"
         return Decided(action=escalate(op.state, EscalationReason.contract_violation, detail))
+    # Digest fields cover the bytes as sent, content-coding included (RFC 9530, RFC 1864):
+    # asking for identity keeps them comparable with the decoded bytes the edge returns.
+    headers = {"accept-encoding": "identity"} if spec.digests else {}
     return Decided(
         action=Send(
-            request=ProviderRequest(purpose=RequestPurpose.result, method="GET", url=url),
+            request=ProviderRequest(
+                purpose=RequestPurpose.result, method="GET", url=url, headers=headers
+            ),
             event=EventKind.result_fetch_sent,
             counters={"result_fetch_attempts": op.result_fetch_attempts + 1},
             excerpt={"url": shown_url(url)},
@@ -131,8 +130,9 @@ def after_collect(
             spec,
             content=raw.content,
             content_type=raw.content_type,
-            expected_sha256=expected.get("expected_sha256"),
-            declared_record_count=None,
+            promised=expected,
+            headers=raw.observation.headers,
+            body_problem=raw.observation.body_problem,
         )
         return _result_ending(op, verdict, raw.content, raw.content_type)
     if signal.kind in (SignalKind.unauthorized, SignalKind.forbidden):

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from jobwarden.sandbox.conventions import RESULT_DIGESTS, RESULT_SHAPES
+
 OUTCOMES = ("succeeded", "failed", "expired")
 CREATE_RESPONSES = ("normal", "drop", "hold")
 CANCEL_MODES = ("honour", "race", "never")
@@ -117,6 +119,11 @@ class Behaviour:
     require_repeatability: bool = False
     # A synchronous provider: the create answer is the finished job (200, final status).
     synchronous: bool = False
+    # Result conventions (jobwarden.sandbox.conventions): the per-item shape of the result,
+    # a digest field on its download, and one byte changed after the digests were taken.
+    result_shape: str = "sandbox"
+    result_digest: str = "none"
+    result_altered: bool = False
 
     def status_error_for(self, index: int) -> StatusError | None:
         """The scripted error for the ``index``-th (0-based) status call, if any."""
@@ -230,6 +237,9 @@ _FIELDS = frozenset(
         "in_flight_seconds",
         "require_repeatability",
         "synchronous",
+        "result_shape",
+        "result_digest",
+        "result_altered",
     }
 )
 
@@ -295,4 +305,7 @@ def parse_behaviour(raw: Any) -> Behaviour:
         in_flight_seconds=_float(raw, "in_flight_seconds"),
         require_repeatability=_bool(raw, "require_repeatability", False),
         synchronous=_bool(raw, "synchronous", False),
+        result_shape=_choice(raw, "result_shape", RESULT_SHAPES),
+        result_digest=_choice(raw, "result_digest", RESULT_DIGESTS),
+        result_altered=_bool(raw, "result_altered", False),
     )

@@ -229,6 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
             host=self.headers.get("Host"),
             authorized="Authorization" in self.headers,
             first_sent=self.headers.get("Repeatability-First-Sent"),
+            accept_encoding=self.headers.get("Accept-Encoding"),
         )
         try:
             reply = self._route(seq, kind, job_id, path=path, query=query, body=body)

@@ -20,7 +20,7 @@ from email.utils import format_datetime, parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
-from jobwarden.sandbox import hostile
+from jobwarden.sandbox import conventions, hostile
 from jobwarden.sandbox.behaviour import Behaviour, BehaviourError, parse_behaviour
 
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
@@ -176,6 +176,10 @@ def _result_document(job_id: str, behaviour: Behaviour) -> dict[str, Any]:
 
 
 def _build_result(job_id: str, behaviour: Behaviour) -> bytes:
+    b = behaviour
+    shaped = conventions.result_body(b.result_shape, job_id, b.result_items, b.result_failed_items)
+    if shaped is not None:
+        return shaped[0]
     document = _result_document(job_id, behaviour)
     if behaviour.hostile_result == "deep_json":
         return hostile.dumps_with_deep(document, "nested", behaviour.deep_json_depth)
@@ -208,6 +212,7 @@ class SandboxState:
         host: str | None = None,
         authorized: bool = False,
         first_sent: str | None = None,
+        accept_encoding: str | None = None,
     ) -> int:
         now = datetime.now(UTC)
         with self._lock:
@@ -227,6 +232,7 @@ class SandboxState:
                 "retry_after": None,
                 "traceparent": traceparent,
                 "first_sent": first_sent,
+                "accept_encoding": accept_encoding,  # digests cover the bytes as sent
                 "replayed": False,
                 "host": host,  # whom the client thought it was talking to
                 "authorized": authorized,  # an Authorization header arrived (never its value)
@@ -491,6 +497,8 @@ class SandboxState:
                 "sha256": digest,
                 "record_count": b.result_items,
             }
+            shape, total, failed = b.result_shape, b.result_items, b.result_failed_items
+            body.update(conventions.status_fields(shape, job.id, total, failed))
         elif status == "failed":
             body["error"] = {"code": b.error_code, "message": b.error_message}
         if status not in FINAL_STATUSES:
@@ -534,7 +542,12 @@ class SandboxState:
                 return error_reply(404, "not_found", f"no job {job_id}")
             if job.final != "succeeded" or job.behaviour.succeed_without_result:
                 return error_reply(404, "result_not_available", "the job has no result (yet)")
-            reply = Reply(status=200, body=job.result_bytes, headers={"Content-Type": _JSON})
+            b = job.behaviour
+            headers = {"Content-Type": conventions.content_type(b.result_shape)}
+            # Digests of the result as produced; result_altered then changes it "in transit".
+            headers.update(conventions.digest_headers(b.result_digest, job.result_bytes))
+            body = conventions.altered(job.result_bytes) if b.result_altered else job.result_bytes
+            reply = Reply(status=200, body=body, headers=headers)
             if job.result_stream is not None:
                 reply.body, reply.stream, reply.length = b"", job.result_stream, job.result_length
             elif job.behaviour.hostile_result == "drip":

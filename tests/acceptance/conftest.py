@@ -100,7 +100,53 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         .replace("[cancel]", '[states.error_codes]\nOperationTimedOut = "expired"\n\n[cancel]', 1)
     )
     (out / "sandbox_conventions.toml").write_text(conventions)
+    # Result conventions (test_result_conventions.py): digest fields on the download and
+    # the three per-item shapes, each a sandbox variant with its own [result] table.
+    head, rest = base.split("[result]\n", 1)
+    tail = rest[rest.index("[poll]") :]
+    for name, table in RESULT_VARIANTS.items():
+        (out / f"{name}.toml").write_text(_variant(head, name) + table + "\n" + tail)
     return out
+
+
+RESULT_VARIANTS = {
+    # No status-body checksum: the digest fields are the only integrity check.
+    "sandbox_digests": """[result]
+fetch = "url"
+content_type = "application/json"
+digests = ["repr-digest", "content-digest", "content-md5", "x-goog-hash"]
+items_pointer = "/items"
+failed_items_pointer = "/failed_items"
+""",
+    "sandbox_azure_items": """[result]
+fetch = "url"
+content_type = "application/json"
+items_pointer = "/value"
+item_status_pointer = "/status"
+item_failed_values = ["Failed", "ValidationFailed"]
+item_succeeded_values = ["Succeeded"]
+item_ref_pointer = "/id"
+""",
+    "sandbox_google_items": """[result]
+fetch = "url"
+content_type = "application/jsonl"
+jsonl = true
+item_error_pointer = "/error"
+item_ref_pointer = "/key"
+""",
+    "sandbox_openai_items": """[result]
+fetch = "url"
+content_type = "application/jsonl"
+jsonl = true
+item_error_pointer = "/error"
+item_status_code_pointer = "/response/status_code"
+item_ref_pointer = "/custom_id"
+completed_count_pointer = "/request_counts/completed"
+failed_count_pointer = "/request_counts/failed"
+total_count_pointer = "/request_counts/total"
+error_file_pointer = "/error_file_id"
+""",
+}
 
 
 @pytest.fixture(scope="session")

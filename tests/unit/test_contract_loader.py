@@ -14,6 +14,7 @@ from jobwarden.models.contract import (
     AuthSpec,
     CancelSpec,
     CreateSpec,
+    DigestField,
     JobLocator,
     Limits,
     PollPolicy,
@@ -183,7 +184,9 @@ def test_a_contract_using_every_optional_table_keeps_every_value() -> None:
         "https://files.example.com",
         "https://backup.example.com:8443",
     )
-    assert c.result.checksum_header == "X-Checksum-Sha256"
+    assert c.result.digests == (DigestField.repr_digest, DigestField.content_digest)
+    assert c.result.digests_required is False
+    assert (c.result.checksum_algorithm, c.result.checksum_encoding) == ("md5", "base64")
     assert (c.result.max_bytes, c.result.max_failed_fraction) == (1024, 0.02)
     assert c.webhook is not None
     assert c.webhook.secret_env == "JOBWARDEN_FULL_WEBHOOK_SECRET"

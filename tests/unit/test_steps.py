@@ -42,6 +42,7 @@ from jobwarden.models.create_decisions import (
     before_create,
     before_reconcile,
 )
+from jobwarden.models.digests import DigestCheck
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.requests import StepContext, create_request
@@ -1594,6 +1595,16 @@ def test_a_valid_result_succeeds_with_its_verdict_and_bytes(code: int) -> None:
             record_count=2,
             succeeded_items=2,
             failed_items=[],
+            # The sandbox's status body promises a sha256 of the bytes: checked and recorded.
+            digests=(
+                DigestCheck(
+                    source="status body /result/sha256",
+                    algorithm="sha256",
+                    ours=SHA,
+                    theirs=SHA,
+                    matches=True,
+                ),
+            ),
         ),
         content=RESULT,
         content_type="application/json; charset=utf-8",
