@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
+import sys
+import threading
 import uuid
 from typing import Any
 
@@ -35,12 +38,75 @@ SCENARIOS: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
+def _where(variable: str, address: str) -> str:
+    origin = variable if os.environ.get(variable) else f"{variable} not set, the default"
+    return f"{address} ({origin})"
+
+
+def check_services(settings: Any) -> None:
+    """Raise SettingsError, one line naming the variable and address, for a server that
+    does not answer: before any process starts, instead of a long traceback or a silent wait."""
+    from redis import Redis
+    from redis.exceptions import RedisError
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from jobwarden.models.errors import SettingsError
+
+    try:
+        url = make_url(settings.database_url)
+    except SQLAlchemyError as exc:
+        raise SettingsError(f"JOBWARDEN_DATABASE_URL is not a database URL: {exc}") from None
+    host = url.host or url.query.get("host") or "the default socket"
+    address = f"{host}:{url.port or 5432}"
+    # The maintenance database: the configured one may not exist yet (ensure_database makes it).
+    engine = create_engine(url.set(database="postgres"), connect_args={"connect_timeout": 5})
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+        raise SettingsError(
+            f"PostgreSQL is not reachable at {_where('JOBWARDEN_DATABASE_URL', address)}: {reason}"
+        ) from None
+    finally:
+        engine.dispose()
+    for variable, value in (
+        ("JOBWARDEN_REDIS_URL", settings.redis_url),
+        ("JOBWARDEN_BROKER_URL", settings.broker_url),
+    ):
+        client = Redis.from_url(value, socket_connect_timeout=5, socket_timeout=5)
+        try:
+            client.ping()
+        except (RedisError, ValueError) as exc:
+            pool = client.connection_pool.connection_kwargs
+            where = pool.get("path") or f"{pool.get('host')}:{pool.get('port')}"
+            raise SettingsError(
+                f"Redis is not reachable at {_where(variable, where)}: {exc}"
+            ) from None
+        finally:
+            client.close()
+
+
 def run_demo(console: Console) -> int:
+    """Run the scenarios; every process it starts is stopped on the way out, whatever happens
+    (an error, Ctrl-C or SIGTERM), and a service that does not answer is one SettingsError."""
+    # SIGTERM becomes SystemExit, so the finally below stops the worker and beat too.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     from jobwarden.sandbox.server import SandboxServer
 
     token = secrets.token_hex(16)
     sandbox = SandboxServer(token=token)
     sandbox.start()
+    try:
+        return _run(console, sandbox, token)
+    finally:
+        sandbox.stop()
+
+
+def _run(console: Console, sandbox: Any, token: str) -> int:
     env = {
         "JOBWARDEN_SANDBOX_URL": sandbox.url,
         "JOBWARDEN_SANDBOX_TOKEN": token,
@@ -62,6 +128,7 @@ def run_demo(console: Console) -> int:
     get_settings.cache_clear()
     runtime.reset()
     settings = get_settings()
+    check_services(settings)
     ensure_database(settings.database_url)
     upgrade(settings.database_url)
     console.print(
@@ -69,13 +136,13 @@ def run_demo(console: Console) -> int:
         f"broker {settings.broker_url}"
     )
     stack = Stack(env)
-    stack.start_worker("demo-worker", concurrency=4)
-    stack.start_beat("demo-beat")
-    stack.wait_ready("demo-worker")
     stopped = {s.value for s in TERMINAL | AUTOMATION_STOPPED}
     run = secrets.token_hex(4)
     failures = 0
     try:
+        stack.start_worker("demo-worker", concurrency=4)
+        stack.start_beat("demo-beat")
+        stack.wait_ready("demo-worker")
         ops: list[tuple[str, str, str]] = []
         for title, behaviour, expected in SCENARIOS:
             answer = submit_operation(
@@ -126,6 +193,5 @@ def run_demo(console: Console) -> int:
                 console.print("  " + event_line(ev), highlight=False)
     finally:
         stack.stop()
-        sandbox.stop()
     console.rule("done" if not failures else f"{failures} scenario(s) not as expected")
     return 1 if failures else 0
