@@ -149,9 +149,13 @@ def _parse(spec: ResultSpec, content: bytes) -> tuple[object, str] | str:
         text = content.decode()
     except UnicodeDecodeError:
         return "result is not valid JSON (not UTF-8)"
+    # A hostile result nested thousands deep exhausts the parser's recursion: that is an
+    # invalid result (result_validation_failed), not a crashed collect step.
     if not spec.jsonl:
         try:
             return json.loads(text), "item"
+        except RecursionError:
+            return "result is nested too deeply to be read"
         except ValueError:
             return "result is not valid JSON"
     lines = []
@@ -159,6 +163,8 @@ def _parse(spec: ResultSpec, content: bytes) -> tuple[object, str] | str:
         if line.strip():
             try:
                 lines.append(json.loads(line))
+            except RecursionError:
+                return f"result line {number} is nested too deeply to be read"
             except ValueError:
                 return f"result line {number} is not valid JSON"
     return lines, "line"

@@ -221,3 +221,9 @@ def test_rfc9530_an_altered_body_with_correct_looking_digest_headers_ends_valida
     intact = reply(200, content=HELLO, headers=headers)
     action = after_collect(op, ctx, send.request, intact, NOW, 1.0).action
     assert not isinstance(action, Finish), action
+
+
+def test_a_result_nested_ten_thousand_deep_is_invalid_not_a_crash() -> None:
+    deep = b"[" * 10_000 + b"]" * 10_000
+    verdict = check(deep)
+    assert not verdict.valid and "nested too deeply" in (verdict.problem or "")
