@@ -13,45 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import shutil
-import socket
-import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobwarden.embedded import LocalPostgres, LocalRedis, ServerStartError
 from jobwarden.harness import Stack
 
-
-class PrivateServerError(RuntimeError):
-    """A private server could not be started; the message names the missing piece."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-    except OSError:
-        return False
-    return True
-
-
-def _wait_port(port: int, *, up: bool, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while _answers(port) != up:
-        if time.monotonic() > deadline:
-            state = "accept" if up else "close"
-            raise PrivateServerError(f"{what} on 127.0.0.1:{port} did not {state} in {timeout}s")
-        time.sleep(0.05)
+# Raised when a private server cannot be started; the tests fail with it, never skip.
+PrivateServerError = ServerStartError
 
 
 def postgres_bin_dir() -> Path:
@@ -74,96 +46,15 @@ def postgres_bin_dir() -> Path:
     )
 
 
-class PrivatePostgres:
-    """A throwaway cluster: trust authentication, TCP on 127.0.0.1 only, no Unix socket.
-
-    PostgreSQL refuses to run as root, so under root the cluster belongs to the existing
-    ``postgres`` OS user (``runuser``); no user is ever created.
-    """
+class PrivatePostgres(LocalPostgres):
+    """A throwaway cluster from the machine's PostgreSQL binaries."""
 
     def __init__(self) -> None:
-        self.bin = postgres_bin_dir()
-        self.port = free_port()
-        self.root = Path(tempfile.mkdtemp(prefix="jobwarden-private-pg-"))
-        self.data = self.root / "data"
-        self.log = self.root / "postgres.log"
-        self._as: list[str] = []
-        if os.geteuid() == 0:
-            try:
-                owner = pwd.getpwnam("postgres")
-            except KeyError:
-                raise PrivateServerError(
-                    "running as root and there is no 'postgres' OS user to own a private "
-                    "cluster; run the tests as an ordinary user or create that user"
-                ) from None
-            runuser = shutil.which("runuser")
-            if runuser is None:
-                raise PrivateServerError("running as root and runuser is missing")
-            os.chown(self.root, owner.pw_uid, owner.pw_gid)
-            self._as = [runuser, "-u", "postgres", "--"]
-
-    @property
-    def admin_url(self) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
-
-    def url(self, database: str) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
-
-    def _run(self, *args: str, timeout: float = 60) -> None:
-        done = subprocess.run(
-            [*self._as, *args], capture_output=True, text=True, timeout=timeout, check=False
-        )
-        if done.returncode != 0:
-            tail = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
-            raise PrivateServerError(
-                f"{Path(args[0]).name} {args[1] if len(args) > 1 else ''} failed "
-                f"({done.returncode}): {done.stderr.strip() or done.stdout.strip()}\n{tail}"
-            )
-
-    def start(self) -> None:
-        if not self.data.exists():
-            self._run(
-                str(self.bin / "initdb"),
-                *("-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8"),
-                "--no-sync",
-            )
-        # fsync off: the cluster is thrown away; an immediate restart still runs crash recovery.
-        options = f"-p {self.port} -k '' -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run(
-            str(self.bin / "pg_ctl"),
-            *("start", "-w", "-t", "60", "-D", str(self.data), "-l", str(self.log)),
-            *("-o", options),
-        )
-        _wait_port(self.port, up=True, timeout=30, what="private PostgreSQL")
-
-    def stop(self, mode: str = "fast") -> None:
-        self._run(str(self.bin / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(self.data))
-
-    def restart(self) -> None:
-        """Like a crash: every connection and open transaction is cut, then recovery runs."""
-        self.stop("immediate")
-        self.start()
-
-    def create_database(self, name: str) -> str:
-        from sqlalchemy import create_engine, text
-
-        admin = create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
-        try:
-            with admin.connect() as conn:
-                conn.execute(text(f'CREATE DATABASE "{name}"'))
-        finally:
-            admin.dispose()
-        return self.url(name)
-
-    def remove(self) -> None:
-        if (self.data / "postmaster.pid").exists():
-            with contextlib.suppress(PrivateServerError, subprocess.TimeoutExpired):
-                self.stop("immediate")
-        shutil.rmtree(self.root, ignore_errors=True)
+        super().__init__(postgres_bin_dir(), prefix="jobwarden-private-pg-")
 
 
-class PrivateRedis:
-    """A redis-server that never saves: ``--save "" --appendonly no`` in its own folder."""
+class PrivateRedis(LocalRedis):
+    """A non-persistent redis-server from PATH."""
 
     def __init__(self) -> None:
         binary = shutil.which("redis-server")
@@ -172,50 +63,7 @@ class PrivateRedis:
                 "redis-server is not on PATH; install Redis (or Valkey) "
                 "to run the Redis-restart test"
             )
-        self.port = free_port()
-        self.root = Path(tempfile.mkdtemp(prefix="jobwarden-private-redis-"))
-        self.command = [
-            binary,
-            *("--port", str(self.port), "--bind", "127.0.0.1"),
-            *("--save", "", "--appendonly", "no", "--dir", str(self.root)),
-            *("--logfile", str(self.root / "redis.log")),
-        ]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            self.command,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            _wait_port(self.port, up=True, timeout=20, what="private redis-server")
-        except PrivateServerError:
-            log = self.root / "redis.log"
-            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            raise PrivateServerError(f"private redis-server did not start: {tail}") from None
-
-    def stop(self) -> None:
-        """SIGKILL, so nothing is saved or handed over: every key, lease and message is gone."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self.proc = None
-        _wait_port(self.port, up=False, timeout=10, what="private redis-server")
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def remove(self) -> None:
-        with contextlib.suppress(PrivateServerError):
-            self.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
+        super().__init__(binary, prefix="jobwarden-private-redis-")
 
 
 @contextlib.contextmanager
