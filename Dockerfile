@@ -1,11 +1,21 @@
-FROM python:3.11-slim
-WORKDIR /app
+# Build stage: a wheel of jobwarden and its dependencies; nothing of it reaches the image
+# but the wheels.
+FROM python:3.11-slim AS build
+WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY models ./models
 COPY tasks ./tasks
 COPY config ./config
 COPY migrations ./migrations
 COPY jobwarden ./jobwarden
-RUN pip install --no-cache-dir .
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+# Runtime stage: the installed wheels and an unprivileged user, no build tools, no sources.
+FROM python:3.11-slim
+RUN useradd --system --uid 10001 --home-dir /home/jobwarden --create-home jobwarden
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir --no-index --find-links=/wheels jobwarden && rm -rf /wheels
 ENV PYTHONUNBUFFERED=1
+USER jobwarden
+WORKDIR /home/jobwarden
 ENTRYPOINT ["jobwarden"]
