@@ -24,7 +24,14 @@ def test_a_readme_example_runs_as_written(database_url: str, block: str) -> None
     # session set (scratch database, key prefix, queue) are its whole configuration.
     done = subprocess.run(
         [sys.executable, "-c", block],
-        env={**os.environ, "JOBWARDEN_DATABASE_URL": database_url},
+        env={
+            **os.environ,
+            "JOBWARDEN_DATABASE_URL": database_url,
+            # The shipped contracts and defaults, as a reader has them (an earlier test
+            # package may have pointed these at its own variants).
+            "JOBWARDEN_PROVIDERS_DIR": str(README.parent / "config" / "providers"),
+            "JOBWARDEN_LEASE_TTL_SECONDS": "150",
+        },
         cwd=README.parent,
         capture_output=True,
         text=True,
