@@ -17,6 +17,7 @@ import importlib.util
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -242,6 +243,21 @@ def embedded_servers() -> Iterator[dict[str, str]]:
         postgres.remove()
 
 
+def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
+    """Run the command to its end; SIGTERM is passed on and awaited, so the command stops its
+    own processes (the demo's worker and beat) before the servers under them go away."""
+    proc = subprocess.Popen(argv, env=env)
+    previous = signal.signal(signal.SIGTERM, lambda signum, _: proc.send_signal(signum))
+    try:
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                continue  # Ctrl-C reached the command too (same process group): let it finish
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str]) -> int:
     """``python -m jobwarden.embedded COMMAND...``: run COMMAND on embedded servers."""
     if not argv:
@@ -256,10 +272,7 @@ def main(argv: list[str]) -> int:
                 f" started in {time.monotonic() - started:.1f}s, removed at the end",
                 flush=True,
             )
-            try:
-                return subprocess.run(argv, env={**os.environ, **env}, check=False).returncode
-            except KeyboardInterrupt:
-                return 130
+            return _run_forwarding_signals(argv, {**os.environ, **env})
     except ServerStartError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
