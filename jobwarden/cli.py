@@ -32,8 +32,26 @@ console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 
+SUBMIT_EXIT_CODES = {"conflict": 3, "in_progress": 4}
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        console.print(f"jobwarden {version('jobwarden')}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _load_settings() -> None:
+def _load_settings(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
     """Read JOBWARDEN_* once, up front: a bad value stops every command with one clear error."""
     get_settings()
 
@@ -313,6 +331,9 @@ def submit(
         cancel_deadline_seconds=cancel_deadline_seconds,
     )
     console.print_json(json.dumps(result.as_dict()))
+    # Exit codes a script can branch on: 0 recorded (created, replayed, duplicate_event),
+    # 3 conflict (same key, different request: nothing was touched), 4 in progress.
+    raise typer.Exit(SUBMIT_EXIT_CODES.get(result.outcome.value, 0))
 
 
 @app.command()
@@ -379,10 +400,19 @@ def sandbox(
     token: Annotated[str | None, typer.Option(envvar="JOBWARDEN_SANDBOX_TOKEN")] = None,
 ) -> None:
     """Run the sandbox provider (the simulated async job API) in the foreground."""
+    import errno
+
+    from jobwarden.models.errors import SettingsError
     from jobwarden.sandbox.server import serve
 
-    console.print(f"sandbox provider on http://{host}:{port}")
-    serve(host, port, token)
+    try:
+        serve(host, port, token)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise SettingsError(
+            f"sandbox port {host}:{port} is in use (--port / JOBWARDEN_SANDBOX_PORT)"
+        ) from None
 
 
 @app.command()

@@ -42,6 +42,8 @@ def enqueue(rt: Runtime, operation_id: uuid.UUID, state: S, countdown: float = 0
             countdown=max(0.0, countdown) or None,
             queue=rt.settings.queue,
             retry=False,
+            # A wake-up's answer is the row, not a result: no result key, no subscription.
+            ignore_result=True,
         )
     except Exception as exc:
         log.warning(
@@ -69,6 +71,7 @@ def republish(rt: Runtime, task_name: str, operation_id: uuid.UUID) -> bool:
             countdown=min(LEASE_BUSY_RETRY_SECONDS, rt.settings.max_countdown_seconds),
             queue=rt.settings.queue,
             retry=False,
+            ignore_result=True,
         )
     except Exception as exc:
         log.warning("republish_failed operation_id=%s error=%s", operation_id, type(exc).__name__)
