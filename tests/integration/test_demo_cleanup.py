@@ -1,0 +1,72 @@
+"""A demo stopped mid-way leaves nothing running: no worker, no beat, no sandbox."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _parents() -> dict[int, int]:
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":  # a zombie has ended; only its exit status is left
+            parents[int(entry.name)] = int(fields[1])  # field 4 of /proc/PID/stat: ppid
+    return parents
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live process below ``root`` (the harness starts its own process groups)."""
+    parents, frontier = _parents(), {root}
+    found: set[int] = set()
+    while frontier:
+        children = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= children
+        frontier = children
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    return pids & set(_parents())
+
+
+def test_a_demo_killed_after_it_started_its_worker_leaves_no_process_behind(
+    database_url: str,
+) -> None:
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "jobwarden.cli", "demo"],
+        cwd=REPO,
+        env={**os.environ, "JOBWARDEN_DATABASE_URL": database_url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert demo.stdout is not None
+    try:
+        # The first submission is printed once the worker and beat are up and consuming.
+        for line in demo.stdout:
+            if line.startswith("submitted "):
+                break
+        else:
+            raise AssertionError(f"the demo ended before submitting (exit {demo.wait()})")
+        started = _descendants(demo.pid)
+        assert len(started) >= 2  # the worker (and its pool) and beat run under it
+        demo.send_signal(signal.SIGTERM)
+        demo.wait(timeout=60)
+        assert _alive(started) == set()
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+        demo.stdout.close()
