@@ -318,7 +318,7 @@ def pipeline(
 def redis_client(worker_env: dict[str, str]) -> Iterator[Any]:
     from redis import Redis
 
-    client = Redis.from_url("redis://127.0.0.1:6379/0")
+    client = Redis.from_url(os.environ["JOBWARDEN_TEST_REDIS_URL"])
     yield client
     client.close()
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from jobwarden.harness import REPO, Stack, wait_for
 from jobwarden.sandbox.server import SandboxServer
@@ -99,7 +100,7 @@ def world(worker_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) 
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    database_url = ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    database_url = make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     upgrade(database_url)
     providers = tmp_path_factory.mktemp("hostile-providers")
     _contracts(providers)

@@ -27,10 +27,12 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from jobwarden.harness import wait_for
 from jobwarden.models.migrate import upgrade
 from tests.acceptance.conftest import STOPPED
+from tests.conftest import ADMIN_URL
 
 pytestmark = pytest.mark.slow
 
@@ -141,12 +143,12 @@ def packaged_env(worker_env: dict[str, str]) -> Iterator[dict[str, str]]:
     """The acceptance environment with a database, queue and key prefix of its own, so
     that no worker or sweeper of the shared stack can touch this test's operation."""
     run = secrets.token_hex(4)
-    admin_url = worker_env["JOBWARDEN_DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+    admin_url = ADMIN_URL
     name = f"jobwarden_pkg_{run}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = admin_url.rsplit("/", 1)[0] + f"/{name}"
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     try:
         upgrade(url)
         yield _clean_env(
