@@ -12,7 +12,6 @@ from typing import Any
 
 from jobwarden.models.actions import (
     Decided,
-    DelaySource,
     EscalationReason,
     Finish,
     ProviderRequest,
@@ -21,10 +20,9 @@ from jobwarden.models.actions import (
     Succeed,
     escalate,
 )
-from jobwarden.models.backoff import backoff_delay
 from jobwarden.models.contract_fields import MAX_SECONDS
 from jobwarden.models.create_decisions import not_yet
-from jobwarden.models.decisions import wait_within
+from jobwarden.models.decisions import retry_wait
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.origins import shown_url, usable_url
@@ -149,24 +147,15 @@ def after_collect(
         return Decided(
             action=spent, changes={"transport_failures_used": used}, answered="result fetch"
         )
-    if signal.retry_after.valid and signal.retry_after.seconds is not None:
-        seconds, source = signal.retry_after.seconds, DelaySource.provider_retry_after
-    else:
-        seconds = backoff_delay(
-            attempt=used,
-            base=contract.poll.base_seconds,
-            maximum=contract.poll.max_seconds,
-            jitter_floor=contract.poll.jitter_floor,
-            u=u,
-        )
-        source = DelaySource.local_backoff
     # Clipped to the collection deadline: the next step then stops instead of waiting on.
     deadline = op.collect_deadline or now + timedelta(seconds=MAX_SECONDS)
-    wait = wait_within(
+    wait = retry_wait(
+        signal.retry_after.seconds if signal.retry_after.valid else None,
+        contract.poll,
+        attempt=used,
+        u=u,
         now=now,
-        seconds=seconds,
         deadline=deadline,
-        source=source,
         cause="result fetch failed; retry",
     )
     return Decided(action=wait, changes={"transport_failures_used": used}, answered="result fetch")
