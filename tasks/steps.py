@@ -95,9 +95,7 @@ def run(rt: Runtime, op: Operation, step: StepKind) -> tuple[Operation, datetime
     else:
         if isinstance(decided.action, Send):
             detail = f"{step.name} asked for more than {MAX_SENDS_PER_STEP} requests in one step"
-            decided = Decided(
-                action=escalate(op.state, EscalationReason.internal_error, detail)
-            )
+            decided = Decided(action=escalate(op.state, EscalationReason.internal_error, detail))
     p = _plan(rt, op, decided, now, answer)
     if p.empty:
         return op, None
