@@ -36,8 +36,10 @@ class CancelMove:
 
 
 def create_in_flight(op: Operation) -> bool:
-    """A create claim with no recorded outcome: the request may have reached the provider."""
-    return op.last_event_kind in (EventKind.create_sent, EventKind.reconcile_sent)
+    """Whether a create may exist at the provider: any attempt was sent, and the latest
+    answer was not a 429 (which created nothing). A claim with no recorded outcome, or a
+    409 "still processing our token", both count: only reconciliation can tell."""
+    return op.create_attempts > 0 and op.last_event_kind is not EventKind.create_refused
 
 
 def decide_cancel_request(
@@ -60,7 +62,12 @@ def decide_cancel_request(
     if state in CANCELLABLE:
         changes = {**intent, "cancel_deadline": now + window}
         return CancelMove(to=S.cancel_requested, changes=changes, cause=reason, due=True)
-    if state is S.create_pending or state in AWAITING_RECONCILIATION:
+    if state is S.create_pending:
+        # The create may exist: its outcome becomes an explicit unknown now, so no later
+        # step mistakes this cancel's event for a recorded answer and resends blindly.
+        cause = f"{reason} (recorded; the create's outcome is reconciled first)"
+        return CancelMove(to=S.create_unknown, changes=intent, cause=cause, due=True)
+    if state in AWAITING_RECONCILIATION:
         cause = f"{reason} (recorded; carried out once reconciliation finds the remote job)"
         return CancelMove(to=None, changes=intent, cause=cause, due=True)
     if state is S.result_collecting:

@@ -28,9 +28,26 @@ def decide(state: S, **overrides: object) -> object:
         (S.awaiting_approval, {}, S.abandoned, False),
         (S.create_pending, {}, S.abandoned, False),
         # A 429 created nothing: still nothing to cancel remotely.
-        (S.create_pending, {"last_event_kind": EventKind.create_refused}, S.abandoned, False),
+        (
+            S.create_pending,
+            {"create_attempts": 1, "last_event_kind": EventKind.create_refused},
+            S.abandoned,
+            False,
+        ),
         # The create may have left: reconcile first, then cancel the job it finds.
-        (S.create_pending, {"last_event_kind": EventKind.create_sent}, None, True),
+        (
+            S.create_pending,
+            {"create_attempts": 1, "last_event_kind": EventKind.create_sent},
+            S.create_unknown,
+            True,
+        ),
+        # 409 in flight: the provider is still creating it under our token.
+        (
+            S.create_pending,
+            {"create_attempts": 2, "last_event_kind": EventKind.create_ambiguous},
+            S.create_unknown,
+            True,
+        ),
         (S.create_unknown, {}, None, True),
         (S.reconciling, {}, None, True),
         (S.accepted, {}, S.cancel_requested, True),
