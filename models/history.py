@@ -350,6 +350,9 @@ UNBOUND_COLUMNS: Final = frozenset(
         "next_poll_at",  # timers: when to look next, not what happened
         "dispatched_at",  # the sweeper sets it without an event
         "poll_not_before",  # a timer (the hint itself is in the observed event)
+        # which counted request the next poll may send: the sweeper drops it, without an
+        # event, when that poll's message is presumed lost (the count itself is bound)
+        "reserved_request",
         "poll_attempt",  # backoff bookkeeping; each wait's event records its delay
         "consecutive_rate_limited",  # backoff bookkeeping, recorded per observation
         "last_remote_state",  # caches of the last observation, which its event records

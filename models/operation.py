@@ -58,6 +58,8 @@ class Operation:
     result_fetch_attempts: int
     collect_deadline: datetime | None
     first_sent_at: datetime | None
+    # The status request the last decision reserved and counted; None when none is.
+    reserved_request: int | None = None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

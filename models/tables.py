@@ -57,6 +57,10 @@ class OperationRow(Base):
             "status_requests_used <= max_status_requests", name="status_requests_within_budget"
         ),
         CheckConstraint("version >= 1", name="version_positive"),
+        CheckConstraint(
+            "reserved_request IS NULL OR reserved_request BETWEEN 1 AND status_requests_used",
+            name="reserved_request_counted",
+        ),
         # Invariant 1 at the database: past approval, every operation names who authorised it.
         CheckConstraint(
             "authorised_by IS NOT NULL OR state IN ('awaiting_approval', 'abandoned')",
@@ -126,6 +130,9 @@ class OperationRow(Base):
     # When the first create was claimed: sent again as is on every retry (companion
     # headers such as Repeatability-First-Sent must not change between attempts).
     first_sent_at: Mapped[datetime | None] = mapped_column(TZ)
+    # The status request the last decision reserved (already in status_requests_used): the
+    # next poll sends it without a claim commit of its own. NULL when none is reserved.
+    reserved_request: Mapped[int | None] = mapped_column(Integer)
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)
