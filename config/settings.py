@@ -36,6 +36,13 @@ class Settings(BaseSettings):
     # A wake-up message this overdue is presumed lost and re-sent by the sweeper.
     redispatch_after_seconds: float = Field(default=60.0, gt=0)
     worker_name: str = "worker"
+    # The HTTP API (jobwarden api): where uvicorn listens and with how many processes.
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8080, ge=0, le=65535)
+    api_workers: int = Field(default=1, ge=1)
+    # Request bodies are bounded before they are parsed: size while reading, depth by a scan.
+    api_max_body_bytes: int = Field(default=1024 * 1024, gt=0)
+    api_max_json_depth: int = Field(default=64, gt=0)
 
     @model_validator(mode="after")
     def _countdown_below_visibility(self) -> Settings:

@@ -1,0 +1,89 @@
+"""The ASGI app of the HTTP door: create_app(settings) -> FastAPI.
+
+Routers: intake (POST /v1/operations), queries, actions and webhooks. Every
+error answers RFC 9457 problem+json (jobwarden.api.problems).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from redis import Redis
+from sqlalchemy import text
+
+from jobwarden.api import actions, intake, queries, webhooks
+from jobwarden.api.context import settings_of
+from jobwarden.api.limits import BodyLimit
+from jobwarden.api.problems import ProblemError, install_handlers
+from jobwarden.config.settings import Settings, get_settings
+from jobwarden.models.db import snapshot
+from jobwarden.tasks.runtime import Runtime, build_runtime, current
+
+
+def _runtime_provider(settings: Settings | None) -> Callable[[], Runtime]:
+    if settings is None:
+        return current  # the process's runtime, rebuilt after a fork
+    built: list[Runtime] = []
+    lock = threading.Lock()
+
+    def provide() -> Runtime:
+        # Built on first use, not in create_app: contracts are loaded and clients made once
+        # per process, after uvicorn forks its workers.
+        with lock:
+            if not built:
+                built.append(build_runtime(settings))
+            return built[0]
+
+    return provide
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The HTTP API for ``settings`` (default: the process's JOBWARDEN_* settings)."""
+    resolved = settings or get_settings()
+    app = FastAPI(
+        title="jobwarden",
+        summary="Long-running jobs at external HTTP APIs, driven exactly once.",
+        version="0.1.0",
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.settings = resolved
+    app.state.runtime = _runtime_provider(settings)
+    install_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=resolved.api_max_body_bytes)
+    app.add_api_route("/healthz", healthz, methods=["GET"], tags=["health"])
+    app.add_api_route("/readyz", readyz, methods=["GET"], tags=["health"])
+    for module in (intake, queries, actions, webhooks):
+        app.include_router(module.router)
+    return app
+
+
+def healthz() -> dict[str, str]:
+    """The process is up; touches nothing else."""
+    return {"status": "ok"}
+
+
+def readyz(request: Request) -> JSONResponse:
+    """Postgres answers SELECT 1 and Redis answers PING; else a 503 problem naming which."""
+    settings = settings_of(request)
+    down: list[str] = []
+    try:
+        with snapshot(settings.database_url) as session:
+            session.execute(text("SELECT 1"))
+    except Exception:  # any failure means "not ready"; the kind is in the log, not the answer
+        down.append("postgres")
+    try:
+        client = Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception:
+        down.append("redis")
+    if down:
+        raise ProblemError(503, "not_ready", f"not answering: {', '.join(down)}", down=down)
+    return JSONResponse({"status": "ready", "postgres": "ok", "redis": "ok"})

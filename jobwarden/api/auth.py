@@ -1,0 +1,124 @@
+"""API tokens: the tenant comes from the caller's credential, never from the body.
+
+A token is ``jw_`` + secrets.token_urlsafe(32) (256 random bits). Only its sha256
+is stored: for a secret of that entropy a fast hash is enough (nothing to brute
+force, unlike a password), and it keeps the lookup one indexed equality.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from jobwarden.api.context import settings_of
+from jobwarden.api.problems import ProblemError
+from jobwarden.models import api_store
+from jobwarden.models.db import snapshot, transaction
+from jobwarden.tasks.runtime import utcnow
+
+TOKEN_PREFIX = "jw_"
+# A use is recorded at most this often per token, so reading is not a write per request.
+LAST_USE_RESOLUTION = timedelta(minutes=1)
+
+
+class Scope(StrEnum):
+    submit = "submit"  # POST /v1/operations
+    read = "read"  # GET operations, events, escalations
+    cancel = "cancel"  # POST /v1/operations/{id}/cancel
+    approve = "approve"  # POST /v1/operations/{id}/approvals
+    decide = "decide"  # POST /v1/operations/{id}/decisions
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Principal:
+    """The authenticated caller: a token of one tenant with its scopes."""
+
+    tenant: str
+    token_id: uuid.UUID
+    name: str
+    scopes: frozenset[Scope]
+    # The tenant's setting: may a token approve an operation its own name submitted?
+    allows_self_approval: bool = False
+
+    @property
+    def actor(self) -> str:
+        """The actor in events and the intake log."""
+        return f"token:{self.name}"
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def secret_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+# auto_error=False: a missing header is our 401 problem, not FastAPI's plain 403.
+_bearer = HTTPBearer(auto_error=False, description="An API token: `jobwarden tokens create`")
+
+
+def _unauthenticated(detail: str) -> ProblemError:
+    return ProblemError(401, "unauthenticated", detail)
+
+
+def authenticate(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
+    """The principal of a bearer token; 401 for a missing, unknown or revoked one."""
+    if credentials is None or not credentials.credentials:
+        raise _unauthenticated("send Authorization: Bearer <token>")
+    token = credentials.credentials
+    if not token.startswith(TOKEN_PREFIX):
+        raise _unauthenticated("the bearer token is not a jobwarden API token")
+    url = settings_of(request).database_url
+    digest = secret_hash(token)
+    with snapshot(url) as session:
+        record = api_store.token_by_hash(session, digest)
+    # Unknown and revoked read alike: a caller learns nothing about which tokens exist.
+    if record is None or record.revoked_at is not None:
+        raise _unauthenticated("the API token is unknown or revoked")
+    now = utcnow()
+    cutoff = now - LAST_USE_RESOLUTION
+    if record.last_used_at is None or record.last_used_at <= cutoff:
+        with transaction(url) as session:
+            api_store.touch_token(session, record.token_id, now=now, unless_after=cutoff)
+    return Principal(
+        tenant=record.tenant,
+        token_id=record.token_id,
+        name=record.name,
+        scopes=frozenset(Scope(s) for s in record.scopes if s in Scope.__members__),
+        allows_self_approval=record.allows_self_approval,
+    )
+
+
+def require(scope: Scope) -> Callable[..., Principal]:
+    """A FastAPI dependency: the principal of the request's token, which must hold ``scope``.
+
+    Missing, unknown or revoked token: 401 with ``WWW-Authenticate: Bearer``;
+    a valid token without the scope: 403.
+    """
+
+    def dependency(
+        request: Request,
+        credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),  # noqa: B008 - FastAPI's idiom
+    ) -> Principal:
+        principal = authenticate(request, credentials)
+        if scope not in principal.scopes:
+            raise ProblemError(
+                403,
+                "insufficient_scope",
+                f"this route needs the {scope.value!r} scope; the token has "
+                f"{sorted(s.value for s in principal.scopes)}",
+                required_scope=scope.value,
+            )
+        return principal
+
+    dependency.__name__ = f"require_{scope.value}"
+    return dependency
