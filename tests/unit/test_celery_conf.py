@@ -1,0 +1,44 @@
+"""The Celery app's cost switches: task events off unless Flower asks for them, and no
+result for any pipeline message but the intake's answer (issue 12, item 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from jobwarden.config.celery_app import app
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_workers_send_no_task_events_unless_a_monitor_enables_them() -> None:
+    # Events cost the worker's main process ~2.85 ms per poll (issue 12); Flower turns
+    # them on with its periodic enable_events broadcast, so monitoring still works.
+    assert app.conf.worker_send_task_events is False
+    assert app.conf.task_send_sent_event is False
+
+
+def test_every_pipeline_task_ignores_its_result_and_only_submit_keeps_one() -> None:
+    import jobwarden.tasks.pipeline  # noqa: F401 - registers the tasks on the app
+
+    ours = {name: task for name, task in app.tasks.items() if name.startswith("jobwarden.")}
+    keeping = sorted(name for name, task in ours.items() if not task.ignore_result)
+    assert keeping == ["jobwarden.submit"]
+    assert {"jobwarden.poll", "jobwarden.sweep", "jobwarden.create"} <= set(ours)
+
+
+def test_beat_publishes_the_sweep_without_a_result_subscription() -> None:
+    options = app.conf.beat_schedule["jobwarden-sweep"]["options"]
+    assert options["ignore_result"] is True
+
+
+def test_the_shipped_flower_enables_events_on_the_workers_it_watches() -> None:
+    # Flower 2.2's enable_events option (default on) broadcasts enable_events to every
+    # worker every 5 s (flower/events.py, on_enable_events); the compose file says so.
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    entrypoint = compose["services"]["flower"]["entrypoint"]
+    assert "--enable_events=True" in entrypoint
+    worker = " ".join(str(part) for part in compose["services"]["worker"].get("entrypoint", []))
+    command = " ".join(str(part) for part in compose["services"]["worker"].get("command", []) or [])
+    assert " -E" not in f" {worker} {command}" and "--task-events" not in f"{worker} {command}"
