@@ -213,12 +213,26 @@ class ResultSpec:
     jsonl: bool = False
 
 
+class WebhookScheme(StrEnum):
+    """How a webhook delivery proves it comes from the provider."""
+
+    hmac = "hmac"  # HMAC-SHA256 over timestamp + "." + raw body, in headers the contract names
+    # Standard Webhooks 1.0: webhook-id, webhook-timestamp and webhook-signature ("v1,<base64>"
+    # HMAC-SHA256 over id.timestamp.body, keyed by a whsec_<base64> secret).
+    standard = "standard"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WebhookSpec:
-    signature_header: str
-    timestamp_header: str
-    event_id_pointer: str
-    job_id_pointer: str
+    """Verification of deliveries to POST /v1/webhooks/{provider}; the secret by reference."""
+
+    job_id_pointer: str  # in the body: which remote job the event is about
+    scheme: WebhookScheme = WebhookScheme.hmac
+    # hmac only: Standard Webhooks fixes its headers, its encoding and its event id (webhook-id).
+    signature_header: str | None = None
+    timestamp_header: str | None = None  # Unix seconds, part of the signed content
+    event_id_pointer: str | None = None  # in the body: the event id, for deduplication
+    signature_encoding: ChecksumEncoding = ChecksumEncoding.hex
     secret_env: str | None = None
     secret_file: str | None = None
     tolerance_seconds: float = 300.0

@@ -31,6 +31,7 @@ from jobwarden.models.contract import (
     StateTable,
     StatusSpec,
     TokenPlacement,
+    WebhookScheme,
     WebhookSpec,
 )
 from jobwarden.models.contract_fields import (
@@ -452,20 +453,45 @@ def _item_outcomes(t: TomlTable) -> _ItemRules:
 
 
 def parse_webhook(t: TomlTable) -> WebhookSpec:
-    signature_header = t.required("signature_header", t.header_name("signature_header"))
-    timestamp_header = t.required("timestamp_header", t.header_name("timestamp_header"))
-    event_id_pointer = t.required("event_id_pointer", t.pointer("event_id_pointer"))
+    scheme = t.enum("scheme", WebhookScheme) or WebhookScheme.hmac
+    signature_header = t.header_name("signature_header")
+    timestamp_header = t.header_name("timestamp_header")
+    event_id_pointer = t.pointer("event_id_pointer")
+    encoding = t.enum("signature_encoding", ChecksumEncoding)
+    if scheme is WebhookScheme.hmac:
+        t.required("signature_header", signature_header)
+        t.required("timestamp_header", timestamp_header)
+        t.required("event_id_pointer", event_id_pointer)
+    else:
+        hmac_only = (signature_header, timestamp_header, event_id_pointer, encoding)
+        for key, value in zip(_HMAC_ONLY, hmac_only, strict=True):
+            if value is not None:
+                raise t.fail(
+                    key,
+                    "only allowed with webhook.scheme = 'hmac': Standard Webhooks fixes the "
+                    "headers (webhook-id, webhook-timestamp, webhook-signature) and the encoding",
+                )
     job_id_pointer = t.required("job_id_pointer", t.pointer("job_id_pointer"))
     secret_env, secret_file = _secret_reference(t)
     return WebhookSpec(
+        scheme=scheme,
         signature_header=signature_header,
         timestamp_header=timestamp_header,
         event_id_pointer=event_id_pointer,
+        signature_encoding=encoding or ChecksumEncoding.hex,
         job_id_pointer=job_id_pointer,
         secret_env=secret_env,
         secret_file=secret_file,
         tolerance_seconds=t.seconds("tolerance_seconds", default=300.0, maximum=24 * 3600),
     )
+
+
+_HMAC_ONLY: Final = (
+    "signature_header",
+    "timestamp_header",
+    "event_id_pointer",
+    "signature_encoding",
+)
 
 
 def parse_poll(t: TomlTable) -> PollPolicy:
