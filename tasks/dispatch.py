@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from jobwarden.config.celery_app import app
@@ -52,6 +52,42 @@ def enqueue(rt: Runtime, operation_id: uuid.UUID, state: S, countdown: float = 0
             name,
             type(exc).__name__,
         )
+        return False
+    return True
+
+
+# Redis commands buffered before the pipeline is sent; a sweep batch larger than this is
+# sent in several round trips, each still one pipeline.
+PUBLISH_PIPELINE_SIZE = 1000
+
+
+def enqueue_many(rt: Runtime, due: Sequence[tuple[uuid.UUID, S]]) -> bool:
+    """Publish one wake-up per (operation, state) in one connection checkout and one Redis
+    pipeline (kombu's Producer.batch); False when the broker failed.
+
+    The messages are the same Celery task messages ``enqueue`` sends. On a broker
+    failure delivery is uncertain, so this returns False and logs; the rows stay marked
+    dispatched and the sweeper re-sends them after redispatch_after_seconds (a message
+    sent twice is harmless: the task re-checks the row).
+    """
+    wakeups = [(op_id, TASK_FOR_STATE[state]) for op_id, state in due if state in TASK_FOR_STATE]
+    if not wakeups:
+        return True
+    try:
+        with app.producer_or_acquire() as producer, producer.batch(max_size=PUBLISH_PIPELINE_SIZE):
+            for op_id, name in wakeups:
+                app.send_task(
+                    name,
+                    args=[str(op_id)],
+                    queue=rt.settings.queue,
+                    producer=producer,
+                    retry=False,
+                    ignore_result=True,
+                    # Inside the sweep task, each result would join its trail: 100,000 of them.
+                    add_to_parent=False,
+                )
+    except Exception as exc:
+        log.warning("enqueue_batch_failed wakeups=%d error=%s", len(wakeups), type(exc).__name__)
         return False
     return True
 

@@ -5,8 +5,10 @@ after its commit. A duplicated, late or lost message changes nothing."""
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import Task
@@ -22,7 +24,7 @@ from jobwarden.models.errors import (
 )
 from jobwarden.models.steps import CANCEL, COLLECT, CREATE, POLL, RECONCILE, StepKind
 from jobwarden.tasks import faults
-from jobwarden.tasks.dispatch import enqueue, republish, schedule
+from jobwarden.tasks.dispatch import enqueue_many, republish, schedule
 from jobwarden.tasks.intake import submit_from_message
 from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, current, utcnow
@@ -126,17 +128,36 @@ def collect(operation_id: str) -> str | None:
     return run_step(operation_id, COLLECT)
 
 
-def sweep_once(rt: Runtime) -> int:
-    """Enqueue every due operation whose wake-up message is overdue or never sent."""
-    now = utcnow()
+def sweep_once(
+    rt: Runtime,
+    *,
+    clock: Callable[[], datetime] = utcnow,
+    timer: Callable[[], float] = time.monotonic,
+    budget_seconds: float | None = None,
+) -> int:
+    """Enqueue every due operation whose wake-up message is overdue or never sent.
+
+    Claims a batch (its own committed transaction), publishes it in one pipeline, and
+    claims again while batches come back full, until the budget (one sweep interval by
+    default) is spent; what is left waits for the next sweep. Stops early when a publish
+    fails: those rows are re-sent after redispatch_after_seconds. Returns rows claimed.
+    """
+    budget = rt.settings.sweep_interval_seconds if budget_seconds is None else budget_seconds
     grace = timedelta(seconds=rt.settings.redispatch_after_seconds)
-    with transaction(rt.settings.database_url) as session:
-        due = store.claim_due(
-            session, now=now, redispatch_after=grace, limit=rt.settings.sweep_batch_size
-        )
-    for op_id, state in due:
-        enqueue(rt, op_id, state)
-    return len(due)
+    limit = rt.settings.sweep_batch_size
+    started = timer()
+    claimed = 0
+    while True:
+        # Publish only after the claim commits: a message must never wake a row whose
+        # dispatched_at mark could still roll back.
+        with transaction(rt.settings.database_url) as session:
+            due = store.claim_due(session, now=clock(), redispatch_after=grace, limit=limit)
+        claimed += len(due)
+        sent = enqueue_many(rt, due)
+        if len(due) < limit or not sent or timer() - started >= budget:
+            if claimed:
+                log.info("sweep_done claimed=%d seconds=%.3f", claimed, timer() - started)
+            return claimed
 
 
 @app.task(name="jobwarden.sweep", base=JobwardenTask)
