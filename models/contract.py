@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from jobwarden.models.command_schema import CommandSchema
+
 
 class RemoteStatus(StrEnum):
     pending = "pending"  # the remote job has not finished
@@ -239,6 +241,15 @@ class WebhookSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CommandSpec:
+    """The command's JSON Schema (2020-12), checked at load and applied at intake, before
+    the fingerprint: defaults filled, unknown fields, types and patterns enforced."""
+
+    schema: CommandSchema  # inline ([command.schema]) or read from schema_file
+    schema_file: str | None = None  # relative to the contract file, inside its directory
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PollPolicy:
     initial_delay_seconds: float
     base_seconds: float
@@ -281,6 +292,7 @@ class ProviderContract:
     result: ResultSpec | None = None
     auth: AuthSpec | None = None
     webhook: WebhookSpec | None = None
+    command: CommandSpec | None = None  # None: any JSON object, fingerprinted as written
     requires_approval: bool = False
     base_url_env: str | None = None  # environment variable that overrides base_url when set
     plugin: str | None = None  # "module:attribute" of a ProviderPlugin for code-needing providers

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from jobwarden.models.contract import (
     AuthSpec,
     CancelSpec,
+    CommandSpec,
     CreateSpec,
     Limits,
     PollPolicy,
@@ -37,6 +38,7 @@ from jobwarden.models.contract import (
     StatusSpec,
     WebhookSpec,
 )
+from jobwarden.models.contract_command import parse_command
 from jobwarden.models.contract_fields import TomlTable, toml_type
 from jobwarden.models.contract_sections import (
     check_extra_headers,
@@ -216,6 +218,7 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
     reconciliation = section("reconciliation", ReconciliationSpec, True, parse_reconciliation)
     result = section("result", ResultSpec, False, parse_result, status)
     webhook = section("webhook", WebhookSpec, False, parse_webhook)
+    command = section("command", CommandSpec, False, parse_command, path.parent)
     poll = section("poll", PollPolicy, True, parse_poll)
     limits = section("limits", Limits, True, parse_limits)
     if top is not None:
@@ -249,6 +252,7 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
         reconciliation=reconciliation,
         result=result,
         webhook=webhook,
+        command=command,
         poll=poll,
         limits=limits,
     )

@@ -19,6 +19,30 @@ class InvalidSubmissionError(RefusedInputError):
     """A submission (command, key, provider) failed validation."""
 
 
+class InvalidCommandError(InvalidSubmissionError):
+    """A command its provider's command schema refuses (models.command_schema).
+
+    ``path`` locates the failing value from the command's root (object keys and array
+    indices), ``problem`` says what is wrong with it; the message joins the shown path
+    and the problem (``command.amount: 10.1 is not of type 'integer'``).
+    """
+
+    def __init__(self, field: str, problem: str, path: tuple[str | int, ...] = ()) -> None:
+        super().__init__(field, problem, path)
+        self.field = field
+        self.problem = problem
+        self.path = path
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.problem}"
+
+    @property
+    def pointer(self) -> str:
+        """The failing value as an RFC 6901 JSON Pointer into the submission: /command/amount."""
+        tokens = (str(part).replace("~", "~0").replace("/", "~1") for part in self.path)
+        return "/command" + "".join(f"/{token}" for token in tokens)
+
+
 class ContractError(RefusedInputError):
     """A provider contract file is invalid; names the file and the field."""
 

@@ -9,10 +9,11 @@ from the tables), so the rules cannot drift from what Postgres will store.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from jobwarden.models.contract import ProviderContract
 from jobwarden.models.contract_fields import MAX_COUNT, MAX_SECONDS
 from jobwarden.models.errors import InvalidSubmissionError
 from jobwarden.models.fingerprint import (
@@ -171,11 +172,24 @@ def check_command(value: object) -> dict[str, Any]:
     return value
 
 
+def check_provider_command(value: object, contract: ProviderContract | None) -> dict[str, Any]:
+    """check_command, then the contract's command schema, if it has one: the command with
+    its defaults filled in, or InvalidCommandError naming the failing path.
+
+    The result is what is fingerprinted, stored and sent, so it is checked again:
+    a filled-in default must canonicalise and store like anything the caller wrote.
+    """
+    command = check_command(value)
+    if contract is None or contract.command is None:
+        return command
+    return check_command(contract.command.schema.apply(command))
+
+
 # Keyword-only, one parameter per submission field, as submit_operation's own signature.
 def check_submission(  # noqa: PLR0913
     *,
     limits: FieldLimits,
-    providers: Collection[str],
+    providers: Mapping[str, ProviderContract] | Collection[str],
     tenant: object,
     provider: object,
     idempotency_key: object,
@@ -189,7 +203,11 @@ def check_submission(  # noqa: PLR0913
     max_transport_failures: object = None,
     cancel_deadline_seconds: object = None,
 ) -> Submission:
-    """Every intake rule, in the order a caller would fix them; the first failure raises."""
+    """Every intake rule, in the order a caller would fix them; the first failure raises.
+
+    ``providers`` are the contracts by name (the command is then checked against its
+    provider's command schema, see check_provider_command), or only the known names.
+    """
     checked_tenant = check_text("tenant", tenant, max_length=limits.tenant)
     checked_provider = check_text("provider", provider, max_length=limits.provider)
     if checked_provider not in providers:
@@ -217,5 +235,7 @@ def check_submission(  # noqa: PLR0913
         max_transport_failures=check_count("max_transport_failures", max_transport_failures),
         result_deadline_seconds=check_seconds("result_deadline_seconds", result_deadline_seconds),
         cancel_deadline_seconds=check_seconds("cancel_deadline_seconds", cancel_deadline_seconds),
-        command=check_command(command),
+        command=check_provider_command(
+            command, providers[checked_provider] if isinstance(providers, Mapping) else None
+        ),
     )
