@@ -43,6 +43,7 @@ class IntakeEntry:
     fingerprint: str | None
     outcome: str
     operation_id: uuid.UUID | None
+    state: str | None
     http_status: int | None
     trace_id: str | None
     detail: str | None = None
@@ -166,6 +167,7 @@ def append_intake(session: Session, entry: IntakeEntry) -> None:
             fingerprint=entry.fingerprint,
             outcome=entry.outcome,
             operation_id=entry.operation_id,
+            state=entry.state,
             http_status=entry.http_status,
             trace_id=entry.trace_id,
             detail=entry.detail,
@@ -184,6 +186,7 @@ def _entry(row: IntakeLogRow) -> IntakeEntry:
         fingerprint=row.fingerprint,
         outcome=row.outcome,
         operation_id=row.operation_id,
+        state=row.state,
         http_status=row.http_status,
         trace_id=row.trace_id,
         detail=row.detail,
@@ -202,6 +205,16 @@ def intake_for_operation(session: Session, operation_id: uuid.UUID) -> list[Inta
         .order_by(IntakeLogRow.entry_id)
     )
     return [_entry(r) for r in rows]
+
+
+def created_state(session: Session, operation_id: uuid.UUID) -> str | None:
+    """The state the answer that created this operation named, if it is on the log."""
+    return session.scalar(
+        select(IntakeLogRow.state)
+        .where(IntakeLogRow.operation_id == operation_id, IntakeLogRow.outcome == "created")
+        .order_by(IntakeLogRow.entry_id)
+        .limit(1)
+    )
 
 
 def intake_for_key(session: Session, tenant: str, idempotency_key: str) -> list[IntakeEntry]:

@@ -93,6 +93,8 @@ class IntakeLogRow(Base):
     operation_id: Mapped[uuid.UUID | None] = mapped_column(
         UUID(as_uuid=True), ForeignKey("operations.operation_id")
     )
+    # The operation's state as the answer named it (a replay repeats a created answer's).
+    state: Mapped[str | None] = mapped_column(String(40))
     http_status: Mapped[int | None] = mapped_column(Integer)
     trace_id: Mapped[str | None] = mapped_column(String(32))
     # Why an invalid submission was refused (the rule and the field), else NULL.

@@ -10,7 +10,7 @@ import inspect
 import secrets
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -19,7 +19,8 @@ from sqlalchemy import String
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from jobwarden.models import store
+from jobwarden.models import api_store, store
+from jobwarden.models.api_store import IntakeEntry
 from jobwarden.models.db import transaction
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.fingerprint import request_fingerprint, show_key
@@ -28,6 +29,7 @@ from jobwarden.models.requests import provider_token
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.submission import ACTOR_PREFIX, FieldLimits, Submission, check_submission
 from jobwarden.models.tables import Base, EventRow, OperationRow
+from jobwarden.models.trace_context import trace_id_from
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 
@@ -70,6 +72,8 @@ class SubmitResult:
     operation_id: str | None
     state: str | None
     fingerprint: str
+    # The operation's trace id (a caller's traceparent, else ours); None when in progress.
+    trace_id: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -77,7 +81,18 @@ class SubmitResult:
             "operation_id": self.operation_id,
             "state": self.state,
             "fingerprint": self.fingerprint,
+            "trace_id": self.trace_id,
         }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Caller:
+    """Who knocked, for the intake log: set by a door, never by a message's fields."""
+
+    actor: str | None = None  # None: submitter:<requested_by>
+    token_id: uuid.UUID | None = None
+    # The HTTP door's status code per outcome ("invalid" included); None elsewhere.
+    http_statuses: Mapping[str, int] | None = None
 
 
 def submit_operation(
@@ -94,31 +109,93 @@ def submit_operation(
     result_deadline_seconds: float | None = None,
     max_transport_failures: int | None = None,
     cancel_deadline_seconds: float | None = None,
+    trace_parent: str | None = None,
+    door: str = "python",
+    caller: Caller | None = None,
     runtime: Runtime | None = None,
 ) -> SubmitResult:
     """Record an operation's intent and hand it to the workers.
 
     Raises InvalidSubmissionError naming the field and the rule for any input the
-    rules in models/submission.py refuse; nothing is recorded then. The row and its
-    intent event are written in one transaction, so a failure leaves neither.
+    rules in models/submission.py refuse; nothing but an intake-log entry is recorded
+    then. The row, its intent event and the intake-log entry are written in one
+    transaction, so a failure leaves none. A valid W3C ``trace_parent`` gives the
+    operation its trace id; an invalid one is ignored.
     """
     rt = runtime or current()
-    sub = check_submission(
-        limits=LIMITS,
-        providers=rt.contracts,
+    who = caller or Caller()
+    try:
+        sub = check_submission(
+            limits=LIMITS,
+            providers=rt.contracts,
+            tenant=tenant,
+            provider=provider,
+            idempotency_key=idempotency_key,
+            command=command,
+            requested_by=requested_by,
+            source_event_id=source_event_id,
+            method=method,
+            route=route,
+            max_status_requests=max_status_requests,
+            result_deadline_seconds=result_deadline_seconds,
+            max_transport_failures=max_transport_failures,
+            cancel_deadline_seconds=cancel_deadline_seconds,
+        )
+    except RefusedInputError as exc:
+        _log_invalid(rt, door, who, tenant, idempotency_key, requested_by, str(exc))
+        raise
+    return _submit(rt, sub, door, who, trace_id_from(trace_parent))
+
+
+def _log_invalid(
+    rt: Runtime, door: str, who: Caller, tenant: object, key: object, by: object, why: str
+) -> None:
+    """Record a refused submission when its tenant and key can be stored as they are."""
+    if not (_storable(tenant, LIMITS.tenant) and _storable(key, LIMITS.idempotency_key)):
+        return  # the refusal is about these very fields; the answer names it
+    shown = by if _storable(by, LIMITS.requested_by) else ascii(by)[: LIMITS.requested_by]
+    actor = who.actor or f"{ACTOR_PREFIX}{shown}"
+    entry = _entry(door, who, actor, str(tenant), str(key), None, "invalid", None, None, None)
+    with transaction(rt.settings.database_url) as session:
+        api_store.append_intake(session, replace(entry, detail=why[:2000]))
+
+
+def _storable(value: object, limit: int) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= limit and value.isprintable()
+
+
+def _entry(
+    door: str,
+    who: Caller,
+    actor: str,
+    tenant: str,
+    key: str,
+    fingerprint: str | None,
+    outcome: str,
+    operation_id: str | None,
+    state: str | None,
+    trace_id: str | None,
+) -> IntakeEntry:
+    statuses = who.http_statuses
+    return IntakeEntry(
+        at=utcnow(),
+        door=door,
+        actor=actor,
+        token_id=who.token_id,
         tenant=tenant,
-        provider=provider,
-        idempotency_key=idempotency_key,
-        command=command,
-        requested_by=requested_by,
-        source_event_id=source_event_id,
-        method=method,
-        route=route,
-        max_status_requests=max_status_requests,
-        result_deadline_seconds=result_deadline_seconds,
-        max_transport_failures=max_transport_failures,
-        cancel_deadline_seconds=cancel_deadline_seconds,
+        idempotency_key=key,
+        fingerprint=fingerprint,
+        outcome=outcome,
+        operation_id=uuid.UUID(operation_id) if operation_id else None,
+        state=state,
+        http_status=statuses[outcome] if statuses is not None else None,
+        trace_id=trace_id,
     )
+
+
+def _submit(
+    rt: Runtime, sub: Submission, door: str, who: Caller, caller_trace: str | None
+) -> SubmitResult:
     contract = rt.contract(sub.provider)
     fingerprint = request_fingerprint(
         method=sub.method,
@@ -131,10 +208,12 @@ def submit_operation(
     now = utcnow()
     op_id = uuid.uuid4()
     state = S.awaiting_approval if contract.requires_approval else S.create_pending
+    actor = who.actor or f"{ACTOR_PREFIX}{sub.requested_by}"
+    trace_id = caller_trace or secrets.token_hex(16)
     first = [
         EventDraft(
             kind=EventKind.intent_recorded,
-            actor=f"{ACTOR_PREFIX}{sub.requested_by}",
+            actor=actor,
             at=now,
             to_state=state.value,
             excerpt={
@@ -160,7 +239,7 @@ def submit_operation(
         "command": sub.command,
         "state": state.value,
         "version": 1,
-        "trace_id": secrets.token_hex(16),
+        "trace_id": trace_id,
         "requested_by": sub.requested_by,
         # Invariant 1 names who authorised the create: without an approval step the
         # submitter's request is the authority; with one, the approver fills this in.
@@ -193,21 +272,43 @@ def submit_operation(
                     operation_id=str(op_id),
                     state=state.value,
                     fingerprint=fingerprint,
+                    trace_id=trace_id,
                 )
             else:
                 result = _existing(session, sub, fingerprint)
+            # Every answer is on the record, in the transaction that decided it.
+            api_store.append_intake(session, _logged(door, who, actor, sub, result))
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
-            return SubmitResult(
+            result = SubmitResult(
                 outcome=SubmitOutcome.in_progress,
                 operation_id=None,
                 state=None,
                 fingerprint=fingerprint,
             )
+            # The claim's transaction is gone; the answer is recorded on its own.
+            with transaction(rt.settings.database_url) as session:
+                api_store.append_intake(session, _logged(door, who, actor, sub, result))
+            return result
         raise
     if result.outcome is SubmitOutcome.created and state is S.create_pending:
         enqueue(rt, op_id, state)
     return result
+
+
+def _logged(door: str, who: Caller, actor: str, sub: Submission, r: SubmitResult) -> IntakeEntry:
+    return _entry(
+        door,
+        who,
+        actor,
+        sub.tenant,
+        sub.idempotency_key,
+        r.fingerprint,
+        r.outcome.value,
+        r.operation_id,
+        r.state,
+        r.trace_id,
+    )
 
 
 def _existing(session: Session, sub: Submission, fingerprint: str) -> SubmitResult:
@@ -224,6 +325,7 @@ def _existing(session: Session, sub: Submission, fingerprint: str) -> SubmitResu
             operation_id=str(row.operation_id),
             state=row.state,
             fingerprint=fingerprint,
+            trace_id=row.trace_id,
         )
     if sub.source_event_id is not None:
         row = store.find_by_source_event(session, sub.tenant, sub.provider, sub.source_event_id)
@@ -233,6 +335,7 @@ def _existing(session: Session, sub: Submission, fingerprint: str) -> SubmitResu
                 operation_id=str(row.operation_id),
                 state=row.state,
                 fingerprint=fingerprint,
+                trace_id=row.trace_id,
             )
     return SubmitResult(
         outcome=SubmitOutcome.in_progress, operation_id=None, state=None, fingerprint=fingerprint
@@ -241,7 +344,8 @@ def _existing(session: Session, sub: Submission, fingerprint: str) -> SubmitResu
 
 _PARAMETERS = inspect.signature(submit_operation).parameters
 # The caller's fields; runtime is the process's own and never comes from a message.
-MESSAGE_FIELDS = frozenset(_PARAMETERS) - {"runtime"}
+# door and caller are the door's to say: a Celery message is the celery door.
+MESSAGE_FIELDS = frozenset(_PARAMETERS) - {"runtime", "door", "caller"}
 REQUIRED_FIELDS = frozenset(n for n, p in _PARAMETERS.items() if p.default is p.empty)
 
 
@@ -261,6 +365,8 @@ def _message_problem(kwargs: object) -> str | None:
         return f"the submission must be keyword arguments, got {type(kwargs).__name__}"
     if "runtime" in kwargs:
         return "runtime is internal to the worker and cannot be passed to jobwarden.submit"
+    if "door" in kwargs or "caller" in kwargs:
+        return "door and caller are set by the intake itself and cannot be passed"
     unknown = [k for k in kwargs if k not in MESSAGE_FIELDS]
     if unknown:
         return f"unknown keyword arguments: {_names(unknown)}"
@@ -281,6 +387,6 @@ def submit_from_message(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     if problem is not None:
         return {"outcome": "invalid", "error": problem}
     try:
-        return submit_operation(**kwargs).as_dict()
+        return submit_operation(**kwargs, door="celery").as_dict()
     except RefusedInputError as exc:
         return {"outcome": "invalid", "error": str(exc)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -60,6 +60,51 @@ def new_token() -> str:
 
 def secret_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+# "token:" + name must fit operation_events.actor (200) and intake_log.actor.
+MAX_TOKEN_NAME = 190
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewToken:
+    token_id: uuid.UUID
+    token: str  # shown once; only its hash is stored
+
+
+def create_token(
+    database_url: str, *, tenant: str, name: str, scopes: Iterable[Scope | str]
+) -> NewToken:
+    """Store a new token's hash; the secret is returned once and never again.
+
+    Raises ValueError naming the argument for an empty tenant or name, a name longer
+    than MAX_TOKEN_NAME, an unknown scope or no scope at all.
+    """
+    if not tenant or len(tenant) > 200 or not tenant.isprintable():
+        raise ValueError("tenant must be 1 to 200 printable characters")
+    if not name or len(name) > MAX_TOKEN_NAME or not name.isprintable():
+        raise ValueError(f"name must be 1 to {MAX_TOKEN_NAME} printable characters")
+    wanted = []
+    for scope in scopes:
+        if scope not in Scope.__members__:
+            known = ", ".join(s.value for s in Scope)
+            raise ValueError(f"unknown scope {scope!r}; known: {known}")
+        wanted.append(Scope(scope).value)
+    if not wanted:
+        raise ValueError("a token needs at least one scope")
+    token = new_token()
+    token_id = uuid.uuid4()
+    with transaction(database_url) as session:
+        api_store.insert_token(
+            session,
+            token_id=token_id,
+            tenant=tenant,
+            name=name,
+            secret_hash=secret_hash(token),
+            scopes=sorted(set(wanted)),
+            now=utcnow(),
+        )
+    return NewToken(token_id=token_id, token=token)
 
 
 # auto_error=False: a missing header is our 401 problem, not FastAPI's plain 403.

@@ -1,5 +1,357 @@
-"""POST /v1/operations: the HTTP door of intake (issue 10, item 3)."""
+"""POST /v1/operations: the HTTP door of intake (issue 10, items 3, 7, 8, 9).
 
-from fastapi import APIRouter
+The route calls tasks/intake.py ``submit_operation``, the same function behind the
+Python call and the Celery task, so all three doors fingerprint, claim and log alike.
 
-router = APIRouter()
+Idempotency follows draft-ietf-httpapi-idempotency-key-header (section 2.7, error
+scenarios): a missing key is 400, a key reused with another fingerprint is 422
+(checked before "in progress"), a key whose first request is still being recorded
+is 409. A retry of a completed request gets the original answer (status and body)
+again; the draft names no header for that, so ours is ``Idempotent-Replayed: true``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from jobwarden.api.auth import Principal, Scope, require
+from jobwarden.api.context import runtime_of, settings_of
+from jobwarden.api.problems import ProblemError
+from jobwarden.models import api_store
+from jobwarden.models.api_store import IntakeEntry
+from jobwarden.models.db import snapshot
+from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.states import OperationState
+from jobwarden.models.trace_context import traceparent
+from jobwarden.tasks.intake import Caller, SubmitOutcome, SubmitResult, submit_operation
+from jobwarden.tasks.provider_edge import json_depth, parse_json
+from jobwarden.tasks.runtime import Runtime
+
+router = APIRouter(tags=["operations"])
+
+REPLAY_HEADER = "Idempotent-Replayed"
+# The status code of each answer, also written to the intake log's http_status.
+HTTP_STATUSES: dict[str, int] = {
+    SubmitOutcome.created.value: 201,
+    SubmitOutcome.replayed.value: 201,  # the original answer's code (the draft's "retry")
+    SubmitOutcome.duplicate_event.value: 200,  # nothing created: the existing operation
+    SubmitOutcome.conflict.value: 422,
+    SubmitOutcome.in_progress.value: 409,
+    "invalid": 422,
+}
+
+
+class Bounds(BaseModel):
+    """Tighter bounds than the contract's defaults; omitted ones keep the defaults."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    max_status_requests: int | None = Field(default=None, gt=0)
+    result_deadline_seconds: float | None = Field(default=None, gt=0)
+    max_transport_failures: int | None = Field(default=None, gt=0)
+    cancel_deadline_seconds: float | None = Field(default=None, gt=0)
+
+
+class SubmissionBody(BaseModel):
+    """The body of POST /v1/operations. The tenant is the token's, never a field here."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    provider: str = Field(min_length=1, max_length=200)
+    command: dict[str, Any]
+    source_event_id: str | None = Field(default=None, min_length=1, max_length=255)
+    bounds: Bounds | None = None
+
+
+class Links(BaseModel):
+    self: str
+    events: str
+
+
+class SubmissionAnswer(BaseModel):
+    outcome: str
+    operation_id: str
+    state: str
+    fingerprint: str
+    trace_id: str
+    links: Links
+
+
+def idempotency_key(request: Request) -> str:
+    """The key of the one Idempotency-Key field (draft section 2.1: an sf-string).
+
+    A quoted value is read as an RFC 8941 sf-string; a bare one is taken as it is,
+    as Stripe-style clients send it, so ``"k1"`` and ``k1`` name the same key.
+    """
+    values = request.headers.getlist("idempotency-key")
+    if not values or not values[0].strip():
+        raise ProblemError(
+            400,
+            "missing_idempotency_key",
+            'POST /v1/operations needs an Idempotency-Key header, e.g. Idempotency-Key: "<uuid>"',
+        )
+    if len(values) > 1:
+        # Draft section 2.1: clients MUST NOT send more than one.
+        raise ProblemError(400, "bad_request", "send exactly one Idempotency-Key header")
+    raw = values[0].strip(" \t")
+    if not raw.startswith('"'):
+        return raw
+    key = _sf_string(raw)
+    if key is None:
+        raise ProblemError(400, "bad_request", "Idempotency-Key is not a valid RFC 8941 string")
+    return key
+
+
+def _sf_string(raw: str) -> str | None:
+    """RFC 8941 section 4.2.5: DQUOTE *(unescaped / "\\" ( DQUOTE / "\\" )) DQUOTE."""
+    out: list[str] = []
+    i = 1
+    while i < len(raw):
+        ch = raw[i]
+        if ch == "\\":
+            if i + 1 >= len(raw) or raw[i + 1] not in '"\\':
+                return None
+            out.append(raw[i + 1])
+            i += 2
+            continue
+        if ch == '"':
+            return "".join(out) if i == len(raw) - 1 else None
+        if not " " <= ch <= "~":
+            return None
+        out.append(ch)
+        i += 1
+    return None
+
+
+def _read_json(raw: bytes, max_depth: int) -> object:
+    """The body as JSON, its nesting checked by a linear scan before the parser recurses."""
+    if not raw:
+        raise ProblemError(400, "malformed_json", "the body is empty; send a JSON object")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProblemError(400, "malformed_json", "the body is not UTF-8") from None
+    if json_depth(text) > max_depth:
+        raise ProblemError(
+            422,
+            "json_too_deep",
+            f"the body nests deeper than {max_depth} levels",
+            limit=max_depth,
+        )
+    body, problem = parse_json(raw)
+    if problem is not None:
+        raise ProblemError(400, "malformed_json", f"the body is not valid JSON ({problem})")
+    return body
+
+
+def _submission(parsed: object) -> SubmissionBody:
+    if isinstance(parsed, dict) and "tenant" in parsed:
+        raise ProblemError(
+            422,
+            "invalid_request",
+            "tenant: the tenant comes from the API token, never from the body",
+            errors=[{"path": "/tenant", "message": "not allowed: the token names the tenant"}],
+        )
+    try:
+        return SubmissionBody.model_validate(parsed)
+    except ValidationError as exc:
+        errors = [
+            {
+                "path": "/" + "/".join(str(p) for p in e["loc"]),
+                "message": e["msg"],
+            }
+            for e in exc.errors(include_url=False, include_input=False)
+        ]
+        raise ProblemError(
+            422,
+            "invalid_request",
+            f"{errors[0]['path']}: {errors[0]['message']}",
+            errors=errors,
+        ) from None
+
+
+def links(operation_id: str) -> dict[str, str]:
+    return {
+        "self": f"/v1/operations/{operation_id}",
+        "events": f"/v1/operations/{operation_id}/events",
+    }
+
+
+def _answer(result: SubmitResult, *, outcome: str, state: str) -> dict[str, Any]:
+    assert result.operation_id is not None and result.trace_id is not None
+    return {
+        "outcome": outcome,
+        "operation_id": result.operation_id,
+        "state": state,
+        "fingerprint": result.fingerprint,
+        "trace_id": result.trace_id,
+        "links": links(result.operation_id),
+    }
+
+
+def _created_state(rt: Runtime, result: SubmitResult, provider: str) -> str:
+    """The state the creating answer named, so a replay repeats that answer exactly."""
+    assert result.operation_id is not None
+    with snapshot(rt.settings.database_url) as session:
+        state = api_store.created_state(session, uuid.UUID(result.operation_id))
+    if state is not None:
+        return state
+    # Created before the intake log existed: the initial state its contract implies.
+    contract = rt.contracts.get(provider)
+    approval = contract is not None and contract.requires_approval
+    return (OperationState.awaiting_approval if approval else OperationState.create_pending).value
+
+
+def _trace_headers(trace_id: str | None) -> dict[str, str]:
+    if trace_id is None:
+        return {}
+    return {"traceparent": traceparent(trace_id, secrets.token_hex(8))}
+
+
+def _respond(rt: Runtime, result: SubmitResult, provider: str) -> JSONResponse:
+    outcome = result.outcome
+    if outcome is SubmitOutcome.conflict:
+        raise ProblemError(
+            422,
+            "idempotency_key_reused",
+            "this Idempotency-Key was used for a request with a different fingerprint; "
+            "the stored operation is unchanged",
+            operation_id=result.operation_id,
+            fingerprint=result.fingerprint,
+        )
+    if outcome is SubmitOutcome.in_progress:
+        raise ProblemError(
+            409,
+            "idempotency_key_in_progress",
+            "a request with this Idempotency-Key is still being recorded; retry it unchanged",
+            retry_after_seconds=1,
+        )
+    status = HTTP_STATUSES[outcome.value]
+    headers = _trace_headers(result.trace_id)
+    if outcome is SubmitOutcome.created:
+        body = _answer(result, outcome=outcome.value, state=str(result.state))
+    elif outcome is SubmitOutcome.replayed:
+        created = SubmitOutcome.created.value
+        body = _answer(result, outcome=created, state=_created_state(rt, result, provider))
+        headers[REPLAY_HEADER] = "true"
+    else:  # duplicate_event: another key already holds this source event's operation
+        body = _answer(result, outcome=outcome.value, state=str(result.state))
+    if status == 201:
+        headers["Location"] = body["links"]["self"]
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+@router.post(
+    "/v1/operations",
+    status_code=201,
+    response_model=SubmissionAnswer,
+    summary="Submit an operation (Idempotency-Key required)",
+    responses={
+        200: {"model": SubmissionAnswer, "description": "duplicate_event: the existing one"},
+        400: {"description": "missing Idempotency-Key or malformed body (problem+json)"},
+        401: {"description": "missing, unknown or revoked token (problem+json)"},
+        403: {"description": "the token lacks the submit scope (problem+json)"},
+        409: {"description": "the key's first request is still being recorded"},
+        413: {"description": "body larger than JOBWARDEN_API_MAX_BODY_BYTES"},
+        415: {"description": "body is not application/json"},
+        422: {"description": "invalid body, key reused with another fingerprint, too deep"},
+    },
+    openapi_extra={
+        "parameters": [
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": True,
+                "schema": {"type": "string", "minLength": 1, "maxLength": 257},
+                "description": "draft-ietf-httpapi-idempotency-key-header: an sf-string",
+            },
+            {
+                "name": "traceparent",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string"},
+                "description": "W3C Trace Context; its trace id becomes the operation's",
+            },
+        ],
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": SubmissionBody.model_json_schema()}},
+        },
+    },
+)
+async def submit(
+    request: Request,
+    principal: Principal = Depends(require(Scope.submit)),  # noqa: B008
+) -> JSONResponse:
+    """Record an operation for the token's tenant; the same answer for the same request."""
+    settings = settings_of(request)
+    key = idempotency_key(request)
+    content_type = request.headers.get("content-type", "application/json")
+    media = content_type.split(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise ProblemError(415, "unsupported_media_type", f"send application/json, not {media}")
+    # BodyLimit stops the read at api_max_body_bytes, before any parsing.
+    raw = await request.body()
+    body = _submission(_read_json(raw, settings.api_max_json_depth))
+    rt = runtime_of(request)
+    bounds = body.bounds or Bounds()
+    try:
+        result = await run_in_threadpool(
+            lambda: submit_operation(
+                tenant=principal.tenant,
+                provider=body.provider,
+                idempotency_key=key,
+                command=body.command,
+                requested_by=principal.name,
+                source_event_id=body.source_event_id,
+                max_status_requests=bounds.max_status_requests,
+                result_deadline_seconds=bounds.result_deadline_seconds,
+                max_transport_failures=bounds.max_transport_failures,
+                cancel_deadline_seconds=bounds.cancel_deadline_seconds,
+                trace_parent=request.headers.get("traceparent"),
+                door="http",
+                caller=Caller(
+                    actor=principal.actor,
+                    token_id=principal.token_id,
+                    http_statuses=HTTP_STATUSES,
+                ),
+                runtime=rt,
+            )
+        )
+    except RefusedInputError as exc:
+        path = getattr(exc, "path", None)
+        extensions: dict[str, Any] = {}
+        if isinstance(path, tuple):
+            pointer = "/command" + "".join(f"/{p}" for p in path)
+            extensions["errors"] = [{"path": pointer, "message": str(exc)}]
+        raise ProblemError(422, "invalid_submission", str(exc), **extensions) from None
+    return await run_in_threadpool(_respond, rt, result, body.provider)
+
+
+def entry_json(entry: IntakeEntry) -> dict[str, Any]:
+    """One intake-log entry as the API and the CLI show it."""
+    return {
+        "at": entry.at.isoformat(),
+        "door": entry.door,
+        "actor": entry.actor,
+        "token_id": str(entry.token_id) if entry.token_id else None,
+        "idempotency_key": entry.idempotency_key,
+        "fingerprint": entry.fingerprint,
+        "outcome": entry.outcome,
+        "state": entry.state,
+        "http_status": entry.http_status,
+        "trace_id": entry.trace_id,
+    }
+
+
+def intake_attempts(database_url: str, operation_id: uuid.UUID) -> list[dict[str, Any]]:
+    """Every submission attempt that named this operation, oldest first (for its story)."""
+    with snapshot(database_url) as session:
+        return [entry_json(e) for e in api_store.intake_for_operation(session, operation_id)]

@@ -59,6 +59,7 @@ def upgrade() -> None:
         sa.Column("fingerprint", sa.String(64), nullable=True),
         sa.Column("outcome", sa.String(20), nullable=False),
         sa.Column("operation_id", postgresql.UUID(as_uuid=True), nullable=True),
+        sa.Column("state", sa.String(40), nullable=True),
         sa.Column("http_status", sa.Integer(), nullable=True),
         sa.Column("trace_id", sa.String(32), nullable=True),
         sa.Column("detail", sa.Text(), nullable=True),
