@@ -1,5 +1,452 @@
-"""Read routes: an operation, a tenant's operations, its story, escalations (issue 10, item 4)."""
+"""Read routes: an operation, a tenant's operations, its story, escalations (issue 10, item 4).
 
-from fastapi import APIRouter
+Every route reads only the principal's tenant: another tenant's operation, a
+malformed id and an unknown id all answer the same 404 problem (RFC 9110
+section 15.5.5 lets a server not disclose that a resource exists), so the
+answer never reveals that someone else's operation is there.
+"""
 
-router = APIRouter()
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from jobwarden.api.auth import Principal, Scope, require
+from jobwarden.api.context import runtime_of, settings_of
+from jobwarden.api.problems import ProblemError
+from jobwarden.models import api_store, query_store, store
+from jobwarden.models.actions import EscalationReason
+from jobwarden.models.db import snapshot, transaction
+from jobwarden.models.operation import Operation
+from jobwarden.models.states import HUMAN_ONLY_SOURCES, OperationState
+from jobwarden.tasks.interventions import escalation_options
+from jobwarden.tasks.runtime import Runtime
+
+router = APIRouter(tags=["operations"])
+
+MAX_LIMIT = 200
+DEFAULT_LIMIT = 50
+NOT_FOUND_DETAIL = "no such operation"
+
+
+class Counter(BaseModel):
+    used: int
+    max: int | None
+    text: str  # "3 of 200", as an operator says it
+
+
+class Deadlines(BaseModel):
+    create: datetime
+    result: datetime
+    cancel: datetime | None
+    collect: datetime | None
+
+
+class OfferedOption(BaseModel):
+    option: str
+    label: str
+
+
+class Escalation(BaseModel):
+    reason: str | None
+    detail: str | None
+    options: list[OfferedOption]
+
+
+class CancelRequest(BaseModel):
+    requested_by: str
+    reason: str | None
+
+
+class OperationLinks(BaseModel):
+    self: str
+    events: str
+
+
+class OperationView(BaseModel):
+    operation_id: uuid.UUID
+    tenant: str
+    provider: str
+    state: OperationState
+    remote_job_id: str | None
+    idempotency_key: str
+    source_event_id: str | None
+    fingerprint: str
+    trace_id: str
+    requested_by: str
+    authorised_by: str | None
+    approval_expires_at: datetime | None
+    created_at: datetime
+    accepted_at: datetime | None
+    updated_at: datetime
+    deadlines: Deadlines
+    next_poll_at: datetime | None
+    poll_not_before: datetime | None
+    counters: dict[str, Counter]
+    progress: float | None
+    last_remote_state: str | None
+    last_http_status: int | None
+    escalation: Escalation | None
+    cancel: CancelRequest | None
+    validation_summary: dict[str, Any] | None
+    links: OperationLinks
+
+
+class OperationSummary(BaseModel):
+    operation_id: uuid.UUID
+    provider: str
+    state: OperationState
+    remote_job_id: str | None
+    idempotency_key: str
+    escalation_reason: str | None
+    requested_by: str
+    created_at: datetime
+    updated_at: datetime
+    links: OperationLinks
+
+
+class PageLinks(BaseModel):
+    next: str | None
+
+
+class OperationList(BaseModel):
+    operations: list[OperationSummary]
+    links: PageLinks
+
+
+class EventView(BaseModel):
+    seq: int
+    at: datetime
+    actor: str
+    kind: str
+    from_state: str | None
+    to_state: str | None
+    cause: str | None
+    delay_source: str | None
+    http_status: int | None
+    provider_request_id: str | None
+    excerpt: dict[str, Any] | None
+
+
+class ChainProblemView(BaseModel):
+    seq: int
+    problem: str
+
+
+class ChainView(BaseModel):
+    verified: bool
+    problems: list[ChainProblemView]
+
+
+class IntakeAttempt(BaseModel):
+    at: datetime
+    door: str
+    actor: str
+    token_id: uuid.UUID | None
+    idempotency_key: str
+    fingerprint: str | None
+    outcome: str
+    http_status: int | None
+    trace_id: str | None
+    detail: str | None
+
+
+class OperationStory(BaseModel):
+    operation_id: uuid.UUID
+    state: OperationState
+    events: list[EventView]
+    chain: ChainView
+    intake: list[IntakeAttempt]
+    links: OperationLinks
+
+
+class WaitingOperation(OperationSummary):
+    escalation_detail: str | None
+    waiting_since: datetime
+
+
+class EscalationCounts(BaseModel):
+    total: int
+    by_reason: dict[str, int]
+    by_state: dict[str, int]
+
+
+class EscalationList(BaseModel):
+    counts: EscalationCounts
+    escalations: list[WaitingOperation]
+    links: PageLinks
+
+
+def operation_links(operation_id: uuid.UUID | str) -> OperationLinks:
+    base = f"/v1/operations/{operation_id}"
+    return OperationLinks(self=base, events=f"{base}/events")
+
+
+def parse_operation_id(raw: str) -> uuid.UUID:
+    """The id in the path; a malformed one is simply not found (404, like another tenant's)."""
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise ProblemError(404, "not_found", NOT_FOUND_DETAIL) from None
+
+
+def owned_operation(request: Request, principal: Principal, raw_id: str) -> Operation:
+    """The principal's tenant's operation named in the path, or the one 404 problem."""
+    operation_id = parse_operation_id(raw_id)
+    with snapshot(settings_of(request).database_url) as session:
+        row = query_store.operation_for_tenant(session, principal.tenant, operation_id)
+    if row is None:
+        raise ProblemError(404, "not_found", NOT_FOUND_DETAIL)
+    return row
+
+
+# An opaque cursor: base64url of "<ISO timestamp>|<operation id>", the sort key of the last
+# row shown. Forging one reveals nothing: every page is filtered by the caller's tenant.
+def encode_cursor(position: query_store.Position) -> str:
+    raw = f"{position.at.isoformat()}|{position.operation_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str) -> query_store.Position:
+    """The position a cursor names; 422 naming the ``cursor`` parameter when it is not one."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        at, _, op_id = raw.partition("|")
+        position = query_store.Position(
+            at=datetime.fromisoformat(at), operation_id=uuid.UUID(op_id)
+        )
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        position = None
+    if position is None or position.at.tzinfo is None:
+        raise ProblemError(
+            422,
+            "invalid_request",
+            "query/cursor: not a cursor this API returned",
+            errors=[{"path": "query/cursor", "message": "not a cursor this API returned"}],
+        )
+    return position
+
+
+def _next_link(request: Request, position: query_store.Position | None) -> str | None:
+    if position is None:
+        return None
+    params = [(k, v) for k, v in request.query_params.multi_items() if k != "cursor"]
+    params.append(("cursor", encode_cursor(position)))
+    return f"{request.url.path}?{urlencode(params)}"
+
+
+def _link_header(response: Response, link: str | None) -> None:
+    # RFC 8288 section 3: Link: <target>; rel="next", beside the same link in the body.
+    if link is not None:
+        response.headers["Link"] = f'<{link}>; rel="next"'
+
+
+def _counter(used: int, limit: int | None) -> Counter:
+    return Counter(used=used, max=limit, text=f"{used} of {limit if limit is not None else '?'}")
+
+
+def operation_view(rt: Runtime, row: Operation) -> OperationView:
+    contract = rt.contracts.get(row.provider)
+    limits = contract.limits if contract is not None else None
+    escalation = None
+    if row.state in HUMAN_ONLY_SOURCES or row.escalation_reason is not None:
+        offered = (
+            escalation_options(str(row.operation_id), runtime=rt)
+            if row.state in HUMAN_ONLY_SOURCES and contract is not None
+            else []
+        )
+        escalation = Escalation(
+            reason=row.escalation_reason,
+            detail=row.escalation_detail,
+            options=[OfferedOption(option=o.kind.value, label=o.label) for o in offered],
+        )
+    cancel = (
+        CancelRequest(requested_by=row.cancel_requested_by, reason=row.cancel_reason)
+        if row.cancel_requested_by is not None
+        else None
+    )
+    return OperationView(
+        operation_id=row.operation_id,
+        tenant=row.tenant,
+        provider=row.provider,
+        state=row.state,
+        remote_job_id=row.remote_job_id,
+        idempotency_key=row.idempotency_key,
+        source_event_id=row.source_event_id,
+        fingerprint=row.request_fingerprint,
+        trace_id=row.trace_id,
+        requested_by=row.requested_by,
+        authorised_by=row.authorised_by,
+        approval_expires_at=row.approval_expires_at,
+        created_at=row.created_at,
+        accepted_at=row.accepted_at,
+        updated_at=row.updated_at,
+        deadlines=Deadlines(
+            create=row.create_deadline,
+            result=row.result_deadline,
+            cancel=row.cancel_deadline,
+            collect=row.collect_deadline,
+        ),
+        next_poll_at=row.next_poll_at,
+        poll_not_before=row.poll_not_before,
+        counters={
+            "status_requests": _counter(row.status_requests_used, row.max_status_requests),
+            "transport_failures": _counter(row.transport_failures_used, row.max_transport_failures),
+            "create_attempts": _counter(
+                row.create_attempts, limits.max_create_attempts if limits else None
+            ),
+            "result_fetches": _counter(
+                row.result_fetch_attempts, limits.max_result_fetches if limits else None
+            ),
+        },
+        progress=row.progress,
+        last_remote_state=row.last_remote_state,
+        last_http_status=row.last_http_status,
+        escalation=escalation,
+        cancel=cancel,
+        validation_summary=dict(row.validation_summary) if row.validation_summary else None,
+        links=operation_links(row.operation_id),
+    )
+
+
+def _summary(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {**row, "links": operation_links(row["operation_id"])}
+
+
+@router.get("/v1/operations/{operation_id}", response_model=OperationView)
+def get_operation(
+    operation_id: str,
+    request: Request,
+    principal: Annotated[Principal, Depends(require(Scope.read))],
+) -> OperationView:
+    """One operation of the caller's tenant: state, counters, deadlines, escalation options."""
+    return operation_view(runtime_of(request), owned_operation(request, principal, operation_id))
+
+
+class ListParams(BaseModel):
+    """The list's query parameters; an unknown one is refused, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+    state: OperationState | None = None
+    reason: EscalationReason | None = None
+    provider: Annotated[str | None, Field(min_length=1, max_length=200)] = None
+    remote_job_id: Annotated[str | None, Field(min_length=1, max_length=500)] = None
+    idempotency_key: Annotated[str | None, Field(min_length=1, max_length=255)] = None
+    since: AwareDatetime | None = None
+    limit: Annotated[int, Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT
+    cursor: Annotated[str | None, Field(min_length=1, max_length=200)] = None
+
+
+class PageParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    limit: Annotated[int, Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT
+    cursor: Annotated[str | None, Field(min_length=1, max_length=200)] = None
+
+
+@router.get("/v1/operations", response_model=OperationList)
+def list_operations(
+    request: Request,
+    response: Response,
+    principal: Annotated[Principal, Depends(require(Scope.read))],
+    params: Annotated[ListParams, Query()],
+) -> OperationList:
+    """The tenant's operations, oldest first, one keyset page at a time (follow links.next)."""
+    query = query_store.OperationFilter(
+        tenant=principal.tenant,
+        limit=params.limit,
+        state=params.state,
+        reason=params.reason.value if params.reason is not None else None,
+        provider=params.provider,
+        remote_job_id=params.remote_job_id,
+        idempotency_key=params.idempotency_key,
+        since=params.since,
+        after=decode_cursor(params.cursor) if params.cursor is not None else None,
+    )
+    with snapshot(settings_of(request).database_url) as session:
+        page = query_store.list_operations(session, query)
+    link = _next_link(request, page.next)
+    _link_header(response, link)
+    return OperationList(
+        operations=[OperationSummary.model_validate(_summary(r)) for r in page.rows],
+        links=PageLinks(next=link),
+    )
+
+
+@router.get("/v1/operations/{operation_id}/events", response_model=OperationStory)
+def operation_events(
+    operation_id: str,
+    request: Request,
+    principal: Annotated[Principal, Depends(require(Scope.read))],
+) -> OperationStory:
+    """The operation's story: every event, whether its hash chain verifies, every intake attempt."""
+    row = owned_operation(request, principal, operation_id)
+    with transaction(settings_of(request).database_url) as session:
+        events = query_store.history(session, row.operation_id)
+        problems = store.verify(session, row.operation_id)
+        attempts = api_store.intake_for_operation(session, row.operation_id)
+    return OperationStory(
+        operation_id=row.operation_id,
+        state=row.state,
+        events=[EventView.model_validate(e) for e in events],
+        chain=ChainView(
+            verified=not problems,
+            problems=[ChainProblemView(seq=p.seq, problem=p.problem) for p in problems],
+        ),
+        intake=[
+            IntakeAttempt(
+                at=a.at,
+                door=a.door,
+                actor=a.actor,
+                token_id=a.token_id,
+                idempotency_key=a.idempotency_key,
+                fingerprint=a.fingerprint,
+                outcome=a.outcome,
+                http_status=a.http_status,
+                trace_id=a.trace_id,
+                detail=a.detail,
+            )
+            for a in attempts
+        ],
+        links=operation_links(row.operation_id),
+    )
+
+
+@router.get("/v1/escalations", response_model=EscalationList, tags=["escalations"])
+def list_escalations(
+    request: Request,
+    response: Response,
+    principal: Annotated[Principal, Depends(require(Scope.read))],
+    params: Annotated[PageParams, Query()],
+) -> EscalationList:
+    """What needs a human in the tenant (stopped or awaiting approval), longest waiting first."""
+    after = decode_cursor(params.cursor) if params.cursor is not None else None
+    with transaction(settings_of(request).database_url) as session:
+        counts = query_store.escalation_counts(session, principal.tenant)
+        page = query_store.escalations(session, principal.tenant, limit=params.limit, after=after)
+    by_reason: dict[str, int] = {}
+    by_state: dict[str, int] = {}
+    for state, reason, count in counts:
+        by_state[state] = by_state.get(state, 0) + count
+        # Awaiting approval has no escalation reason: it is counted under its state's name.
+        key = reason or state
+        by_reason[key] = by_reason.get(key, 0) + count
+    link = _next_link(request, page.next)
+    _link_header(response, link)
+    return EscalationList(
+        counts=EscalationCounts(
+            total=sum(by_state.values()), by_reason=by_reason, by_state=by_state
+        ),
+        escalations=[
+            WaitingOperation.model_validate({**_summary(r), "waiting_since": r["updated_at"]})
+            for r in page.rows
+        ],
+        links=PageLinks(next=link),
+    )

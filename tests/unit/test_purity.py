@@ -20,6 +20,7 @@ PERSISTENCE = {
     "migrate.py",
     "api_tables.py",
     "api_store.py",
+    "query_store.py",
 }
 FORBIDDEN_IMPORTS = {"sqlalchemy", "httpx", "redis", "celery", "psycopg", "psycopg2"}
 # Attribute chains that read the clock, matched on their last two names.
