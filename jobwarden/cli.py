@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from jobwarden.api_cli import serve_api, tenants_app, tokens_app
 from jobwarden.config.settings import get_settings
 from jobwarden.models.errors import JobwardenError
 
@@ -27,6 +28,8 @@ providers_app = typer.Typer(no_args_is_help=True, help="Provider contracts.")
 db_app = typer.Typer(no_args_is_help=True, help="The Postgres schema.")
 app.add_typer(providers_app, name="providers")
 app.add_typer(db_app, name="db")
+app.add_typer(tokens_app, name="tokens")
+app.add_typer(tenants_app, name="tenants")
 console = Console(soft_wrap=True)
 # soft_wrap: an error is one line whatever the terminal width (scripts grep for it).
 err = Console(stderr=True, soft_wrap=True)
@@ -147,6 +150,11 @@ def history(operation_id: str) -> None:
     _, events = _row_and_events(operation_id)
     for ev in events:
         console.print(event_line(ev), highlight=False, markup=False)
+    from jobwarden.api_cli import intake_lines
+
+    # Who asked, through which door, and what each attempt was answered (the intake log).
+    for line in intake_lines(_operation_id(operation_id)):
+        console.print(line, highlight=False, markup=False)
 
 
 def _problem_line(p: ChainProblem) -> str:
@@ -413,6 +421,16 @@ def sandbox(
         raise SettingsError(
             f"sandbox port {host}:{port} is in use (--port / JOBWARDEN_SANDBOX_PORT)"
         ) from None
+
+
+@app.command()
+def api(
+    host: Annotated[str | None, typer.Option(envvar="JOBWARDEN_API_HOST")] = None,
+    port: Annotated[int | None, typer.Option(envvar="JOBWARDEN_API_PORT")] = None,
+    workers: Annotated[int | None, typer.Option(envvar="JOBWARDEN_API_WORKERS")] = None,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) with uvicorn."""
+    serve_api(host, port, workers)
 
 
 @app.command()

@@ -43,7 +43,7 @@ class IntakeEntry:
     fingerprint: str | None
     outcome: str
     operation_id: uuid.UUID | None
-    state: str | None
+    state: str | None = None
     http_status: int | None
     trace_id: str | None
     detail: str | None = None
