@@ -1,5 +1,179 @@
-"""Action routes: cancel, approvals, decisions (issue 10, item 5)."""
+"""Action routes: cancel, approvals, decisions (issue 10, item 5).
 
-from fastapi import APIRouter
+Each records the authenticated principal as the actor through the one
+intervention function every door uses (tasks/interventions.py). The route
+checks what it can answer precisely first — the tenant (404), the state
+(409), who may approve (403), the fingerprint (409), the offered options
+(422) — and the intervention checks again inside its own fenced write, so a
+refusal that still reaches us there means the operation moved in between:
+a state conflict (409), never a 500.
+"""
 
-router = APIRouter()
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from jobwarden.api.auth import Principal, Scope, require
+from jobwarden.api.context import runtime_of
+from jobwarden.api.problems import ProblemError
+from jobwarden.api.queries import OperationLinks, operation_links, owned_operation
+from jobwarden.models.errors import LostRaceError, RefusedInputError
+from jobwarden.models.operation import Operation
+from jobwarden.models.states import TERMINAL, OperationState
+from jobwarden.tasks import interventions
+
+router = APIRouter(tags=["actions"])
+
+# An approval lives at least a minute (time to act on it) and at most a week: an approval
+# given long before the create would authorise a payload nobody looked at recently.
+MIN_APPROVAL_SECONDS = 60
+MAX_APPROVAL_SECONDS = 7 * 24 * 3600
+
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
+
+
+class CancelBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: Text
+
+
+class ApprovalBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # The fingerprint the approver was shown (GET /v1/operations/{id}): a changed payload
+    # has another one, and needs an approval of its own.
+    fingerprint: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+    valid_for_seconds: Annotated[float, Field(ge=MIN_APPROVAL_SECONDS, le=MAX_APPROVAL_SECONDS)] = (
+        3600
+    )
+
+
+class DecisionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    option: Annotated[str, StringConstraints(min_length=1, max_length=60)]
+    note: Annotated[str, StringConstraints(max_length=2000)] = ""
+
+
+class ActionAnswer(BaseModel):
+    operation_id: uuid.UUID
+    state: OperationState
+    links: OperationLinks
+
+
+def _answer(row: Operation, state: str) -> ActionAnswer:
+    return ActionAnswer(
+        operation_id=row.operation_id,
+        state=OperationState(state),
+        links=operation_links(row.operation_id),
+    )
+
+
+def _moved(exc: Exception) -> ProblemError:
+    """A refusal from inside the intervention, after the route's own checks passed."""
+    if isinstance(exc, LostRaceError):
+        return ProblemError(409, "conflict", "the operation is busy; ask again")
+    return ProblemError(409, "conflict", str(exc))
+
+
+@router.post("/v1/operations/{operation_id}/cancel", response_model=ActionAnswer, status_code=202)
+def cancel_operation(
+    operation_id: str,
+    body: CancelBody,
+    request: Request,
+    principal: Annotated[Principal, Depends(require(Scope.cancel))],
+) -> ActionAnswer:
+    """Record the intent to cancel; a worker sends it and waits for the provider's confirmation.
+
+    202 (RFC 9110 section 15.3.3): cancel_requested is our fact, cancelled the provider's.
+    """
+    row = owned_operation(request, principal, operation_id)
+    if row.state in TERMINAL:
+        raise ProblemError(409, "conflict", f"the operation has ended ({row.state.value})")
+    try:
+        state = interventions.request_cancel(
+            str(row.operation_id), principal.actor, body.reason, runtime=runtime_of(request)
+        )
+    except (RefusedInputError, LostRaceError) as exc:
+        raise _moved(exc) from None
+    return _answer(row, state)
+
+
+@router.post("/v1/operations/{operation_id}/approvals", response_model=ActionAnswer)
+def approve_operation(
+    operation_id: str,
+    body: ApprovalBody,
+    request: Request,
+    principal: Annotated[Principal, Depends(require(Scope.approve))],
+) -> ActionAnswer:
+    """Approve the operation's fingerprint for a while; then its create may be sent."""
+    row = owned_operation(request, principal, operation_id)
+    if row.state is not OperationState.awaiting_approval:
+        raise ProblemError(
+            409, "conflict", f"the operation is not awaiting approval ({row.state.value})"
+        )
+    # Four eyes: whoever submitted an operation does not also authorise it, unless the tenant
+    # chose to allow it (jobwarden tenants allow-self-approval).
+    if row.requested_by in (principal.name, principal.actor) and not principal.allows_self_approval:
+        raise ProblemError(
+            403,
+            "self_approval_refused",
+            "this token's name submitted the operation; another approver must approve it",
+        )
+    if body.fingerprint != row.request_fingerprint:
+        raise ProblemError(
+            409,
+            "fingerprint_mismatch",
+            "the approval names a different fingerprint than the operation's; "
+            "a changed payload needs a new approval",
+        )
+    try:
+        state = interventions.approve(
+            str(row.operation_id),
+            body.fingerprint,
+            principal.actor,
+            valid_for_seconds=body.valid_for_seconds,
+            runtime=runtime_of(request),
+        )
+    except (RefusedInputError, LostRaceError) as exc:
+        raise _moved(exc) from None
+    return _answer(row, state)
+
+
+@router.post("/v1/operations/{operation_id}/decisions", response_model=ActionAnswer)
+def decide_operation(
+    operation_id: str,
+    body: DecisionBody,
+    request: Request,
+    principal: Annotated[Principal, Depends(require(Scope.decide))],
+) -> ActionAnswer:
+    """Pick one of the options offered now for a stopped operation (see GET .../{id})."""
+    row = owned_operation(request, principal, operation_id)
+    rt = runtime_of(request)
+    try:
+        offered = [
+            o.kind.value for o in interventions.escalation_options(str(row.operation_id), rt)
+        ]
+    except RefusedInputError as exc:
+        raise _moved(exc) from None
+    if not offered:
+        raise ProblemError(
+            409, "conflict", f"nothing to decide: the operation is {row.state.value}"
+        )
+    if body.option not in offered:
+        raise ProblemError(
+            422,
+            "option_not_offered",
+            f"option {body.option!r} is not offered now; offered: {', '.join(offered)}",
+            offered=offered,
+            errors=[{"path": "option", "message": f"one of: {', '.join(offered)}"}],
+        )
+    try:
+        state = interventions.decide_escalation(
+            str(row.operation_id), body.option, principal.actor, body.note, runtime=rt
+        )
+    except (RefusedInputError, LostRaceError) as exc:
+        raise _moved(exc) from None
+    return _answer(row, state)

@@ -42,6 +42,9 @@ TITLES: dict[str, str] = {
     "not_found": "Not found",
     "method_not_allowed": "Method not allowed",
     "conflict": "The request conflicts with the resource's state",
+    "self_approval_refused": "The operation's submitter may not approve it",
+    "fingerprint_mismatch": "The approval names another fingerprint than the operation's",
+    "option_not_offered": "The option is not offered for this operation now",
     "not_ready": "A backing service does not answer",
     "internal_error": "Internal error",
 }

@@ -1,0 +1,308 @@
+"""The action routes over HTTP against the real database and Redis: cancel, approvals,
+decisions — tenant isolation (404), scopes (403), the four-eyes rule on approvals, and
+the principal recorded as the actor of every intervention.
+
+Conventions: RFC 9457 problem details for every refusal; 404 for another tenant's
+operation (RFC 9110 section 15.5.5); 202 for a recorded cancel (RFC 9110 section 15.3.3).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from jobwarden.models.states import OperationState as S
+from tests.api_server import serving
+from tests.integration.api_helpers import insert_operation, load, make_token, tenant_name
+
+ALL = ["read", "cancel", "approve", "decide"]
+TYPE = "tag:jobwarden.dev,2026:problem/"
+
+
+@pytest.fixture(scope="module")
+def client(database_url: str) -> Iterator[httpx.Client]:
+    from jobwarden.api.app import create_app
+
+    with serving(create_app()) as url, httpx.Client(base_url=url, timeout=30) as http:
+        yield http
+
+
+def _problem(answer: httpx.Response, status: int, kind: str) -> dict[str, Any]:
+    assert answer.status_code == status, answer.text
+    assert answer.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = answer.json()
+    assert body["type"] == TYPE + kind, body
+    assert "Traceback" not in answer.text
+    return body
+
+
+def _events(client: httpx.Client, op: uuid.UUID, headers: dict[str, str]) -> list[dict[str, Any]]:
+    answer = client.get(f"/v1/operations/{op}/events", headers=headers)
+    assert answer.status_code == 200, answer.text
+    events: list[dict[str, Any]] = answer.json()["events"]
+    return events
+
+
+def _unchanged(database_url: str, op: uuid.UUID, before: Any) -> None:
+    after = load(database_url, op)
+    assert (after.version, after.state, after.event_count) == (
+        before.version,
+        before.state,
+        before.event_count,
+    )
+
+
+def _every_action(op: uuid.UUID, fingerprint: str) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"/v1/operations/{op}/cancel", {"reason": "not needed"}),
+        (f"/v1/operations/{op}/approvals", {"fingerprint": fingerprint}),
+        (f"/v1/operations/{op}/decisions", {"option": "abandon"}),
+    ]
+
+
+def test_another_tenant_gets_404_on_every_action_and_nothing_changes(
+    database_url: str, client: httpx.Client
+) -> None:
+    owner = tenant_name()
+    stranger = make_token(database_url, tenant_name(), "mallory", ALL, allow_self_approval=True)
+    waiting = insert_operation(database_url, owner, S.awaiting_approval)
+    stopped = insert_operation(database_url, owner, S.escalated, escalation_reason="unknown_state")
+    for op in (waiting, stopped):
+        before = load(database_url, op)
+        for path, body in _every_action(op, before.request_fingerprint):
+            refused = _problem(client.post(path, json=body, headers=stranger), 404, "not_found")
+            unknown = _problem(
+                client.post(path.replace(str(op), str(uuid.uuid4())), json=body, headers=stranger),
+                404,
+                "not_found",
+            )
+            assert refused["detail"] == unknown["detail"]
+        _unchanged(database_url, op, before)
+
+
+@pytest.mark.parametrize(
+    ("action", "scope"),
+    [("cancel", "cancel"), ("approvals", "approve"), ("decisions", "decide")],
+)
+def test_a_token_without_the_routes_scope_gets_403(
+    database_url: str, client: httpx.Client, action: str, scope: str
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.awaiting_approval)
+    before = load(database_url, op)
+    others = [s for s in ["read", "submit", *ALL] if s != scope]
+    headers = make_token(database_url, tenant, "reader", others)
+    body = dict(_every_action(op, before.request_fingerprint))[f"/v1/operations/{op}/{action}"]
+    refused = _problem(
+        client.post(f"/v1/operations/{op}/{action}", json=body, headers=headers),
+        403,
+        "insufficient_scope",
+    )
+    assert refused["required_scope"] == scope
+    _unchanged(database_url, op, before)
+
+
+def test_a_cancel_is_recorded_with_the_principal_as_actor_and_answers_202(
+    database_url: str, client: httpx.Client
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.observing)
+    headers = make_token(database_url, tenant, "ops-bot", ALL)
+    answer = client.post(
+        f"/v1/operations/{op}/cancel", json={"reason": "customer withdrew"}, headers=headers
+    )
+    assert answer.status_code == 202, answer.text
+    assert answer.json()["state"] == "cancel_requested"
+    row = load(database_url, op)
+    assert (row.state, row.cancel_reason) == (S.cancel_requested, "customer withdrew")
+    last = _events(client, op, headers)[-1]
+    assert (last["kind"], last["actor"]) == ("cancel_requested", "user:token:ops-bot")
+
+
+@pytest.mark.parametrize("body", [{}, {"reason": ""}, {"reason": "   "}, {"why": "x"}])
+def test_a_cancel_without_a_reason_is_a_422_naming_the_field(
+    database_url: str, client: httpx.Client, body: dict[str, str]
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.observing)
+    before = load(database_url, op)
+    headers = make_token(database_url, tenant, "ops-bot", ALL)
+    refused = _problem(
+        client.post(f"/v1/operations/{op}/cancel", json=body, headers=headers),
+        422,
+        "invalid_request",
+    )
+    assert any(e["path"] in ("reason", "why") for e in refused["errors"]), refused
+    _unchanged(database_url, op, before)
+
+
+def test_cancelling_an_ended_operation_is_a_409(database_url: str, client: httpx.Client) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.succeeded)
+    headers = make_token(database_url, tenant, "ops-bot", ALL)
+    refused = _problem(
+        client.post(f"/v1/operations/{op}/cancel", json={"reason": "late"}, headers=headers),
+        409,
+        "conflict",
+    )
+    assert "succeeded" in refused["detail"]
+
+
+def test_the_submitter_may_not_approve_its_own_operation(
+    database_url: str, client: httpx.Client
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.awaiting_approval, requested_by="alice")
+    before = load(database_url, op)
+    alice = make_token(database_url, tenant, "alice", ALL)
+    _problem(
+        client.post(
+            f"/v1/operations/{op}/approvals",
+            json={"fingerprint": before.request_fingerprint},
+            headers=alice,
+        ),
+        403,
+        "self_approval_refused",
+    )
+    _unchanged(database_url, op, before)
+    bob = make_token(database_url, tenant, "bob", ALL)
+    answer = client.post(
+        f"/v1/operations/{op}/approvals",
+        json={"fingerprint": before.request_fingerprint, "valid_for_seconds": 600},
+        headers=bob,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["state"] == "create_pending"
+    row = load(database_url, op)
+    assert row.authorised_by == "token:bob" and row.approval_expires_at is not None
+    approved = [e for e in _events(client, op, bob) if e["kind"] == "approved"]
+    assert [e["actor"] for e in approved] == ["human:token:bob"]
+
+
+def test_a_tenant_that_allows_self_approval_lets_the_submitter_approve(
+    database_url: str, client: httpx.Client
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.awaiting_approval, requested_by="solo")
+    fingerprint = load(database_url, op).request_fingerprint
+    solo = make_token(database_url, tenant, "solo", ALL, allow_self_approval=True)
+    answer = client.post(
+        f"/v1/operations/{op}/approvals", json={"fingerprint": fingerprint}, headers=solo
+    )
+    assert answer.status_code == 200, answer.text
+    assert load(database_url, op).state is S.create_pending
+
+
+def test_an_approval_naming_another_fingerprint_is_refused_and_changes_nothing(
+    database_url: str, client: httpx.Client
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.awaiting_approval)
+    before = load(database_url, op)
+    headers = make_token(database_url, tenant, "bob", ALL)
+    other = ("0" if before.request_fingerprint[0] != "0" else "1") + before.request_fingerprint[1:]
+    _problem(
+        client.post(f"/v1/operations/{op}/approvals", json={"fingerprint": other}, headers=headers),
+        409,
+        "fingerprint_mismatch",
+    )
+    _unchanged(database_url, op, before)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"fingerprint": "f" * 64, "valid_for_seconds": 59},
+        {"fingerprint": "f" * 64, "valid_for_seconds": 7 * 24 * 3600 + 1},
+        {"fingerprint": "not-hex"},
+        {},
+    ],
+)
+def test_an_approval_with_bounds_out_of_range_is_a_422(
+    database_url: str, client: httpx.Client, body: dict[str, Any]
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.awaiting_approval)
+    before = load(database_url, op)
+    headers = make_token(database_url, tenant, "bob", ALL)
+    _problem(
+        client.post(f"/v1/operations/{op}/approvals", json=body, headers=headers),
+        422,
+        "invalid_request",
+    )
+    _unchanged(database_url, op, before)
+
+
+def test_approving_an_operation_not_awaiting_approval_is_a_409(
+    database_url: str, client: httpx.Client
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.observing)
+    row = load(database_url, op)
+    headers = make_token(database_url, tenant, "bob", ALL)
+    _problem(
+        client.post(
+            f"/v1/operations/{op}/approvals",
+            json={"fingerprint": row.request_fingerprint},
+            headers=headers,
+        ),
+        409,
+        "conflict",
+    )
+
+
+def test_a_decision_picks_an_offered_option_and_records_the_principal(
+    database_url: str, client: httpx.Client
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(
+        database_url, tenant, S.escalated, escalation_reason="request_budget_exhausted"
+    )
+    headers = make_token(database_url, tenant, "oncall", ALL)
+    answer = client.post(
+        f"/v1/operations/{op}/decisions",
+        json={"option": "extend", "note": "provider is slow today"},
+        headers=headers,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["state"] == "observing"
+    row = load(database_url, op)
+    assert (row.max_status_requests, row.extensions_used) == (14, 1)
+    decision = _events(client, op, headers)[-1]
+    assert (decision["kind"], decision["actor"]) == ("human_decision", "human:token:oncall")
+    assert decision["excerpt"]["note"] == "provider is slow today"
+
+
+def test_an_option_not_offered_now_is_a_422_naming_the_offered_ones(
+    database_url: str, client: httpx.Client
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.escalated, escalation_reason="contract_violation")
+    before = load(database_url, op)
+    headers = make_token(database_url, tenant, "oncall", ALL)
+    for option in ("extend", "reboot"):
+        refused = _problem(
+            client.post(f"/v1/operations/{op}/decisions", json={"option": option}, headers=headers),
+            422,
+            "option_not_offered",
+        )
+        assert refused["offered"] == ["cancel_at_provider", "abandon"]
+        assert "cancel_at_provider, abandon" in refused["detail"]
+    _unchanged(database_url, op, before)
+
+
+def test_a_decision_for_an_operation_that_needs_none_is_a_409(
+    database_url: str, client: httpx.Client
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.observing)
+    headers = make_token(database_url, tenant, "oncall", ALL)
+    _problem(
+        client.post(f"/v1/operations/{op}/decisions", json={"option": "abandon"}, headers=headers),
+        409,
+        "conflict",
+    )
