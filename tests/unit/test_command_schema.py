@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobwarden.models.command_schema import (
     CommandSchema,
@@ -329,3 +331,39 @@ def test_a_compiled_schema_pickles_and_compares_by_its_document() -> None:
     copy = pickle.loads(pickle.dumps(schema))
     assert copy == schema and copy.apply({}) == {"a": 1}
     assert schema != compile_schema({"properties": {"a": {"default": 2}}})
+
+
+# --- one intent, any spelling ----------------------------------------------------------
+
+_OPTIONAL: dict[str, Any] = {"kind": "export", "format": "jsonl", "compression": "none"}
+
+
+def _spelling(written: set[str], order: list[int]) -> dict[str, Any]:
+    """MINIMAL with the defaults in ``written`` spelled out, fields in a shuffled order."""
+    output = {k: _OPTIONAL[k] for k in ("format", "compression") if k in written}
+    fields: list[tuple[str, Any]] = [
+        ("dataset", "orders"),
+        ("image", IMAGE),
+        ("spend_cap", dict(reversed(list(MINIMAL["spend_cap"].items())))),
+    ]
+    if "kind" in written:
+        fields.append(("kind", "export"))
+    if output or "output" in written:
+        fields.append(("output", output))
+    rank = dict(zip(["dataset", "image", "spend_cap", "kind", "output"], order, strict=True))
+    return dict(sorted(fields, key=lambda field: rank[field[0]]))
+
+
+@given(
+    written=st.sets(st.sampled_from(["kind", "format", "compression", "output"])),
+    order=st.permutations(range(5)),
+)
+def test_every_spelling_of_the_intent_validates_to_one_command_and_one_fingerprint(
+    written: set[str], order: list[int]
+) -> None:
+    schema = _schema(load_contract(SHIPPED / "sandbox_export.toml"))
+    expected = schema.apply(MINIMAL)
+    validated = schema.apply(_spelling(written, order))
+    assert validated == expected
+    assert _fingerprint(validated) == _fingerprint(expected)
+    assert schema.apply(validated) == validated  # validating again changes nothing
