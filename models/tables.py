@@ -81,6 +81,13 @@ class OperationRow(Base):
             "next_poll_at",
             postgresql_where=text(f"state IN ({ACTIVE_STATE_VALUES})"),
         ),
+        # A verified webhook names its remote job: find the operation without a scan (0009).
+        Index(
+            "ix_operations_provider_remote_job",
+            "provider",
+            "remote_job_id",
+            postgresql_where=text("remote_job_id IS NOT NULL"),
+        ),
     )
 
     operation_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)

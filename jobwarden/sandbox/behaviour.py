@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobwarden.sandbox.conventions import RESULT_DIGESTS, RESULT_SHAPES
+from jobwarden.sandbox.webhooks import WebhookBehaviour, WebhookOptionError, parse_webhook_option
 
 OUTCOMES = ("succeeded", "failed", "expired")
 CREATE_RESPONSES = ("normal", "drop", "hold")
@@ -124,6 +125,8 @@ class Behaviour:
     result_shape: str = "sandbox"
     result_digest: str = "none"
     result_altered: bool = False
+    # Webhooks on each state change (jobwarden.sandbox.webhooks), with faults on request.
+    webhook: WebhookBehaviour | None = None
 
     def status_error_for(self, index: int) -> StatusError | None:
         """The scripted error for the ``index``-th (0-based) status call, if any."""
@@ -240,6 +243,7 @@ _FIELDS = frozenset(
         "result_shape",
         "result_digest",
         "result_altered",
+        "webhook",
     }
 )
 
@@ -268,6 +272,10 @@ def parse_behaviour(raw: Any) -> Behaviour:
     depth = _int(raw, "deep_json_depth", minimum=1)
     huge = _int(raw, "huge_bytes", minimum=1)
     drip = _float(raw, "drip_interval_seconds")
+    try:
+        webhook = parse_webhook_option(raw.get("webhook"))
+    except WebhookOptionError as exc:
+        raise BehaviourError(str(exc)) from None
     return Behaviour(
         polls_to_finish=2 if polls is None else polls,
         seconds_to_finish=_float(raw, "seconds_to_finish"),
@@ -308,4 +316,5 @@ def parse_behaviour(raw: Any) -> Behaviour:
         result_shape=_choice(raw, "result_shape", RESULT_SHAPES),
         result_digest=_choice(raw, "result_digest", RESULT_DIGESTS),
         result_altered=_bool(raw, "result_altered", False),
+        webhook=webhook,
     )

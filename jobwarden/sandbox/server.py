@@ -13,6 +13,7 @@ Routes::
     GET  /v1/jobs/{id}/result        result document
     GET  /_sandbox/requests?key=&job=   request log (JSON list)
     GET  /_sandbox/jobs?key=            remote jobs (JSON list)
+    GET  /_sandbox/webhooks?job=        webhook deliveries sent and their answers (JSON list)
     POST /_sandbox/reset                forget all jobs and the log
 
 The ``/_sandbox`` endpoints never need the bearer token and are not logged.
@@ -308,6 +309,8 @@ class _Handler(BaseHTTPRequestHandler):
         if route == ("GET", "/_sandbox/requests"):
             entries = state.requests(key=_first(query, "key"), job_id=_first(query, "job"))
             return json_reply(200, entries)
+        if route == ("GET", "/_sandbox/webhooks"):
+            return json_reply(200, state.webhooks.deliveries(_first(query, "job")))
         if route == ("GET", "/_sandbox/jobs"):
             return json_reply(200, state.jobs_for_key(_first(query, "key")))
         if route == ("POST", "/_sandbox/reset"):
@@ -331,8 +334,15 @@ class SandboxServer:
             assert len(sandbox.jobs_for_key("k")) == 1
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None) -> None:
-        self._state = SandboxState()
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        token: str | None = None,
+        webhook_secret: str | None = None,
+    ) -> None:
+        self._state = SandboxState(webhook_secret)
         self._httpd = _HTTPServer((host, port), self._state, token)
         self._thread: threading.Thread | None = None
         self._stopped = False
@@ -368,6 +378,7 @@ class SandboxServer:
             self._thread.join(timeout=5)
         self._httpd.close_connections()
         self._httpd.server_close()
+        self._state.webhooks.stop()
 
     def serve_forever(self) -> None:
         """Serve on the calling thread until interrupted (used by :func:`serve`)."""
@@ -383,6 +394,10 @@ class SandboxServer:
 
     def jobs_for_key(self, key: str) -> list[dict[str, Any]]:
         return self._state.jobs_for_key(key)
+
+    def webhook_deliveries(self, job_id: str | None = None) -> list[dict[str, Any]]:
+        """Every webhook delivery the sandbox attempted (for one job), with its answer."""
+        return self._state.webhooks.deliveries(job_id)
 
     def reset(self) -> None:
         self._state.reset()

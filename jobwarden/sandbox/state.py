@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 from jobwarden.sandbox import conventions, hostile
 from jobwarden.sandbox.behaviour import Behaviour, BehaviourError, parse_behaviour
+from jobwarden.sandbox.webhooks import WebhookSender
 
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
 _JSON = "application/json"
@@ -106,6 +107,8 @@ class Job:
     last_status: str = "queued"
     last_progress: int = 0
     first_sent: str | None = None  # Repeatability-First-Sent of the first create
+    notified: str = "queued"  # the status the last webhook announced
+    late_event_sent: bool = False  # behaviour.webhook.out_of_order: sent once, after the result
 
     @property
     def expires_at(self) -> datetime | None:
@@ -191,8 +194,10 @@ def _build_result(job_id: str, behaviour: Behaviour) -> bytes:
 class SandboxState:
     """The provider's memory: jobs by id and by idempotency key, and the request log."""
 
-    def __init__(self) -> None:
+    def __init__(self, webhook_secret: str | None = None) -> None:
         self._lock = threading.Lock()
+        # Deliveries leave from the sender's thread, never under this lock's holder's call.
+        self.webhooks = WebhookSender(webhook_secret)
         self._jobs: dict[str, Job] = {}
         self._by_key: dict[str, Job] = {}
         self._log: dict[int, dict[str, Any]] = {}
@@ -278,6 +283,26 @@ class SandboxState:
             self._jobs.clear()
             self._by_key.clear()
             self._log.clear()
+        self.webhooks.reset()
+
+    # ----------------------------------------------------------------- webhooks
+    def _notify(self, job: Job, status: str) -> None:
+        """Announce a state change by webhook, once per change (caller holds the lock)."""
+        option = job.behaviour.webhook
+        if option is None or status == job.notified:
+            return
+        job.notified = status
+        self.webhooks.job_changed(option, job.id, status)
+
+    def tick(self, job_id: str) -> None:
+        """A time-scripted job finishes on its own, polled or not, and says so by webhook."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or job.final is not None or job.cancel_requested:
+                return
+            if self._finished(job, job.status_calls):
+                job.final = job.behaviour.outcome
+                self._notify(job, job.final)
 
     # ----------------------------------------------------------------- API
     def create(
@@ -339,6 +364,11 @@ class SandboxState:
                 # The create answer is the finished job: no status read is needed.
                 job.final = behaviour.outcome
                 return self._status_reply(job, job.final, 100 if behaviour.progress else None)
+        if behaviour.webhook is not None and behaviour.seconds_to_finish is not None:
+            # A little after the scripted finish, so _finished agrees when it fires.
+            timer = threading.Timer(behaviour.seconds_to_finish + 0.01, self.tick, (job.id,))
+            timer.daemon = True
+            timer.start()
         reply = Reply(status=202, body=job.create_body, headers=job.create_headers())
         _transport_mode(reply, behaviour.hostile_create, behaviour, job.create_fields())
         if behaviour.create_response == "drop":
@@ -456,6 +486,7 @@ class SandboxState:
             status = "running"
             job.last_progress = max(job.last_progress, self._running_progress(job, n))
         job.last_status = status
+        self._notify(job, status)
         return status, (job.last_progress if b.progress else None)
 
     @staticmethod
@@ -543,6 +574,10 @@ class SandboxState:
             if job.final != "succeeded" or job.behaviour.succeed_without_result:
                 return error_reply(404, "result_not_available", "the job has no result (yet)")
             b = job.behaviour
+            if b.webhook is not None and b.webhook.out_of_order and not job.late_event_sent:
+                # A "running" event from before the finish, delivered after the result.
+                job.late_event_sent = True
+                self.webhooks.late_event(b.webhook, job.id, "running", job.created_at)
             headers = {"Content-Type": conventions.content_type(b.result_shape)}
             # Digests of the result as produced; result_altered then changes it "in transit".
             headers.update(conventions.digest_headers(b.result_digest, job.result_bytes))

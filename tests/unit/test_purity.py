@@ -21,6 +21,8 @@ PERSISTENCE = {
     "api_tables.py",
     "api_store.py",
     "query_store.py",
+    "webhook_tables.py",
+    "webhook_store.py",
 }
 FORBIDDEN_IMPORTS = {"sqlalchemy", "httpx", "redis", "celery", "psycopg", "psycopg2"}
 # Attribute chains that read the clock, matched on their last two names.

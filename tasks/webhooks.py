@@ -1,0 +1,282 @@
+"""Receiving a webhook delivery: verify, deduplicate, record on the operation, wake the poll.
+
+The shell around ``models.webhooks``: it reads the secret by reference, asks the
+pure core whether the delivery verifies and what it does to the operation, and
+persists that once. A refused delivery (unsigned, forged, stale, malformed, too
+large) leaves nothing but a Redis counter. A verified one records its dedup row
+and, for a known job, a ``webhook_received`` event in the same transaction, taken
+under the operation's lease so a worker mid-step never loses its write to ours.
+The status read it may bring forward is the poll step's, with every check it makes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from redis import Redis
+
+from jobwarden.models import store
+from jobwarden.models.actions import DelaySource
+from jobwarden.models.contract import ProviderContract, WebhookSpec
+from jobwarden.models.db import snapshot, transaction
+from jobwarden.models.effects import wake_changes
+from jobwarden.models.errors import (
+    GiveUpError,
+    LeaseNotAcquiredError,
+    RefusedInputError,
+    RetryLaterError,
+    StaleVersionError,
+)
+from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.webhook_store import DeliveryRecord, operation_for_job, record_delivery
+from jobwarden.models.webhooks import (
+    REFUSAL_STATUS,
+    Delivery,
+    Refusal,
+    Refused,
+    WebhookOutcome,
+    WebhookSecretError,
+    after_webhook,
+    delivery_excerpt,
+    verify_delivery,
+)
+from jobwarden.tasks.dispatch import schedule
+from jobwarden.tasks.leases import operation_lease
+from jobwarden.tasks.runtime import Runtime, utcnow
+
+log = logging.getLogger("jobwarden.webhooks")
+
+# How long a delivery waits for a worker's step on the same operation to finish. Past
+# it the answer is 503 (Standard Webhooks senders retry); shorter than the 15 s a sender
+# is recommended to wait for an answer.
+LEASE_WAIT_SECONDS = 5.0
+# Lost fenced writes in a row before answering 503: someone else keeps writing the row.
+MAX_ATTEMPTS = 5
+TOO_LARGE = "too_large"  # counted like a refusal; the API answers 413
+
+
+class WebhookNotConfiguredError(RefusedInputError):
+    """No such provider, or its contract has no [webhook] table (404)."""
+
+
+class WebhookSecretUnavailableError(GiveUpError):
+    """The contract's webhook secret is missing or unusable; names its source, never its value."""
+
+
+class WebhookBusyError(RetryLaterError):
+    """The operation stayed busy (lease held, or written under us): deliver again later."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Receipt:
+    """What became of one delivery, and the HTTP status it is answered with."""
+
+    status: int
+    outcome: str  # a WebhookOutcome value, "duplicate" or "refused"
+    detail: str
+    refusal: Refusal | None = None
+    event_id: str | None = None
+    operation_id: uuid.UUID | None = None
+    wake_at: datetime | None = None
+
+
+def refused_key(prefix: str, provider: str, reason: str) -> str:
+    return f"{prefix}:webhooks:refused:{provider}:{reason}"
+
+
+def count_refusal(redis: Redis, prefix: str, provider: str, reason: str) -> None:
+    """Count a refused delivery; a Redis failure must not turn a 401 into a 500."""
+    try:
+        redis.incr(refused_key(prefix, provider, reason))
+    except Exception as exc:
+        log.warning(
+            "webhook_refusal_not_counted provider=%s error=%s", provider, type(exc).__name__
+        )
+
+
+def refused_count(redis: Redis, prefix: str, provider: str, reason: str) -> int:
+    """How many deliveries to ``provider`` were refused for ``reason`` (a Refusal or too_large)."""
+    value = redis.get(refused_key(prefix, provider, reason))
+    return int(value) if value is not None else 0
+
+
+def webhook_spec(rt: Runtime, provider: str) -> tuple[ProviderContract, WebhookSpec]:
+    contract = rt.contracts.get(provider)
+    if contract is None or contract.webhook is None:
+        raise WebhookNotConfiguredError(f"no webhook receiver for provider {provider!r}")
+    return contract, contract.webhook
+
+
+def read_secret(contract: ProviderContract, spec: WebhookSpec) -> str:
+    """The signing secret from the environment or its file, read per delivery (rotation)."""
+    if spec.secret_env:
+        value = os.environ.get(spec.secret_env, "").strip()
+        if value:
+            return value
+        where = spec.secret_env
+    else:
+        assert spec.secret_file is not None
+        where = f"secret file {spec.secret_file}"
+        try:
+            value = Path(spec.secret_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            value = ""
+        if value:
+            return value
+    raise WebhookSecretUnavailableError(f"provider {contract.name}: no webhook secret in {where}")
+
+
+def receive(rt: Runtime, provider: str, headers: Mapping[str, str], body: bytes) -> Receipt:
+    """Verify one delivery to ``provider`` and record what it does; never raises for its content.
+
+    Raises WebhookNotConfiguredError (404), WebhookSecretUnavailableError (a
+    configuration fault: 503, the provider retries) and WebhookBusyError (503).
+    """
+    contract, spec = webhook_spec(rt, provider)
+    secret = read_secret(contract, spec)
+    lowered = {name.lower(): value for name, value in headers.items()}
+    try:
+        verified = verify_delivery(spec, secret, lowered, body, now=utcnow())
+    except WebhookSecretError as exc:
+        where = spec.secret_env or spec.secret_file
+        raise WebhookSecretUnavailableError(f"provider {provider}: {exc} (in {where})") from None
+    if isinstance(verified, Refused):
+        count_refusal(rt.redis, rt.settings.key_prefix, provider, verified.reason.value)
+        log.info("webhook_refused provider=%s reason=%s", provider, verified.reason.value)
+        return Receipt(
+            status=REFUSAL_STATUS[verified.reason],
+            outcome="refused",
+            detail=verified.detail,
+            refusal=verified.reason,
+        )
+    return _record(rt, provider, verified)
+
+
+def _record(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:
+    url = rt.settings.database_url
+    with snapshot(url) as session:
+        op_id = operation_for_job(session, provider, delivery.remote_job_id)
+    if op_id is None:
+        return _unknown_job(rt, provider, delivery)
+    wait = min(LEASE_WAIT_SECONDS, rt.settings.lease_ttl_seconds)
+    for _ in range(MAX_ATTEMPTS):
+        try:
+            with (
+                operation_lease(
+                    rt.redis,
+                    rt.settings.key_prefix,
+                    op_id,
+                    rt.settings.lease_ttl_seconds,
+                    wait_seconds=wait,
+                ),
+                transaction(url) as session,
+            ):
+                op = store.load(session, op_id)
+                if op is None:  # pragma: no cover - operations are never deleted
+                    return _unknown_job(rt, provider, delivery)
+                now = utcnow()
+                decision = after_webhook(op, now)
+                record = DeliveryRecord(
+                    provider=provider,
+                    event_id=delivery.event_id,
+                    job_id=delivery.remote_job_id,
+                    received_at=now,
+                    operation_id=op_id,
+                    outcome=decision.outcome,
+                )
+                if not record_delivery(session, record):
+                    return _duplicate(provider, delivery)
+                held = decision.wake_at is not None and decision.wake_at > now
+                draft = EventDraft(
+                    kind=EventKind.webhook_received,
+                    actor=f"webhook:{provider}",
+                    at=now,
+                    cause=decision.cause,
+                    delay_source=DelaySource.provider_retry_after.value if held else None,
+                    excerpt=delivery_excerpt(delivery, decision),
+                )
+                changes = (
+                    wake_changes(decision.wake_at, now, rt.settings.max_countdown_seconds)
+                    if decision.wake_at is not None
+                    else {}
+                )
+                stored = store.fenced_update(session, op, changes=changes, drafts=[draft], now=now)
+        except StaleVersionError:
+            continue  # rolled back, dedup row included: reload and decide again
+        except LeaseNotAcquiredError:
+            raise WebhookBusyError("the operation is busy; deliver again later", 1.0) from None
+        if decision.wake_at is not None:
+            schedule(rt, op_id, stored.state, decision.wake_at)
+        log.info(
+            "webhook_recorded provider=%s event_id=%s operation_id=%s outcome=%s",
+            provider,
+            delivery.event_id,
+            op_id,
+            decision.outcome.value,
+        )
+        return Receipt(
+            status=200,
+            outcome=decision.outcome.value,
+            detail=decision.cause,
+            event_id=delivery.event_id,
+            operation_id=op_id,
+            wake_at=decision.wake_at,
+        )
+    raise WebhookBusyError("the operation kept changing; deliver again later", 1.0)
+
+
+def _unknown_job(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:
+    # A job created but not yet accepted here is "unknown" too; its poll observes it anyway.
+    record = DeliveryRecord(
+        provider=provider,
+        event_id=delivery.event_id,
+        job_id=delivery.remote_job_id,
+        received_at=utcnow(),
+        operation_id=None,
+        outcome=WebhookOutcome.unknown_job,
+    )
+    with transaction(rt.settings.database_url) as session:
+        new = record_delivery(session, record)
+    if not new:
+        return _duplicate(provider, delivery)
+    log.info(
+        "webhook_unknown_job provider=%s event_id=%s job_id=%s",
+        provider,
+        delivery.event_id,
+        delivery.remote_job_id,
+    )
+    return Receipt(
+        status=202,
+        outcome=WebhookOutcome.unknown_job.value,
+        detail="no operation has this remote job; acknowledged",
+        event_id=delivery.event_id,
+    )
+
+
+def _duplicate(provider: str, delivery: Delivery) -> Receipt:
+    log.info("webhook_duplicate provider=%s event_id=%s", provider, delivery.event_id)
+    return Receipt(
+        status=200,
+        outcome="duplicate",
+        detail="this event was recorded before; nothing recorded twice",
+        event_id=delivery.event_id,
+    )
+
+
+__all__ = [
+    "TOO_LARGE",
+    "Receipt",
+    "WebhookBusyError",
+    "WebhookNotConfiguredError",
+    "WebhookSecretUnavailableError",
+    "count_refusal",
+    "receive",
+    "refused_count",
+    "refused_key",
+]

@@ -1,0 +1,224 @@
+"""The webhook receiver against real Postgres and Redis (no workers, no HTTP).
+
+Deliveries are signed by the sandbox's own sender (jobwarden.sandbox.webhooks), so
+the receiver and the sender agree on the wire format the contracts describe.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from jobwarden.config.settings import Settings
+from jobwarden.harness import REPO
+from jobwarden.models import store
+from jobwarden.models.db import transaction
+from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.states import OperationState as S
+from jobwarden.models.tables import OperationRow
+from jobwarden.models.webhook_tables import WebhookDeliveryRow
+from jobwarden.models.webhooks import WebhookOutcome
+from jobwarden.sandbox.webhooks import signed_delivery
+from jobwarden.tasks import runtime as runtime_module
+from jobwarden.tasks.runtime import Runtime, build_runtime, utcnow
+from jobwarden.tasks.webhooks import receive, refused_count
+
+SECRET_ENV = "JOBWARDEN_SANDBOX_WEBHOOK_SECRET"
+HMAC_SECRET = "integration-hmac-secret"
+STANDARD_SECRET = "whsec_" + "c2VjcmV0LWZvci10aGUtc3RhbmRhcmQtc2NoZW1lLTMy"
+
+WEBHOOK_TABLES = {
+    "sandbox_hooks": (
+        '[webhook]\nscheme = "hmac"\nsignature_header = "X-Sandbox-Signature"\n'
+        'timestamp_header = "X-Sandbox-Timestamp"\nevent_id_pointer = "/id"\n'
+        'job_id_pointer = "/job/id"\nsecret_env = "JOBWARDEN_HOOKS_HMAC_SECRET"\n'
+        "tolerance_seconds = 300\n"
+    ),
+    "sandbox_standard": (
+        '[webhook]\nscheme = "standard"\njob_id_pointer = "/job/id"\n'
+        f'secret_env = "{SECRET_ENV}"\ntolerance_seconds = 300\n'
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def rt(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    folder = tmp_path_factory.mktemp("webhook_providers")
+    base = (REPO / "config" / "providers" / "sandbox.toml").read_text()
+    for name, table in WEBHOOK_TABLES.items():
+        text = base.replace('name = "sandbox"', f'name = "{name}"')
+        (folder / f"{name}.toml").write_text(text.replace("[poll]", table + "\n[poll]", 1))
+    os.environ["JOBWARDEN_HOOKS_HMAC_SECRET"] = HMAC_SECRET
+    os.environ[SECRET_ENV] = STANDARD_SECRET
+    built = build_runtime(Settings(providers_dir=Path(folder)))
+    yield built
+    built.http.close()
+    runtime_module.reset()
+
+
+def _operation(
+    database_url: str, provider: str, state: S = S.observing, **overrides: object
+) -> tuple[uuid.UUID, str]:
+    op_id = uuid.uuid4()
+    job_id = f"job_{op_id.hex[:12]}"
+    now = utcnow()
+    values: dict[str, object] = dict(
+        operation_id=op_id,
+        tenant="t1",
+        provider=provider,
+        idempotency_key=f"key-{op_id.hex}",
+        provider_token=f"jw-{op_id.hex}",
+        request_fingerprint="f" * 64,
+        method="POST",
+        route="/r",
+        command={"a": 1},
+        state=state.value,
+        remote_job_id=job_id,
+        status_url=f"http://127.0.0.1:8765/v1/jobs/{job_id}",
+        trace_id="a" * 32,
+        requested_by="tester",
+        authorised_by="tester",
+        created_at=now,
+        accepted_at=now,
+        create_deadline=now + timedelta(minutes=5),
+        result_deadline=now + timedelta(hours=1),
+        max_status_requests=10,
+        max_transport_failures=3,
+        next_poll_at=now + timedelta(minutes=10),
+        create_attempts=1,
+        status_requests_used=1,
+        transport_failures_used=0,
+        consecutive_rate_limited=0,
+        poll_attempt=1,
+        updated_at=now,
+    )
+    values.update(overrides)
+    with transaction(database_url) as session:
+        store.insert_operation(
+            session,
+            OperationRow(**values),
+            [EventDraft(kind=EventKind.intent_recorded, actor="tester", at=now, to_state=state)],
+        )
+    return op_id, job_id
+
+
+def _deliveries(database_url: str, provider: str, event_id: str) -> int:
+    with transaction(database_url) as session:
+        found = session.scalar(
+            select(func.count())
+            .select_from(WebhookDeliveryRow)
+            .where(WebhookDeliveryRow.provider == provider)
+            .where(WebhookDeliveryRow.event_id == event_id)
+        )
+    return int(found or 0)
+
+
+def _events(database_url: str, op_id: uuid.UUID) -> list[str]:
+    with transaction(database_url) as session:
+        return [e.draft.kind.value for e in store.events_for(session, op_id)]
+
+
+@pytest.mark.parametrize(
+    ("provider", "scheme", "secret"),
+    [("sandbox_hooks", "hmac", HMAC_SECRET), ("sandbox_standard", "standard", STANDARD_SECRET)],
+    ids=["hmac", "standard webhooks"],
+)
+def test_a_verified_delivery_wakes_a_parked_poll_and_a_repeat_records_nothing_twice(
+    rt: Runtime, database_url: str, provider: str, scheme: str, secret: str
+) -> None:
+    op_id, job_id = _operation(database_url, provider)
+    event_id = f"evt_{secrets.token_hex(6)}"
+    headers, body = signed_delivery(scheme, secret, event_id, job_id, "succeeded")
+    first = receive(rt, provider, headers, body)
+    assert (first.status, first.outcome) == (200, WebhookOutcome.woke_poll.value)
+    with transaction(database_url) as session:
+        row = store.load(session, op_id)
+    assert row is not None and row.state is S.observing  # never a state change by itself
+    assert row.next_poll_at is not None and row.next_poll_at <= utcnow()
+    again = receive(rt, provider, *signed_delivery(scheme, secret, event_id, job_id, "succeeded"))
+    assert (again.status, again.outcome) == (200, "duplicate")
+    assert _deliveries(database_url, provider, event_id) == 1
+    assert _events(database_url, op_id).count(EventKind.webhook_received.value) == 1
+    with transaction(database_url) as session:
+        assert store.verify(session, op_id) == []
+
+
+def test_a_delivery_inside_a_retry_after_window_moves_the_poll_to_its_end_not_sooner(
+    rt: Runtime, database_url: str
+) -> None:
+    not_before = utcnow() + timedelta(seconds=40)
+    op_id, job_id = _operation(database_url, "sandbox_hooks", poll_not_before=not_before)
+    receipt = receive(
+        rt,
+        "sandbox_hooks",
+        *signed_delivery("hmac", HMAC_SECRET, "evt_ra_" + job_id, job_id, "running"),
+    )
+    assert receipt.outcome == WebhookOutcome.woke_poll.value
+    assert receipt.wake_at == not_before
+    with transaction(database_url) as session:
+        row = store.load(session, op_id)
+        events = store.events_for(session, op_id)
+    assert row is not None and row.next_poll_at == not_before
+    assert events[-1].draft.delay_source == "provider_retry_after"
+
+
+def test_a_delivery_for_a_finished_operation_is_recorded_and_changes_nothing_else(
+    rt: Runtime, database_url: str
+) -> None:
+    op_id, job_id = _operation(database_url, "sandbox_hooks", S.succeeded, next_poll_at=None)
+    with transaction(database_url) as session:
+        before = store.load(session, op_id)
+    receipt = receive(
+        rt,
+        "sandbox_hooks",
+        *signed_delivery("hmac", HMAC_SECRET, "evt_late_" + job_id, job_id, "running"),
+    )
+    assert (receipt.status, receipt.outcome) == (200, WebhookOutcome.finished.value)
+    with transaction(database_url) as session:
+        after = store.load(session, op_id)
+    assert before is not None and after is not None
+    bookkeeping = {"version", "event_count", "last_event_hash", "updated_at", "last_event_kind"}
+    changed = {
+        name
+        for name in before.__dataclass_fields__
+        if getattr(before, name) != getattr(after, name)
+    }
+    assert changed <= bookkeeping and after.state is S.succeeded
+
+
+def test_a_delivery_for_an_unknown_job_is_acknowledged_and_its_row_kept(
+    rt: Runtime, database_url: str
+) -> None:
+    event_id = f"evt_{secrets.token_hex(6)}"
+    headers, body = signed_delivery("hmac", HMAC_SECRET, event_id, "job_nobody_has", "running")
+    receipt = receive(rt, "sandbox_hooks", headers, body)
+    assert (receipt.status, receipt.outcome) == (202, WebhookOutcome.unknown_job.value)
+    assert _deliveries(database_url, "sandbox_hooks", event_id) == 1
+
+
+@pytest.mark.parametrize(
+    ("variant", "status", "reason"),
+    [("forged", 401, "forged"), ("stale", 400, "stale")],
+)
+def test_forged_and_stale_deliveries_record_nothing_but_a_counter(
+    rt: Runtime, database_url: str, variant: str, status: int, reason: str
+) -> None:
+    op_id, job_id = _operation(database_url, "sandbox_standard")
+    event_id = f"evt_{secrets.token_hex(6)}"
+    counted = refused_count(rt.redis, rt.settings.key_prefix, "sandbox_standard", reason)
+    headers, body = signed_delivery(
+        "standard", STANDARD_SECRET, event_id, job_id, "succeeded", variant=variant
+    )
+    receipt = receive(rt, "sandbox_standard", headers, body)
+    assert (receipt.status, receipt.outcome) == (status, "refused")
+    assert _deliveries(database_url, "sandbox_standard", event_id) == 0
+    assert EventKind.webhook_received.value not in _events(database_url, op_id)
+    after = refused_count(rt.redis, rt.settings.key_prefix, "sandbox_standard", reason)
+    assert after == counted + 1
