@@ -6,6 +6,7 @@ one; a command the schema refuses records nothing. Uses the shipped sandbox_expo
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from jobwarden.models.fingerprint import request_fingerprint
 from jobwarden.models.tables import EventRow, OperationRow
 from jobwarden.tasks.intake import SubmitOutcome, submit_from_message, submit_operation
 from jobwarden.tasks.runtime import Runtime, build_runtime
+from tests.integration.test_cli import _cli
 
 QUEUE_SUFFIX = "command-schema"
 IMAGE = "registry.example.com/team/exporter@sha256:" + "0123456789abcdef" * 4
@@ -160,3 +162,14 @@ def test_a_command_the_schema_refuses_records_nothing_through_either_door(
     assert answer["outcome"] == "invalid"
     assert answer["error"].startswith(message)
     assert _rows(database_url, tenant) == ([], 0)
+
+
+def test_the_cli_door_prints_the_failing_path_on_one_line_and_exits_2(
+    database_url: str,
+) -> None:
+    command = {**MINIMAL, "spend_cap": {"amount": 10.5, "currency": "EUR"}}
+    done = _cli("submit", "sandbox_export", json.dumps(command), "--key", secrets.token_hex(8))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: command.spend_cap.amount: 10.5 is not of type 'integer'"
+    ]
