@@ -104,6 +104,8 @@ def idempotency_key(request: Request) -> str:
     if not raw.startswith('"'):
         return raw
     key = _sf_string(raw)
+    if key == "":
+        raise ProblemError(400, "missing_idempotency_key", "the Idempotency-Key is empty")
     if key is None:
         raise ProblemError(400, "bad_request", "Idempotency-Key is not a valid RFC 8941 string")
     return key
