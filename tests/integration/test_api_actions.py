@@ -306,3 +306,36 @@ def test_a_decision_for_an_operation_that_needs_none_is_a_409(
         409,
         "conflict",
     )
+
+
+def test_an_operation_submitted_over_http_is_approved_by_another_token_only(
+    database_url: str, client: httpx.Client
+) -> None:
+    # The whole door: POST /v1/operations as alice (a contract that demands approval),
+    # alice's own approval refused, bob's accepted, both answers in the story.
+    tenant = tenant_name()
+    alice = make_token(database_url, tenant, "alice", ["submit", *ALL])
+    submitted = client.post(
+        "/v1/operations",
+        json={"provider": "openai_batch", "command": {"input_file_id": "file-1"}},
+        headers={**alice, "Idempotency-Key": f"approve-{uuid.uuid4()}"},
+    )
+    assert submitted.status_code == 201, submitted.text
+    op = submitted.json()["operation_id"]
+    shown = client.get(f"/v1/operations/{op}", headers=alice).json()
+    assert shown["state"] == "awaiting_approval" and shown["requested_by"] == "alice"
+    approval = {"fingerprint": shown["fingerprint"]}
+    _problem(
+        client.post(f"/v1/operations/{op}/approvals", json=approval, headers=alice),
+        403,
+        "self_approval_refused",
+    )
+    bob = make_token(database_url, tenant, "bob", ["approve", "read"])
+    answer = client.post(f"/v1/operations/{op}/approvals", json=approval, headers=bob)
+    assert answer.status_code == 200, answer.text
+    story = client.get(f"/v1/operations/{op}/events", headers=bob).json()
+    assert [(e["kind"], e["actor"]) for e in story["events"]][-1] == ("approved", "human:token:bob")
+    assert [(a["door"], a["outcome"], a["actor"]) for a in story["intake"]] == [
+        ("http", "created", "token:alice")
+    ]
+    assert story["chain"]["verified"] is True
