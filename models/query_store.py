@@ -20,11 +20,8 @@ from sqlalchemy import Table, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from jobwarden.models.operation import Operation
-from jobwarden.models.states import AUTOMATION_STOPPED, OperationState
-from jobwarden.models.tables import EventRow, OperationRow
-
-# What the escalations list shows: stopped automation, and operations awaiting approval.
-NEEDS_A_HUMAN = tuple(sorted(AUTOMATION_STOPPED | {OperationState.awaiting_approval}))
+from jobwarden.models.states import OperationState
+from jobwarden.models.tables import NEEDS_A_HUMAN, EventRow, OperationRow
 
 OPERATIONS = cast(Table, OperationRow.__table__)
 EVENTS = cast(Table, EventRow.__table__)

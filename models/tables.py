@@ -41,6 +41,38 @@ ACTIVE_STATES = [s for s in OperationState if s not in TERMINAL and s not in AUT
 ACTIVE_STATE_VALUES = ", ".join(f"'{s.value}'" for s in ACTIVE_STATES)
 
 
+# What the escalations list shows: stopped automation, and operations awaiting approval.
+NEEDS_A_HUMAN = tuple(sorted(AUTOMATION_STOPPED | {OperationState.awaiting_approval}))
+# The HTTP API's keyset lists (models/query_store.py, migration 0010): each filter walks an
+# index in (created_at, operation_id) order within one tenant; partial where rows are few.
+QUERY_INDEXES = (
+    Index("ix_operations_tenant_created", "tenant", "created_at", "operation_id"),
+    Index("ix_operations_tenant_state", "tenant", "state", "created_at", "operation_id"),
+    Index("ix_operations_tenant_provider", "tenant", "provider", "created_at", "operation_id"),
+    Index(
+        "ix_operations_tenant_remote_job",
+        "tenant",
+        "remote_job_id",
+        postgresql_where=text("remote_job_id IS NOT NULL"),
+    ),
+    Index(
+        "ix_operations_tenant_reason",
+        "tenant",
+        "escalation_reason",
+        "created_at",
+        "operation_id",
+        postgresql_where=text("escalation_reason IS NOT NULL"),
+    ),
+    Index(
+        "ix_operations_needs_a_human",
+        "tenant",
+        "updated_at",
+        "operation_id",
+        postgresql_where=text(f"state IN ({', '.join(repr(s.value) for s in NEEDS_A_HUMAN)})"),
+    ),
+)
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
 
@@ -88,6 +120,7 @@ class OperationRow(Base):
             "remote_job_id",
             postgresql_where=text("remote_job_id IS NOT NULL"),
         ),
+        *QUERY_INDEXES,
     )
 
     operation_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)

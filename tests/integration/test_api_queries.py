@@ -19,6 +19,7 @@ from jobwarden.models import api_store
 from jobwarden.models.api_store import IntakeEntry
 from jobwarden.models.db import engine_for, transaction
 from jobwarden.models.states import OperationState as S
+from jobwarden.models.tables import NEEDS_A_HUMAN
 from jobwarden.tasks.interventions import escalation_options
 from tests.api_server import serving
 from tests.integration.api_helpers import NOW, insert_operation, make_token, pages, tenant_name
@@ -298,3 +299,18 @@ def test_escalations_are_oldest_first_with_counts_by_reason(
         "by_reason": {"unknown_state": 2, "deadline_exceeded": 1, "awaiting_approval": 1},
         "by_state": {"escalated": 2, "result_timed_out": 1, "awaiting_approval": 1},
     }
+
+
+def test_the_escalations_index_covers_exactly_the_states_the_list_shows(database_url: str) -> None:
+    # Migration 0010 spells the states out; a state added to the list needs a new revision.
+    from tests.integration.test_migrations import string_literals
+
+    with engine_for(database_url).connect() as conn:
+        predicate = conn.scalar(
+            text(
+                "SELECT pg_get_expr(i.indpred, i.indrelid) FROM pg_index i JOIN pg_class c "
+                "ON c.oid = i.indexrelid WHERE c.relname = 'ix_operations_needs_a_human'"
+            )
+        )
+    assert predicate is not None, "ix_operations_needs_a_human is missing or not partial"
+    assert string_literals(str(predicate)) == {s.value for s in NEEDS_A_HUMAN}
