@@ -245,13 +245,15 @@ def compile_schema(document: Mapping[str, Any]) -> CommandSchema:
     """
     if not isinstance(document, dict):
         raise SchemaDocumentError("", "must be a JSON object (a schema for the command object)")
-    _walk(document, (), in_branch=False)
     try:
+        _walk(document, (), in_branch=False)
         _Strict.check_schema(document)
+        schema = CommandSchema(document)
+        _check_defaults(schema.strict, document, ())
     except SchemaError as exc:
         raise SchemaDocumentError(_location(tuple(exc.absolute_path)), exc.message) from None
-    schema = CommandSchema(document)
-    _check_defaults(schema.strict, document, ())
+    except RecursionError:
+        raise SchemaDocumentError("", "is nested too deeply to check") from None
     return schema
 
 

@@ -313,6 +313,16 @@ def test_a_bad_schema_is_refused_naming_its_location(
     assert problem in caught.value.problem
 
 
+def test_a_schema_nested_too_deeply_to_check_is_refused_not_a_crash() -> None:
+    document: dict[str, Any] = {}
+    node = document
+    for _ in range(5000):
+        node["items"] = {}
+        node = node["items"]
+    with pytest.raises(SchemaDocumentError, match="nested too deeply"):
+        compile_schema(document)
+
+
 def test_a_local_reference_resolves_and_a_property_named_like_a_keyword_is_a_property() -> None:
     schema = compile_schema(
         {
