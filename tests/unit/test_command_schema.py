@@ -377,3 +377,27 @@ def test_every_spelling_of_the_intent_validates_to_one_command_and_one_fingerpri
     assert validated == expected
     assert _fingerprint(validated) == _fingerprint(expected)
     assert schema.apply(validated) == validated  # validating again changes nothing
+
+
+@pytest.mark.parametrize(
+    ("pattern", "value", "matches"),
+    [
+        ("^a$", "a", True),
+        ("^a$", "a\n", False),  # Python's `$` alone would match here
+        ("^(a$|b$)", "b\n", False),
+        ("^[$]$", "$", True),  # a `$` inside a class is the character
+        (r"^\$$", "$", True),  # so is an escaped one
+        ("^[^$]+$", "abc", True),
+        ("sha256:", "image@sha256:", True),  # unanchored: a search, as JSON Schema says
+    ],
+)
+def test_a_pattern_reads_dollar_as_the_end_of_the_string_as_ecma_262_does(
+    pattern: str, value: str, matches: bool
+) -> None:
+    schema = compile_schema({"properties": {"v": {"type": "string", "pattern": pattern}}})
+    try:
+        schema.apply({"v": value})
+    except InvalidCommandError:
+        assert not matches
+    else:
+        assert matches
