@@ -20,6 +20,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ SELECT
                      'deadline_exceeded'])[1 + (i / 3) % 4] END,
     1, md5('head' || i) || md5('head2' || i),
     t.created + interval '10 minutes'
-FROM generate_series(:first, :last) AS i,
+FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS i,
 LATERAL (SELECT timestamptz '2026-01-01 00:00+00' + (i * interval '2 seconds') AS created) t,
 LATERAL (SELECT CASE
     WHEN i % 1000 = 7 THEN 'escalated'
@@ -118,6 +119,7 @@ def main() -> int:
         from jobwarden.models.db import dispose_all, engine_for
         from jobwarden.models.migrate import upgrade
         from jobwarden.models.states import OperationState as S
+        from jobwarden.models.tables import NEEDS_A_HUMAN
 
         upgrade(url)
         engine = engine_for(url)
@@ -168,13 +170,13 @@ def main() -> int:
                 deep = position(base(**where), "created_at")
                 for depth, after in (("first", None), ("deep", deep)):
                     f = query_store.OperationFilter(tenant=BIG, limit=50, after=after, **given)
-                    cases[f"list {label}, {depth} page"] = lambda f=f: query_store.list_operations(
-                        session, f
+                    cases[f"list {label}, {depth} page"] = partial(
+                        query_store.list_operations, session, f
                     )
             waiting = (
                 select(ops.c.updated_at, ops.c.operation_id)
                 .where(ops.c.tenant == BIG)
-                .where(ops.c.state.in_([s.value for s in query_store.NEEDS_A_HUMAN]))
+                .where(ops.c.state.in_([s.value for s in NEEDS_A_HUMAN]))
             )
             deep_wait = position(waiting, "updated_at")
             cases["escalations, first page"] = lambda: query_store.escalations(
