@@ -460,3 +460,33 @@ def test_an_invalid_traceparent_is_ignored_and_a_new_trace_id_generated(
     )
     assert answer.status_code == 201
     assert answer.json()["trace_id"] not in {TRACE, "0" * 32}
+
+
+def test_a_key_whose_first_request_is_still_being_recorded_is_409_and_logged(
+    api: str, database_url: str
+) -> None:
+    bearer, key = token(database_url), secrets.token_hex(8)
+    tenant = tenant_of(database_url, bearer)
+    seed = post(api, bearer, key=secrets.token_hex(8)).json()
+    engine = create_engine(database_url)
+    try:
+        # An uncommitted row holding (tenant, key): the claim waits on it past its lock
+        # timeout, as it would behind a first request that is slow to commit.
+        with engine.begin() as held:
+            held.execute(
+                text(
+                    "INSERT INTO operations SELECT (jsonb_populate_record(NULL::operations, "
+                    "to_jsonb(o) || jsonb_build_object('operation_id', gen_random_uuid(), "
+                    "'idempotency_key', CAST(:k AS text), 'provider_token', CAST(:p AS text)))).* "
+                    "FROM operations o WHERE operation_id = :id"
+                ),
+                {"k": key, "p": secrets.token_hex(16), "id": seed["operation_id"]},
+            )
+            busy = post(api, bearer, key=key)
+            held.rollback()
+    finally:
+        engine.dispose()
+    assert_problem(busy, 409, "idempotency_key_in_progress")
+    assert [
+        (r.outcome, r.http_status, r.operation_id) for r in intake_rows(database_url, (tenant, key))
+    ] == [("in_progress", 409, None)]
