@@ -7,6 +7,7 @@ timeouts, plus variants (strict 404, unreachable host, lookup reconciliation).
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import secrets
@@ -23,6 +24,8 @@ from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
 from jobwarden.sandbox.server import SandboxServer
 
 TOKEN = secrets.token_hex(8)
+# The sandbox signs its webhooks with this; sandbox_hooks* contracts read it (test_webhooks.py).
+WEBHOOK_SECRET = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 STOPPED = {s.value for s in TERMINAL | AUTOMATION_STOPPED}
 
 
@@ -100,6 +103,11 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         .replace("[cancel]", '[states.error_codes]\nOperationTimedOut = "expired"\n\n[cancel]', 1)
     )
     (out / "sandbox_conventions.toml").write_text(conventions)
+    # Webhooks (test_webhooks.py): a backoff so long that only a webhook explains a prompt
+    # status read; Standard Webhooks and the hmac scheme, the sandbox's secret for both.
+    for name, table in WEBHOOK_VARIANTS.items():
+        hooks = _variant(base, name, base_seconds="20", max_seconds="30")
+        (out / f"{name}.toml").write_text(hooks.replace("[poll]", table + "\n[poll]", 1))
     # Result conventions (test_result_conventions.py): digest fields on the download and
     # the three per-item shapes, each a sandbox variant with its own [result] table.
     head, rest = base.split("[result]\n", 1)
@@ -107,6 +115,25 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, table in RESULT_VARIANTS.items():
         (out / f"{name}.toml").write_text(_variant(head, name) + table + "\n" + tail)
     return out
+
+
+WEBHOOK_VARIANTS = {
+    "sandbox_hooks": """[webhook]
+scheme = "standard"
+job_id_pointer = "/job/id"
+secret_env = "JOBWARDEN_SANDBOX_WEBHOOK_SECRET"
+tolerance_seconds = 300
+""",
+    "sandbox_hooks_hmac": """[webhook]
+scheme = "hmac"
+signature_header = "X-Sandbox-Signature"
+timestamp_header = "X-Sandbox-Timestamp"
+event_id_pointer = "/id"
+job_id_pointer = "/job/id"
+secret_env = "JOBWARDEN_SANDBOX_WEBHOOK_SECRET"
+tolerance_seconds = 300
+""",
+}
 
 
 RESULT_VARIANTS = {
@@ -151,7 +178,7 @@ error_file_pointer = "/error_file_id"
 
 @pytest.fixture(scope="session")
 def sandbox() -> Iterator[SandboxServer]:
-    server = SandboxServer(token=TOKEN)
+    server = SandboxServer(token=TOKEN, webhook_secret=WEBHOOK_SECRET)
     server.start()
     yield server
     server.stop()
@@ -163,6 +190,7 @@ def worker_env(database_url: str, sandbox: SandboxServer, providers_dir: Path) -
         "JOBWARDEN_DATABASE_URL": database_url,
         "JOBWARDEN_SANDBOX_URL": sandbox.url,
         "JOBWARDEN_SANDBOX_TOKEN": TOKEN,
+        "JOBWARDEN_SANDBOX_WEBHOOK_SECRET": WEBHOOK_SECRET,
         "JOBWARDEN_PROVIDERS_DIR": str(providers_dir),
         "JOBWARDEN_MAX_COUNTDOWN_SECONDS": "3",
         "JOBWARDEN_VISIBILITY_TIMEOUT_SECONDS": "60",
