@@ -279,4 +279,5 @@ __all__ = [
     "receive",
     "refused_count",
     "refused_key",
+    "webhook_spec",
 ]

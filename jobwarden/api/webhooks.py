@@ -78,6 +78,11 @@ async def receive_webhook(provider: str, request: Request) -> JSONResponse:
     """
     instance = request.url.path
     rt = await run_in_threadpool(runtime_of, request)
+    try:
+        # Before the body: counters exist only for configured providers, never for any path.
+        webhooks.webhook_spec(rt, provider)
+    except webhooks.WebhookNotConfiguredError as exc:
+        return problem_response(404, "not_found", str(exc), instance=instance)
     body = await _bounded_body(request, MAX_WEBHOOK_BYTES)
     if body is None:
         prefix = rt.settings.key_prefix

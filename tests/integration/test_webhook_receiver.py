@@ -10,12 +10,16 @@ import os
 import secrets
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import func, select
 
+from jobwarden.api.app import create_app
+from jobwarden.api.webhooks import MAX_WEBHOOK_BYTES
 from jobwarden.config.settings import Settings
 from jobwarden.harness import REPO
 from jobwarden.models import store
@@ -27,8 +31,10 @@ from jobwarden.models.webhook_tables import WebhookDeliveryRow
 from jobwarden.models.webhooks import WebhookOutcome
 from jobwarden.sandbox.webhooks import signed_delivery
 from jobwarden.tasks import runtime as runtime_module
+from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, build_runtime, utcnow
-from jobwarden.tasks.webhooks import receive, refused_count
+from jobwarden.tasks.webhooks import WebhookBusyError, receive, refused_count
+from tests.api_server import serving
 
 SECRET_ENV = "JOBWARDEN_SANDBOX_WEBHOOK_SECRET"
 HMAC_SECRET = "integration-hmac-secret"
@@ -49,7 +55,7 @@ WEBHOOK_TABLES = {
 
 
 @pytest.fixture(scope="module")
-def rt(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+def providers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("webhook_providers")
     base = (REPO / "config" / "providers" / "sandbox.toml").read_text()
     for name, table in WEBHOOK_TABLES.items():
@@ -57,10 +63,21 @@ def rt(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         (folder / f"{name}.toml").write_text(text.replace("[poll]", table + "\n[poll]", 1))
     os.environ["JOBWARDEN_HOOKS_HMAC_SECRET"] = HMAC_SECRET
     os.environ[SECRET_ENV] = STANDARD_SECRET
-    built = build_runtime(Settings(providers_dir=Path(folder)))
+    return Path(folder)
+
+
+@pytest.fixture(scope="module")
+def rt(providers: Path) -> Iterator[Runtime]:
+    built = build_runtime(Settings(providers_dir=providers))
     yield built
     built.http.close()
     runtime_module.reset()
+
+
+@pytest.fixture(scope="module")
+def api(providers: Path) -> Iterator[str]:
+    with serving(create_app(Settings(providers_dir=providers))) as url:
+        yield url
 
 
 def _operation(
@@ -222,3 +239,76 @@ def test_forged_and_stale_deliveries_record_nothing_but_a_counter(
     assert EventKind.webhook_received.value not in _events(database_url, op_id)
     after = refused_count(rt.redis, rt.settings.key_prefix, "sandbox_standard", reason)
     assert after == counted + 1
+
+
+def test_a_delivery_waiting_on_a_busy_operation_is_refused_for_now_and_records_nothing(
+    rt: Runtime, database_url: str
+) -> None:
+    op_id, job_id = _operation(database_url, "sandbox_hooks")
+    impatient = replace(rt, settings=rt.settings.model_copy(update={"lease_ttl_seconds": 0.3}))
+    event_id = f"evt_{secrets.token_hex(6)}"
+    headers, body = signed_delivery("hmac", HMAC_SECRET, event_id, job_id, "succeeded")
+    with (
+        operation_lease(rt.redis, rt.settings.key_prefix, op_id, 30),
+        pytest.raises(WebhookBusyError),
+    ):
+        receive(impatient, "sandbox_hooks", headers, body)
+    # Nothing committed, so the sender's retry is not mistaken for a duplicate.
+    assert _deliveries(database_url, "sandbox_hooks", event_id) == 0
+    assert receive(rt, "sandbox_hooks", headers, body).outcome == WebhookOutcome.woke_poll.value
+
+
+# --- over HTTP ----------------------------------------------------------------------------
+
+
+def test_a_forged_delivery_over_http_is_a_401_problem_with_a_challenge(api: str) -> None:
+    headers, body = signed_delivery(
+        "hmac", HMAC_SECRET, "evt_f", "job_f", "running", variant="forged"
+    )
+    answer = httpx.post(f"{api}/v1/webhooks/sandbox_hooks", content=body, headers=headers)
+    assert answer.status_code == 401
+    assert answer.headers["content-type"].startswith("application/problem+json")
+    assert answer.json()["type"].endswith("/webhook_forged")
+    assert answer.headers["www-authenticate"].startswith("Webhook-Signature")
+    assert HMAC_SECRET not in answer.text
+
+
+def test_an_unreadable_delivery_over_http_is_a_400_problem(api: str) -> None:
+    headers, _ = signed_delivery("standard", STANDARD_SECRET, "evt_m", "job_m", "running")
+    del headers["webhook-id"]
+    answer = httpx.post(f"{api}/v1/webhooks/sandbox_standard", content=b"{}", headers=headers)
+    assert answer.status_code == 400
+    assert answer.json()["type"].endswith("/webhook_malformed")
+
+
+def test_a_body_over_the_webhook_cap_is_refused_before_it_is_read_whole_and_counted(
+    api: str, rt: Runtime
+) -> None:
+    counted = refused_count(rt.redis, rt.settings.key_prefix, "sandbox_hooks", "too_large")
+    big = b"{" + b" " * MAX_WEBHOOK_BYTES + b"}"
+    answer = httpx.post(f"{api}/v1/webhooks/sandbox_hooks", content=big)
+    assert answer.status_code == 413
+    after = refused_count(rt.redis, rt.settings.key_prefix, "sandbox_hooks", "too_large")
+    assert after == counted + 1
+
+
+def test_a_provider_without_a_receiver_is_a_404_and_leaves_no_counter(
+    api: str, rt: Runtime
+) -> None:
+    big = b"{" + b" " * MAX_WEBHOOK_BYTES + b"}"
+    answer = httpx.post(f"{api}/v1/webhooks/nobody", content=big)
+    assert answer.status_code == 404
+    assert answer.json()["type"].endswith("/not_found")
+    # Any path could otherwise mint Redis keys: counters are per configured provider only.
+    assert not rt.redis.keys(f"{rt.settings.key_prefix}:webhooks:refused:nobody:*")
+
+
+def test_a_missing_webhook_secret_is_a_503_that_names_no_secret(
+    api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(SECRET_ENV)
+    headers, body = signed_delivery("standard", STANDARD_SECRET, "evt_s", "job_s", "running")
+    answer = httpx.post(f"{api}/v1/webhooks/sandbox_standard", content=body, headers=headers)
+    assert answer.status_code == 503
+    assert answer.json()["type"].endswith("/webhook_unavailable")
+    assert answer.headers["retry-after"] == "60"
