@@ -27,6 +27,7 @@ from jobwarden.models.webhooks import (
     hmac_signature,
     verify_delivery,
 )
+from jobwarden.sandbox.behaviour import BehaviourError, parse_behaviour
 from tests.unit.factories import NOW, operation
 
 S = OperationState
@@ -466,3 +467,35 @@ def test_an_unknown_signature_encoding_is_refused(tmp_path: Path) -> None:
         'signature_encoding = "b32"',
     )
     assert error.field == "webhook.signature_encoding"
+
+
+# --- the sandbox's webhook option ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "field"),
+    [
+        ({"url": "ftp://127.0.0.1/x"}, "behaviour.webhook.url"),
+        ({"url": "http://127.0.0.1/x", "scheme": "svix"}, "behaviour.webhook.scheme"),
+        ({"url": "http://127.0.0.1/x", "forged": "yes"}, "behaviour.webhook.forged"),
+        ({"url": "http://127.0.0.1/x", "retries": 3}, "behaviour.webhook: unknown keys"),
+        ("http://127.0.0.1/x", "behaviour.webhook must be an object"),
+    ],
+)
+def test_a_malformed_sandbox_webhook_option_is_refused_naming_the_field(
+    option: object, field: str
+) -> None:
+    with pytest.raises(BehaviourError) as caught:
+        parse_behaviour({"webhook": option})
+    assert field in str(caught.value)
+
+
+def test_the_sandbox_webhook_option_defaults_to_one_genuine_standard_delivery() -> None:
+    parsed = parse_behaviour({"webhook": {"url": "http://127.0.0.1:1/v1/webhooks/x"}}).webhook
+    assert parsed is not None
+    assert (parsed.scheme, parsed.duplicate, parsed.forged, parsed.stale) == (
+        "standard",
+        False,
+        False,
+        False,
+    )
