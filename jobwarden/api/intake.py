@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of, settings_of
-from jobwarden.api.problems import ProblemError
+from jobwarden.api.problems import ProblemError, problem_responses
 from jobwarden.models import api_store
 from jobwarden.models.api_store import IntakeEntry
 from jobwarden.models.db import snapshot
@@ -82,6 +82,25 @@ class SubmissionAnswer(BaseModel):
     fingerprint: str
     trace_id: str
     links: Links
+
+
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic JSON Schema with its ``$defs`` written in place, for openapi_extra
+    (whose ``#/$defs/...`` references would not resolve inside the OpenAPI document)."""
+    defs = schema.get("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return walk(defs[ref.removeprefix("#/$defs/")])
+            return {k: walk(v) for k, v in node.items() if k != "$defs"}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    inlined: dict[str, Any] = walk(schema)
+    return inlined
 
 
 def idempotency_key(request: Request) -> str:
@@ -257,13 +276,17 @@ def _respond(rt: Runtime, result: SubmitResult, provider: str) -> JSONResponse:
     summary="Submit an operation (Idempotency-Key required)",
     responses={
         200: {"model": SubmissionAnswer, "description": "duplicate_event: the existing one"},
-        400: {"description": "missing Idempotency-Key or malformed body (problem+json)"},
-        401: {"description": "missing, unknown or revoked token (problem+json)"},
-        403: {"description": "the token lacks the submit scope (problem+json)"},
-        409: {"description": "the key's first request is still being recorded"},
-        413: {"description": "body larger than JOBWARDEN_API_MAX_BODY_BYTES"},
-        415: {"description": "body is not application/json"},
-        422: {"description": "invalid body, key reused with another fingerprint, too deep"},
+        **problem_responses(
+            {
+                400: "missing Idempotency-Key, a malformed header or body",
+                401: "missing, unknown or revoked token",
+                403: "the token lacks the submit scope",
+                409: "the key's first request is still being recorded",
+                413: "the body is larger than JOBWARDEN_API_MAX_BODY_BYTES",
+                415: "the body is not application/json",
+                422: "invalid body, key reused with another fingerprint, or nested too deep",
+            }
+        ),
     },
     openapi_extra={
         "parameters": [
@@ -284,7 +307,9 @@ def _respond(rt: Runtime, result: SubmitResult, provider: str) -> JSONResponse:
         ],
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": SubmissionBody.model_json_schema()}},
+            "content": {
+                "application/json": {"schema": inline_refs(SubmissionBody.model_json_schema())}
+            },
         },
     },
 )

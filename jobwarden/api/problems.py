@@ -10,13 +10,14 @@ unexpected exception into the same shape, never with a stack trace.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -68,6 +69,29 @@ _STATUS_KINDS = {
     422: "invalid_request",
     503: "not_ready",
 }
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem object, for the OpenAPI document (extensions allowed)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+
+
+def problem_responses(described: Mapping[int, str]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries: each status answers application/problem+json."""
+    return {
+        status: {
+            "description": text,
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for status, text in described.items()
+    }
 
 
 def problem_type(kind: str) -> str:
@@ -185,8 +209,23 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _with_problem_schema(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = plain()
+            schemas = document.setdefault("components", {}).setdefault("schemas", {})
+            schemas["Problem"] = Problem.model_json_schema()
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    return openapi
+
+
 def install_handlers(app: FastAPI) -> None:
-    """Make every error of ``app`` answer application/problem+json."""
+    """Make every error of ``app`` answer application/problem+json (and document it)."""
+    app.openapi = _with_problem_schema(app)  # type: ignore[method-assign]
     app.add_exception_handler(ProblemError, _on_problem)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(RequestValidationError, _on_validation)
