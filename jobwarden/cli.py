@@ -406,6 +406,13 @@ def sandbox(
     host: Annotated[str, typer.Option(envvar="JOBWARDEN_SANDBOX_HOST")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="JOBWARDEN_SANDBOX_PORT")] = 8765,
     token: Annotated[str | None, typer.Option(envvar="JOBWARDEN_SANDBOX_TOKEN")] = None,
+    webhook_secret: Annotated[
+        str | None,
+        typer.Option(
+            envvar="JOBWARDEN_SANDBOX_WEBHOOK_SECRET",
+            help="signs the webhooks jobs ask for (whsec_<base64> for Standard Webhooks)",
+        ),
+    ] = None,
 ) -> None:
     """Run the sandbox provider (the simulated async job API) in the foreground."""
     import errno
@@ -414,7 +421,7 @@ def sandbox(
     from jobwarden.sandbox.server import serve
 
     try:
-        serve(host, port, token)
+        serve(host, port, token, webhook_secret)
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise

@@ -419,9 +419,9 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def serve(host: str, port: int, token: str | None) -> None:
+def serve(host: str, port: int, token: str | None, webhook_secret: str | None = None) -> None:
     """Run the sandbox in the foreground until Ctrl-C (for ``jobwarden sandbox``)."""
-    server = SandboxServer(host, port, token=token)
+    server = SandboxServer(host, port, token=token, webhook_secret=webhook_secret)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # stop cleanly under a supervisor too
     print(f"jobwarden sandbox listening on {server.url}", file=sys.stderr, flush=True)
