@@ -1,74 +1,183 @@
-"""Cost of one poll: jobwarden's poll path against a minimal hand-written loop.
+"""Cost of one poll: jobwarden's real Celery pipeline against a hand-written Celery poll step.
 
-Both run in this process, one poll after another, against the same sandbox
-provider, Postgres and Redis. The hand-written loop does the floor DESIGN.md
-names (one Redis lease, one Postgres transaction, one HTTP request, one broker
-publish) and nothing else: no history, no fencing, no guard. jobwarden's path
-is the real `jobwarden.poll` body (lease, reload, guard, counter commit,
-request, decision, fenced record, publish) called without the Celery worker
-around it. Machines are noisy, so read the ratio, not the absolute figures.
+Default mode (``--mode workers``), as issue 12 measures it. Two sets of real Celery
+worker processes (prefork, --concurrency each) run side by side on the same sandbox
+provider, Postgres and Redis, in rounds that alternate A, B, A, B ...:
 
-    .venv/bin/python scripts/bench_poll.py --polls 2000 --operations 200
+- A, jobwarden: ``celery -A jobwarden.config.celery_app worker``. Each round wakes
+  --operations accepted operations (created and parked before the workers start) that
+  poll a never-finishing sandbox job until their request budget (--polls, from a bench
+  copy of the sandbox contract with 1 ms waits) stops them.
+- B, the floor: scripts/_poll_floor.py: one Redis lock, one HTTP GET, one Postgres
+  transaction with an UPDATE and an INSERT, one reschedule via apply_async; each of
+  --operations chains stops after --polls.
+
+Per round it prints polls/s, worker CPU per poll (utime + stime from /proc of every
+process in the worker's process group) and Postgres CPU per poll (/proc of the backends
+serving that system's database: each system has a scratch database of its own), then
+medians and the ratios jobwarden / floor (targets: polls/s >= 0.85, CPU <= 1.3).
+Over the whole run (warm-up round included) it prints, per poll:
+
+- Postgres round trips: waits for the server's answer counted inside the workers by
+  scripts/_bench_probe.py (pg_stat_statements needs shared_preload_libraries, which a
+  shared server does not get; a statement log would cost more than it measures).
+- Redis commands the workers sent (one per command or pipeline; the main process's
+  idle BRPOPs included).
+- commits: pg_stat_database.xact_commit of the system's database, read once the
+  workers have stopped (a backend flushes its counters on exit), minus this script's
+  own statements. An autocommit statement is a commit, reads included.
+- event rows added to operation_events (the floor writes one row per poll).
+
+Polls are the status requests the sandbox received for the round's jobs. Databases
+and key prefixes are private to the run and removed at the end. Machines are noisy:
+read the ratios of one run, not absolute figures. Linux only (/proc).
+
+``--mode in-process`` keeps the older measurement (scripts/_poll_in_process.py).
+
+    .venv/bin/python scripts/bench_poll.py --operations 20 --polls 25 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import secrets
+import shutil
+import statistics
 import sys
 import tempfile
 import time
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "scripts")]
+
+from _bench_support import (  # noqa: E402 - after the path set-up above
+    Worker,
+    bench_contract,
+    cpu_delta,
+    cpu_seconds,
+    group_cpu,
+    sandbox_client,
+    start_worker,
+    wait_until,
+)
+
+SYSTEMS = ("jobwarden", "floor")
+BEHAVIOUR = {"never_finish": True, "progress": False}
 
 
-def _bench_contract(directory: Path) -> None:
-    text = (REPO / "config" / "providers" / "sandbox.toml").read_text()
-    for key in ("initial_delay_seconds", "base_seconds", "max_seconds", "hint_floor_seconds"):
-        text = re.sub(rf"(?m)^{key} = .*$", f"{key} = 0.001", text)
-    text = re.sub(r"(?m)^max_status_requests = .*$", "max_status_requests = 1000000", text)
-    (directory / "sandbox.toml").write_text(text)
+def _dsn(database: str) -> str:
+    return f"host=127.0.0.1 port=5432 user=postgres dbname={database}"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--polls", type=int, default=2000)
-    parser.add_argument("--operations", type=int, default=200)
-    parser.add_argument("--database", default="jobwarden_bench")
-    args = parser.parse_args()
+class Counted:
+    """An autocommit connection that counts its statements (each one is a commit)."""
 
-    token = secrets.token_hex(8)
-    providers = Path(tempfile.mkdtemp(prefix="jobwarden-bench-"))
-    _bench_contract(providers)
-    run = secrets.token_hex(3)
-    os.environ.update(
-        {
-            "JOBWARDEN_DATABASE_URL": f"postgresql+psycopg://postgres@127.0.0.1:5432/{args.database}",
-            "JOBWARDEN_PROVIDERS_DIR": str(providers),
-            "JOBWARDEN_KEY_PREFIX": f"jwbench-{run}",
-            "JOBWARDEN_QUEUE": f"jwbench-{run}",
-            "JOBWARDEN_SANDBOX_TOKEN": token,
+    def __init__(self, database: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(_dsn(database), autocommit=True)
+        self.statements = 0
+        self.pid = int(self.scalar("SELECT pg_backend_pid()"))
+
+    def scalar(self, sql: str, params: Any = None) -> Any:
+        self.statements += 1
+        row = self.conn.execute(sql, params).fetchone()
+        return row[0] if row else None
+
+
+@dataclass
+class Round:
+    system: str
+    polls: int
+    wall: float
+    worker_cpu: float
+    pg_cpu: float
+
+
+@dataclass
+class Bench:
+    """One workers-mode run: what it set up, and must clean up."""
+
+    args: argparse.Namespace
+    run: str
+    tmp: Path
+    token: str
+    redis_url: str
+    sandbox: Any = None
+    redis: Any = None
+    workers: list[Worker] = field(default_factory=list)
+    ops: list[list[str]] = field(default_factory=list)  # jobwarden's, per round
+    jobs: list[list[tuple[int, str]]] = field(default_factory=list)  # the floor's, per round
+
+    def database(self, system: str) -> str:
+        return f"jobwarden_bench_{'poll' if system == 'jobwarden' else 'floor'}_{self.run}"
+
+    def prefix(self, system: str) -> str:
+        return f"jwbench-{self.run}" if system == "jobwarden" else f"jwbench-floor-{self.run}"
+
+    def env(self, system: str) -> dict[str, str]:
+        common = {
+            "BENCH_QUEUE": self.prefix(system),
+            "BENCH_PROBE_REDIS_URL": self.redis_url,
+            "BENCH_PROBE_PREFIX": f"{self.prefix(system)}:probe",
         }
-    )
+        if system == "jobwarden":
+            return common | {
+                "JOBWARDEN_DATABASE_URL": "postgresql+psycopg://postgres@127.0.0.1:5432/"
+                + self.database(system),
+                "JOBWARDEN_REDIS_URL": self.redis_url,
+                "JOBWARDEN_BROKER_URL": self.redis_url,
+                "JOBWARDEN_PROVIDERS_DIR": str(self.tmp / "providers"),
+                "JOBWARDEN_KEY_PREFIX": self.prefix(system),
+                "JOBWARDEN_QUEUE": self.prefix(system),
+                "JOBWARDEN_SANDBOX_TOKEN": self.token,
+                "JOBWARDEN_SANDBOX_URL": self.sandbox.url,
+            }
+        return common | {
+            "BENCH_FLOOR_PREFIX": self.prefix(system),
+            "BENCH_FLOOR_QUEUE": self.prefix(system),
+            "BENCH_FLOOR_BROKER": self.redis_url,
+            "BENCH_FLOOR_DSN": _dsn(self.database(system)),
+            "BENCH_FLOOR_SANDBOX": self.sandbox.url,
+            "BENCH_FLOOR_TOKEN": self.token,
+        }
+
+
+def _workers_mode(args: argparse.Namespace) -> int:
+    from redis import Redis
+
     from jobwarden.sandbox.server import SandboxServer
 
-    sandbox = SandboxServer(token=token)
-    sandbox.start()
-    os.environ["JOBWARDEN_SANDBOX_URL"] = sandbox.url
+    tmp = Path(tempfile.mkdtemp(prefix="jobwarden-bench-poll-"))
+    (tmp / "providers").mkdir()
+    bench_contract(tmp / "providers", polls=args.polls, parked=True)
+    redis_url = os.environ.get("JOBWARDEN_REDIS_URL", "redis://127.0.0.1:6379/0")
+    bench = Bench(args, secrets.token_hex(3), tmp, secrets.token_hex(8), redis_url)
+    bench.redis = Redis.from_url(redis_url)
+    bench.sandbox = SandboxServer(token=bench.token)
+    bench.sandbox.start()
+    try:
+        for system in SYSTEMS:
+            os.environ.update(bench.env(system))
+        _set_up_jobwarden(bench)
+        _set_up_floor(bench)
+        return _measure(bench)
+    finally:
+        _clean_up(bench)
 
-    import httpx
-    from redis import Redis
-    from sqlalchemy import text as sql
 
+def _set_up_jobwarden(bench: Bench) -> None:
+    """Operations created in this process, each parked an hour by the bench contract."""
     from jobwarden.config.settings import get_settings
-    from jobwarden.models.db import engine_for, transaction
+    from jobwarden.models.db import dispose_all
     from jobwarden.models.migrate import ensure_database, upgrade
-    from jobwarden.models.states import OperationState as S
-    from jobwarden.models.steps import CREATE, POLL
+    from jobwarden.models.steps import CREATE
+    from jobwarden.tasks.intake import submit_operation
     from jobwarden.tasks.pipeline import run_step
     from jobwarden.tasks.runtime import current
 
@@ -76,69 +185,289 @@ def main() -> int:
     ensure_database(settings.database_url)
     upgrade(settings.database_url)
     rt = current()
-    from jobwarden.tasks.intake import submit_operation
+    for r in range(bench.args.rounds + 1):
+        batch = []
+        for i in range(bench.args.operations):
+            answer = submit_operation(
+                tenant="bench",
+                provider="sandbox",
+                idempotency_key=f"bench-{r}-{i}",
+                command={"kind": "bench", "behaviour": BEHAVIOUR},
+                requested_by="bench",
+                runtime=rt,
+            )
+            assert answer.operation_id, answer
+            run_step(answer.operation_id, CREATE)
+            batch.append(answer.operation_id)
+        bench.ops.append(batch)
+    bench.redis.delete(f"{settings.key_prefix}:celery:{settings.queue}")  # intake's creates
+    rt.http.close()
+    dispose_all()  # closed backends flush their counters before the baseline is read
 
-    ops = []
-    for i in range(args.operations):
-        answer = submit_operation(
-            tenant="bench",
-            provider="sandbox",
-            idempotency_key=f"bench-{run}-{i}",
-            command={"kind": "bench", "behaviour": {"never_finish": True, "progress": False}},
-            requested_by="bench",
-            runtime=rt,
+
+def _set_up_floor(bench: Bench) -> None:
+    import _poll_floor
+    import psycopg
+
+    with psycopg.connect(_dsn("postgres"), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{bench.database("floor")}"')
+    with (
+        psycopg.connect(_dsn(bench.database("floor")), autocommit=True) as conn,
+        sandbox_client(bench.sandbox.url, bench.token) as http,
+    ):
+        conn.execute(_poll_floor.SCHEMA)
+        for r in range(bench.args.rounds + 1):
+            batch = []
+            for i in range(bench.args.operations):
+                answer = http.post(
+                    "/v1/jobs",
+                    json={"behaviour": BEHAVIOUR},
+                    headers={"Idempotency-Key": secrets.token_hex(8)},
+                )
+                job = answer.json().get("id")
+                if job is None:
+                    raise RuntimeError(f"the sandbox refused a floor job: {answer.text}")
+                op_id = r * bench.args.operations + i
+                conn.execute(
+                    "INSERT INTO floor_ops (id, job_id, round) VALUES (%s, %s, %s)",
+                    (op_id, job, r),
+                )
+                batch.append((op_id, str(job)))
+            bench.jobs.append(batch)
+
+
+class Meter:
+    """Server-side counters read from the maintenance database (never counted)."""
+
+    def __init__(self, bench: Bench, own: set[int]) -> None:
+        self.bench = bench
+        self.admin = Counted("postgres")
+        self.own = own | {self.admin.pid}
+
+    def commits(self) -> dict[str, int]:
+        names = {self.bench.database(s): s for s in SYSTEMS}
+        self.admin.conn.execute("SELECT pg_stat_clear_snapshot()")
+        rows = self.admin.conn.execute(
+            "SELECT datname, xact_commit FROM pg_stat_database WHERE datname = ANY(%s)",
+            (list(names),),
+        ).fetchall()
+        return {names[name]: int(n) for name, n in rows}
+
+    def settled_commits(self) -> dict[str, int]:
+        """The counters once they stop moving (closed backends flush on exit)."""
+        previous: dict[str, int] = {}
+        for _ in range(50):
+            now = self.commits()
+            if now == previous:
+                break
+            previous = now
+            time.sleep(0.3)
+        return previous
+
+    def backends(self, system: str) -> dict[int, float]:
+        pids = self.admin.conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.bench.database(system),)
+        ).fetchall()
+        return {pid: cpu_seconds(pid) for (pid,) in pids if pid not in self.own}
+
+
+def _measure(bench: Bench) -> int:
+    import _poll_floor
+
+    from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
+    from jobwarden.models.states import OperationState as S
+    from jobwarden.tasks.dispatch import enqueue_many
+    from jobwarden.tasks.runtime import current
+
+    args = bench.args
+    for system, app in (("jobwarden", "jobwarden.config.celery_app"), ("floor", "_poll_floor")):
+        bench.workers.append(start_worker(args, bench.tmp, system, app, bench.env(system)))
+    for worker in bench.workers:
+        wait_until(worker.ready, 60, f"worker {worker.name} to be ready", interval=0.1)
+    group = {w.name: w.proc.pid for w in bench.workers}
+    db = {s: Counted(bench.database(s)) for s in SYSTEMS}
+    meter = Meter(bench, {c.pid for c in db.values()})
+    commits_before = meter.settled_commits()
+    all_ops = [op for batch in bench.ops for op in batch]
+    count_events = "SELECT count(*) FROM operation_events WHERE operation_id = ANY(%s::uuid[])"
+    events_before = int(db["jobwarden"].scalar(count_events, (all_ops,)))
+    statements_before = {s: db[s].statements for s in SYSTEMS}
+    stopped = [s.value for s in TERMINAL | AUTOMATION_STOPPED]
+    rt = current()
+
+    def run_jobwarden(r: int) -> None:
+        ids = bench.ops[r]
+        db["jobwarden"].scalar(
+            "UPDATE operations SET next_poll_at = now(), dispatched_at = now()"
+            " WHERE operation_id = ANY(%s::uuid[]) RETURNING 1",
+            (ids,),
         )
-        assert answer.operation_id
-        ops.append(answer.operation_id)
-        run_step(answer.operation_id, CREATE)
-    time.sleep(0.01)  # past every initial delay of 1 ms
+        assert enqueue_many(rt, [(uuid.UUID(op), S.accepted) for op in ids])
+        finished = (
+            "SELECT count(*) FROM operations WHERE operation_id = ANY(%s::uuid[])"
+            " AND state = ANY(%s)"
+        )
+        wait_until(
+            lambda: db["jobwarden"].scalar(finished, (ids, stopped)) == len(ids),
+            args.timeout,
+            f"jobwarden round {r}",
+        )
 
-    # -- the hand-written floor ---------------------------------------------------
-    redis = Redis.from_url(settings.redis_url)
-    engine = engine_for(settings.database_url)
-    client = httpx.Client(timeout=5, headers={"Authorization": f"Bearer {token}"})
-    job_ids = []
-    with transaction(settings.database_url) as session:
-        for op in ops:
-            job_ids.append(
-                session.execute(
-                    sql("SELECT remote_job_id FROM operations WHERE operation_id = :id"), {"id": op}
-                ).scalar_one()
+    def jobwarden_polls(r: int) -> int:
+        total = 0
+        for op in bench.ops[r]:
+            job = db["jobwarden"].scalar(
+                "SELECT remote_job_id FROM operations WHERE operation_id = %s", (op,)
             )
-    start = time.perf_counter()
-    for n in range(args.polls):
-        op, job = ops[n % len(ops)], job_ids[n % len(ops)]
-        lock = redis.lock(f"jwbench-{run}:floor:{op}", timeout=60, blocking=False)
-        lock.acquire()
-        with engine.begin() as conn:
-            conn.execute(
-                sql(
-                    "UPDATE operations SET poll_attempt = poll_attempt + 1 WHERE operation_id = :id"
-                ),
-                {"id": op},
+            total += sum(1 for q in bench.sandbox.requests(job_id=job) if q["kind"] == "status")
+        return total
+
+    def run_floor(r: int) -> None:
+        for op_id, job_id in bench.jobs[r]:
+            _poll_floor.app.send_task(
+                "floor.poll", args=[op_id, job_id, args.polls], queue=bench.prefix("floor")
             )
-        client.get(f"{sandbox.url}/v1/jobs/{job}")
-        redis.lpush(f"jwbench-{run}:floor-queue", op)
-        lock.release()
-    floor = args.polls / (time.perf_counter() - start)
+        finished = "SELECT count(*) FROM floor_ops WHERE round = %s AND done"
+        wait_until(
+            lambda: db["floor"].scalar(finished, (r,)) == len(bench.jobs[r]),
+            args.timeout,
+            f"floor round {r}",
+        )
 
-    # -- jobwarden's poll path ----------------------------------------------------
-    done = 0
-    start = time.perf_counter()
-    for n in range(args.polls):
-        if run_step(ops[n % len(ops)], POLL) == S.observing.value:
-            done += 1
-    jobwarden = args.polls / (time.perf_counter() - start)
+    def floor_polls(r: int) -> int:
+        return int(db["floor"].scalar("SELECT sum(polls) FROM floor_ops WHERE round = %s", (r,)))
 
-    redis.delete(f"jwbench-{run}:floor-queue")
-    for key in redis.scan_iter(f"jwbench-{run}*"):
-        redis.delete(key)
-    client.close()
-    sandbox.stop()
-    print(f"hand-written floor : {floor:8.1f} polls/s")
-    print(f"jobwarden poll path: {jobwarden:8.1f} polls/s  ({done} polls answered)")
-    print(f"ratio jobwarden / floor: {jobwarden / floor:.2f}")
+    steps = {"jobwarden": (run_jobwarden, jobwarden_polls), "floor": (run_floor, floor_polls)}
+    results: list[Round] = []
+    total_polls = dict.fromkeys(SYSTEMS, 0)
+    print(
+        f"{'round':>5} {'system':<10}{'polls':>7}{'seconds':>9}{'polls/s':>9}"
+        f"{'worker ms/poll':>16}{'postgres ms/poll':>18}"
+    )
+    for r in range(args.rounds + 1):
+        for system in SYSTEMS:
+            run, polls_of = steps[system]
+            cpu0, pg0 = group_cpu(group[system]), meter.backends(system)
+            start = time.perf_counter()
+            run(r)
+            wall = time.perf_counter() - start
+            cpu1, pg1 = group_cpu(group[system]), meter.backends(system)
+            polls = polls_of(r)
+            total_polls[system] += polls
+            res = Round(system, polls, wall, cpu_delta(cpu0, cpu1), cpu_delta(pg0, pg1))
+            print(
+                f"{'warm' if r == 0 else r:>5} {system:<10}{polls:>7}{wall:>9.2f}"
+                f"{polls / wall:>9.1f}{1000 * res.worker_cpu / polls:>16.2f}"
+                f"{1000 * res.pg_cpu / polls:>18.2f}"
+            )
+            if r > 0:  # round 0 warms imports, pools and caches up
+                results.append(res)
+
+    time.sleep(0.8)  # the probes flush every 0.25 s
+    probes = {
+        s: {
+            name: int(bench.redis.get(f"{bench.prefix(s)}:probe:{name}") or 0)
+            for name in ("pg", "redis")
+        }
+        for s in SYSTEMS
+    }
+    events = {
+        "jobwarden": int(db["jobwarden"].scalar(count_events, (all_ops,))) - events_before,
+        "floor": int(db["floor"].scalar("SELECT count(*) FROM floor_events")),
+    }
+    own = {s: db[s].statements - statements_before[s] for s in SYSTEMS}
+    for worker in bench.workers:
+        worker.stop()
+    for conn in db.values():
+        conn.conn.close()
+    commits_after = meter.settled_commits()
+    for s in SYSTEMS:
+        probes[s]["commits"] = commits_after[s] - commits_before[s] - own[s]
+        probes[s]["events"] = events[s]
+    _report(args, results, total_polls, probes)
     return 0
+
+
+def _report(
+    args: argparse.Namespace,
+    results: list[Round],
+    polls: dict[str, int],
+    counts: dict[str, dict[str, int]],
+) -> None:
+    """Print medians and ratios; `counts[system]`: pg, redis, commits and events totals."""
+
+    def median(system: str, per: str) -> float:
+        values = []
+        for x in results:
+            if x.system == system:
+                value = {"rate": x.polls / x.wall, "cpu": x.worker_cpu, "pg": x.pg_cpu}[per]
+                values.append(value if per == "rate" else 1000 * value / x.polls)
+        return statistics.median(values)
+
+    rate = {s: median(s, "rate") for s in SYSTEMS}
+    cpu = {s: median(s, "cpu") for s in SYSTEMS}
+    pg = {s: median(s, "pg") for s in SYSTEMS}
+    print(f"\nmedians over {args.rounds} rounds each (warm-up left out):")
+    for s in SYSTEMS:
+        print(
+            f"  {s:<10}{rate[s]:8.1f} polls/s   worker CPU {cpu[s]:6.2f} ms/poll"
+            f"   Postgres CPU {pg[s]:5.2f} ms/poll   together {cpu[s] + pg[s]:6.2f} ms/poll"
+        )
+    jw, fl = "jobwarden", "floor"
+    print(
+        f"  ratio jobwarden / floor: polls/s {rate[jw] / rate[fl]:.2f} (target >= 0.85),"
+        f" worker CPU {cpu[jw] / cpu[fl]:.2f} (target <= 1.3),"
+        f" Postgres CPU {pg[jw] / max(pg[fl], 1e-9):.2f},"
+        f" together {(cpu[jw] + pg[jw]) / (cpu[fl] + pg[fl]):.2f}"
+    )
+    print("\nper poll over the whole run (warm-up included):")
+    for s in SYSTEMS:
+        n = polls[s]
+        c = counts[s]
+        print(
+            f"  {s:<10}Postgres round trips {c['pg'] / n:5.2f}"
+            f"   Redis commands {c['redis'] / n:5.2f}"
+            f"   commits {c['commits'] / n:5.2f}   event rows {c['events'] / n:5.2f}"
+            f"   ({n} polls)"
+        )
+
+
+def _clean_up(bench: Bench) -> None:
+    import psycopg
+
+    from jobwarden.models.db import dispose_all
+    from jobwarden.tasks import runtime
+
+    for worker in bench.workers:
+        worker.stop()
+    bench.sandbox.stop()
+    runtime.reset()
+    dispose_all()
+    with psycopg.connect(_dsn("postgres"), autocommit=True) as admin:
+        for system in SYSTEMS:
+            admin.execute(f'DROP DATABASE IF EXISTS "{bench.database(system)}" WITH (FORCE)')
+    for system in SYSTEMS:
+        for key in bench.redis.scan_iter(f"{bench.prefix(system)}*"):
+            bench.redis.delete(key)
+    shutil.rmtree(bench.tmp, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=["workers", "in-process"], default="workers")
+    parser.add_argument("--operations", type=int, default=20, help="operations per round")
+    parser.add_argument("--polls", type=int, default=25, help="polls per operation per round")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds per system")
+    parser.add_argument("--concurrency", type=int, default=2, help="worker processes each")
+    parser.add_argument("--loglevel", default="INFO", help="the workers' (compose: INFO)")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per round")
+    parser.add_argument("--database", default="jobwarden_bench", help="in-process mode's")
+    args = parser.parse_args()
+    if args.mode == "in-process":
+        from _poll_in_process import in_process_mode
+
+        return in_process_mode(args)
+    return _workers_mode(args)
 
 
 if __name__ == "__main__":
