@@ -15,25 +15,39 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of
 from jobwarden.api.problems import ProblemError
-from jobwarden.api.queries import OperationLinks, operation_links, owned_operation
+from jobwarden.api.queries import (
+    NOT_FOUND,
+    OperationId,
+    OperationLinks,
+    operation_links,
+    owned_operation,
+    storable,
+)
+from jobwarden.api.responses import problem_responses
 from jobwarden.models.errors import LostRaceError, RefusedInputError
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import TERMINAL, OperationState
 from jobwarden.tasks import interventions
 
 router = APIRouter(tags=["actions"])
+NOT_JSON = "the body is not JSON"
 
 # An approval lives at least a minute (time to act on it) and at most a week: an approval
 # given long before the create would authorise a payload nobody looked at recently.
 MIN_APPROVAL_SECONDS = 60
 MAX_APPROVAL_SECONDS = 7 * 24 * 3600
 
-Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
+# Constraints first, then the storable check: stripping must run before min_length.
+Text = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=2000),
+    AfterValidator(storable),
+]
 
 
 class CancelBody(BaseModel):
@@ -53,8 +67,8 @@ class ApprovalBody(BaseModel):
 
 class DecisionBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    option: Annotated[str, StringConstraints(min_length=1, max_length=60)]
-    note: Annotated[str, StringConstraints(max_length=2000)] = ""
+    option: Annotated[str, StringConstraints(min_length=1, max_length=60), AfterValidator(storable)]
+    note: Annotated[str, StringConstraints(max_length=2000), AfterValidator(storable)] = ""
 
 
 class ActionAnswer(BaseModel):
@@ -78,9 +92,16 @@ def _moved(exc: Exception) -> ProblemError:
     return ProblemError(409, "conflict", str(exc))
 
 
-@router.post("/v1/operations/{operation_id}/cancel", response_model=ActionAnswer, status_code=202)
+@router.post(
+    "/v1/operations/{operation_id}/cancel",
+    response_model=ActionAnswer,
+    status_code=202,
+    responses=problem_responses(
+        {400: NOT_JSON, 404: NOT_FOUND, 409: "the operation has ended, or is busy"}
+    ),
+)
 def cancel_operation(
-    operation_id: str,
+    operation_id: OperationId,
     body: CancelBody,
     request: Request,
     principal: Annotated[Principal, Depends(require(Scope.cancel))],
@@ -101,9 +122,20 @@ def cancel_operation(
     return _answer(row, state)
 
 
-@router.post("/v1/operations/{operation_id}/approvals", response_model=ActionAnswer)
+@router.post(
+    "/v1/operations/{operation_id}/approvals",
+    response_model=ActionAnswer,
+    responses=problem_responses(
+        {
+            400: NOT_JSON,
+            403: "the token lacks the approve scope, or submitted the operation itself",
+            404: NOT_FOUND,
+            409: "not awaiting approval, or another fingerprint than the operation's",
+        }
+    ),
+)
 def approve_operation(
-    operation_id: str,
+    operation_id: OperationId,
     body: ApprovalBody,
     request: Request,
     principal: Annotated[Principal, Depends(require(Scope.approve))],
@@ -142,9 +174,20 @@ def approve_operation(
     return _answer(row, state)
 
 
-@router.post("/v1/operations/{operation_id}/decisions", response_model=ActionAnswer)
+@router.post(
+    "/v1/operations/{operation_id}/decisions",
+    response_model=ActionAnswer,
+    responses=problem_responses(
+        {
+            400: NOT_JSON,
+            404: NOT_FOUND,
+            409: "nothing to decide for this operation now",
+            422: "the option is not offered now (offered lists those that are), or a bad body",
+        }
+    ),
+)
 def decide_operation(
-    operation_id: str,
+    operation_id: OperationId,
     body: DecisionBody,
     request: Request,
     principal: Annotated[Principal, Depends(require(Scope.decide))],

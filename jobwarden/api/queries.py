@@ -16,12 +16,13 @@ from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of, settings_of
 from jobwarden.api.problems import ProblemError
+from jobwarden.api.responses import problem_responses
 from jobwarden.models import api_store, query_store, store
 from jobwarden.models.actions import EscalationReason
 from jobwarden.models.db import snapshot, transaction
@@ -35,6 +36,27 @@ router = APIRouter(tags=["operations"])
 MAX_LIMIT = 200
 DEFAULT_LIMIT = 50
 NOT_FOUND_DETAIL = "no such operation"
+NOT_FOUND = "no such operation for this tenant (also a malformed id)"
+# Documented as a UUID, read as text: a malformed id is a 404 like any unknown one.
+OperationId = Annotated[str, Path(json_schema_extra={"format": "uuid"})]
+
+
+def storable(value: str) -> str:
+    """Refuse text Postgres cannot take: a NUL, or an unpaired surrogate (no UTF-8 for it).
+
+    Either would fail in the driver as a 500; refused here, it is a 422 naming the field.
+    """
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (no unpaired surrogates)") from None
+    return value
+
+
+# A str bounded like its column (a Field beside it) and storable in Postgres.
+StorableStr = Annotated[str, AfterValidator(storable)]
 
 
 class Counter(BaseModel):
@@ -321,9 +343,13 @@ def _summary(row: Mapping[str, Any]) -> dict[str, Any]:
     return {**row, "links": operation_links(row["operation_id"])}
 
 
-@router.get("/v1/operations/{operation_id}", response_model=OperationView)
+@router.get(
+    "/v1/operations/{operation_id}",
+    response_model=OperationView,
+    responses=problem_responses({404: NOT_FOUND}),
+)
 def get_operation(
-    operation_id: str,
+    operation_id: OperationId,
     request: Request,
     principal: Annotated[Principal, Depends(require(Scope.read))],
 ) -> OperationView:
@@ -337,9 +363,9 @@ class ListParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     state: OperationState | None = None
     reason: EscalationReason | None = None
-    provider: Annotated[str | None, Field(min_length=1, max_length=200)] = None
-    remote_job_id: Annotated[str | None, Field(min_length=1, max_length=500)] = None
-    idempotency_key: Annotated[str | None, Field(min_length=1, max_length=255)] = None
+    provider: Annotated[StorableStr | None, Field(min_length=1, max_length=200)] = None
+    remote_job_id: Annotated[StorableStr | None, Field(min_length=1, max_length=500)] = None
+    idempotency_key: Annotated[StorableStr | None, Field(min_length=1, max_length=255)] = None
     since: AwareDatetime | None = None
     limit: Annotated[int, Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT
     cursor: Annotated[str | None, Field(min_length=1, max_length=200)] = None
@@ -351,7 +377,7 @@ class PageParams(BaseModel):
     cursor: Annotated[str | None, Field(min_length=1, max_length=200)] = None
 
 
-@router.get("/v1/operations", response_model=OperationList)
+@router.get("/v1/operations", response_model=OperationList, responses=problem_responses({}))
 def list_operations(
     request: Request,
     response: Response,
@@ -380,9 +406,13 @@ def list_operations(
     )
 
 
-@router.get("/v1/operations/{operation_id}/events", response_model=OperationStory)
+@router.get(
+    "/v1/operations/{operation_id}/events",
+    response_model=OperationStory,
+    responses=problem_responses({404: NOT_FOUND}),
+)
 def operation_events(
-    operation_id: str,
+    operation_id: OperationId,
     request: Request,
     principal: Annotated[Principal, Depends(require(Scope.read))],
 ) -> OperationStory:
@@ -419,7 +449,12 @@ def operation_events(
     )
 
 
-@router.get("/v1/escalations", response_model=EscalationList, tags=["escalations"])
+@router.get(
+    "/v1/escalations",
+    response_model=EscalationList,
+    tags=["escalations"],
+    responses=problem_responses({}),
+)
 def list_escalations(
     request: Request,
     response: Response,

@@ -339,3 +339,31 @@ def test_an_operation_submitted_over_http_is_approved_by_another_token_only(
         ("http", "created", "token:alice")
     ]
     assert story["chain"]["verified"] is True
+
+
+@pytest.mark.parametrize(
+    ("action", "body"),
+    [
+        ("cancel", b'{"reason": "a\\u0000b"}'),
+        ("cancel", b'{"reason": "\\ud800"}'),
+        ("decisions", b'{"option": "abandon", "note": "\\u0000"}'),
+        ("decisions", b'{"option": "abandon", "note": "\\udfff lone"}'),
+    ],
+)
+def test_text_postgres_cannot_store_is_a_422_not_a_500(
+    database_url: str, client: httpx.Client, action: str, body: bytes
+) -> None:
+    # JSON may carry NUL and unpaired surrogates; Postgres text and UTF-8 cannot.
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.escalated, escalation_reason="unknown_state")
+    before = load(database_url, op)
+    headers = {
+        **make_token(database_url, tenant, "oncall", ALL),
+        "Content-Type": "application/json",
+    }
+    _problem(
+        client.post(f"/v1/operations/{op}/{action}", content=body, headers=headers),
+        422,
+        "invalid_request",
+    )
+    _unchanged(database_url, op, before)
