@@ -312,3 +312,22 @@ def test_a_missing_webhook_secret_is_a_503_that_names_no_secret(
     assert answer.status_code == 503
     assert answer.json()["type"].endswith("/webhook_unavailable")
     assert answer.headers["retry-after"] == "60"
+
+
+def test_the_webhook_table_its_index_and_migration_0009_are_in_step(database_url: str) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    from jobwarden.models.tables import Base
+
+    engine = create_engine(database_url)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    engine.dispose()
+    ours = [
+        entry
+        for entry in diff
+        if "webhook_deliveries" in repr(entry) or "ix_operations_provider_remote_job" in repr(entry)
+    ]
+    assert ours == []
