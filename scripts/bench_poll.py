@@ -420,6 +420,16 @@ def _report(
         f" Postgres CPU {pg[jw] / max(pg[fl], 1e-9):.2f},"
         f" together {(cpu[jw] + pg[jw]) / (cpu[fl] + pg[fl]):.2f}"
     )
+    # Rounds alternate, so each pair shared the machine's load: the paired ratio is the
+    # steadier figure on a busy machine.
+    pairs = list(zip(results[0::2], results[1::2], strict=True))
+    paired_rate = statistics.median((a.polls / a.wall) / (b.polls / b.wall) for a, b in pairs)
+    paired_cpu = statistics.median(
+        (a.worker_cpu / a.polls) / (b.worker_cpu / b.polls) for a, b in pairs
+    )
+    print(
+        f"  ratio per round pair (median): polls/s {paired_rate:.2f}, worker CPU {paired_cpu:.2f}"
+    )
     print("\nper poll over the whole run (warm-up included):")
     for s in SYSTEMS:
         n = polls[s]
