@@ -90,6 +90,47 @@ def _indexes(plan: Any) -> set[str]:
     return found
 
 
+# What a poll's fenced write changes (tasks/steps.py): the indexes pay on every one of them.
+POLL_WRITE = """
+UPDATE operations SET status_requests_used = status_requests_used,
+    next_poll_at = now() + interval '1 minute', version = version + 1, updated_at = now()
+WHERE operation_id = md5('op' || :i)::uuid
+"""
+
+
+def _write_cost(engine: Any, writes: int, rows: int) -> None:
+    """A poll-shaped UPDATE's cost with the query indexes (migration 0010) and without.
+
+    next_poll_at is indexed (ix_operations_due), so such an update is never HOT and
+    every full index on operations takes a new entry: the query indexes' price per poll.
+    """
+    from sqlalchemy import text
+
+    from jobwarden.models.tables import QUERY_INDEXES
+
+    def run() -> tuple[float, float]:
+        samples = []
+        with engine.connect() as conn:
+            for n in range(writes):
+                t0 = time.perf_counter()
+                # Observing rows (i % 100 in 0..4), spread over the table.
+                i = (n * 7919 * 100 + n % 5) % rows
+                updated = conn.execute(text(POLL_WRITE), {"i": i}).rowcount
+                conn.commit()
+                assert updated == 1, f"row {i} missing"
+                samples.append((time.perf_counter() - t0) * 1000)
+        return _percentiles(samples)
+
+    with_indexes = run()
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for index in QUERY_INDEXES:
+            conn.execute(text(f"DROP INDEX {index.name}"))
+    without = run()
+    print(f"\npoll-shaped UPDATE + COMMIT, {writes} each     {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'with the query indexes (0010)':<52} {with_indexes[0]:>8.2f} {with_indexes[1]:>8.2f}")
+    print(f"{'without them':<52} {without[0]:>8.2f} {without[1]:>8.2f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -224,6 +265,7 @@ def main() -> int:
         for label, (p50, p99) in results.items():
             used = ", ".join(sorted(plans[label])) or "none (seq scan)"
             print(f"{label:<52} {p50:>8.2f} {p99:>8.2f}  {used}")
+        _write_cost(engine, args.repeat * 20, args.rows)
         dispose_all()
     finally:
         with admin.connect() as conn:
