@@ -20,15 +20,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of
 from jobwarden.api.problems import ProblemError
-from jobwarden.api.queries import (
-    NOT_FOUND,
-    OperationId,
-    OperationLinks,
-    operation_links,
-    owned_operation,
-    storable,
-)
+from jobwarden.api.queries import owned_operation
 from jobwarden.api.responses import problem_responses
+from jobwarden.api.views import NOT_FOUND, OperationId, OperationLinks, operation_links, storable
 from jobwarden.models.errors import LostRaceError, RefusedInputError
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import TERMINAL, OperationState

@@ -16,13 +16,37 @@ from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of, settings_of
 from jobwarden.api.problems import ProblemError
 from jobwarden.api.responses import problem_responses
+from jobwarden.api.views import (
+    NOT_FOUND,
+    NOT_FOUND_DETAIL,
+    CancelRequest,
+    ChainProblemView,
+    ChainView,
+    Counter,
+    Deadlines,
+    Escalation,
+    EscalationCounts,
+    EscalationList,
+    EventView,
+    IntakeAttempt,
+    OfferedOption,
+    OperationId,
+    OperationList,
+    OperationStory,
+    OperationSummary,
+    OperationView,
+    PageLinks,
+    StorableStr,
+    WaitingOperation,
+    operation_links,
+)
 from jobwarden.models import api_store, query_store, store
 from jobwarden.models.actions import EscalationReason
 from jobwarden.models.db import snapshot, transaction
@@ -35,181 +59,6 @@ router = APIRouter(tags=["operations"])
 
 MAX_LIMIT = 200
 DEFAULT_LIMIT = 50
-NOT_FOUND_DETAIL = "no such operation"
-NOT_FOUND = "no such operation for this tenant (also a malformed id)"
-# Documented as a UUID, read as text: a malformed id is a 404 like any unknown one.
-OperationId = Annotated[str, Path(json_schema_extra={"format": "uuid"})]
-
-
-def storable(value: str) -> str:
-    """Refuse text Postgres cannot take: a NUL, or an unpaired surrogate (no UTF-8 for it).
-
-    Either would fail in the driver as a 500; refused here, it is a 422 naming the field.
-    """
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode (no unpaired surrogates)") from None
-    return value
-
-
-# A str bounded like its column (a Field beside it) and storable in Postgres.
-StorableStr = Annotated[str, AfterValidator(storable)]
-
-
-class Counter(BaseModel):
-    used: int
-    max: int | None
-    text: str  # "3 of 200", as an operator says it
-
-
-class Deadlines(BaseModel):
-    create: datetime
-    result: datetime
-    cancel: datetime | None
-    collect: datetime | None
-
-
-class OfferedOption(BaseModel):
-    option: str
-    label: str
-
-
-class Escalation(BaseModel):
-    reason: str | None
-    detail: str | None
-    options: list[OfferedOption]
-
-
-class CancelRequest(BaseModel):
-    requested_by: str
-    reason: str | None
-
-
-class OperationLinks(BaseModel):
-    self: str
-    events: str
-
-
-class OperationView(BaseModel):
-    operation_id: uuid.UUID
-    tenant: str
-    provider: str
-    state: OperationState
-    remote_job_id: str | None
-    idempotency_key: str
-    source_event_id: str | None
-    fingerprint: str
-    trace_id: str
-    requested_by: str
-    authorised_by: str | None
-    approval_expires_at: datetime | None
-    created_at: datetime
-    accepted_at: datetime | None
-    updated_at: datetime
-    deadlines: Deadlines
-    next_poll_at: datetime | None
-    poll_not_before: datetime | None
-    counters: dict[str, Counter]
-    progress: float | None
-    last_remote_state: str | None
-    last_http_status: int | None
-    escalation: Escalation | None
-    cancel: CancelRequest | None
-    validation_summary: dict[str, Any] | None
-    links: OperationLinks
-
-
-class OperationSummary(BaseModel):
-    operation_id: uuid.UUID
-    provider: str
-    state: OperationState
-    remote_job_id: str | None
-    idempotency_key: str
-    escalation_reason: str | None
-    requested_by: str
-    created_at: datetime
-    updated_at: datetime
-    links: OperationLinks
-
-
-class PageLinks(BaseModel):
-    next: str | None
-
-
-class OperationList(BaseModel):
-    operations: list[OperationSummary]
-    links: PageLinks
-
-
-class EventView(BaseModel):
-    seq: int
-    at: datetime
-    actor: str
-    kind: str
-    from_state: str | None
-    to_state: str | None
-    cause: str | None
-    delay_source: str | None
-    http_status: int | None
-    provider_request_id: str | None
-    excerpt: dict[str, Any] | None
-
-
-class ChainProblemView(BaseModel):
-    seq: int
-    problem: str
-
-
-class ChainView(BaseModel):
-    verified: bool
-    problems: list[ChainProblemView]
-
-
-class IntakeAttempt(BaseModel):
-    at: datetime
-    door: str
-    actor: str
-    token_id: uuid.UUID | None
-    idempotency_key: str
-    fingerprint: str | None
-    outcome: str
-    http_status: int | None
-    trace_id: str | None
-    detail: str | None
-
-
-class OperationStory(BaseModel):
-    operation_id: uuid.UUID
-    state: OperationState
-    events: list[EventView]
-    chain: ChainView
-    intake: list[IntakeAttempt]
-    links: OperationLinks
-
-
-class WaitingOperation(OperationSummary):
-    escalation_detail: str | None
-    waiting_since: datetime
-
-
-class EscalationCounts(BaseModel):
-    total: int
-    by_reason: dict[str, int]
-    by_state: dict[str, int]
-
-
-class EscalationList(BaseModel):
-    counts: EscalationCounts
-    escalations: list[WaitingOperation]
-    links: PageLinks
-
-
-def operation_links(operation_id: uuid.UUID | str) -> OperationLinks:
-    base = f"/v1/operations/{operation_id}"
-    return OperationLinks(self=base, events=f"{base}/events")
 
 
 def parse_operation_id(raw: str) -> uuid.UUID:
