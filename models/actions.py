@@ -24,6 +24,7 @@ class DelaySource(StrEnum):
     provider_retry_after = "provider_retry_after"  # the provider's Retry-After header
     provider_poll_hint = "provider_poll_hint"  # a validated hint in the status body
     local_backoff = "local_backoff"  # jittered exponential backoff, nothing from the provider
+    progress_estimate = "progress_estimate"  # aimed at the finish the reported progress implies
     initial_delay = "initial_delay"  # the contract's wait before the first poll
     manual_extension = "manual_extension"  # a human extended the bounds
 

@@ -1,4 +1,4 @@
-"""Delays: jittered exponential backoff, Retry-After and provider poll hints.
+"""Delays: jittered exponential backoff, progress estimates, Retry-After and poll hints.
 
 Pure functions. Randomness (``u``) and the current time (``now``) are passed in
 by the caller, so every result is reproducible in a test. Nothing here reads
@@ -16,39 +16,66 @@ from email.utils import parsedate_to_datetime
 
 from jobwarden.models.pointers import Missing
 
-# 2**2100 scales even the smallest subnormal float past the largest finite one,
-# so capping the exponent here never changes a result, it only avoids overflow.
-_MAX_EXPONENT = 2100
-
 _DELAY_SECONDS = re.compile(r"[0-9]+")
 # Looks like a number but is not RFC 9110 delay-seconds (sign, fraction, exponent).
 _NUMBER_LIKE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
-def backoff_delay(
-    *, attempt: int, base: float, maximum: float, jitter_floor: float, u: float
+def backoff_delay(  # noqa: PLR0913 - keyword-only, each named at every call
+    *, attempt: int, base: float, maximum: float, jitter_floor: float, u: float, growth: float
 ) -> float:
-    """``min(maximum, base * 2**attempt)`` scaled by ``jitter_floor + (1 - jitter_floor) * u``.
+    """``min(maximum, base * growth**attempt)`` scaled by ``jitter_floor + (1 - jitter_floor) * u``.
 
     ``u`` in [0, 1] is the caller's random draw; ``u = 0`` gives the shortest
     delay, ``u = 1`` the full one. Huge attempts saturate at ``maximum``.
-    Raises ValueError for a negative attempt, a non-positive base, or
-    ``jitter_floor``/``u`` outside [0, 1] (caller bugs, not provider input).
+    Raises ValueError for a negative attempt, a non-positive base, a growth
+    below 1, or ``jitter_floor``/``u`` outside [0, 1] (caller bugs, not provider input).
     """
     if attempt < 0:
         raise ValueError(f"attempt must be >= 0, got {attempt}")
     if not base > 0:
         raise ValueError(f"base must be > 0, got {base}")
+    if not 1.0 <= growth < math.inf:
+        raise ValueError(f"growth must be a finite number >= 1, got {growth}")
     if not 0.0 <= jitter_floor <= 1.0:
         raise ValueError(f"jitter_floor must be in [0, 1], got {jitter_floor}")
     if not 0.0 <= u <= 1.0:
         raise ValueError(f"u must be in [0, 1], got {u}")
+    return backoff_ceiling(attempt=attempt, base=base, maximum=maximum, growth=growth) * (
+        jitter_floor + (1.0 - jitter_floor) * u
+    )
+
+
+def backoff_ceiling(*, attempt: int, base: float, maximum: float, growth: float) -> float:
+    """``min(maximum, base * growth**attempt)`` without jitter; huge attempts saturate."""
     try:
-        raw = math.ldexp(base, min(attempt, _MAX_EXPONENT))
+        raw = base * growth**attempt
     except OverflowError:
-        raw = math.inf
-    ceiling = min(maximum, raw)
-    return ceiling * (jitter_floor + (1.0 - jitter_floor) * u)
+        # growth**attempt alone left the float range; with a tiny base the product may not.
+        try:
+            raw = math.exp(math.log(base) + attempt * math.log(growth))
+        except OverflowError:
+            raw = math.inf
+    return min(maximum, raw)
+
+
+def progress_estimate(*, elapsed: float, progress: float, margin: float) -> float | None:
+    """Seconds from now until the extrapolated finish, plus ``margin`` of the elapsed time.
+
+    ``elapsed`` is the time since the remote job started, ``progress`` its reported
+    0..100. A job that ran ``elapsed`` seconds to reach ``progress`` % finishes,
+    at the same pace, ``elapsed * (100 - progress) / progress`` seconds from now.
+    None when progress says nothing about the finish: no time elapsed yet, progress
+    0 (not started) or 100 (done working but not finished: OpenAI's ``finalizing``,
+    a result being written), or any value outside (0, 100). Never raises.
+    """
+    if not (0.0 < progress < 100.0 and 0.0 < elapsed < math.inf and margin >= 0.0):
+        return None
+    remaining = elapsed * (100.0 - progress) / progress
+    # The margin aims just past the estimate, so a job slightly slower than its own
+    # average is found by this poll, not by the next; it also spaces polls at least
+    # ``margin * elapsed`` apart when the progress stalls just short of 100.
+    return remaining + margin * elapsed
 
 
 def clamp(seconds: float, *, floor: float, cap: float) -> float:

@@ -92,6 +92,9 @@ class StatusSpec:
     # Used when the state field is absent: AIP-151 omits `done` until the operation finishes.
     state_default: str | None = None
     progress_pointer: str | None = None
+    # When the remote job started (RFC 3339 or Unix seconds): with progress, the next
+    # poll aims at the extrapolated finish. Without it, our acceptance time stands in.
+    started_at_pointer: str | None = None
     poll_hint_pointer: str | None = None  # seconds until the next poll, as the provider suggests
     expiry_pointer: str | None = None  # RFC 3339 time after which the job may not run
     result_ref_pointer: str | None = None  # where a finished job names its result
@@ -240,6 +243,16 @@ class WebhookSpec:
     tolerance_seconds: float = 300.0
 
 
+# The backoff's growth per pending answer; every wait after one is also held to
+# (growth - 1) x the job's age, so a finished job is found at most that share of its
+# duration late (2 meant 100 %). 1.25: p95 17.5 % for 0.30 x the requests of fixed
+# 10 s polling on 5 s..2 h jobs (scripts/bench_polling.py, docs/contracts.md). Below
+# 1.05 a poll is barely later than the last; above 4 a job is found 3 x its age late.
+DEFAULT_GROWTH_FACTOR = 1.25
+MIN_GROWTH_FACTOR = 1.05
+MAX_GROWTH_FACTOR = 4.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommandSpec:
     """The command's JSON Schema (2020-12), checked at load and applied at intake, before
@@ -260,6 +273,7 @@ class PollPolicy:
     hint_cap_seconds: float
     rate_limit_base_seconds: float  # 429 without Retry-After: backoff starts here ("back off hard")
     max_rate_limited: int  # consecutive 429s before escalating rate_limited
+    growth_factor: float = DEFAULT_GROWTH_FACTOR  # backoff growth per pending answer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

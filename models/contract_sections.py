@@ -15,6 +15,9 @@ from typing import Final, TypedDict
 from urllib.parse import urlsplit
 
 from jobwarden.models.contract import (
+    DEFAULT_GROWTH_FACTOR,
+    MAX_GROWTH_FACTOR,
+    MIN_GROWTH_FACTOR,
     AuthSpec,
     CancelSpec,
     ChecksumAlgorithm,
@@ -205,6 +208,7 @@ def parse_status(t: TomlTable, create: CreateSpec | None) -> StatusSpec:
         state_pointer=t.required("state_pointer", t.pointer("state_pointer")),
         state_default=t.text("state_default"),
         progress_pointer=t.pointer("progress_pointer"),
+        started_at_pointer=t.pointer("started_at_pointer"),
         poll_hint_pointer=t.pointer("poll_hint_pointer"),
         expiry_pointer=t.pointer("expiry_pointer"),
         result_ref_pointer=t.pointer("result_ref_pointer"),
@@ -522,7 +526,23 @@ def parse_poll(t: TomlTable) -> PollPolicy:
         hint_cap_seconds=hint_cap,
         rate_limit_base_seconds=need("rate_limit_base_seconds"),
         max_rate_limited=t.required("max_rate_limited", t.count("max_rate_limited")),
+        growth_factor=_growth_factor(t),
     )
+
+
+def _growth_factor(t: TomlTable) -> float:
+    value = t.get("growth_factor")
+    if value is None:
+        return DEFAULT_GROWTH_FACTOR
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise t.fail("growth_factor", f"must be a number, got {toml_type(value)}")
+    # Also refuses nan and inf: neither compares inside the bounds.
+    if not MIN_GROWTH_FACTOR <= value <= MAX_GROWTH_FACTOR:
+        raise t.fail(
+            "growth_factor",
+            f"must be between {MIN_GROWTH_FACTOR:g} and {MAX_GROWTH_FACTOR:g}, got {value:g}",
+        )
+    return float(value)
 
 
 def parse_limits(t: TomlTable) -> Limits:

@@ -23,7 +23,7 @@ from jobwarden.models.actions import (
     Wait,
     escalate,
 )
-from jobwarden.models.backoff import backoff_delay
+from jobwarden.models.backoff import backoff_ceiling, backoff_delay, clamp, progress_estimate
 from jobwarden.models.contract import PollPolicy, RemoteStatus
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
@@ -49,9 +49,19 @@ __all__ = [
     "first_poll",
     "guard_before_status_request",
     "poll_view",
+    "progress_wait",
     "retry_wait",
     "wait_within",
 ]
+
+
+# Failures (a create, lookup or download to repeat, a failed status read, a 429) keep
+# doubling: they wait for the provider to recover, and the contract's growth factor
+# exists to find finished jobs soon, not to retry a failing provider sooner.
+RETRY_GROWTH = 2.0
+# How far past the extrapolated finish a progress estimate aims, as a share of the
+# time the job has run (see backoff.progress_estimate): scripts/bench_polling.py.
+PROGRESS_MARGIN = 0.03
 
 
 class Phase(StrEnum):
@@ -83,7 +93,8 @@ def poll_view(op: Operation, *, accepted_at: datetime | None = None) -> PollView
         phase=Phase.cancelling if cancelling else Phase.observing,
         deadline=deadline,
         accepted_at=accepted_at or op.accepted_at or op.created_at,
-        status_requests_used=op.status_requests_used,
+        # A reserved request is counted but not yet spent: the budget still holds it.
+        status_requests_used=op.status_requests_used - (op.reserved_request is not None),
         max_status_requests=op.max_status_requests,
         transport_failures_used=op.transport_failures_used,
         max_transport_failures=op.max_transport_failures,
@@ -190,6 +201,7 @@ def retry_wait(
             maximum=policy.max_seconds,
             jitter_floor=policy.jitter_floor,
             u=u,
+            growth=RETRY_GROWTH,
         )
         source = DelaySource.local_backoff
     return wait_within(now=now, seconds=seconds, deadline=deadline, source=source, cause=cause)
@@ -230,6 +242,56 @@ def first_poll(
     )
 
 
+def progress_wait(
+    view: PollView, policy: PollPolicy, reading: StatusReading | None, *, now: datetime
+) -> float | None:
+    """Seconds until just past the finish the reported progress implies, or None.
+
+    Only while observing (a cancel's confirmation does not follow the job's pace) and
+    only with progress strictly between 0 and 100. The job's start is the provider's
+    ``started_at`` when it is known and not in our future, never before our acceptance
+    (a provider clock behind ours would stretch the estimate); else the acceptance.
+    Raised to the shortest local wait (the hint floor, ``jitter_floor * base_seconds``)
+    and capped at the backoff's ceiling for this attempt (so at ``max_seconds``): early
+    progress extrapolates badly (a job slow to start, whole percents), and the cap keeps
+    a finished job from being found later than the backoff alone would find it.
+    """
+    if view.phase is not Phase.observing or reading is None or reading.progress is None:
+        return None
+    start = view.accepted_at
+    started = reading.started_at
+    if started is not None and started <= now:
+        start = max(start, started)
+    seconds = progress_estimate(
+        elapsed=(now - start).total_seconds(), progress=reading.progress, margin=PROGRESS_MARGIN
+    )
+    if seconds is None:
+        return None
+    floor = max(policy.hint_floor_seconds, policy.jitter_floor * policy.base_seconds)
+    cap = backoff_ceiling(
+        attempt=view.poll_attempt,
+        base=policy.base_seconds,
+        maximum=pending_maximum(view, policy, now=now),
+        growth=policy.growth_factor,
+    )
+    return clamp(seconds, floor=floor, cap=max(cap, floor))
+
+
+def pending_maximum(view: PollView, policy: PollPolicy, *, now: datetime) -> float:
+    """The longest wait after a pending answer: ``max_seconds``, and while observing
+    at most ``(growth_factor - 1)`` times the time since acceptance (never below
+    ``base_seconds``).
+
+    The backoff's own growth per attempt only approximates that bound (its first
+    steps are long next to a young job's age); holding every wait to it means a job
+    that finishes just after a poll is found at most that share of its age late.
+    """
+    if view.phase is not Phase.observing:
+        return policy.max_seconds
+    age = max(0.0, (now - view.accepted_at).total_seconds())
+    return min(policy.max_seconds, max(policy.base_seconds, (policy.growth_factor - 1) * age))
+
+
 def _next_wait(
     view: PollView,
     policy: PollPolicy,
@@ -260,6 +322,9 @@ def _next_wait(
             source=DelaySource.provider_poll_hint,
         )
     # Invariant 3: never poll before the provider asked, so floors apply and caps do not.
+    # A provider's delay also wins over a progress estimate: only a wait whose source is
+    # the provider is remembered past an early wake-up (poll_not_before, models/effects),
+    # so an estimate that lengthened it would let a person's wake-up poll too soon.
     if retry_after is not None:
         seconds = max(retry_after, policy.hint_floor_seconds)
         source = DelaySource.provider_retry_after
@@ -274,17 +339,25 @@ def _next_wait(
             maximum=max(policy.max_seconds, policy.rate_limit_base_seconds),
             jitter_floor=policy.jitter_floor,
             u=u,
+            growth=RETRY_GROWTH,
         )
         source = DelaySource.local_backoff
     else:
+        # A pending answer grows by the contract's factor; a failed read doubles.
+        pending = reading is not None
         seconds = backoff_delay(
             attempt=view.poll_attempt,
             base=policy.base_seconds,
-            maximum=policy.max_seconds,
+            maximum=pending_maximum(view, policy, now=now) if pending else policy.max_seconds,
             jitter_floor=policy.jitter_floor,
             u=u,
+            growth=policy.growth_factor if pending else RETRY_GROWTH,
         )
         source = DelaySource.local_backoff
+    if source is DelaySource.local_backoff and rate_limited == 0:
+        estimate = progress_wait(view, policy, reading, now=now)
+        if estimate is not None:
+            seconds, source = estimate, DelaySource.progress_estimate
     return _wait_for(view, now=now, seconds=seconds, source=source)
 
 
@@ -329,8 +402,10 @@ def decide_after_status(
     failures, 5xx and malformed answers spend the transport budget (a failed
     read is not a failed job); 401/403 and other 4xx escalate at once; 429s
     escalate after ``policy.max_rate_limited`` in a row. Every wait honours
-    Retry-After, then a poll hint, then local backoff, and is clipped to the
-    deadline; when no request is left in the budget it escalates instead.
+    Retry-After, then a poll hint, then local backoff; reported progress replaces
+    the backoff (never a provider's delay) with the wait until the estimated
+    finish. Every wait is clipped to the deadline; when no request is left in the
+    budget it escalates instead.
     """
     failures = view.transport_failures_used
     rate_limited = 0

@@ -155,6 +155,7 @@ class StatusReading:
     result_ref: str | None
     error: object | None  # the value at the contract's error pointer, if any
     contradiction: str | None  # "succeeded_without_result_reference" | "running_after_expiry"
+    started_at: datetime | None = None  # when the remote job started, as the provider says
 
 
 _RFC3339 = re.compile(
@@ -289,4 +290,5 @@ def read_status(
         result_ref=result_ref,
         error=error,
         contradiction=contradiction,
+        started_at=_rfc3339(_optional(body, spec.started_at_pointer)),
     )

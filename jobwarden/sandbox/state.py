@@ -514,6 +514,9 @@ class SandboxState:
             "id": job.id,
             "status": status,
             "progress": progress,
+            # When the job started running (as OpenAI Batch's in_progress_at, Azure ARM's
+            # startTime): progress counts from creation, so a running job started then.
+            "started_at": None if status == "queued" else iso_utc(job.created_at),
             "expires_at": None if expires is None else iso_utc(expires),
             "result": None,
             "error": None,

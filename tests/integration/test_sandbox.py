@@ -186,7 +186,8 @@ def test_concurrent_creates_with_one_key_make_one_job(sandbox: SandboxServer) ->
 
 
 def test_polls_to_finish_progression_and_result_checksum(client: httpx.Client) -> None:
-    job_id = new_job(client, "kp", {"polls_to_finish": 4, "result_items": 3})
+    created = create(client, "kp", {"polls_to_finish": 4, "result_items": 3}).json()
+    job_id = created["id"]
     assert client.get(f"/v1/jobs/{job_id}/result").status_code == 404
     bodies = [poll(client, job_id).json() for _ in range(4)]
     assert [b["status"] for b in bodies] == ["queued", "running", "running", "succeeded"]
@@ -195,7 +196,10 @@ def test_polls_to_finish_progression_and_result_checksum(client: httpx.Client) -
     assert progress[3] == 100
     assert all(b["result"] is None and b["error"] is None for b in bodies[:3])
     final = bodies[3]
-    assert set(final) == {"id", "status", "progress", "expires_at", "result", "error"}
+    assert set(final) == {"id", "status", "progress", "started_at", "expires_at", "result", "error"}
+    # Queued, the job has not started; from then on it started when it was created.
+    assert bodies[0]["started_at"] is None
+    assert [b["started_at"] for b in bodies[1:]] == [created["created_at"]] * 3
     assert final["result"]["url"] == f"/v1/jobs/{job_id}/result"
     assert final["result"]["record_count"] == 3
     result = client.get(final["result"]["url"])

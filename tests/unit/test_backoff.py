@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from jobwarden.models.backoff import (
     PollHint,
     RetryAfter,
+    backoff_ceiling,
     backoff_delay,
     clamp,
     parse_retry_after,
+    progress_estimate,
     validate_poll_hint,
 )
 from jobwarden.models.pointers import MISSING
@@ -24,56 +26,87 @@ DEADLINE = NOW + timedelta(hours=1)
 
 attempts = st.integers(min_value=0, max_value=5000)
 bases = st.floats(min_value=1e-6, max_value=1e6, allow_nan=False)
+growths = st.floats(min_value=1.0, max_value=4.0)
 unit = st.floats(min_value=0.0, max_value=1.0)
 
 
-def _ceiling(attempt: int, base: float, maximum: float) -> float:
-    # Past 2**1000 every allowed base exceeds every allowed maximum (and 2.0**1024 overflows).
-    return maximum if attempt > 1000 else min(maximum, base * 2.0**attempt)
+def _ceiling(attempt: int, base: float, maximum: float, growth: float) -> float:
+    # In logarithms, so no power overflows however large the attempt.
+    log_raw = math.log(base) + attempt * math.log(growth)
+    return maximum if log_raw >= math.log(maximum) else math.exp(log_raw)
 
 
-@given(attempt=attempts, base=bases, extra=st.floats(0, 1e6), jitter_floor=unit, u=unit)
+@given(
+    attempt=attempts, base=bases, extra=st.floats(0, 1e6), growth=growths, jitter_floor=unit, u=unit
+)
 def test_backoff_delay_stays_between_the_jitter_floor_and_the_ceiling(
-    attempt: int, base: float, extra: float, jitter_floor: float, u: float
+    attempt: int, base: float, extra: float, growth: float, jitter_floor: float, u: float
 ) -> None:
     maximum = base + extra
-    ceiling = _ceiling(attempt, base, maximum)
+    ceiling = _ceiling(attempt, base, maximum, growth)
     delay = backoff_delay(
-        attempt=attempt, base=base, maximum=maximum, jitter_floor=jitter_floor, u=u
+        attempt=attempt, base=base, maximum=maximum, jitter_floor=jitter_floor, u=u, growth=growth
     )
-    assert jitter_floor * ceiling * (1 - 1e-12) <= delay <= ceiling * (1 + 1e-12)
+    assert jitter_floor * ceiling * (1 - 1e-9) <= delay <= ceiling * (1 + 1e-9)
 
 
-@given(attempt=attempts, base=bases, jitter_floor=unit, u1=unit, u2=unit)
+@given(attempt=attempts, base=bases, growth=growths, jitter_floor=unit, u1=unit, u2=unit)
 def test_backoff_delay_grows_with_the_random_draw(
-    attempt: int, base: float, jitter_floor: float, u1: float, u2: float
+    attempt: int, base: float, growth: float, jitter_floor: float, u1: float, u2: float
 ) -> None:
     low, high = sorted((u1, u2))
 
     def delay(u: float) -> float:
         return backoff_delay(
-            attempt=attempt, base=base, maximum=base * 100, jitter_floor=jitter_floor, u=u
+            attempt=attempt,
+            base=base,
+            maximum=base * 100,
+            jitter_floor=jitter_floor,
+            u=u,
+            growth=growth,
         )
 
     assert delay(low) <= delay(high)
 
 
+@given(attempt=st.integers(0, 10**6), base=bases, growth=growths)
+def test_the_backoff_ceiling_never_shrinks_from_one_attempt_to_the_next(
+    attempt: int, base: float, growth: float
+) -> None:
+    def ceiling(n: int) -> float:
+        return backoff_ceiling(attempt=n, base=base, maximum=base * 1000, growth=growth)
+
+    assert ceiling(attempt) <= ceiling(attempt + 1) <= base * 1000
+
+
 @pytest.mark.parametrize(
-    ("attempt", "u", "expected"),
+    ("growth", "attempt", "u", "expected"),
     [
-        (0, 1.0, 2.0),
-        (1, 1.0, 4.0),
-        (3, 1.0, 16.0),
-        (10, 1.0, 60.0),  # capped at maximum
-        (3, 0.0, 8.0),  # jitter floor 0.5 halves it
-        (10**9, 1.0, 60.0),  # a huge attempt saturates instead of overflowing
+        (2.0, 0, 1.0, 2.0),
+        (2.0, 1, 1.0, 4.0),
+        (2.0, 3, 1.0, 16.0),
+        (1.25, 1, 1.0, 2.5),
+        (1.25, 3, 1.0, 3.90625),
+        (1.5, 2, 1.0, 4.5),
+        (1.25, 30, 1.0, 60.0),  # capped at maximum
+        (1.25, 3, 0.0, 1.953125),  # jitter floor 0.5 halves it
+        (1.25, 10**9, 1.0, 60.0),  # a huge attempt saturates instead of overflowing
+        (1.0, 10**9, 1.0, 2.0),  # growth 1: a constant interval
     ],
 )
-def test_backoff_delay_doubles_per_attempt_up_to_the_maximum(
-    attempt: int, u: float, expected: float
+def test_backoff_delay_grows_by_the_growth_factor_per_attempt_up_to_the_maximum(
+    growth: float, attempt: int, u: float, expected: float
 ) -> None:
-    delay = backoff_delay(attempt=attempt, base=2.0, maximum=60.0, jitter_floor=0.5, u=u)
+    delay = backoff_delay(
+        attempt=attempt, base=2.0, maximum=60.0, jitter_floor=0.5, u=u, growth=growth
+    )
     assert delay == pytest.approx(expected)
+
+
+def test_a_tiny_base_still_grows_exactly_past_the_float_range_of_the_power() -> None:
+    # 2**1100 alone overflows a float; 2**-1074 * 2**1100 = 2**26 does not.
+    ceiling = backoff_ceiling(attempt=1100, base=2.0**-1074, maximum=1e30, growth=2.0)
+    assert ceiling == pytest.approx(2.0**26)
 
 
 @pytest.mark.parametrize(
@@ -84,14 +117,61 @@ def test_backoff_delay_doubles_per_attempt_up_to_the_maximum(
         {"jitter_floor": 1.5},
         {"u": -0.1},
         {"u": 1.1},
+        {"growth": 0.9},
+        {"growth": math.inf},
+        {"growth": math.nan},
     ],
 )
 def test_backoff_delay_refuses_arguments_outside_its_contract(kwargs: dict[str, float]) -> None:
     args: dict[str, float] = {"attempt": 0, "base": 1.0, "maximum": 10.0, "jitter_floor": 0.5}
-    args["u"] = 0.5
+    args |= {"u": 0.5, "growth": 1.25}
     args.update(kwargs)
     with pytest.raises(ValueError, match="must be"):
         backoff_delay(**args)  # type: ignore[arg-type]
+
+
+# --- progress estimates -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "progress", "margin", "expected"),
+    [
+        (20.0, 50.0, 0.0, 20.0),  # half done in 20 s: 20 s to go
+        (90.0, 90.0, 0.0, 10.0),
+        (30.0, 25.0, 0.0, 90.0),
+        (20.0, 50.0, 0.03, 20.6),  # aims 3 % of the elapsed time past the estimate
+        (10.0, 99.9, 0.05, 0.01001 + 0.5),  # almost done: the margin spaces the polls
+        (20.0, 0.0, 0.03, None),  # not started: says nothing about the finish
+        (20.0, 100.0, 0.03, None),  # done working but not finished (finalizing)
+        (20.0, 150.0, 0.03, None),
+        (20.0, -1.0, 0.03, None),
+        (0.0, 50.0, 0.03, None),  # no time has passed yet
+        (-5.0, 50.0, 0.03, None),  # a start in our future
+        (math.inf, 50.0, 0.03, None),
+        (20.0, math.nan, 0.03, None),
+    ],
+)
+def test_progress_extrapolates_the_finish_at_the_pace_so_far(
+    elapsed: float, progress: float, margin: float, expected: float | None
+) -> None:
+    estimate = progress_estimate(elapsed=elapsed, progress=progress, margin=margin)
+    assert estimate == (None if expected is None else pytest.approx(expected))
+
+
+@given(
+    elapsed=st.floats(min_value=1e-3, max_value=1e7),
+    low=st.floats(min_value=1e-9, max_value=99.999),
+    high=st.floats(min_value=1e-9, max_value=99.999),
+    margin=st.floats(min_value=0.0, max_value=1.0),
+)
+def test_more_progress_never_means_a_later_finish(
+    elapsed: float, low: float, high: float, margin: float
+) -> None:
+    low, high = sorted((low, high))
+    slow = progress_estimate(elapsed=elapsed, progress=low, margin=margin)
+    fast = progress_estimate(elapsed=elapsed, progress=high, margin=margin)
+    assert slow is not None and fast is not None
+    assert margin * elapsed * (1 - 1e-12) <= fast <= slow
 
 
 @pytest.mark.parametrize(

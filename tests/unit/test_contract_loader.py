@@ -198,6 +198,7 @@ def test_a_contract_using_every_optional_table_keeps_every_value() -> None:
     assert c.webhook.secret_env == "JOBWARDEN_FULL_WEBHOOK_SECRET"
     assert c.webhook.tolerance_seconds == 120
     assert c.poll.initial_delay_seconds == 0 and c.poll.jitter_floor == 1
+    assert c.poll.growth_factor == 1.5
     assert c.limits.max_create_attempts == 1
 
 
@@ -546,6 +547,31 @@ RULES = [
     ("max_seconds = 5", 'max_seconds = "5"', "poll.max_seconds", "must be a number"),
     ("max_seconds = 5", "max_seconds = 5000000000", "poll.max_seconds", "at most"),
     ("max_rate_limited = 5", "max_rate_limited = 0", "poll.max_rate_limited", "positive whole"),
+    (
+        "max_rate_limited = 5",
+        "max_rate_limited = 5\ngrowth_factor = 1.01",
+        "poll.growth_factor",
+        "must be between 1.05 and 4, got 1.01",
+    ),
+    (
+        "max_rate_limited = 5",
+        "max_rate_limited = 5\ngrowth_factor = 5",
+        "poll.growth_factor",
+        "got 5",
+    ),
+    ("max_rate_limited = 5", "max_rate_limited = 5\ngrowth_factor = nan", "poll.growth_factor", ""),
+    (
+        "max_rate_limited = 5",
+        'max_rate_limited = 5\ngrowth_factor = "1.5"',
+        "poll.growth_factor",
+        "must be a number",
+    ),
+    (
+        'started_at_pointer = "/started_at"',
+        'started_at_pointer = "started_at"',
+        "status.started_at_pointer",
+        "JSON pointer",
+    ),
     ("rate_limit_base_seconds = 1\n", "", "poll.rate_limit_base_seconds", "required"),
     (
         "max_transport_failures = 10",

@@ -465,12 +465,12 @@ def test_an_infinite_retry_after_is_clipped_not_a_crash() -> None:
     assert action.until == DEADLINE
 
 
-def test_local_backoff_grows_with_the_poll_attempt_and_the_attempt_is_counted() -> None:
+def test_local_backoff_grows_by_the_contracts_factor_and_the_attempt_is_counted() -> None:
     delays = []
     for attempt in range(4):
         decision = decide_after_status(
             view(poll_attempt=attempt),
-            POLICY,
+            replace(POLICY, growth_factor=1.5),
             OK,
             reading(RemoteStatus.pending),
             now=NOW,
@@ -480,7 +480,7 @@ def test_local_backoff_grows_with_the_poll_attempt_and_the_attempt_is_counted() 
         assert isinstance(decision.action, Wait)
         assert decision.poll_attempt == attempt + 1
         delays.append(decision.action.delay_seconds)
-    assert delays == [2.0, 4.0, 8.0, 16.0]
+    assert delays == [2.0, 3.0, 4.5, 6.75]  # a factor of 2 hard-coded gives 2, 4, 8, 16
 
 
 def test_pending_with_the_budget_spent_escalates_instead_of_waiting() -> None:
