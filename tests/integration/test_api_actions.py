@@ -8,6 +8,7 @@ operation (RFC 9110 section 15.5.5); 202 for a recorded cancel (RFC 9110 section
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -367,3 +368,32 @@ def test_text_postgres_cannot_store_is_a_422_not_a_500(
         "invalid_request",
     )
     _unchanged(database_url, op, before)
+
+
+def test_concurrent_approvals_approve_once_and_every_other_answer_is_a_409(
+    database_url: str, client: httpx.Client
+) -> None:
+    # Some lose the race inside the intervention (a stale version, or the state moved
+    # after the route's check): that is a conflict with the new state, never a 500.
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.awaiting_approval)
+    fingerprint = load(database_url, op).request_fingerprint
+    approvers = [make_token(database_url, tenant, f"approver-{i}", ALL) for i in range(8)]
+    barrier = threading.Barrier(len(approvers))
+    answers: list[int] = []
+
+    def approve(headers: dict[str, str]) -> None:
+        barrier.wait(timeout=30)
+        answer = client.post(
+            f"/v1/operations/{op}/approvals", json={"fingerprint": fingerprint}, headers=headers
+        )
+        answers.append(answer.status_code)
+
+    threads = [threading.Thread(target=approve, args=(h,)) for h in approvers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(answers) == [200] + [409] * (len(approvers) - 1)
+    approved = [e for e in _events(client, op, approvers[0]) if e["kind"] == "approved"]
+    assert len(approved) == 1
