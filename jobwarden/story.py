@@ -54,6 +54,11 @@ def _percent(progress: float) -> str:
         return f"{shown(progress, limit=40)}%"
 
 
+def _next_poll(ex: dict[str, Any], delay_source: str | None) -> str:
+    text = f"next poll {_hhmmss(ex.get('next_poll_at'))} ({delay_source})"
+    return text + (", clipped to the deadline" if ex.get("clipped_to_deadline") else "")
+
+
 def event_line(ev: ChainedEvent) -> str:
     d = ev.draft
     ex = d.excerpt or {}
@@ -62,20 +67,24 @@ def event_line(ev: ChainedEvent) -> str:
     kind = d.kind.value
     if kind == "poll_sent":
         text = f"status request {ex.get('request')}/{ex.get('of')} sent{move}"
-    elif kind == "observed":
+        if d.cause:
+            text += f" ({d.cause})"
+    elif kind in ("observed", "polled"):
         what = ex.get("remote_state")
         prog = ex.get("progress")
         detail = f", {what}" if what else ""
         detail += f" {_percent(prog)}" if isinstance(prog, int | float) and what else ""
         if ex.get("contradiction"):
             detail += f", contradiction {ex['contradiction']}"
-        text = f"polled, {_http(ex, d.http_status)}{detail}"
-        if d.cause:
+        # A reserved request is recorded with its answer: its ordinal rides on this event.
+        sent = f"status request {ex['request']}/{ex.get('of')}: " if "request" in ex else ""
+        text = f"{sent}polled, {_http(ex, d.http_status)}{detail}"
+        if d.cause and kind == "observed":
             text = f"{d.cause}: {_http(ex, d.http_status)}"
+        if kind == "polled":
+            text += f"; {_next_poll(ex, d.delay_source)}"
     elif kind == "decision" and "next_poll_at" in ex:
-        text = f"next poll {_hhmmss(ex['next_poll_at'])} ({d.delay_source})"
-        if ex.get("clipped_to_deadline"):
-            text += ", clipped to the deadline"
+        text = _next_poll(ex, d.delay_source)
     elif kind in ("create_accepted", "create_replayed", "reconciled"):
         job = shown(ex.get("job_id"))
         text = f"{kind.replace('_', ' ')}, {_http(ex, d.http_status)}, remote job {job}"
@@ -108,7 +117,8 @@ def summary_lines(row: Operation) -> list[str]:
         f"state            {row.state}"
         + (f" ({row.escalation_reason}: {row.escalation_detail})" if row.escalation_reason else ""),
         f"remote job       {shown(row.remote_job_id or '-')}",
-        f"status requests  {row.status_requests_used}/{row.max_status_requests}",
+        f"status requests  {row.status_requests_used}/{row.max_status_requests}"
+        + (f" ({row.reserved_request} reserved, not yet sent)" if row.reserved_request else ""),
         f"transport fails  {row.transport_failures_used}/{row.max_transport_failures}",
         f"create deadline  {row.create_deadline.isoformat()}",
         f"result deadline  {row.result_deadline.isoformat()}",

@@ -22,12 +22,37 @@ def engine_for(url: str) -> Engine:
     return engine
 
 
+_step_engines: dict[tuple[int, str], Engine] = {}
+
+
 def dispose_all() -> None:
-    for engine in _engines.values():
+    for engine in (*_engines.values(), *_step_engines.values()):
         engine.dispose()
     _engines.clear()
+    _step_engines.clear()
     _readers.clear()
     _makers.clear()
+
+
+@contextmanager
+def step_session(url: str) -> Iterator[Session]:
+    """One connection for a whole step, in autocommit, checked out once, never pre-pinged.
+
+    A step's statements are each atomic on their own (a load; a fenced write that inserts
+    its events in the same statement), so autocommit makes each write its one commit.
+    No transaction is open while the step waits on a provider. A connection the server
+    dropped fails the step's first statement (``connection_invalidated``); the caller
+    retries the step on a fresh one instead of paying a ping on every checkout.
+    """
+    key = (os.getpid(), url)
+    engine = _step_engines.get(key)
+    if engine is None:
+        engine = create_engine(
+            url, pool_pre_ping=False, pool_size=2, max_overflow=3, isolation_level="AUTOCOMMIT"
+        )
+        _step_engines[key] = engine
+    with engine.connect() as connection, Session(connection, expire_on_commit=False) as session:
+        yield session
 
 
 _readers: dict[tuple[int, str], Engine] = {}

@@ -34,8 +34,8 @@ from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.results import ResultVerdict
 from jobwarden.models.signals import RawResponse
+from jobwarden.models.states import POLLED, is_allowed
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.states import is_allowed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,6 +134,14 @@ def _carries_answer(action: Action) -> bool:
     )
 
 
+def as_sent(op: Operation, send: Send) -> Operation:
+    """The snapshot as the claim of ``send`` leaves it (counters, changes, the move)."""
+    changes: dict[str, Any] = {**send.counters, **send.changes}
+    if send.move_to is not None and send.move_to is not op.state:
+        changes["state"] = send.move_to.value
+    return op.with_changes(changes) if changes else op
+
+
 def plan(
     op: Operation,
     decided: Decided,
@@ -143,19 +151,29 @@ def plan(
     answer: RawResponse | None,
     max_countdown: float,
     secrets: Sequence[str] = (),
+    sent: Send | None = None,
 ) -> Plan:
     """Row changes, events and the next wake-up for ``decided`` (nothing is written here).
 
     ``answer`` is the provider answer the decision read, if any: it is recorded
     either inside the action's own event (accepted, refused, result endings) or as
-    an ``observed`` event first, so every answer is in the history exactly once.
+    an ``observed`` event first, so every answer is in the history exactly once; a
+    status answer followed by a wait is one ``polled`` event with the decision.
+    ``sent`` is the request that answer replies to when it left on a reservation,
+    without a claim commit: its record is folded into this plan's first event.
     ``secrets`` are the credential's forms, redacted from whatever is recorded.
+    A plan that leaves a polled operation waiting reserves its next status request.
     """
     action = decided.action
     if isinstance(action, NotYet):
         return Plan()
+    claim = None
+    if sent is not None:
+        claim = _send(
+            _Draft(op=op, actor=actor, now=now, max_countdown=max_countdown, carried={}), sent
+        )
     d = _Draft(
-        op=op,
+        op=as_sent(op, sent) if sent is not None else op,
         actor=actor,
         now=now,
         max_countdown=max_countdown,
@@ -163,16 +181,100 @@ def plan(
     )
     changes: dict[str, Any] = dict(decided.changes)
     events: list[EventDraft] = []
+    own = _PLANNERS[type(action)](d, action)
     if answer is not None:
         changes["last_http_status"] = answer.observation.status_code
-        if not _carries_answer(action):
+        if isinstance(action, Wait) and decided.answered is None:
+            # One event per poll: what the status read said and the wait it led to.
+            own = replace(own, events=(_polled(d, action),))
+        elif not _carries_answer(action):
             events.append(d.event(EventKind.observed, None, cause=decided.answered, **d.carried))
-    own = _PLANNERS[type(action)](d, action)
-    return Plan(
-        changes={**changes, **own.changes},
-        events=(*events, *own.events),
-        next_at=own.next_at,
-        result=own.result,
+    events.extend(own.events)
+    if claim is not None:
+        events[:1] = _fold_claim(claim.events[0], events[0]) if events else list(claim.events)
+        changes = {**claim.changes, **changes}
+    return _reserve(
+        op,
+        Plan(
+            changes={**changes, **own.changes},
+            events=tuple(events),
+            next_at=own.next_at,
+            result=own.result,
+        ),
+    )
+
+
+def unspent_reservation(op: Operation, p: Plan) -> int | None:
+    """The reservation ``p`` leaves behind unused, if it would: the plan takes the
+    operation out of polling (or ends its timer) without spending or replacing it.
+
+    The shell returns it (``release``) unless an earlier attempt may have sent it.
+    """
+    if op.reserved_request is None or p.empty or "reserved_request" in p.changes:
+        return None
+    state = S(p.changes.get("state", op.state))
+    return op.reserved_request if state not in POLLED or p.next_at is None else None
+
+
+def release(op: Operation, p: Plan) -> Plan:
+    """``p`` with the unspent reservation returned to the budget, so x of N counts sends."""
+    used = p.changes.get("status_requests_used", op.status_requests_used)
+    return replace(
+        p, changes={**p.changes, "status_requests_used": used - 1, "reserved_request": None}
+    )
+
+
+def _polled(d: _Draft, wait: Wait) -> EventDraft:
+    decision = wait_event(wait, actor=d.actor, now=d.now)
+    return d.event(
+        EventKind.polled,
+        None,
+        cause=wait.cause,
+        delay_source=wait.delay_source.value,
+        **{**d.carried, "excerpt": {**d.carried.get("excerpt", {}), **(decision.excerpt or {})}},
+    )
+
+
+def _fold_claim(claim: EventDraft, first: EventDraft) -> list[EventDraft]:
+    """The claim a reserved request never committed, carried by the answer's first event.
+
+    The ordinal joins the excerpt; a move the claim made (accepted -> observing) becomes
+    the event's transition. An answer event with a transition of its own (a first poll
+    that escalates) keeps the claim as an event before it instead.
+    """
+    if first.to_state is not None and claim.to_state is not None:
+        return [claim, first]
+    return [
+        replace(
+            first,
+            from_state=claim.from_state if claim.to_state is not None else first.from_state,
+            to_state=claim.to_state if claim.to_state is not None else first.to_state,
+            excerpt={**(claim.excerpt or {}), **(first.excerpt or {})},
+        )
+    ]
+
+
+def _reserve(op: Operation, p: Plan) -> Plan:
+    """Count the next status request on this commit when the plan leaves the operation
+    waiting for a poll, so that poll sends without a claim commit of its own.
+
+    Invariant 3 holds: the request is counted before it can leave; one that never does
+    (the operation moved on, or the step died) stays counted, an unused reservation.
+    """
+    state = S(p.changes.get("state", op.state))
+    used = p.changes.get("status_requests_used", op.status_requests_used)
+    reserved = p.changes.get("reserved_request", op.reserved_request)
+    if state not in POLLED or p.next_at is None or reserved is not None:
+        return p
+    if used >= op.max_status_requests or not p.events:
+        return p  # the budget's last request is spent: the next poll's guard escalates
+    # Said in the history, so a reservation never spent (its step died) is still explained.
+    *earlier, last = p.events
+    told = replace(last, excerpt={**(last.excerpt or {}), "reserved_request": used + 1})
+    return replace(
+        p,
+        changes={**p.changes, "status_requests_used": used + 1, "reserved_request": used + 1},
+        events=(*earlier, told),
     )
 
 

@@ -52,6 +52,7 @@ class EventKind(StrEnum):
     reconciled = "reconciled"  # the provider told us what became of the token
     poll_sent = "poll_sent"  # a status request is about to leave (counter committed)
     observed = "observed"  # what a provider response said
+    polled = "polled"  # a status request answered: what it said and the decision to wait
     decision = "decision"  # what we decided, with the source of the next delay
     cancel_requested = "cancel_requested"  # somebody asked us to cancel
     cancel_sent = "cancel_sent"  # the cancel request is about to leave

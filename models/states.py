@@ -88,6 +88,9 @@ AUTOMATION_STOPPED: frozenset[OperationState] = frozenset(
     {S.escalated, S.result_timed_out, S.cancellation_unconfirmed}
 )
 
+# States whose step is a status read: the decision recorded in one may reserve the next.
+POLLED: frozenset[OperationState] = frozenset({S.accepted, S.observing, S.cancelling})
+
 # States a human decision may leave from.
 HUMAN_ONLY_SOURCES: frozenset[OperationState] = AUTOMATION_STOPPED | {S.awaiting_approval}
 

@@ -57,6 +57,7 @@ from jobwarden.models.requests import (
 )
 from jobwarden.models.result_decisions import after_collect, before_collect
 from jobwarden.models.signals import RawResponse, SignalKind, classify_http, read_status
+from jobwarden.models.states import POLLED
 from jobwarden.models.states import OperationState as S
 
 __all__ = [
@@ -77,6 +78,7 @@ __all__ = [
     "before_create",
     "before_poll",
     "before_reconcile",
+    "spend_reservation",
     "unsent",
 ]
 
@@ -137,6 +139,8 @@ def before_poll(op: Operation, ctx: StepContext, now: datetime) -> Decided:
         )
         return Decided(action=move)
     used = op.status_requests_used + 1
+    # As written, this Send claims a fresh request with a commit of its own; the shell
+    # spends the reservation instead when it may (``spend_reservation``).
     return Decided(
         action=Send(
             request=ProviderRequest(
@@ -147,6 +151,13 @@ def before_poll(op: Operation, ctx: StepContext, now: datetime) -> Decided:
             event=EventKind.poll_sent,
             counters={"status_requests_used": used},
             move_to=S.observing if op.state is S.accepted else None,
+            changes={"reserved_request": None} if op.reserved_request is not None else {},
+            cause=(
+                f"reserved request {op.reserved_request} may have left without an answer: "
+                "it stays counted and is not reused"
+                if op.reserved_request is not None
+                else None
+            ),
             excerpt={"request": used, "of": op.max_status_requests},
             deadline=view.deadline,
         )
@@ -268,6 +279,28 @@ def after_cancel(
     return Decided(action=wait, answered="cancel response")
 
 
+# --- the reserved status request ------------------------------------------------------
+
+
+def spend_reservation(op: Operation, send: Send) -> Send | None:
+    """``send`` as the request the last decision reserved, or None when none may be spent.
+
+    The reservation was counted by the commit that decided this poll, so sending it
+    needs no claim commit: its record (the ordinal, a move to observing) rides on the
+    commit that records the answer. The shell spends it only once per reservation (a
+    marker it sets before the send), so a redelivered message never reuses one.
+    """
+    if send.request.purpose is not RequestPurpose.status or op.reserved_request is None:
+        return None
+    return replace(
+        send,
+        counters={},
+        changes={"reserved_request": None},
+        cause=None,
+        excerpt={"request": op.reserved_request, "of": op.max_status_requests},
+    )
+
+
 # --- a reserved request whose deadline passed before it left ----------------------------
 
 
@@ -316,7 +349,7 @@ RECONCILE = StepKind(
 )
 POLL = StepKind(
     name="poll",
-    states=frozenset({S.accepted, S.observing, S.cancelling}),
+    states=POLLED,
     before=before_poll,
     after=after_poll,
     claim_point="after_poll_claim",

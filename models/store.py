@@ -15,7 +15,21 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, insert, or_, select, text, update
+from sqlalchemy import (
+    Insert,
+    Table,
+    Update,
+    and_,
+    case,
+    exists,
+    insert,
+    literal,
+    or_,
+    select,
+    text,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -81,6 +95,25 @@ def _event_rows(events: Sequence[ChainedEvent]) -> list[dict[str, Any]]:
         }
         for ev in events
     ]
+
+
+def _with_events(fenced: Update, chained: Sequence[ChainedEvent]) -> Insert:
+    """``WITH fenced AS (UPDATE ... RETURNING) INSERT events SELECT ... WHERE EXISTS (fenced)``.
+
+    Every value is a typed bind (rendered with its cast): an untyped NULL would be text.
+    """
+    matched = fenced.returning(OPERATIONS.c.operation_id).cte("fenced")
+    rows = _event_rows(chained)
+    names = list(rows[0])
+    chosen = union_all(
+        *(
+            select(*(literal(r[c], EVENTS.c[c].type) for c in names)).where(
+                exists(select(matched.c.operation_id))
+            )
+            for r in rows
+        )
+    )
+    return insert(EVENTS).from_select(names, chosen).returning(EVENTS.c.seq)
 
 
 def _default(name: str) -> Any:
@@ -174,18 +207,20 @@ def fenced_update(
     if chained:
         values["event_count"] = chained[-1].seq
         values["last_event_hash"] = chained[-1].hash
-    table = OPERATIONS
-    # Core, not ORM: the fence needs only a row count, and this is the hot path of every poll.
-    result = session.execute(
-        update(table)
-        .where(table.c.operation_id == row.operation_id)
-        .where(table.c.version == row.version)
+    fenced = (
+        update(OPERATIONS)
+        .where(OPERATIONS.c.operation_id == row.operation_id)
+        .where(OPERATIONS.c.version == row.version)
         .values(**values)
     )
-    if result.rowcount != 1:  # type: ignore[attr-defined]
-        raise StaleVersionError(str(row.operation_id), row.version)
+    # Core, not ORM, and one statement: the events are inserted only if the fenced update
+    # matched, so a poll's write is one round trip (and, in autocommit, its one commit).
     if chained:
-        session.execute(insert(EVENTS), _event_rows(chained))
+        written = len(session.execute(_with_events(fenced, chained)).all())
+    else:
+        written = session.execute(fenced).rowcount  # type: ignore[attr-defined]
+    if written != max(1, len(chained)):
+        raise StaleVersionError(str(row.operation_id), row.version)
     last_kind = chained[-1].draft.kind if chained else row.last_event_kind
     return row.with_changes({**values, "last_event_kind": last_kind})
 
@@ -295,11 +330,20 @@ def claim_due(
     )
     rows = [(op_id, OperationState(state)) for op_id, state in session.execute(due)]
     if rows:
-        # dispatched_at is a delivery hint, not owned data: no version bump, no event.
+        # dispatched_at is a delivery hint, not owned data: no version bump, no event. A
+        # message presumed lost may have sent its reserved request before it was lost (the
+        # guard against reuse lives in Redis, which may have lost it too), so the request
+        # stays counted and the redispatched poll claims a fresh one.
         session.execute(
             update(OperationRow)
             .where(OperationRow.operation_id.in_([r[0] for r in rows]))
-            .values(dispatched_at=now)
+            .values(
+                dispatched_at=now,
+                reserved_request=case(
+                    (OperationRow.dispatched_at.is_(None), OperationRow.reserved_request),
+                    else_=None,
+                ),
+            )
             .execution_options(synchronize_session=False)
         )
     return rows

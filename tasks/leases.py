@@ -50,3 +50,37 @@ def operation_lease(
         # Expired and perhaps taken by another worker: its fence protects the row.
         with suppress(LockError):
             lock.release()
+
+
+# Compare-and-raise: the marker holds the highest reserved request ordinal whose send was
+# attempted; a lower or equal one is refused, so each reservation is spent at most once.
+_SPEND_ONCE = """
+local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
+if seen >= tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return 1
+"""
+
+
+def reservation_key(prefix: str, operation_id: uuid.UUID) -> str:
+    return f"{prefix}:reserved:{operation_id}"
+
+
+def spend_once(
+    redis: Redis, prefix: str, operation_id: uuid.UUID, ordinal: int, ttl_seconds: int
+) -> bool:
+    """Mark reserved request ``ordinal`` as about to be sent; False if it already was.
+
+    Set under the lease and before the send, so a redelivered message, which finds the
+    same reservation on the row, knows its request may have left and claims a fresh one.
+    The marker must outlive any redelivery of the message (the broker's visibility
+    timeout); if Redis loses it, the sweeper's redispatch drops the reservation anyway.
+    """
+    script = redis.register_script(_SPEND_ONCE)
+    return bool(script(keys=[reservation_key(prefix, operation_id)], args=[ordinal, ttl_seconds]))
+
+
+def spent(redis: Redis, prefix: str, operation_id: uuid.UUID, ordinal: int) -> bool:
+    """Whether an attempt to send reserved request ``ordinal`` was ever marked."""
+    seen = redis.get(reservation_key(prefix, operation_id))
+    return seen is not None and int(seen) >= ordinal

@@ -12,11 +12,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery import Task
+from sqlalchemy.exc import DBAPIError
 
 from jobwarden.config.celery_app import app
 from jobwarden.models import store
 from jobwarden.models.actions import EscalationReason
-from jobwarden.models.db import transaction
+from jobwarden.models.db import step_session, transaction
 from jobwarden.models.errors import (
     GiveUpError,
     LostRaceError,
@@ -28,7 +29,7 @@ from jobwarden.tasks.dispatch import enqueue_many, republish, schedule
 from jobwarden.tasks.intake import submit_from_message
 from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, current, utcnow
-from jobwarden.tasks.steps import read, record_step_failure, run, stop_automation
+from jobwarden.tasks.steps import record_step_failure, run, stop_automation
 
 log = logging.getLogger("jobwarden.tasks")
 
@@ -38,15 +39,16 @@ def run_step(operation_id: str, step: StepKind) -> str | None:
     rt = current()
     op_id = uuid.UUID(operation_id)
     try:
-        with operation_lease(
-            rt.redis, rt.settings.key_prefix, op_id, rt.settings.lease_ttl_seconds
+        with (
+            operation_lease(rt.redis, rt.settings.key_prefix, op_id, rt.settings.lease_ttl_seconds),
+            step_session(rt.settings.database_url) as session,
         ):
-            op = read(rt, op_id)
+            op = store.load(session, op_id)
             if op is None or op.state not in step.states:
                 return op.state.value if op else None
             faults.fault_point(rt.redis, rt.settings.key_prefix, "after_lease", op.idempotency_key)
             from_state = op.state
-            op, next_at = run(rt, op, step)
+            op, next_at = run(rt, op, step, session)
             # One line per step, operation and trace id bound: grep either to follow a job.
             log.info(
                 "step_done operation_id=%s trace_id=%s step=%s from=%s to=%s next=%s",
@@ -71,31 +73,39 @@ def run_step(operation_id: str, step: StepKind) -> str | None:
         log.info("lease_busy operation_id=%s detail=%s", operation_id, exc)
         republish(rt, f"jobwarden.{step.name}", op_id)
         return None
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            _count_failure(rt, op_id, step, exc)
+            raise
+        # The server dropped the connection (a restart): nothing this step wrote is in
+        # doubt beyond what the row says, so it runs again on a fresh connection, uncounted.
+        log.warning("database_connection_lost operation_id=%s step=%s", operation_id, step.name)
+        republish(rt, f"jobwarden.{step.name}", op_id)
+        return None
     except GiveUpError as exc:
         # e.g. the contract's credential is missing: retrying cannot help, a human must act.
         log.warning("give_up operation_id=%s error=%s", operation_id, exc)
         stopped = stop_automation(rt, op_id, EscalationReason.authorization_denied, str(exc))
         return stopped.value if stopped else None
     except Exception as exc:
-        # A bug, not a provider signal: counted on the row, so the sweeper's retries end
-        # after MAX_STEP_FAILURES; loud, so nobody mistakes it for progress. The message
-        # may hold provider bytes, so only the class name reaches the history.
-        log.error(
-            "step_failed operation_id=%s step=%s error=%s",
-            operation_id,
-            step.name,
-            type(exc).__name__,
-        )
-        try:
-            reached = record_step_failure(rt, op_id, step, exc)
-        except Exception as counting:  # the database may be what failed: the sweeper retries
-            log.error("step_failure_not_counted operation_id=%s error=%s", operation_id, counting)
-        else:
-            log.error("step_failure_counted operation_id=%s state=%s", operation_id, reached)
+        _count_failure(rt, op_id, step, exc)
         raise
     faults.fault_point(rt.redis, rt.settings.key_prefix, "before_schedule", op.idempotency_key)
     schedule(rt, op_id, op.state, next_at)
     return op.state.value
+
+
+def _count_failure(rt: Runtime, op_id: uuid.UUID, step: StepKind, exc: BaseException) -> None:
+    """A bug, not a provider signal: counted on the row, so the sweeper's retries end
+    after MAX_STEP_FAILURES; loud, so nobody mistakes it for progress. The message may
+    hold provider bytes, so only the class name reaches the history."""
+    log.error("step_failed operation_id=%s step=%s error=%s", op_id, step.name, type(exc).__name__)
+    try:
+        reached = record_step_failure(rt, op_id, step, exc)
+    except Exception as counting:  # the database may be what failed: the sweeper retries
+        log.error("step_failure_not_counted operation_id=%s error=%s", op_id, counting)
+    else:
+        log.error("step_failure_counted operation_id=%s state=%s", op_id, reached)
 
 
 class JobwardenTask(Task):  # type: ignore[misc]

@@ -14,6 +14,8 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 
+from sqlalchemy.orm import Session
+
 from jobwarden.models import store
 from jobwarden.models.actions import (
     Accept,
@@ -24,15 +26,15 @@ from jobwarden.models.actions import (
     escalate,
 )
 from jobwarden.models.db import snapshot, transaction
-from jobwarden.models.effects import Plan, plan
+from jobwarden.models.effects import Plan, as_sent, plan, release, unspent_reservation
 from jobwarden.models.errors import LeaseNotAcquiredError
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.signals import RawResponse
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
-from jobwarden.models.steps import StepKind, unsent
+from jobwarden.models.steps import StepKind, spend_reservation, unsent
 from jobwarden.tasks import faults
-from jobwarden.tasks.leases import operation_lease
+from jobwarden.tasks.leases import operation_lease, spend_once, spent
 from jobwarden.tasks.provider_edge import MAX_REQUESTS_PER_LEASE, secret_forms
 from jobwarden.tasks.runtime import Runtime, utcnow
 
@@ -43,19 +45,33 @@ MAX_SENDS_PER_STEP = MAX_REQUESTS_PER_LEASE
 
 
 def read(rt: Runtime, operation_id: uuid.UUID) -> Operation | None:
-    """The snapshot a task starts from; every later write is fenced by its version."""
+    """A fresh snapshot for writers outside a step (step failures, stops); fenced later."""
     with snapshot(rt.settings.database_url) as session:
         return store.load(session, operation_id)
 
 
-def persist(rt: Runtime, op: Operation, p: Plan, now: datetime) -> Operation:
-    """One fenced transaction; raises StaleVersionError when another owner wrote first."""
-    with transaction(rt.settings.database_url) as session:
-        return store.write(session, op, p, now=now)
+def persist(
+    rt: Runtime, session: Session | None, op: Operation, p: Plan, now: datetime
+) -> Operation:
+    """One fenced write; raises StaleVersionError when another owner wrote first.
+
+    On the step's autocommit session the write is one statement and its own commit; a
+    plan that stores a result also inserts its bytes, so it takes a transaction.
+    """
+    if session is None or p.result is not None:
+        with transaction(rt.settings.database_url) as tx:
+            return store.write(tx, op, p, now=now)
+    return store.write(session, op, p, now=now)
 
 
-def _plan(
-    rt: Runtime, op: Operation, decided: Decided, now: datetime, answer: RawResponse | None
+def _plan(  # noqa: PLR0913 - plan()'s own inputs, each named at every call
+    rt: Runtime,
+    op: Operation,
+    decided: Decided,
+    now: datetime,
+    answer: RawResponse | None,
+    *,
+    sent: Send | None = None,
 ) -> Plan:
     return plan(
         op,
@@ -66,40 +82,75 @@ def _plan(
         max_countdown=rt.settings.max_countdown_seconds,
         # Read per plan, not cached: a rotated credential is scrubbed from then on.
         secrets=secret_forms(rt.contract(op.provider)) if answer is not None else (),
+        sent=sent,
     )
 
 
-def run(rt: Runtime, op: Operation, step: StepKind) -> tuple[Operation, datetime | None]:
-    """Drive ``op`` through one step; returns the stored snapshot and the next wake-up."""
+def _settled(rt: Runtime, op: Operation, p: Plan) -> Plan:
+    """``p``, returning a reservation it leaves unused unless an attempt may have sent it.
+
+    Under the lease, so no other attempt can mark it between the check and the write.
+    """
+    ordinal = unspent_reservation(op, p)
+    if ordinal is None or spent(rt.redis, rt.settings.key_prefix, op.operation_id, ordinal):
+        return p
+    return release(op, p)
+
+
+def _spendable(rt: Runtime, op: Operation, send: Send) -> Send | None:
+    """The reserved request as ``send``, if this is the first attempt to spend it."""
+    spent = spend_reservation(op, send)
+    if spent is None or op.reserved_request is None:
+        return None
+    ttl = 2 * rt.settings.visibility_timeout_seconds
+    if not spend_once(rt.redis, rt.settings.key_prefix, op.operation_id, op.reserved_request, ttl):
+        return None  # an earlier attempt may have sent it: claim a fresh, counted request
+    return spent
+
+
+def run(
+    rt: Runtime, op: Operation, step: StepKind, session: Session | None = None
+) -> tuple[Operation, datetime | None]:
+    """Drive ``op`` through one step; returns the stored snapshot and the next wake-up.
+
+    A status request the last decision reserved is sent without a claim commit; any
+    other request is claimed (counted, with its ``*_sent`` event) in a commit first.
+    """
     ctx = rt.context(op.provider)
     fault_scope = op.idempotency_key
     now = utcnow()
     decided = step.before(op, ctx, now)
     answer: RawResponse | None = None
+    sent: Send | None = None  # the reserved request in flight, recorded with its answer
     for _ in range(MAX_SENDS_PER_STEP):
         send = decided.action
         if not isinstance(send, Send):
             break
-        op = persist(rt, op, _plan(rt, op, decided, now, answer), now)
+        spent = _spendable(rt, op, send) if sent is None and answer is None else None
+        if spent is None:
+            claim = _settled(rt, op, _plan(rt, op, decided, now, answer, sent=sent))
+            op = persist(rt, session, op, claim, now)
+        sent = spent
         faults.fault_point(rt.redis, rt.settings.key_prefix, step.claim_point, fault_scope)
         now = utcnow()
         late = unsent(op, send, now)
         if late is not None:
             # The claim stays as unused reserve, and the history says it was not sent.
-            decided, answer = late, None
+            decided, answer, sent = late, None, None
             break
         answer = rt.http.send(ctx.contract, send.request, trace_id=op.trace_id)
         faults.fault_point(rt.redis, rt.settings.key_prefix, step.response_point, fault_scope)
         now = utcnow()
-        decided = step.after(op, ctx, send.request, answer, now, rt.jitter())
+        asked = as_sent(op, sent) if sent is not None else op
+        decided = step.after(asked, ctx, send.request, answer, now, rt.jitter())
     else:
         if isinstance(decided.action, Send):
             detail = f"{step.name} asked for more than {MAX_SENDS_PER_STEP} requests in one step"
             decided = Decided(action=escalate(op.state, EscalationReason.internal_error, detail))
-    p = _plan(rt, op, decided, now, answer)
+    p = _settled(rt, op, _plan(rt, op, decided, now, answer, sent=sent))
     if p.empty:
         return op, None
-    op = persist(rt, op, p, now)
+    op = persist(rt, session, op, p, now)
     if isinstance(decided.action, Accept):
         faults.fault_point(rt.redis, rt.settings.key_prefix, "after_accept_commit", fault_scope)
     return op, p.next_at
@@ -175,6 +226,7 @@ def _under_lease(
             if op is None or not _stoppable(op):
                 return op.state if op is not None else None
             now = utcnow()
-            return persist(rt, op, _plan(rt, op, decide(op), now, None), now).state
+            p = _settled(rt, op, _plan(rt, op, decide(op), now, None))
+            return persist(rt, None, op, p, now).state
     except LeaseNotAcquiredError:
         return None  # its owner meets the same condition and stops it

@@ -271,6 +271,16 @@ class Pipeline:
     def kinds(self, op_id: str) -> list[str]:
         return [e.draft.kind.value for e in self.events(op_id)]
 
+    def recorded_status_requests(self, op_id: str) -> list[int]:
+        """The status requests the history records as sent, by ordinal: claimed by a
+        poll_sent, or (reserved by the decision before) carried by their answer's event."""
+        return [
+            e.draft.excerpt["request"]
+            for e in self.events(op_id)
+            if e.draft.kind.value in ("poll_sent", "polled", "observed")
+            and "request" in (e.draft.excerpt or {})
+        ]
+
     def wait_state(
         self, op_id: str, states: set[str] | str | None = None, *, timeout: float = 30.0
     ) -> Any:

@@ -162,7 +162,11 @@ def test_a_worker_killed_right_after_committing_the_accepted_job_never_sends_a_s
     # The accept was committed before the crash: nothing ambiguous, nothing to reconcile.
     assert kinds[:3] == ["intent_recorded", "create_sent", "create_accepted"]
     assert "create_ambiguous" not in kinds and "reconcile_sent" not in kinds
-    assert len(pipeline.job_requests(op, "status")) == row.status_requests_used == 1
+    # The accept's commit reserved the first status request; the kill lost its wake-up, so
+    # the sweeper's redispatch retired that reservation (counted, unused) and the poll
+    # claimed a fresh one: one request sent, never one uncounted.
+    assert len(pipeline.job_requests(op, "status")) == 1
+    assert row.status_requests_used == 2
 
 
 def test_a_worker_killed_after_claiming_a_reconcile_attempt_still_finds_the_one_remote_job(
@@ -224,9 +228,20 @@ def test_a_worker_killed_after_reserving_a_status_request_leaves_it_counted_and_
     assert row.state == "succeeded"
     statuses = pipeline.job_requests(op, "status")
     assert len(statuses) == 2
-    # Invariant 3: the crash left unused reserve, never an invisible extra request.
+    # Invariant 3: the crash left unused reserve, never an invisible extra request. The
+    # killed poll had marked its reserved request as spent; the redelivered one claimed a
+    # fresh request instead, and says why.
     assert row.status_requests_used == len(statuses) + 1
-    assert pipeline.kinds(op).count("poll_sent") == row.status_requests_used
+    events = [e.draft for e in pipeline.events(op)]
+    reserved = [
+        d.excerpt["reserved_request"] for d in events if "reserved_request" in (d.excerpt or {})
+    ]
+    claims = [d for d in events if d.kind.value == "poll_sent"]
+    assert reserved[0] == 1 and [c.excerpt["request"] for c in claims] == [2]
+    answered = [
+        (d.excerpt or {}).get("request") for d in events if d.kind.value in ("polled", "observed")
+    ]
+    assert 1 not in answered  # the history shows the first reservation unspent
 
 
 # --- cancelling --------------------------------------------------------------------------

@@ -121,7 +121,8 @@ def test_duplicate_poll_messages_and_racing_workers_send_one_status_request_per_
     statuses = pipeline.job_requests(op, "status")
     assert len(statuses) == 6 == row.status_requests_used
     assert all(g >= 1.0 - 0.05 for g in _gaps(statuses)), _gaps(statuses)
-    assert pipeline.kinds(op).count("poll_sent") == 6
+    # Each request on the record once: claimed by a poll_sent or carried by its answer.
+    assert pipeline.recorded_status_requests(op) == [1, 2, 3, 4, 5, 6]
 
 
 def test_two_beat_schedulers_at_once_send_one_status_request_per_due_poll(
@@ -175,10 +176,13 @@ def test_a_stale_owner_whose_lease_expired_mid_call_has_its_late_write_refused(
     after = pipeline.row(op)
     assert after.version == row.version and after.state == "succeeded"
     assert after.status_requests_used == len(statuses)
-    observed = [
-        e for e in pipeline.events(op) if e.draft.kind.value == "observed" and e.draft.cause is None
+    answers = [
+        e
+        for e in pipeline.events(op)
+        if e.draft.kind.value == "polled"
+        or (e.draft.kind.value == "observed" and e.draft.cause is None)
     ]
-    assert len(observed) == len(statuses) - 1
+    assert len(answers) == len(statuses) - 1
 
 
 def test_a_two_hour_retry_after_parks_the_operation_with_no_countdown_held_by_a_worker(
@@ -191,7 +195,7 @@ def test_a_two_hour_retry_after_parks_the_operation_with_no_countdown_held_by_a_
         result_deadline_seconds=4 * 3600,
         cancel_deadline_seconds=4,
     )
-    wait_for(lambda: "decision" in pipeline.kinds(op)[4:], timeout=20, what="the first wait")
+    wait_for(lambda: "polled" in pipeline.kinds(op)[4:], timeout=20, what="the first wait")
     row = pipeline.row(op)
     assert row.state == "observing"
     assert row.next_poll_at - row.updated_at >= timedelta(seconds=7199)
@@ -199,7 +203,8 @@ def test_a_two_hour_retry_after_parks_the_operation_with_no_countdown_held_by_a_
     waits = [
         e
         for e in pipeline.events(op)
-        if e.draft.kind.value == "decision" and e.draft.delay_source == "provider_retry_after"
+        if e.draft.kind.value in ("decision", "polled")
+        and e.draft.delay_source == "provider_retry_after"
     ]
     assert waits
     scheduled = app.control.inspect(timeout=2).scheduled()
@@ -240,7 +245,8 @@ def test_a_parked_operation_is_woken_by_the_sweeper_when_due_and_never_earlier(
     parked = [
         e
         for e in pipeline.events(op)
-        if e.draft.kind.value == "decision" and e.draft.delay_source == "provider_retry_after"
+        if e.draft.kind.value in ("decision", "polled")
+        and e.draft.delay_source == "provider_retry_after"
     ]
     assert parked and parked[0].draft.excerpt["delay_seconds"] > threshold
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from jobwarden.models.actions import Decided
+from jobwarden.models.actions import Decided, Send
 from jobwarden.models.contract import ProviderContract
 from jobwarden.models.contract_loader import load_contract
 from jobwarden.models.effects import Plan, plan
@@ -158,8 +158,11 @@ def planned(
     now: datetime = NOW,
     answer: RawResponse | None = None,
     max_countdown: float = MAX_COUNTDOWN,
+    sent: Send | None = None,
 ) -> Plan:
-    return plan(op, decided, actor=ACTOR, now=now, answer=answer, max_countdown=max_countdown)
+    return plan(
+        op, decided, actor=ACTOR, now=now, answer=answer, max_countdown=max_countdown, sent=sent
+    )
 
 
 def claimed(op: Operation, p: Plan) -> Operation:

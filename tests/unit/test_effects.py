@@ -197,34 +197,61 @@ def test_a_wait_records_its_delay_source_and_parks_when_beyond_the_countdown(
         "next_poll_at": wait.until.isoformat(),
         "delay_seconds": round(seconds, 3),
         "clipped_to_deadline": False,
+        "reserved_request": 1,  # the request it waits for, counted on this commit
     }
     provider_said = source in (DelaySource.provider_retry_after, DelaySource.provider_poll_hint)
+    # The wait's commit also reserves (counts) the status request it waits for.
     assert p.changes == {
         "poll_attempt": 2,
         "next_poll_at": wait.until,
         "dispatched_at": wait.until if dispatched else None,
+        "status_requests_used": 1,
+        "reserved_request": 1,
     } | ({"poll_not_before": wait.until} if provider_said else {})
     assert p.next_at == wait.until
 
 
-def test_a_wait_after_an_answer_records_the_observation_then_the_decision() -> None:
+def test_a_wait_after_a_status_answer_is_one_polled_event_with_the_observation_and_decision() -> (
+    None
+):
     answer = marked(reply(503, headers={"retry-after": "9"}))
     wait = wait_for(9, DelaySource.provider_retry_after)
     p = planned(operation(S.observing), Decided(action=wait, seen={"signal": "x"}), answer=answer)
+    assert kinds(p) == [K.polled]
+    assert recorded(p) == [p.events[0]]
+    (event,) = p.events
+    assert event.http_status == 503
+    assert (event.cause, event.delay_source) == ("wait", "provider_retry_after")
+    assert event.excerpt == {
+        "signal": "x",
+        "headers": {"retry-after": "9"},
+        "next_poll_at": wait.until.isoformat(),
+        "delay_seconds": 9.0,
+        "clipped_to_deadline": False,
+        "reserved_request": 1,
+    }
+    assert p.changes["last_http_status"] == 503
+
+
+def test_a_wait_after_a_cancel_answer_records_the_observation_then_the_decision() -> None:
+    answer = marked(reply(202))
+    p = planned(
+        operation(S.cancelling),
+        Decided(action=wait_for(2), answered="cancel response"),
+        answer=answer,
+    )
     assert kinds(p) == [K.observed, K.decision]
     assert recorded(p) == [p.events[0]]
-    assert p.events[0].http_status == 503
-    assert p.events[0].excerpt == {"signal": "x", "headers": {"retry-after": "9"}}
-    assert p.events[1].delay_source == "provider_retry_after"
-    assert p.changes["last_http_status"] == 503
+    assert p.events[0].cause == "cancel response"
 
 
 def test_a_transport_failure_is_observed_with_its_failure_and_no_status() -> None:
     answer = marked(reply(None, failure=TransportFailure.read_timeout))
     p = planned(operation(S.observing), Decided(action=wait_for(2)), answer=answer)
-    assert kinds(p) == [K.observed, K.decision]
+    assert kinds(p) == [K.polled]
     assert p.events[0].http_status is None
-    assert p.events[0].excerpt == {"transport_failure": "read_timeout"}
+    assert p.events[0].excerpt is not None
+    assert p.events[0].excerpt["transport_failure"] == "read_timeout"
     assert p.changes["last_http_status"] is None
 
 
@@ -288,6 +315,9 @@ def test_an_accept_folds_the_answer_into_its_event_then_records_the_first_poll(
         "next_poll_at": first.until,
         "dispatched_at": first.until,
         "last_http_status": 202,
+        # The accept's commit reserves the first status request.
+        "status_requests_used": 1,
+        "reserved_request": 1,
     }
     assert p.next_at == first.until
 
@@ -556,7 +586,7 @@ def test_wake_changes_clear_both_timers_when_there_is_nothing_to_wait_for() -> N
 @pytest.mark.parametrize(
     ("decided", "folded"),
     [
-        (Decided(action=wait_for(1)), False),
+        (Decided(action=wait_for(1)), True),  # a status answer and its wait: one polled event
         (
             Decided(
                 action=Move(to=S.create_unknown, event=K.create_ambiguous, cause="c", wake_at=NOW)
@@ -591,6 +621,7 @@ def test_an_answer_is_in_the_history_exactly_once(decided: Decided, folded: bool
     with_answer = planned(op, decided, answer=marked(reply(200, {"id": "j"})))
     (carrier,) = recorded(with_answer)
     assert (carrier.kind is K.observed) is not folded
+    assert carrier is with_answer.events[0]
     assert [e.kind for e in with_answer.events].count(K.observed) == (0 if folded else 1)
     without = planned(op, decided)
     assert K.observed not in kinds(without)

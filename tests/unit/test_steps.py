@@ -1087,8 +1087,21 @@ def test_a_poll_woken_before_the_providers_last_retry_after_waits_it_out(state: 
         cause="the provider's last Retry-After still holds",
     )
     p = planned(op, decided)
-    assert "status_requests_used" not in p.changes  # nothing reserved, nothing sent
+    # Nothing is sent; the wait's commit reserves the one request it waits for.
+    assert (p.changes["status_requests_used"], p.changes["reserved_request"]) == (
+        op.status_requests_used + 1,
+        op.status_requests_used + 1,
+    )
     assert walked(op.state, p) == []
+    # A reservation already standing is not doubled.
+    reserved = replace(
+        op,
+        status_requests_used=op.status_requests_used + 1,
+        reserved_request=op.status_requests_used + 1,
+    )
+    again = planned(reserved, before_poll(reserved, SANDBOX, NOW))
+    assert "status_requests_used" not in again.changes
+    assert "reserved_request" not in again.changes
 
 
 def status_read(ctx: StepContext, body: object) -> Decided:
