@@ -247,14 +247,11 @@ def progress_wait(
 ) -> float | None:
     """Seconds until just past the finish the reported progress implies, or None.
 
-    Only while observing (a cancel's confirmation does not follow the job's pace) and
-    only with progress strictly between 0 and 100. The job's start is the provider's
-    ``started_at`` when it is known and not in our future, never before our acceptance
-    (a provider clock behind ours would stretch the estimate); else the acceptance.
-    Raised to the shortest local wait (the hint floor, ``jitter_floor * base_seconds``)
-    and capped at the backoff's ceiling for this attempt (so at ``max_seconds``): early
-    progress extrapolates badly (a job slow to start, whole percents), and the cap keeps
-    a finished job from being found later than the backoff alone would find it.
+    Only while observing, with progress strictly between 0 and 100. The start is the
+    provider's ``started_at`` unless it is in our future or before our acceptance
+    (clock skew), else the acceptance. Raised to the shortest local wait and capped at
+    the backoff's ceiling for this attempt: early progress extrapolates badly (a slow
+    start, whole percents), and no estimate may find a job later than the backoff would.
     """
     if view.phase is not Phase.observing or reading is None or reading.progress is None:
         return None
@@ -278,13 +275,10 @@ def progress_wait(
 
 
 def pending_maximum(view: PollView, policy: PollPolicy, *, now: datetime) -> float:
-    """The longest wait after a pending answer: ``max_seconds``, and while observing
-    at most ``(growth_factor - 1)`` times the time since acceptance (never below
-    ``base_seconds``).
-
-    The backoff's own growth per attempt only approximates that bound (its first
-    steps are long next to a young job's age); holding every wait to it means a job
-    that finishes just after a poll is found at most that share of its age late.
+    """``max_seconds``; while observing also ``(growth_factor - 1)`` x the job's age
+    (never below ``base_seconds``), so a job that finishes just after a poll is found
+    at most that share of its age late. The growth per attempt alone only approximates
+    this: its first steps are long next to a young job's age.
     """
     if view.phase is not Phase.observing:
         return policy.max_seconds

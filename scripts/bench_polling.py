@@ -303,10 +303,10 @@ def main() -> int:
     g = policy.growth_factor
     rows = [
         baseline,
-        simulate("backoff, factor 2 (old)", ctx(old), mix, args.seed, progress=False),
+        simulate("backoff, factor 2 (same rules)", ctx(old), mix, args.seed, progress=False),
         simulate(f"backoff, factor {g:g}", ctx(contract), mix, args.seed, progress=False),
         simulate(
-            "progress, factor 2 (old)",
+            "progress, factor 2 (same rules)",
             ctx(with_progress(old, started_at=True)),
             mix,
             args.seed,
