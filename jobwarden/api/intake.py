@@ -27,7 +27,7 @@ from jobwarden.api.problems import ProblemError, problem_responses
 from jobwarden.models import api_store
 from jobwarden.models.api_store import IntakeEntry
 from jobwarden.models.db import snapshot
-from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.errors import InvalidCommandError, RefusedInputError
 from jobwarden.models.states import OperationState
 from jobwarden.models.trace_context import traceparent
 from jobwarden.tasks.intake import Caller, SubmitOutcome, SubmitResult, submit_operation
@@ -37,6 +37,8 @@ from jobwarden.tasks.runtime import Runtime
 router = APIRouter(tags=["operations"])
 
 REPLAY_HEADER = "Idempotent-Replayed"
+# How long a caller should wait before retrying a key whose first request is in progress.
+IN_PROGRESS_RETRY_SECONDS = 1
 # The status code of each answer, also written to the intake log's http_status.
 HTTP_STATUSES: dict[str, int] = {
     SubmitOutcome.created.value: 201,
@@ -248,11 +250,14 @@ def _respond(rt: Runtime, result: SubmitResult, provider: str) -> JSONResponse:
             fingerprint=result.fingerprint,
         )
     if outcome is SubmitOutcome.in_progress:
+        # RFC 9110 section 10.2.3: Retry-After (delay-seconds) says how long to wait
+        # before the follow-up request; the body member says the same for readers.
         raise ProblemError(
             409,
             "idempotency_key_in_progress",
             "a request with this Idempotency-Key is still being recorded; retry it unchanged",
-            retry_after_seconds=1,
+            headers={"Retry-After": str(IN_PROGRESS_RETRY_SECONDS)},
+            retry_after_seconds=IN_PROGRESS_RETRY_SECONDS,
         )
     status = HTTP_STATUSES[outcome.value]
     headers = _trace_headers(result.trace_id)
@@ -353,11 +358,10 @@ async def submit(
             )
         )
     except RefusedInputError as exc:
-        path = getattr(exc, "path", None)
         extensions: dict[str, Any] = {}
-        if isinstance(path, tuple):
-            pointer = "/command" + "".join(f"/{p}" for p in path)
-            extensions["errors"] = [{"path": pointer, "message": str(exc)}]
+        if isinstance(exc, InvalidCommandError):
+            # RFC 6901: a key holding "/" or "~" is escaped, so the pointer resolves.
+            extensions["errors"] = [{"path": exc.pointer, "message": str(exc)}]
         raise ProblemError(422, "invalid_submission", str(exc), **extensions) from None
     return await run_in_threadpool(_respond, rt, result, body.provider)
 

@@ -102,16 +102,26 @@ class ProblemError(Exception):
     """A refusal the API answers as a problem: status, a kind from TITLES, a detail.
 
     Extensions become extra members of the problem object (e.g. ``errors`` with the
-    failing paths). An unknown kind is a programming error and fails at raise time.
+    failing paths); ``headers`` are sent with it (e.g. Retry-After). An unknown kind is
+    a programming error and fails at raise time.
     """
 
-    def __init__(self, status: int, kind: str, detail: str, **extensions: Any) -> None:
+    def __init__(
+        self,
+        status: int,
+        kind: str,
+        detail: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        **extensions: Any,
+    ) -> None:
         if kind not in TITLES:
             raise ValueError(f"unknown problem kind {kind!r}; add it to TITLES and docs/api.md")
         super().__init__(status, kind, detail)
         self.status = status
         self.kind = kind
         self.detail = detail
+        self.headers = dict(headers or {})
         self.extensions = extensions
 
 
@@ -169,7 +179,12 @@ def _validation_errors(errors: Sequence[Any]) -> list[dict[str, str]]:
 async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ProblemError)
     return problem_response(
-        exc.status, exc.kind, exc.detail, instance=request.url.path, extensions=exc.extensions
+        exc.status,
+        exc.kind,
+        exc.detail,
+        instance=request.url.path,
+        headers=exc.headers,
+        extensions=exc.extensions,
     )
 
 

@@ -486,7 +486,9 @@ def test_a_key_whose_first_request_is_still_being_recorded_is_409_and_logged(
             held.rollback()
     finally:
         engine.dispose()
-    assert_problem(busy, 409, "idempotency_key_in_progress")
+    problem = assert_problem(busy, 409, "idempotency_key_in_progress")
+    # RFC 9110 section 10.2.3: Retry-After in delay-seconds, the same as the body member.
+    assert busy.headers["retry-after"] == "1" == str(problem["retry_after_seconds"])
     assert [
         (r.outcome, r.http_status, r.operation_id) for r in intake_rows(database_url, (tenant, key))
     ] == [("in_progress", 409, None)]
