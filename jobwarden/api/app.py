@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from redis import Redis
 from sqlalchemy import text
 
@@ -19,6 +19,7 @@ from jobwarden.api.context import settings_of
 from jobwarden.api.limits import BodyLimit
 from jobwarden.api.problems import ProblemError, install_handlers
 from jobwarden.config.settings import Settings, get_settings
+from jobwarden.metrics import PostgresCollector, exposition, registry_for
 from jobwarden.models.db import snapshot
 from jobwarden.tasks.runtime import Runtime, build_runtime, current
 
@@ -57,6 +58,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=resolved.api_max_body_bytes)
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["health"])
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["health"])
+    # Prometheus text, not JSON: kept out of the OpenAPI document (docs/api.md lists it).
+    app.state.metrics = registry_for(PostgresCollector(resolved.database_url))
+    app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
     for module in (intake, queries, actions, webhooks):
         app.include_router(module.router)
     return app
@@ -65,6 +69,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 def healthz() -> dict[str, str]:
     """The process is up; touches nothing else."""
     return {"status": "ok"}
+
+
+def metrics(request: Request) -> Response:
+    """Prometheus metrics, read from Postgres (jobwarden.metrics); aggregates, no tenant."""
+    body, content_type = exposition(request.app.state.metrics)
+    return Response(body, media_type=content_type)
 
 
 def readyz(request: Request) -> JSONResponse:

@@ -21,6 +21,7 @@ PERSISTENCE = {
     "api_tables.py",
     "api_store.py",
     "query_store.py",
+    "metrics_store.py",
     "webhook_tables.py",
     "webhook_store.py",
 }

@@ -1,0 +1,191 @@
+"""SQL behind /metrics: aggregates over the operations table and the recent events.
+
+Every figure is read from Postgres at scrape time, so any number of API processes
+and workers report the same numbers; nothing is kept in worker memory and nothing
+is added to a step's write. Two kinds of query, each with a bounded cost:
+
+- over ``operations`` (one row per operation): counts by state and provider, the
+  requests counted on the rows, escalations waiting and the sweeper's lag — one
+  scan of the table, the last two on partial indexes;
+- over the most recent ``window`` events (an index range on the primary key):
+  early status requests and detection delay, which need the order of events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from jobwarden.models.actions import DelaySource
+from jobwarden.models.states import AUTOMATION_STOPPED, OperationState
+from jobwarden.models.tables import ACTIVE_STATES
+
+# A remote job is seen to end when a status answer moves the operation from watching it
+# to what follows the job's end (collection, or a terminal state the provider named).
+_WATCHING = (OperationState.accepted, OperationState.observing, OperationState.cancelling)
+_ENDED = (
+    OperationState.result_collecting,
+    OperationState.failed,
+    OperationState.expired,
+    OperationState.cancelled,
+)
+# Answers that say the job was still pending (or just accepted): the latest one before the
+# end bounds when the end could first have been seen by polling.
+_ANSWERS = ("polled", "observed", "create_accepted", "create_replayed", "reconciled")
+# The waits the provider asked for: a status request before their end is early.
+_PROVIDER_WAITS = (DelaySource.provider_retry_after.value, DelaySource.provider_poll_hint.value)
+
+
+def _in(values: Sequence[str]) -> str:
+    return ", ".join(f"'{v}'" for v in values)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationCounts:
+    """One (provider, state) group of operations."""
+
+    provider: str
+    state: str
+    operations: int
+    # Counted on the rows before each request left (invariant 3), minus a reservation not
+    # yet spent: a crash may leave a counted request unsent, never an uncounted one.
+    status_requests: int
+    create_attempts: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitingEscalations:
+    provider: str
+    reason: str
+    operations: int
+    oldest_since: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecentFacts:
+    """What the most recent events say, per provider."""
+
+    early_requests: dict[str, int]
+    # (provider, seconds from first evidence to the observed end), one per operation.
+    detection_delays: list[tuple[str, float]]
+
+
+def operation_counts(session: Session) -> list[OperationCounts]:
+    rows = session.execute(
+        text(
+            "SELECT provider, state, count(*),"
+            " coalesce(sum(status_requests_used), 0) - count(reserved_request),"
+            " coalesce(sum(create_attempts), 0)"
+            " FROM operations GROUP BY provider, state ORDER BY provider, state"
+        )
+    )
+    return [
+        OperationCounts(
+            provider=p, state=s, operations=n, status_requests=int(r), create_attempts=int(c)
+        )
+        for p, s, n, r, c in rows
+    ]
+
+
+def waiting_escalations(session: Session) -> list[WaitingEscalations]:
+    """Operations whose automation stopped, by provider and reason, with the oldest stop.
+
+    A stopped row is written again only when a human moves it, so updated_at is when it
+    stopped (the same reading as the escalations list, models/query_store.py).
+    """
+    stopped = _in(sorted(s.value for s in AUTOMATION_STOPPED))
+    rows = session.execute(
+        text(
+            "SELECT provider, coalesce(escalation_reason, state), count(*), min(updated_at)"
+            f" FROM operations WHERE state IN ({stopped})"
+            " GROUP BY 1, 2 ORDER BY 1, 2"
+        )
+    )
+    return [
+        WaitingEscalations(provider=p, reason=r, operations=n, oldest_since=at)
+        for p, r, n, at in rows
+    ]
+
+
+def oldest_due(session: Session, now: datetime) -> dict[str, datetime]:
+    """Per provider, the earliest next_poll_at already reached among active rows.
+
+    The sweeper's lag: a healthy sweeper keeps it within an interval or two of now.
+    """
+    rows = session.execute(
+        text(
+            "SELECT provider, min(next_poll_at) FROM operations"
+            f" WHERE state IN ({_in([s.value for s in ACTIVE_STATES])})"
+            " AND next_poll_at <= :now GROUP BY provider"
+        ),
+        {"now": now},
+    )
+    return {p: at for p, at in rows}
+
+
+_RECENT = """
+WITH recent AS (
+    SELECT operation_id, seq, at, kind, from_state, to_state, delay_source, excerpt
+    FROM operation_events
+    WHERE event_id > (SELECT coalesce(max(event_id), 0) FROM operation_events) - :window
+)
+"""
+
+# A status request is early when the event recording it (poll_sent, claimed just before the
+# send; or the polled/observed event carrying a reserved request's ordinal, written after
+# its answer) is earlier than the end of a provider-asked wait recorded before it.
+_EARLY = (
+    _RECENT
+    + f"""
+, marked AS (
+    SELECT operation_id, at, kind, excerpt,
+        max(CASE WHEN delay_source IN ({_in(_PROVIDER_WAITS)})
+            THEN (excerpt->>'next_poll_at')::timestamptz END)
+        OVER (PARTITION BY operation_id ORDER BY seq
+              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS not_before
+    FROM recent
+)
+SELECT o.provider, count(*) FROM marked m JOIN operations o USING (operation_id)
+WHERE (m.kind = 'poll_sent' OR (m.kind IN ('polled', 'observed') AND m.excerpt ? 'request'))
+  AND m.at < m.not_before
+GROUP BY o.provider
+"""
+)
+
+# Detection delay: the observed end minus the first evidence it could be seen — the first
+# verified webhook after the last pending answer, else that answer.
+_DELAYS = (
+    _RECENT
+    + f"""
+, ends AS (
+    SELECT DISTINCT ON (operation_id) operation_id, seq, at FROM recent
+    WHERE from_state IN ({_in(_WATCHING)}) AND to_state IN ({_in(_ENDED)})
+    ORDER BY operation_id, seq
+)
+SELECT o.provider, extract(epoch FROM e.at - coalesce(
+    (SELECT min(w.at) FROM operation_events w
+     WHERE w.operation_id = e.operation_id AND w.kind = 'webhook_received'
+       AND w.seq > a.seq AND w.seq < e.seq),
+    a.at))
+FROM ends e
+JOIN LATERAL (
+    SELECT seq, at FROM operation_events p
+    WHERE p.operation_id = e.operation_id AND p.seq < e.seq AND p.kind IN ({_in(_ANSWERS)})
+    ORDER BY p.seq DESC LIMIT 1
+) a ON true
+JOIN operations o ON o.operation_id = e.operation_id
+ORDER BY 1, 2
+"""
+)
+
+
+def recent_facts(session: Session, window: int) -> RecentFacts:
+    """Early requests and detection delays over the last ``window`` events (any operation)."""
+    params = {"window": window}
+    early = {p: int(n) for p, n in session.execute(text(_EARLY), params)}
+    delays = [(p, float(s)) for p, s in session.execute(text(_DELAYS), params)]
+    return RecentFacts(early_requests=early, detection_delays=delays)

@@ -1,0 +1,262 @@
+"""/metrics against the real database: after a known mix of operations, every counter
+and gauge of the mix's provider has exactly the expected value.
+
+Operations are written through the store with a hand-made history, so each figure
+(early requests, detection delay) has one event that makes it so. Each test uses a
+provider name of its own: other tests' rows never change its figures.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from jobwarden.metrics import PostgresCollector, collect_families
+from jobwarden.models import store
+from jobwarden.models.db import transaction
+from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.states import OperationState as S
+from jobwarden.models.tables import OperationRow
+from tests.api_server import serving
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+T0 = NOW - timedelta(hours=1)
+
+
+def _at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def _event(kind: EventKind, seconds: float, **fields: Any) -> EventDraft:
+    return EventDraft(kind=kind, actor="worker", at=_at(seconds), **fields)
+
+
+def _wait(seconds: float, until: float, source: str) -> EventDraft:
+    return _event(
+        EventKind.decision,
+        seconds,
+        delay_source=source,
+        excerpt={"next_poll_at": _at(until).isoformat(), "delay_seconds": until - seconds},
+    )
+
+
+def _insert(
+    url: str, provider: str, state: S, events: Sequence[EventDraft], **overrides: Any
+) -> uuid.UUID:
+    op_id = uuid.uuid4()
+    values: dict[str, Any] = dict(
+        operation_id=op_id,
+        tenant="metrics",
+        provider=provider,
+        idempotency_key=f"key-{op_id.hex}",
+        provider_token=f"jw-{op_id.hex}",
+        request_fingerprint=secrets.token_hex(32),
+        method="POST",
+        route="/v1/jobs",
+        command={},
+        state=state.value,
+        trace_id=secrets.token_hex(16),
+        requested_by="submitter",
+        authorised_by=None if state is S.awaiting_approval else "submitter",
+        created_at=T0,
+        create_deadline=T0 + timedelta(minutes=5),
+        result_deadline=NOW + timedelta(hours=1),
+        max_status_requests=10,
+        max_transport_failures=3,
+        create_attempts=0 if state is S.awaiting_approval else 1,
+        status_requests_used=0,
+        transport_failures_used=0,
+        consecutive_rate_limited=0,
+        poll_attempt=0,
+        updated_at=NOW,
+    )
+    values.update(overrides)
+    intent = _event(EventKind.intent_recorded, 0, to_state=S.create_pending.value)
+    with transaction(url) as session:
+        store.insert_operation(session, OperationRow(**values), [intent, *events])
+    return op_id
+
+
+def _accepted(seconds: float) -> EventDraft:
+    return _event(
+        EventKind.create_accepted,
+        seconds,
+        from_state=S.create_pending.value,
+        to_state=S.accepted.value,
+        http_status=202,
+    )
+
+
+def _known_mix(url: str, provider: str) -> None:
+    # Succeeded: waited out a Retry-After (10 s), polled at it, pending; the end seen 14 s
+    # after the last pending answer.
+    _insert(
+        url,
+        provider,
+        S.succeeded,
+        [
+            _accepted(1),
+            _wait(1, 10, "provider_retry_after"),
+            _event(EventKind.poll_sent, 10, excerpt={"request": 1, "of": 10}),
+            _event(EventKind.observed, 10.5, http_status=200, excerpt={"remote_state": "run"}),
+            _wait(11, 20, "local_backoff"),
+            _event(EventKind.polled, 20, http_status=200, excerpt={"request": 2, "of": 10}),
+            _event(
+                EventKind.observed,
+                34,
+                from_state=S.observing.value,
+                to_state=S.result_collecting.value,
+                excerpt={"request": 3, "of": 10},
+            ),
+            _event(EventKind.result_collected, 35, to_state=S.succeeded.value),
+        ],
+        status_requests_used=3,
+    )
+    # Escalated 300 s ago; one status request left 30 s before the Retry-After's end.
+    _insert(
+        url,
+        provider,
+        S.escalated,
+        [
+            _accepted(1),
+            _wait(1, 60, "provider_retry_after"),
+            _event(EventKind.poll_sent, 31, excerpt={"request": 1, "of": 10}),
+            _event(EventKind.escalated, 40, to_state=S.escalated.value),
+        ],
+        escalation_reason="request_budget_exhausted",
+        status_requests_used=10,
+        create_attempts=2,
+        updated_at=NOW - timedelta(seconds=300),
+    )
+    # Escalated 100 s ago: the newer of the two waiting escalations.
+    _insert(
+        url,
+        provider,
+        S.escalated,
+        [_accepted(1), _event(EventKind.escalated, 2, to_state=S.escalated.value)],
+        escalation_reason="rate_limited",
+        updated_at=NOW - timedelta(seconds=100),
+    )
+    # Observing with a reserved request not yet sent (2 counted, 1 sent); due 42 s ago.
+    _insert(
+        url,
+        provider,
+        S.observing,
+        [_accepted(1), _event(EventKind.poll_sent, 5, excerpt={"request": 1, "of": 10})],
+        status_requests_used=2,
+        reserved_request=2,
+        next_poll_at=NOW - timedelta(seconds=42),
+    )
+    # Awaiting approval: nothing sent, not an escalation.
+    _insert(url, provider, S.awaiting_approval, [])
+    # Failed: a webhook 45 s after the last pending answer, the end read 3 s after it.
+    _insert(
+        url,
+        provider,
+        S.failed,
+        [
+            _accepted(1),
+            _event(EventKind.poll_sent, 4, excerpt={"request": 1, "of": 10}),
+            _event(EventKind.observed, 5, http_status=200),
+            _wait(5, 600, "local_backoff"),
+            # The webhook brings the status read forward: no provider wait stands in its way.
+            _event(EventKind.webhook_received, 50),
+            _event(EventKind.poll_sent, 51, excerpt={"request": 2, "of": 10}),
+            _event(EventKind.observed, 53, from_state=S.observing.value, to_state=S.failed.value),
+        ],
+        status_requests_used=2,
+    )
+
+
+def _values(families: Sequence[Any], provider: str) -> dict[tuple[str, tuple[str, ...]], float]:
+    """Every sample of the provider, keyed by sample name and its other labels' values."""
+    found: dict[tuple[str, tuple[str, ...]], float] = {}
+    for family in families:
+        for sample in family.samples:
+            labels = dict(sample.labels)
+            if labels.pop("provider", None) == provider:
+                found[(sample.name, tuple(labels[k] for k in sorted(labels)))] = sample.value
+    return found
+
+
+EXPECTED = {
+    ("jobwarden_operations", ("awaiting_approval",)): 1,
+    ("jobwarden_operations", ("escalated",)): 2,
+    ("jobwarden_operations", ("failed",)): 1,
+    ("jobwarden_operations", ("observing",)): 1,
+    ("jobwarden_operations", ("succeeded",)): 1,
+    ("jobwarden_status_requests_total", ()): 3 + 10 + 0 + 1 + 0 + 2,
+    ("jobwarden_create_requests_total", ()): 1 + 2 + 1 + 1 + 0 + 1,
+    ("jobwarden_escalations_waiting", ("rate_limited",)): 1,
+    ("jobwarden_escalations_waiting", ("request_budget_exhausted",)): 1,
+    ("jobwarden_oldest_waiting_escalation_age_seconds", ()): 300,
+    ("jobwarden_sweeper_lag_seconds", ()): 42,
+    ("jobwarden_early_status_requests", ()): 1,
+    # Two ends seen: 14 s (polling) and 3 s (after a webhook).
+    ("jobwarden_detection_delay_seconds_bucket", ("1.0",)): 0,
+    ("jobwarden_detection_delay_seconds_bucket", ("5.0",)): 1,
+    ("jobwarden_detection_delay_seconds_bucket", ("15.0",)): 2,
+    ("jobwarden_detection_delay_seconds_bucket", ("60.0",)): 2,
+    ("jobwarden_detection_delay_seconds_bucket", ("300.0",)): 2,
+    ("jobwarden_detection_delay_seconds_bucket", ("900.0",)): 2,
+    ("jobwarden_detection_delay_seconds_bucket", ("3600.0",)): 2,
+    ("jobwarden_detection_delay_seconds_bucket", ("+Inf",)): 2,
+    ("jobwarden_detection_delay_seconds_count", ()): 2,
+    ("jobwarden_detection_delay_seconds_sum", ()): 17,
+}
+
+
+def test_after_a_known_mix_of_operations_every_metric_has_exactly_the_expected_value(
+    database_url: str,
+) -> None:
+    provider = f"metrics-{secrets.token_hex(4)}"
+    _known_mix(database_url, provider)
+    assert _values(collect_families(database_url, NOW), provider) == EXPECTED
+
+
+def test_metrics_are_served_as_prometheus_text_read_from_postgres(database_url: str) -> None:
+    from jobwarden.api.app import create_app
+
+    provider = f"metrics-{secrets.token_hex(4)}"
+    _known_mix(database_url, provider)
+    with serving(create_app()) as url:
+        answer = httpx.get(f"{url}/metrics", timeout=30)
+    assert answer.status_code == 200
+    # The text exposition format (https://prometheus.io/docs/instrumenting/exposition_formats/).
+    assert answer.headers["content-type"].startswith("text/plain; version=")
+    served = _values(list(text_string_to_metric_families(answer.text)), provider)
+    # The route's clock is the real one: everything but the two ages is exact.
+    ages = {"jobwarden_oldest_waiting_escalation_age_seconds", "jobwarden_sweeper_lag_seconds"}
+    assert {k: v for k, v in served.items() if k[0] not in ages} == {
+        k: v for k, v in EXPECTED.items() if k[0] not in ages
+    }
+    assert served[("jobwarden_sweeper_lag_seconds", ())] >= 42
+
+
+def test_a_scrape_within_the_cache_period_reuses_the_last_answer(database_url: str) -> None:
+    provider = f"metrics-{secrets.token_hex(4)}"
+    clock = [0.0]
+    collector = PostgresCollector(
+        database_url, cache_seconds=5.0, clock=lambda: NOW, timer=lambda: clock[0]
+    )
+
+    def operations() -> float:
+        return sum(
+            v
+            for (name, _), v in _values(list(collector.collect()), provider).items()
+            if name == "jobwarden_operations"
+        )
+
+    _insert(database_url, provider, S.awaiting_approval, [])
+    assert operations() == 1
+    _insert(database_url, provider, S.awaiting_approval, [])
+    clock[0] = 4.9
+    assert operations() == 1  # cached: no query
+    clock[0] = 5.0
+    assert operations() == 2
