@@ -1,0 +1,377 @@
+"""Intake throughput: POST /v1/operations over HTTP against submit_operation in-process.
+
+Creates a scratch database of its own (migrated, dropped at the end whatever happens)
+and a Redis key prefix and queue of their own (every key under them deleted at the end;
+no Celery worker runs, the wake-ups just queue). Starts the API as ``jobwarden api``
+does (uvicorn, workers from JOBWARDEN_API_WORKERS or ``--api-workers``) on a free
+port, creates a token, then for 1 and 4 client processes drives, for ``--seconds``
+each and in the same run:
+
+- ``submit_operation`` called in the client process (the floor: no HTTP, no auth);
+- ``POST /v1/operations`` from an ``http.client`` connection kept alive per process;
+
+first with a new Idempotency-Key per submission, then replaying keys each process
+created beforehand (answer ``replayed``; over HTTP the original 201 again). Prints
+submissions/s, p50/p99 latency in ms, CPU per submission (client processes; server
+worker processes for HTTP), the HTTP / in-process ratio, and issue 10's targets:
+HTTP >= 0.7 x the floor and p99 < 25 ms from four processes, the floor >= 600/s from
+four processes. A benchmark prints figures; no test times anything.
+
+    .venv/bin/python scripts/bench_intake.py --seconds 5 --api-workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+from _bench_support import cpu_delta, group_cpu, wait_until  # noqa: E402
+
+PROVIDER = "sandbox"
+TENANT = "bench"
+REPLAY_KEYS = 200  # keys each process creates (untimed) before the replay phase
+
+
+def _command(n: int) -> dict[str, Any]:
+    return {"kind": "export", "behaviour": {"polls_to_finish": 1}, "n": n}
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    door: str  # "python" (in-process) or "http"
+    mode: str  # "new" or "replay"
+    seconds: float
+    index: int
+    port: int
+    token: str
+
+
+def _in_process(job: Job, keys: list[str], deadline: float) -> tuple[list[float], int]:
+    from jobwarden.tasks.intake import SubmitOutcome, submit_operation
+
+    want = SubmitOutcome.created if job.mode == "new" else SubmitOutcome.replayed
+    samples: list[float] = []
+    errors = 0
+    n = 0
+    while time.perf_counter() < deadline:
+        key = keys[n % len(keys)] if keys else uuid.uuid4().hex
+        started = time.perf_counter()
+        result = submit_operation(
+            tenant=TENANT,
+            provider=PROVIDER,
+            idempotency_key=key,
+            command=_command(n % len(keys) if keys else n),
+            requested_by="bench",
+        )
+        samples.append(time.perf_counter() - started)
+        errors += result.outcome is not want
+        n += 1
+    return samples, errors
+
+
+def _over_http(job: Job, keys: list[str], deadline: float, conn: Any) -> tuple[list[float], int]:
+    samples: list[float] = []
+    errors = 0
+    n = 0
+    headers = {
+        "Authorization": f"Bearer {job.token}",
+        "Content-Type": "application/json",
+    }
+    while time.perf_counter() < deadline:
+        key = keys[n % len(keys)] if keys else uuid.uuid4().hex
+        body = json.dumps(
+            {"provider": PROVIDER, "command": _command(n % len(keys) if keys else n)}
+        ).encode()
+        started = time.perf_counter()
+        conn.request("POST", "/v1/operations", body, {**headers, "Idempotency-Key": key})
+        answer = conn.getresponse()
+        answer.read()
+        samples.append(time.perf_counter() - started)
+        replayed = answer.getheader("Idempotent-Replayed") == "true"
+        errors += answer.status != 201 or replayed != (job.mode == "replay")
+        n += 1
+    return samples, errors
+
+
+def _client(job: Job, barrier: Any, out: Any) -> None:
+    """One client process: warm up, make the replay keys, wait for the others, run."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", job.port, timeout=30)
+    keys: list[str] = []
+    if job.mode == "replay":
+        keys = [f"replay-{job.door}-{job.index}-{uuid.uuid4().hex}" for _ in range(REPLAY_KEYS)]
+    # Warm-up (pools, the runtime) and the replay keys, all before the clock starts.
+    warm = [f"warm-{job.door}-{job.index}-{uuid.uuid4().hex}" for _ in range(20)]
+    for n, key in enumerate(warm + keys):
+        if job.door == "python":
+            from jobwarden.tasks.intake import submit_operation
+
+            submit_operation(
+                tenant=TENANT,
+                provider=PROVIDER,
+                idempotency_key=key,
+                command=_command(n - len(warm)),
+                requested_by="bench",
+            )
+        else:
+            body = json.dumps({"provider": PROVIDER, "command": _command(n - len(warm))})
+            conn.request(
+                "POST",
+                "/v1/operations",
+                body.encode(),
+                {
+                    "Authorization": f"Bearer {job.token}",
+                    "Content-Type": "application/json",
+                    "Idempotency-Key": key,
+                },
+            )
+            conn.getresponse().read()
+    barrier.wait(timeout=120)
+    cpu0 = time.process_time()
+    started = time.perf_counter()
+    deadline = started + job.seconds
+    if job.door == "python":
+        samples, errors = _in_process(job, keys, deadline)
+    else:
+        samples, errors = _over_http(job, keys, deadline, conn)
+    elapsed = time.perf_counter() - started
+    out.put((samples, errors, elapsed, time.process_time() - cpu0))
+    conn.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    client_cpu_ms: float  # per submission, all client processes
+    server_cpu_ms: float | None  # per submission, uvicorn's processes (HTTP only)
+
+
+def _phase(ctx: Any, phase: tuple[str, str, int], args: argparse.Namespace, server: Any) -> Figures:
+    """Run ``procs`` clients of one door and mode at once; their samples pooled."""
+    door, mode, procs = phase
+    barrier = ctx.Barrier(procs + 1)
+    out = ctx.Queue()
+    workers = [
+        ctx.Process(
+            target=_client,
+            args=(Job(door, mode, args.seconds, i, args.port, args.token), barrier, out),
+        )
+        for i in range(procs)
+    ]
+    for w in workers:
+        w.start()
+    barrier.wait(timeout=180)
+    server_before = group_cpu(server.pid) if door == "http" else {}
+    results = [out.get(timeout=args.seconds + 120) for _ in workers]
+    server_after = group_cpu(server.pid) if door == "http" else {}
+    for w in workers:
+        w.join(30)
+    samples = sorted(s for r in results for s in r[0])
+    count = len(samples)
+    elapsed = max(r[2] for r in results)
+    p99 = samples[min(count - 1, round(0.99 * (count - 1)))]
+    return Figures(
+        rate=count / elapsed,
+        p50_ms=statistics.median(samples) * 1000,
+        p99_ms=p99 * 1000,
+        errors=sum(r[1] for r in results),
+        client_cpu_ms=sum(r[3] for r in results) / count * 1000,
+        server_cpu_ms=(cpu_delta(server_before, server_after) / count * 1000)
+        if door == "http"
+        else None,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _start_api(args: argparse.Namespace, logs: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "JOBWARDEN_API_PORT": str(args.port)}
+    if args.api_workers is not None:
+        env["JOBWARDEN_API_WORKERS"] = str(args.api_workers)
+    jobwarden = Path(sys.executable).parent / "jobwarden"
+    with logs.open("ab") as log:
+        return subprocess.Popen(
+            [str(jobwarden), "api"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(REPO),
+            start_new_session=True,
+        )
+
+
+def _healthy(port: int, proc: subprocess.Popen[bytes], log: Path) -> bool:
+    import http.client
+
+    if proc.poll() is not None:
+        raise RuntimeError(f"jobwarden api exited:\n{log.read_text()[-3000:]}")
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        conn.request("GET", "/healthz")
+        ok = conn.getresponse().status == 200
+        conn.close()
+    except OSError:
+        return False
+    return ok
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+def _line(label: str, f: Figures) -> str:
+    server = f"  server {f.server_cpu_ms:5.2f}" if f.server_cpu_ms is not None else ""
+    errors = f"  ERRORS {f.errors}" if f.errors else ""
+    return (
+        f"  {label:<11} {f.rate:8.0f}/s  p50 {f.p50_ms:6.2f}  p99 {f.p99_ms:6.2f}"
+        f"  cpu/sub: clients {f.client_cpu_ms:5.2f}{server}{errors}"
+    )
+
+
+def _report(table: dict[tuple[str, str, int], Figures], args: argparse.Namespace) -> bool:
+    met = True
+    print(
+        f"\nintake: {args.seconds:g} s per phase, uvicorn workers {args.workers_used}, "
+        f"{os.cpu_count()} CPUs; latency in ms, CPU in ms per submission"
+    )
+    for mode in ("new", "replay"):
+        for procs in args.procs:
+            floor, http = table[("python", mode, procs)], table[("http", mode, procs)]
+            label = "new keys" if mode == "new" else "replays"
+            print(f"{label}, {procs} process{'es' if procs > 1 else ''}:")
+            print(_line("in-process", floor))
+            print(_line("HTTP", http))
+            print(f"  HTTP / in-process: {http.rate / floor.rate:.2f}")
+    if 4 in args.procs:
+        print("issue 10 targets (four processes):")
+        for mode in ("new", "replay"):
+            floor, http = table[("python", mode, 4)], table[("http", mode, 4)]
+            checks = [
+                (f"HTTP >= 0.7 x in-process ({mode})", http.rate >= 0.7 * floor.rate),
+                (f"HTTP p99 < 25 ms ({mode})", http.p99_ms < 25),
+            ]
+            if mode == "new":
+                checks.append(("in-process floor >= 600/s (new keys)", floor.rate >= 600))
+            for what, ok in checks:
+                met &= ok
+                print(f"  {'met' if ok else 'MISSED'}: {what}")
+    return met
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each phase")
+    parser.add_argument("--procs", type=int, nargs="+", default=[1, 4], help="client processes")
+    parser.add_argument(
+        "--api-workers", type=int, default=None, help="uvicorn workers (default: settings)"
+    )
+    parser.add_argument(
+        "--admin-url",
+        default=os.environ.get(
+            "JOBWARDEN_TEST_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+        ),
+        help="a Postgres URL allowed to CREATE DATABASE (env JOBWARDEN_TEST_ADMIN_URL)",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("JOBWARDEN_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"),
+    )
+    args = parser.parse_args()
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    run = secrets.token_hex(4)
+    name = f"jobwarden_bench_intake_{run}"
+    url = make_url(args.admin_url).set(database=name).render_as_string(hide_password=False)
+    prefix = f"jwbench-intake-{run}"
+    # Set before jobwarden reads its settings (the Celery app reads them at import);
+    # the spawned client processes and `jobwarden api` inherit them.
+    os.environ.update(
+        JOBWARDEN_DATABASE_URL=url,
+        JOBWARDEN_REDIS_URL=args.redis_url,
+        JOBWARDEN_BROKER_URL=args.redis_url,
+        JOBWARDEN_KEY_PREFIX=prefix,
+        JOBWARDEN_QUEUE=prefix,
+    )
+    admin = create_engine(args.admin_url, isolation_level="AUTOCOMMIT")
+    logs = Path(f"/tmp/bench_intake_{run}.log")
+    server: subprocess.Popen[bytes] | None = None
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        from jobwarden.api.auth import Scope, create_token
+        from jobwarden.config.settings import get_settings
+        from jobwarden.models.migrate import upgrade
+
+        upgrade(url)
+        args.token = create_token(url, tenant=TENANT, name="bench", scopes=[Scope.submit]).token
+        args.port = _free_port()
+        args.workers_used = args.api_workers or get_settings().api_workers
+        server = _start_api(args, logs)
+        wait_until(lambda: _healthy(args.port, server, logs), 60, "jobwarden api /healthz")
+        ctx = mp.get_context("spawn")
+        table: dict[tuple[str, str, int], Figures] = {}
+        for mode in ("new", "replay"):
+            for procs in args.procs:
+                # The floor and the HTTP path back to back, so both see the same machine.
+                for door in ("python", "http"):
+                    phase = (door, mode, procs)
+                    table[phase] = figures = _phase(ctx, phase, args, server)
+                    print(_line(f"{door} {mode} x{procs}", figures), flush=True)
+        met = _report(table, args)
+    finally:
+        if server is not None:
+            _stop(server)
+        from redis import Redis
+
+        from jobwarden.models.db import dispose_all
+
+        dispose_all()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+        redis = Redis.from_url(args.redis_url)
+        # Only this run's keys: the prefix holds a random run id.
+        for key in redis.scan_iter(f"*{prefix}*", count=1000):
+            redis.delete(key)
+        redis.close()
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
