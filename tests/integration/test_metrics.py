@@ -8,6 +8,8 @@ provider name of its own: other tests' rows never change its figures.
 
 from __future__ import annotations
 
+import json
+import re
 import secrets
 import uuid
 from collections.abc import Sequence
@@ -17,6 +19,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from jobwarden.harness import REPO
 from jobwarden.metrics import PostgresCollector, collect_families
 from jobwarden.models import store
 from jobwarden.models.db import transaction
@@ -260,3 +263,52 @@ def test_a_scrape_within_the_cache_period_reuses_the_last_answer(database_url: s
     assert operations() == 1  # cached: no query
     clock[0] = 5.0
     assert operations() == 2
+
+
+def _sample_names(database_url: str) -> set[str]:
+    provider = f"metrics-{secrets.token_hex(4)}"
+    _known_mix(database_url, provider)
+    return {s.name for f in collect_families(database_url, NOW) for s in f.samples}
+
+
+def test_the_shipped_alert_rules_parse_and_query_only_metrics_jobwarden_serves(
+    database_url: str,
+) -> None:
+    import yaml
+
+    rules = yaml.safe_load((REPO / "docs" / "prometheus" / "alerts.yml").read_text())
+    (group,) = rules["groups"]
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert set(alerts) == {
+        "JobwardenEscalationsWaiting",
+        "JobwardenEarlyStatusRequests",
+        "JobwardenSweeperLag",
+    }
+    assert all(set(r) >= {"expr", "labels", "annotations"} for r in alerts.values())
+    assert alerts["JobwardenEarlyStatusRequests"]["expr"].endswith("> 0")
+    served = _sample_names(database_url)
+    for rule in alerts.values():
+        assert set(re.findall(r"jobwarden_\w+", rule["expr"])) <= served, rule["expr"]
+
+
+def test_the_grafana_dashboard_is_valid_json_over_metrics_jobwarden_serves(
+    database_url: str,
+) -> None:
+    dashboard = json.loads((REPO / "docs" / "grafana" / "jobwarden.json").read_text())
+    assert dashboard["uid"] == "jobwarden" and dashboard["panels"]
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {name for e in exprs for name in re.findall(r"jobwarden_\w+", e)}
+    assert used <= _sample_names(database_url)
+    # Every family is on the dashboard.
+    assert {n.removesuffix("_total") for n in used} >= {
+        "jobwarden_operations",
+        "jobwarden_escalations_waiting",
+        "jobwarden_oldest_waiting_escalation_age_seconds",
+        "jobwarden_early_status_requests",
+        "jobwarden_sweeper_lag_seconds",
+        "jobwarden_status_requests",
+        "jobwarden_create_requests",
+        "jobwarden_detection_delay_seconds_bucket",
+    }
