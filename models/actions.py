@@ -27,6 +27,7 @@ class DelaySource(StrEnum):
     progress_estimate = "progress_estimate"  # aimed at the finish the reported progress implies
     initial_delay = "initial_delay"  # the contract's wait before the first poll
     manual_extension = "manual_extension"  # a human extended the bounds
+    local_rate_limit = "local_rate_limit"  # no token from the provider's shared rate limiter
 
 
 class EscalationReason(StrEnum):

@@ -277,6 +277,16 @@ class PollPolicy:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RateLimit:
+    """At most ``burst`` requests at once, refilled at ``requests_per_second``: in any
+    one-second window a credential sees at most ``requests_per_second + burst`` requests
+    (``[rate_limit]``; parsed and applied in ``models/rate_limits.py``)."""
+
+    requests_per_second: float
+    burst: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
     create_deadline_seconds: float
     result_deadline_seconds: float
@@ -307,6 +317,7 @@ class ProviderContract:
     auth: AuthSpec | None = None
     webhook: WebhookSpec | None = None
     command: CommandSpec | None = None  # None: any JSON object, fingerprinted as written
+    rate_limit: RateLimit | None = None  # None: no limit of ours, only the provider's 429s
     requires_approval: bool = False
     base_url_env: str | None = None  # environment variable that overrides base_url when set
     plugin: str | None = None  # "module:attribute" of a ProviderPlugin for code-needing providers

@@ -32,6 +32,7 @@ from jobwarden.models.contract import (
     Limits,
     PollPolicy,
     ProviderContract,
+    RateLimit,
     ReconciliationSpec,
     ResultSpec,
     StateTable,
@@ -55,6 +56,7 @@ from jobwarden.models.contract_sections import (
     parse_webhook,
 )
 from jobwarden.models.errors import ContractError
+from jobwarden.models.rate_limits import parse_rate_limit
 
 __all__ = [
     "DIRECTORY_FIELD",
@@ -221,6 +223,7 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
     command = section("command", CommandSpec, False, parse_command, path.parent)
     poll = section("poll", PollPolicy, True, parse_poll)
     limits = section("limits", Limits, True, parse_limits)
+    rate_limit = section("rate_limit", RateLimit, False, parse_rate_limit)
     if top is not None:
         run(check_extra_headers, file, top, create, auth)
         errors.extend(root.unread_keys(top_fields))
@@ -255,6 +258,7 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
         command=command,
         poll=poll,
         limits=limits,
+        rate_limit=rate_limit,
     )
     return contract, []
 

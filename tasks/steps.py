@@ -1,10 +1,11 @@
 """The one step runner: every step has the poll's shape.
 
 Under the operation's lease: ask the core what to do before any request; if it
-says ``Send``, commit the claim (counter and ``*_sent`` event) before the
-request leaves (invariants 1 and 3), check the deadline again, send exactly
-that request, ask the core what the answer means, and persist the plan in one
-fenced transaction. This module owns every commit of a step; decisions never
+says ``Send``, take a token from the provider's rate limiter (none left: the
+step ends waiting, ``local_rate_limit``), commit the claim (counter and ``*_sent``
+event) before the request leaves (invariants 1 and 3), check the deadline
+again, send exactly that request, ask the core what the answer means, and
+persist the plan in one fenced transaction. This module owns every commit of a step; decisions never
 see a session and never read the clock.
 """
 
@@ -30,12 +31,14 @@ from jobwarden.models.effects import Plan, as_sent, plan, release, unspent_reser
 from jobwarden.models.errors import LeaseNotAcquiredError
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
+from jobwarden.models.rate_limits import rate_limited
 from jobwarden.models.signals import RawResponse
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
 from jobwarden.models.steps import StepKind, spend_reservation, unsent
 from jobwarden.tasks import faults
 from jobwarden.tasks.leases import operation_lease, spend_once, spent
 from jobwarden.tasks.provider_edge import MAX_REQUESTS_PER_LEASE, secret_forms
+from jobwarden.tasks.rate_limits import take
 from jobwarden.tasks.runtime import Runtime, utcnow
 
 # A step sends one request, except reconciliation by lookup, which may follow an empty
@@ -125,6 +128,12 @@ def run(
     for _ in range(MAX_SENDS_PER_STEP):
         send = decided.action
         if not isinstance(send, Send):
+            break
+        # Before the claim commit and the reservation's spend, so a refused token costs
+        # neither a counted request nor a reservation; the step waits, never sleeps.
+        token = take(rt.redis, rt.settings.key_prefix, ctx.contract)
+        if not token.granted:
+            decided = rate_limited(decided, send, retry_after=token.retry_after, now=now)
             break
         spent = _spendable(rt, op, send) if sent is None and answer is None else None
         if spent is None:

@@ -1,0 +1,85 @@
+"""A provider's rate limit: the contract's ``[rate_limit]`` table and what a refused token means.
+
+Every request to a provider takes a token from one limiter in Redis
+(``tasks/rate_limits.py``) shared by all workers, keyed by provider and the
+credential's reference: a token bucket of ``burst`` tokens refilled at
+``requests_per_second``. This module is the pure half: the contract values, and
+the decision that turns "no token for N seconds" into a wait a step records and
+reschedules instead of sleeping through it in a worker.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Final
+
+from jobwarden.models.actions import Decided, DelaySource, Send, Wait
+from jobwarden.models.contract import RateLimit
+from jobwarden.models.contract_fields import MAX_SECONDS, TomlTable, toml_type
+
+__all__ = [
+    "MAX_BURST",
+    "MAX_REQUESTS_PER_SECOND",
+    "RateLimit",
+    "credential_reference",
+    "parse_rate_limit",
+    "rate_limited",
+]
+
+# Sanity bounds: beyond them a value is a typo, not a provider's limit.
+MAX_REQUESTS_PER_SECOND: Final = 10_000.0
+MAX_BURST: Final = 10_000
+
+
+def parse_rate_limit(t: TomlTable) -> RateLimit:
+    value = t.get("requests_per_second")
+    if value is None:
+        raise t.fail("requests_per_second", "is required")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise t.fail("requests_per_second", f"must be a number, got {toml_type(value)}")
+    # Also refuses nan and inf: neither compares inside the bounds.
+    if not 0 < value <= MAX_REQUESTS_PER_SECOND:
+        raise t.fail(
+            "requests_per_second",
+            f"must be above 0 and at most {MAX_REQUESTS_PER_SECOND:g}, got {value:g}",
+        )
+    return RateLimit(
+        requests_per_second=float(value),
+        burst=t.count("burst", default=1, maximum=MAX_BURST),
+    )
+
+
+def credential_reference(secret_env: str | None, secret_file: str | None) -> str:
+    """What names the credential a limit counts against (never the secret itself)."""
+    if secret_env is not None:
+        return f"env:{secret_env}"
+    if secret_file is not None:
+        return f"file:{secret_file}"
+    return "anonymous"
+
+
+def rate_limited(decided: Decided, send: Send, *, retry_after: float, now: datetime) -> Decided:
+    """The step's decision when the limiter had no token for ``send`` for ``retry_after`` s.
+
+    Nothing was claimed or sent: the operation waits in its state (counters and what
+    the decision read are kept) and asks again at the limiter's time. The wait is
+    clipped to the request's deadline, so the step's own deadline stop takes over
+    then; a provider's Retry-After was honoured before ``send`` was decided, and a wait
+    from ``now`` can only come later, never sooner.
+    """
+    seconds = min(max(0.0, retry_after), float(MAX_SECONDS))  # no timedelta overflow
+    until = now + timedelta(seconds=seconds)
+    clipped = send.deadline is not None and until >= send.deadline
+    if clipped and send.deadline is not None:
+        until = max(now, send.deadline)
+        seconds = (until - now).total_seconds()
+    wait = Wait(
+        until=until,
+        delay_seconds=seconds,
+        delay_source=DelaySource.local_rate_limit,
+        clipped_to_deadline=clipped,
+        cause=f"{send.request.purpose.value} request held by the provider's rate limit",
+    )
+    return Decided(
+        action=wait, changes=decided.changes, seen=decided.seen, answered=decided.answered
+    )
