@@ -126,6 +126,9 @@ def summary_lines(row: Operation) -> list[str]:
         f"next poll        {row.next_poll_at.isoformat() if row.next_poll_at else '-'}",
         f"progress         {row.progress if row.progress is not None else '-'}",
         f"trace id         {row.trace_id}",
+        f"concurrency key  {shown(row.concurrency_key)} (limit {row.concurrency_limit})"
+        if row.concurrency_key
+        else "concurrency key  -",
         f"version          {row.version}, {row.event_count} events",
     ]
     return [shown(line, limit=None) for line in lines]

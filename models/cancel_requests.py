@@ -55,7 +55,9 @@ def decide_cancel_request(
     if state in (S.cancel_requested, S.cancelling):
         return None
     intent = {"cancel_requested_by": requested_by, "cancel_reason": reason}
-    if state is S.awaiting_approval or (state is S.create_pending and not create_in_flight(op)):
+    if state in (S.awaiting_approval, S.queued) or (
+        state is S.create_pending and not create_in_flight(op)
+    ):
         # Nothing was sent, so nothing exists remotely: the operation ends here.
         cause = f"{reason} (cancelled before the create was sent)"
         return CancelMove(to=S.abandoned, changes=intent, cause=cause, due=False)

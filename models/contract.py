@@ -302,6 +302,13 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ConcurrencySpec:
+    """``[concurrency]``: how many unfinished operations may share one concurrency key."""
+
+    limit: int = 1  # 1 is a lock: one deploy at a time per target
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderContract:
     name: str
     source_file: str
@@ -319,6 +326,7 @@ class ProviderContract:
     command: CommandSpec | None = None  # None: any JSON object, fingerprinted as written
     rate_limit: RateLimit | None = None  # None: no limit of ours, only the provider's 429s
     requires_approval: bool = False
+    concurrency: ConcurrencySpec | None = None  # None: a named key admits one at a time
     base_url_env: str | None = None  # environment variable that overrides base_url when set
     plugin: str | None = None  # "module:attribute" of a ProviderPlugin for code-needing providers
     extra_headers: dict[str, str] = field(default_factory=dict)

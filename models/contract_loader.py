@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Concatenate, Final, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
+from jobwarden.models.concurrency import parse_concurrency
 from jobwarden.models.contract import (
     AuthSpec,
     CancelSpec,
     CommandSpec,
+    ConcurrencySpec,
     CreateSpec,
     Limits,
     PollPolicy,
@@ -223,6 +225,7 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
     command = section("command", CommandSpec, False, parse_command, path.parent)
     poll = section("poll", PollPolicy, True, parse_poll)
     limits = section("limits", Limits, True, parse_limits)
+    concurrency = section("concurrency", ConcurrencySpec, False, parse_concurrency)
     rate_limit = section("rate_limit", RateLimit, False, parse_rate_limit)
     if top is not None:
         run(check_extra_headers, file, top, create, auth)
@@ -258,6 +261,7 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
         command=command,
         poll=poll,
         limits=limits,
+        concurrency=concurrency,
         rate_limit=rate_limit,
     )
     return contract, []

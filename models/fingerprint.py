@@ -133,11 +133,20 @@ def canonical_command(command: object) -> bytes:
     return encoded
 
 
-def request_fingerprint(
-    *, method: str, route: str, tenant: str, provider: str, command: dict[str, Any]
+def request_fingerprint(  # noqa: PLR0913 - every part that defines the request, named
+    *,
+    method: str,
+    route: str,
+    tenant: str,
+    provider: str,
+    command: dict[str, Any],
+    concurrency_key: str | None = None,
 ) -> str:
     """sha256 hex of the canonical JSON of everything that defines the request.
 
+    A concurrency key is part of it (the same command under another key waits for other
+    operations: a different request); without one, the material is what it always was,
+    so fingerprints recorded before keys existed still match their replays.
     Raises InvalidSubmissionError if the command or any part cannot be canonicalised.
     """
     canonical_command(command)
@@ -155,5 +164,8 @@ def request_fingerprint(
         "provider": provider,
         "command": command,
     }
+    if concurrency_key is not None:
+        check_utf8("concurrency_key", concurrency_key)
+        material["concurrency_key"] = concurrency_key
     encoded = rfc8785.dumps(material)  # type: ignore[arg-type]  # JSON values by construction
     return hashlib.sha256(encoded).hexdigest()

@@ -63,6 +63,8 @@ class EventKind(StrEnum):
     escalated = "escalated"  # automation stopped with a reason and options
     human_decision = "human_decision"  # a human picked an option
     webhook_received = "webhook_received"  # a verified webhook observation
+    admitted = "admitted"  # a queued operation's concurrency key had room: it starts
+    key_handed_over = "key_handed_over"  # an ended holder's concurrency key went to the next
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

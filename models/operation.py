@@ -60,6 +60,9 @@ class Operation:
     first_sent_at: datetime | None
     # The status request the last decision reserved and counted; None when none is.
     reserved_request: int | None = None
+    # At most concurrency_limit unfinished operations of one tenant share this key (0011).
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

@@ -12,6 +12,7 @@ from jobwarden.models.errors import TransitionRefusedError
 
 
 class OperationState(StrEnum):
+    queued = "queued"  # admitted when its concurrency key has room; holds no worker or lease
     awaiting_approval = (
         "awaiting_approval"  # contract demands a human approval bound to the fingerprint
     )
@@ -40,6 +41,9 @@ class OperationState(StrEnum):
 S = OperationState
 
 TRANSITIONS: dict[OperationState, frozenset[OperationState]] = {
+    # The hand-over admits it as a fresh submission would start; a person may end it first
+    # (a cancel before anything was sent abandons it).
+    S.queued: frozenset({S.create_pending, S.awaiting_approval, S.abandoned}),
     # Rejecting an approval request is a human decision that ends the operation.
     S.awaiting_approval: frozenset({S.create_pending, S.abandoned}),
     # 401/403 on create escalates authorization_denied rather than failing outright; a
@@ -87,6 +91,10 @@ TERMINAL: frozenset[OperationState] = frozenset(s for s, nxt in TRANSITIONS.item
 AUTOMATION_STOPPED: frozenset[OperationState] = frozenset(
     {S.escalated, S.result_timed_out, S.cancellation_unconfirmed}
 )
+
+# States waiting for room under their concurrency key: no task, no timer, no lease; the
+# hand-over (models/concurrency.py) is the only way on besides a person's cancel.
+WAITING_FOR_ROOM: frozenset[OperationState] = frozenset({S.queued})
 
 # States whose step is a status read: the decision recorded in one may reserve the next.
 POLLED: frozenset[OperationState] = frozenset({S.accepted, S.observing, S.cancelling})

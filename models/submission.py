@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from jobwarden.models.concurrency import check_concurrency_key
 from jobwarden.models.contract import ProviderContract
 from jobwarden.models.contract_fields import MAX_COUNT, MAX_SECONDS
 from jobwarden.models.errors import InvalidSubmissionError
@@ -43,6 +44,7 @@ class FieldLimits:
     requested_by: int
     method: int
     route: int
+    concurrency_key: int = 200
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +63,8 @@ class Submission:
     result_deadline_seconds: float | None
     max_transport_failures: int | None
     cancel_deadline_seconds: float | None
+    # Operations of one tenant sharing this key are admitted limit at a time (0011).
+    concurrency_key: str | None = None
 
 
 def _storable(label: str, value: str) -> None:
@@ -202,6 +206,7 @@ def check_submission(  # noqa: PLR0913
     result_deadline_seconds: object = None,
     max_transport_failures: object = None,
     cancel_deadline_seconds: object = None,
+    concurrency_key: object = None,
 ) -> Submission:
     """Every intake rule, in the order a caller would fix them; the first failure raises.
 
@@ -235,6 +240,7 @@ def check_submission(  # noqa: PLR0913
         max_transport_failures=check_count("max_transport_failures", max_transport_failures),
         result_deadline_seconds=check_seconds("result_deadline_seconds", result_deadline_seconds),
         cancel_deadline_seconds=check_seconds("cancel_deadline_seconds", cancel_deadline_seconds),
+        concurrency_key=check_concurrency_key(concurrency_key, max_length=limits.concurrency_key),
         command=check_provider_command(
             command, providers[checked_provider] if isinstance(providers, Mapping) else None
         ),

@@ -25,7 +25,12 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
+from jobwarden.models.states import (
+    AUTOMATION_STOPPED,
+    TERMINAL,
+    WAITING_FOR_ROOM,
+    OperationState,
+)
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_name)s",
@@ -37,8 +42,14 @@ NAMING = {
 
 STATE_VALUES = ", ".join(f"'{s.value}'" for s in OperationState)
 # Rows a worker or the sweeper may still act on: the partial index covers only these.
-ACTIVE_STATES = [s for s in OperationState if s not in TERMINAL and s not in AUTOMATION_STOPPED]
+# A queued row has no timer: only a hand-over (tasks/concurrency.py) moves it on.
+ACTIVE_STATES = [
+    s
+    for s in OperationState
+    if s not in TERMINAL and s not in AUTOMATION_STOPPED and s not in WAITING_FOR_ROOM
+]
 ACTIVE_STATE_VALUES = ", ".join(f"'{s.value}'" for s in ACTIVE_STATES)
+TERMINAL_STATE_VALUES = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 
 
 # What the escalations list shows: stopped automation, and operations awaiting approval.
@@ -95,8 +106,13 @@ class OperationRow(Base):
         ),
         # Invariant 1 at the database: past approval, every operation names who authorised it.
         CheckConstraint(
-            "authorised_by IS NOT NULL OR state IN ('awaiting_approval', 'abandoned')",
+            "authorised_by IS NOT NULL OR state IN ('awaiting_approval', 'abandoned', 'queued')",
             name="authorised_before_create",
+        ),
+        CheckConstraint(
+            "(concurrency_key IS NULL AND concurrency_limit IS NULL) "
+            "OR (concurrency_key IS NOT NULL AND concurrency_limit >= 1)",
+            name="concurrency_limit_with_key",
         ),
         UniqueConstraint("tenant", "idempotency_key", name="uq_operations_tenant_key"),
         UniqueConstraint("provider_token", name="uq_operations_provider_token"),
@@ -119,6 +135,18 @@ class OperationRow(Base):
             "provider",
             "remote_job_id",
             postgresql_where=text("remote_job_id IS NOT NULL"),
+        ),
+        # A key's unfinished operations in submission order: the admission's count and the
+        # hand-over's queue (0011); finished ones drop out, so the index stays small.
+        Index(
+            "ix_operations_concurrency_key",
+            "tenant",
+            "concurrency_key",
+            "created_at",
+            "operation_id",
+            postgresql_where=text(
+                f"concurrency_key IS NOT NULL AND state NOT IN ({TERMINAL_STATE_VALUES})"
+            ),
         ),
         *QUERY_INDEXES,
     )
@@ -173,6 +201,9 @@ class OperationRow(Base):
     # The status request the last decision reserved (already in status_requests_used): the
     # next poll sends it without a claim commit of its own. NULL when none is reserved.
     reserved_request: Mapped[int | None] = mapped_column(Integer)
+    # What the operation must not share with more than concurrency_limit others (0011).
+    concurrency_key: Mapped[str | None] = mapped_column(String(200))
+    concurrency_limit: Mapped[int | None] = mapped_column(Integer)
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)

@@ -11,7 +11,7 @@ import secrets
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -19,12 +19,14 @@ from sqlalchemy import String
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from jobwarden.models import api_store, store
+from jobwarden.models import api_store, concurrency_store, store
 from jobwarden.models.api_store import IntakeEntry
+from jobwarden.models.concurrency import admits_now, key_limit
+from jobwarden.models.contract import ProviderContract
 from jobwarden.models.db import transaction
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.fingerprint import request_fingerprint, show_key
-from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain
+from jobwarden.models.history import GENESIS_HASH, ChainedEvent, EventDraft, EventKind, chain
 from jobwarden.models.requests import provider_token
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.submission import ACTOR_PREFIX, FieldLimits, Submission, check_submission
@@ -55,6 +57,7 @@ LIMITS = FieldLimits(
     ),
     method=_length(OperationRow, "method"),
     route=_length(OperationRow, "route"),
+    concurrency_key=_length(OperationRow, "concurrency_key"),
 )
 
 
@@ -109,6 +112,7 @@ def submit_operation(
     result_deadline_seconds: float | None = None,
     max_transport_failures: int | None = None,
     cancel_deadline_seconds: float | None = None,
+    concurrency_key: str | None = None,
     trace_parent: str | None = None,
     door: str = "python",
     caller: Caller | None = None,
@@ -140,6 +144,7 @@ def submit_operation(
             result_deadline_seconds=result_deadline_seconds,
             max_transport_failures=max_transport_failures,
             cancel_deadline_seconds=cancel_deadline_seconds,
+            concurrency_key=concurrency_key,
         )
     except RefusedInputError as exc:
         _log_invalid(rt, door, who, tenant, idempotency_key, requested_by, str(exc))
@@ -203,24 +208,83 @@ def _submit(
         tenant=sub.tenant,
         provider=sub.provider,
         command=sub.command,
+        concurrency_key=sub.concurrency_key,
     )
-    limits = contract.limits
     now = utcnow()
     op_id = uuid.uuid4()
     state = S.awaiting_approval if contract.requires_approval else S.create_pending
     actor = who.actor or f"{ACTOR_PREFIX}{sub.requested_by}"
     trace_id = caller_trace or secrets.token_hex(16)
+    try:
+        with transaction(rt.settings.database_url) as session:
+            key = sub.concurrency_key
+            if key is not None:
+                # Held until this commit, so the count below cannot go stale before the
+                # row is in (see concurrency_store.lock_key for the race).
+                concurrency_store.lock_key(session, sub.tenant, key)
+                room = concurrency_store.occupancy(session, sub.tenant, key)
+                if not admits_now(room, key_limit(contract.concurrency)):
+                    state = S.queued
+            values, first = _intent(sub, contract, op_id, state, fingerprint, now, trace_id, actor)
+            # A concurrent submission holding the key longer than this is "in progress".
+            if store.claim_key(session, values, first, lock_timeout="5s"):
+                result = SubmitResult(
+                    outcome=SubmitOutcome.created,
+                    operation_id=str(op_id),
+                    state=state.value,
+                    fingerprint=fingerprint,
+                    trace_id=trace_id,
+                )
+            else:
+                result = _existing(session, sub, fingerprint)
+            # Every answer is on the record, in the transaction that decided it.
+            api_store.append_intake(session, _logged(door, who, actor, sub, result))
+    except OperationalError as exc:
+        if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
+            result = SubmitResult(
+                outcome=SubmitOutcome.in_progress,
+                operation_id=None,
+                state=None,
+                fingerprint=fingerprint,
+            )
+            # The claim's transaction is gone; the answer is recorded on its own.
+            with transaction(rt.settings.database_url) as session:
+                api_store.append_intake(session, _logged(door, who, actor, sub, result))
+            return result
+        raise
+    if result.outcome is SubmitOutcome.created and state is S.create_pending:
+        enqueue(rt, op_id, state)
+    return result
+
+
+# The intent row's columns and first event, one parameter per fact they hold.
+def _intent(
+    sub: Submission,
+    contract: ProviderContract,
+    op_id: uuid.UUID,
+    state: S,
+    fingerprint: str,
+    now: datetime,
+    trace_id: str,
+    actor: str,
+) -> tuple[dict[str, Any], ChainedEvent]:
+    limits = contract.limits
+    excerpt: dict[str, Any] = {
+        "fingerprint": fingerprint,
+        "idempotency_key": sub.idempotency_key,
+        "source_event_id": sub.source_event_id,
+    }
+    if sub.concurrency_key is not None:
+        excerpt["concurrency_key"] = sub.concurrency_key
     first = [
         EventDraft(
             kind=EventKind.intent_recorded,
             actor=actor,
             at=now,
             to_state=state.value,
-            excerpt={
-                "fingerprint": fingerprint,
-                "idempotency_key": sub.idempotency_key,
-                "source_event_id": sub.source_event_id,
-            },
+            # queued: the wait for the concurrency key starts here (admitted ends it).
+            cause="queued behind the holders of its concurrency key" if state is S.queued else None,
+            excerpt=excerpt,
         )
     ]
     chained = chain(str(op_id), first, last_seq=0, last_hash=GENESIS_HASH)
@@ -263,37 +327,10 @@ def _submit(
     }
     if sub.cancel_deadline_seconds is not None:
         values["cancel_window_seconds"] = sub.cancel_deadline_seconds
-    try:
-        with transaction(rt.settings.database_url) as session:
-            # A concurrent submission holding the key longer than this is "in progress".
-            if store.claim_key(session, values, chained[0], lock_timeout="5s"):
-                result = SubmitResult(
-                    outcome=SubmitOutcome.created,
-                    operation_id=str(op_id),
-                    state=state.value,
-                    fingerprint=fingerprint,
-                    trace_id=trace_id,
-                )
-            else:
-                result = _existing(session, sub, fingerprint)
-            # Every answer is on the record, in the transaction that decided it.
-            api_store.append_intake(session, _logged(door, who, actor, sub, result))
-    except OperationalError as exc:
-        if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
-            result = SubmitResult(
-                outcome=SubmitOutcome.in_progress,
-                operation_id=None,
-                state=None,
-                fingerprint=fingerprint,
-            )
-            # The claim's transaction is gone; the answer is recorded on its own.
-            with transaction(rt.settings.database_url) as session:
-                api_store.append_intake(session, _logged(door, who, actor, sub, result))
-            return result
-        raise
-    if result.outcome is SubmitOutcome.created and state is S.create_pending:
-        enqueue(rt, op_id, state)
-    return result
+    if sub.concurrency_key is not None:
+        values["concurrency_key"] = sub.concurrency_key
+        values["concurrency_limit"] = key_limit(contract.concurrency)
+    return values, chained[0]
 
 
 def _logged(door: str, who: Caller, actor: str, sub: Submission, r: SubmitResult) -> IntakeEntry:

@@ -30,6 +30,7 @@ from jobwarden.models.escalation import (
 from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import OperationState as S
+from jobwarden.tasks.concurrency import after_end
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, current, utcnow
@@ -102,6 +103,7 @@ def request_cancel(
             continue
         if move.due:
             enqueue(rt, op_id, stored.state)
+        after_end(rt, stored)
         return stored.state.value
     # Five lost races in a row: the operation is busy; the caller may simply ask again.
     raise StaleVersionError(operation_id, last_version)
@@ -199,6 +201,7 @@ def decide_escalation(
         )
         stored = _intervene(session, row, decided, changes)
     enqueue(rt, stored.operation_id, stored.state)
+    after_end(rt, stored)
     return stored.state.value
 
 

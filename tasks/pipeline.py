@@ -25,6 +25,7 @@ from jobwarden.models.errors import (
 )
 from jobwarden.models.steps import CANCEL, COLLECT, CREATE, POLL, RECONCILE, StepKind
 from jobwarden.tasks import faults
+from jobwarden.tasks.concurrency import admit_stranded, after_end
 from jobwarden.tasks.dispatch import enqueue_many, republish, schedule
 from jobwarden.tasks.intake import submit_from_message
 from jobwarden.tasks.leases import operation_lease
@@ -92,6 +93,8 @@ def run_step(operation_id: str, step: StepKind) -> str | None:
         raise
     faults.fault_point(rt.redis, rt.settings.key_prefix, "before_schedule", op.idempotency_key)
     schedule(rt, op_id, op.state, next_at)
+    # Lease and session released: the hand-over locks the key, never the operation.
+    after_end(rt, op)
     return op.state.value
 
 
@@ -165,6 +168,9 @@ def sweep_once(
         claimed += len(due)
         sent = enqueue_many(rt, due)
         if len(due) < limit or not sent or timer() - started >= budget:
+            # A worker that died between a holder's end and its hand-over left a queue
+            # waiting on a key with room; admitted operations are published as they move.
+            admit_stranded(rt)
             if claimed:
                 log.info("sweep_done claimed=%d seconds=%.3f", claimed, timer() - started)
             return claimed

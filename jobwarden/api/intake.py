@@ -70,6 +70,8 @@ class SubmissionBody(BaseModel):
     command: dict[str, Any]
     source_event_id: str | None = Field(default=None, min_length=1, max_length=255)
     bounds: Bounds | None = None
+    # Checked by intake's own rule (models/concurrency.py), whose error names the field.
+    concurrency_key: str | None = None
 
 
 class Links(BaseModel):
@@ -347,6 +349,7 @@ async def submit(
                 result_deadline_seconds=bounds.result_deadline_seconds,
                 max_transport_failures=bounds.max_transport_failures,
                 cancel_deadline_seconds=bounds.cancel_deadline_seconds,
+                concurrency_key=body.concurrency_key,
                 trace_parent=request.headers.get("traceparent"),
                 door="http",
                 caller=Caller(

@@ -73,6 +73,18 @@ def _replace_state_check(states: tuple[str, ...]) -> None:
     )
 
 
+def _replace_authorised_check(states: str) -> None:
+    for name in (
+        "ck_operations_authorised_before_create",
+        "ck_operations_ck_operations_authorised_before_create",
+    ):
+        op.execute(f"ALTER TABLE operations DROP CONSTRAINT IF EXISTS {name}")
+    op.execute(
+        "ALTER TABLE operations ADD CONSTRAINT ck_operations_authorised_before_create "
+        f"CHECK (authorised_by IS NOT NULL OR state IN ({states}))"
+    )
+
+
 def upgrade() -> None:
     op.add_column("operations", sa.Column("concurrency_key", sa.String(200), nullable=True))
     op.add_column("operations", sa.Column("concurrency_limit", sa.Integer(), nullable=True))
@@ -92,6 +104,8 @@ def upgrade() -> None:
         ),
     )
     _replace_state_check(STATES)
+    # A queued operation waiting for approval has no approver yet, as awaiting_approval.
+    _replace_authorised_check("'awaiting_approval', 'abandoned', 'queued'")
 
 
 def downgrade() -> None:
@@ -103,6 +117,7 @@ def downgrade() -> None:
     if waiting:
         raise RuntimeError(f"{waiting} operations are queued: abandon or admit them first")
     _replace_state_check(STATES_BEFORE)
+    _replace_authorised_check("'awaiting_approval', 'abandoned'")
     op.drop_index("ix_operations_concurrency_key", table_name="operations")
     op.execute(
         "ALTER TABLE operations DROP CONSTRAINT IF EXISTS ck_operations_concurrency_limit_with_key"

@@ -24,6 +24,7 @@ PERSISTENCE = {
     "metrics_store.py",
     "webhook_tables.py",
     "webhook_store.py",
+    "concurrency_store.py",
 }
 FORBIDDEN_IMPORTS = {"sqlalchemy", "httpx", "redis", "celery", "psycopg", "psycopg2"}
 # Attribute chains that read the clock, matched on their last two names.

@@ -20,6 +20,7 @@ from jobwarden.models.states import (
     HUMAN_ONLY_SOURCES,
     TERMINAL,
     TRANSITIONS,
+    WAITING_FOR_ROOM,
     OperationState,
     is_allowed,
 )
@@ -36,8 +37,9 @@ def test_every_state_has_a_row_in_the_transition_table() -> None:
     assert set(TRANSITIONS) == set(S)
 
 
-def test_every_state_is_worked_stopped_terminal_or_awaiting_a_human_exactly_once() -> None:
-    kinds = {s: [WORKED, AUTOMATION_STOPPED, TERMINAL, {S.awaiting_approval}] for s in S}
+def test_every_state_is_worked_stopped_terminal_waiting_or_awaiting_a_human_exactly_once() -> None:
+    groups = [WORKED, AUTOMATION_STOPPED, TERMINAL, WAITING_FOR_ROOM, {S.awaiting_approval}]
+    kinds = {s: groups for s in S}
     for state, groups in kinds.items():
         assert sum(state in g for g in groups) == 1, state
 

@@ -1,0 +1,172 @@
+"""Concurrency keys: which operations may start now, and who is next when one ends.
+
+A submission may name a ``concurrency_key`` (``deploy:payments:production``); at
+most ``limit`` unfinished operations of one tenant hold it at a time. Holders are
+the key's operations in any state that is neither terminal nor ``queued``:
+escalations and every stopped state keep the key until a human decides, because
+a deploy stopped half-way still occupies its target. The others wait in
+``queued``, durably and in submission order, holding no worker and no lease.
+
+Pure: counts and frozen snapshots in, decisions out. The store
+(models/concurrency_store.py) reads under a per-key lock; the shell
+(tasks/concurrency.py) writes what these functions decide.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from jobwarden.models.contract import ConcurrencySpec
+from jobwarden.models.contract_fields import TomlTable
+from jobwarden.models.errors import InvalidSubmissionError
+from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.operation import Operation
+from jobwarden.models.states import TERMINAL, WAITING_FOR_ROOM, OperationState
+
+S = OperationState
+
+# A key is an identifier people read in logs and URLs: letters, digits and a few
+# separators, starting with a letter or digit (no spaces, no control characters).
+KEY_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+=-]*\Z")
+KEY_CHARACTERS: Final = "letters, digits and . _ : / @ + = -"
+# A limit beyond this is no longer flow control: the contract probably meant something else.
+MAX_LIMIT: Final = 10_000
+DEFAULT_LIMIT: Final = 1
+
+
+def check_concurrency_key(value: object, *, max_length: int) -> str | None:
+    """The key as given, or None when left out; InvalidSubmissionError names the rule."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidSubmissionError(
+            f"concurrency_key must be a string, got {type(value).__name__}"
+        )
+    if not value:
+        raise InvalidSubmissionError("concurrency_key must not be empty (leave it out instead)")
+    if len(value) > max_length:
+        raise InvalidSubmissionError(f"concurrency_key is longer than {max_length} characters")
+    if not KEY_PATTERN.match(value):
+        raise InvalidSubmissionError(
+            f"concurrency_key may hold only {KEY_CHARACTERS}, starting with a letter or digit"
+        )
+    return value
+
+
+def parse_concurrency(t: TomlTable) -> ConcurrencySpec:
+    """``[concurrency] limit = N``: the limit of every key this contract's operations name."""
+    return ConcurrencySpec(limit=t.count("limit", default=DEFAULT_LIMIT, maximum=MAX_LIMIT))
+
+
+def key_limit(spec: ConcurrencySpec | None) -> int:
+    """A submission may name a key the contract says nothing about: it is then a lock."""
+    return spec.limit if spec is not None else DEFAULT_LIMIT
+
+
+def holds_key(state: OperationState) -> bool:
+    """Whether an operation in ``state`` occupies its concurrency key."""
+    return state not in TERMINAL and state not in WAITING_FOR_ROOM
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Occupancy:
+    """A key's unfinished operations, counted under the key's lock."""
+
+    holders: int
+    queued: int
+
+
+def admits_now(occupancy: Occupancy, limit: int) -> bool:
+    """Whether a new submission may start now rather than queue.
+
+    Nobody overtakes a queued operation, even in the moment between a holder's end
+    and its hand-over when the key has room: submission order is the promise.
+    """
+    return occupancy.queued == 0 and occupancy.holders < limit
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Waiting:
+    """A queued operation, as the hand-over sees it (oldest first)."""
+
+    operation_id: uuid.UUID
+    limit: int
+    requires_approval: bool
+
+
+def next_to_admit(holders: int, queue: Sequence[Waiting]) -> list[Waiting]:
+    """The queued operations to admit now, oldest first, each under its own limit.
+
+    Stops at the first one that does not fit: a later operation with a larger limit
+    never overtakes an earlier one (strict submission order).
+    """
+    admitted: list[Waiting] = []
+    for waiting in queue:
+        if holders + len(admitted) >= waiting.limit:
+            break
+        admitted.append(waiting)
+    return admitted
+
+
+def admitted_state(requires_approval: bool) -> OperationState:
+    """Where an admitted operation goes: as a fresh submission of its contract would start."""
+    return S.awaiting_approval if requires_approval else S.create_pending
+
+
+def admission(
+    op: Operation, *, to: OperationState, after: uuid.UUID | None, actor: str, now: datetime
+) -> tuple[dict[str, Any], EventDraft]:
+    """The fenced write that admits queued ``op``: its changes and its event.
+
+    The provider's create and result deadlines bound the remote job, not the wait for
+    the key, so both move by the time spent queued (the history records both).
+    """
+    if op.state is not S.queued:
+        raise ValueError(f"only a queued operation is admitted, not {op.state.value}")
+    waited = now - op.created_at
+    changes: dict[str, Any] = {
+        "state": to.value,
+        "create_deadline": op.create_deadline + waited,
+        "result_deadline": op.result_deadline + waited,
+        # create_pending is due at once (the sweeper re-sends a lost wake-up); a human's
+        # approval has no timer.
+        "next_poll_at": now if to is S.create_pending else None,
+        "dispatched_at": now if to is S.create_pending else None,
+    }
+    event = EventDraft(
+        kind=EventKind.admitted,
+        actor=actor,
+        at=now,
+        from_state=S.queued.value,
+        to_state=to.value,
+        cause=f"concurrency key {op.concurrency_key} had room",
+        excerpt={
+            "concurrency_key": op.concurrency_key,
+            "after": str(after) if after is not None else None,
+            "waited_seconds": round(waited.total_seconds(), 3),
+            "create_deadline": changes["create_deadline"].isoformat(),
+            "result_deadline": changes["result_deadline"].isoformat(),
+        },
+    )
+    return changes, event
+
+
+def hand_over_event(
+    ended: Operation, admitted: Sequence[uuid.UUID], *, actor: str, now: datetime
+) -> EventDraft:
+    """The event on an ended holder naming who got its key (no state change)."""
+    return EventDraft(
+        kind=EventKind.key_handed_over,
+        actor=actor,
+        at=now,
+        cause=f"concurrency key {ended.concurrency_key} handed over",
+        excerpt={
+            "concurrency_key": ended.concurrency_key,
+            "to": [str(a) for a in admitted],
+        },
+    )

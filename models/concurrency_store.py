@@ -1,0 +1,101 @@
+"""The SQL behind concurrency keys: the per-key lock, the count of holders, the queue.
+
+Every reader and writer of a key's admission takes ``lock_key`` first, in its own
+transaction; the lock is released by that transaction's commit or rollback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import ColumnElement, and_, func, select, text
+from sqlalchemy.orm import Session
+
+from jobwarden.models.concurrency import Occupancy
+from jobwarden.models.operation import Operation
+from jobwarden.models.states import TERMINAL, WAITING_FOR_ROOM, OperationState
+from jobwarden.models.tables import OperationRow
+
+OPERATIONS = OperationRow.__table__
+_QUEUED = OperationState.queued.value
+_NOT_HOLDING = [s.value for s in TERMINAL | WAITING_FOR_ROOM]
+_TERMINAL = [s.value for s in TERMINAL]
+
+
+def _of_key(tenant: str, key: str) -> ColumnElement[bool]:
+    return and_(OPERATIONS.c.tenant == tenant, OPERATIONS.c.concurrency_key == key)
+
+
+def lock_key(session: Session, tenant: str, key: str) -> None:
+    """Serialise admissions and hand-overs of one key until this transaction ends.
+
+    The race it closes: without it, a submission could count a holder that is ending
+    and queue itself just after that holder's hand-over found the queue empty (the
+    queued operation would wait for nobody), or two submissions could both see room
+    and both start. Under the lock, each statement that follows (READ COMMITTED)
+    sees every write the previous lock holder committed. A hash collision between
+    two keys only serialises them; it never admits too many.
+    """
+    session.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended(:tenant || chr(31) || :key, 11))"),
+        {"tenant": tenant, "key": key},
+    )
+
+
+def occupancy(session: Session, tenant: str, key: str) -> Occupancy:
+    """How many of the key's operations hold it and how many wait (under lock_key)."""
+    queued = func.count().filter(OPERATIONS.c.state == _QUEUED)
+    holding = func.count().filter(OPERATIONS.c.state.notin_(_NOT_HOLDING))
+    row = session.execute(
+        select(holding, queued)
+        .where(_of_key(tenant, key))
+        .where(OPERATIONS.c.state.notin_(_TERMINAL))
+    ).one()
+    return Occupancy(holders=int(row[0]), queued=int(row[1]))
+
+
+def queue(session: Session, tenant: str, key: str, *, limit: int) -> list[Operation]:
+    """The key's queued operations, oldest first (submission order), at most ``limit``."""
+    rows = session.execute(
+        select(OPERATIONS)
+        .where(_of_key(tenant, key))
+        .where(OPERATIONS.c.state == _QUEUED)
+        .order_by(OPERATIONS.c.created_at, OPERATIONS.c.operation_id)
+        .limit(limit)
+    ).all()
+    return [Operation.from_mapping(dict(r._mapping)) for r in rows]
+
+
+def last_ended(session: Session, tenant: str, key: str) -> Operation | None:
+    """The key's most recently ended operation: the holder a late hand-over names."""
+    found = session.execute(
+        select(OPERATIONS)
+        .where(_of_key(tenant, key))
+        .where(OPERATIONS.c.state.in_(_TERMINAL))
+        .order_by(OPERATIONS.c.updated_at.desc())
+        .limit(1)
+    ).first()
+    return Operation.from_mapping(dict(found._mapping)) if found is not None else None
+
+
+def stranded_keys(session: Session, *, limit: int) -> Sequence[tuple[str, str]]:
+    """Keys whose queue could move: queued operations and fewer holders than the oldest's
+    limit. Normally empty; non-empty when a worker died between a holder's last commit
+    and its hand-over. Walks ix_operations_concurrency_key only."""
+    q = OPERATIONS.alias("q")
+    h = OPERATIONS.alias("h")
+    holders = (
+        select(func.count())
+        .where(h.c.tenant == q.c.tenant)
+        .where(h.c.concurrency_key == q.c.concurrency_key)
+        .where(h.c.state.notin_(_NOT_HOLDING))
+        .scalar_subquery()
+    )
+    rows = session.execute(
+        select(q.c.tenant, q.c.concurrency_key)
+        .where(q.c.state == _QUEUED)
+        .group_by(q.c.tenant, q.c.concurrency_key)
+        .having(holders < func.min(q.c.concurrency_limit))
+        .limit(limit)
+    ).all()
+    return [(str(r[0]), str(r[1])) for r in rows]
