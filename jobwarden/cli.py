@@ -14,6 +14,7 @@ from rich.console import Console
 from jobwarden.api_cli import serve_api, tenants_app, tokens_app
 from jobwarden.config.settings import get_settings
 from jobwarden.models.errors import JobwardenError
+from jobwarden.watch_cli import dated_line, list_command, show_lines, watch_command
 
 if TYPE_CHECKING:
     from jobwarden.models.history import ChainedEvent, ChainProblem
@@ -30,6 +31,8 @@ app.add_typer(providers_app, name="providers")
 app.add_typer(db_app, name="db")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(tenants_app, name="tenants")
+app.command("list")(list_command)
+app.command("watch")(watch_command)
 console = Console(soft_wrap=True)
 # soft_wrap: an error is one line whatever the terminal width (scripts grep for it).
 err = Console(stderr=True, soft_wrap=True)
@@ -127,11 +130,11 @@ def _row_and_events(operation_id: str) -> tuple[Operation, list[ChainedEvent]]:
 
 @app.command()
 def show(operation_id: str) -> None:
-    """State, remote job, counters, deadlines and escalation reason."""
+    """State, remote job, counters, deadlines, escalation reason, fingerprint and command."""
     from jobwarden.story import summary_lines
 
     row, _ = _row_and_events(operation_id)
-    for line in summary_lines(row):
+    for line in [*summary_lines(row), *show_lines(row)]:
         console.print(line, highlight=False, markup=False)
     from jobwarden.models.states import HUMAN_ONLY_SOURCES, OperationState
     from jobwarden.tasks.interventions import escalation_options
@@ -144,12 +147,10 @@ def show(operation_id: str) -> None:
 
 @app.command()
 def history(operation_id: str) -> None:
-    """The operation's story, one line per event."""
-    from jobwarden.story import event_line
-
+    """The operation's story, one line per event: date and time (UTC), actor, what happened."""
     _, events = _row_and_events(operation_id)
     for ev in events:
-        console.print(event_line(ev), highlight=False, markup=False)
+        console.print(dated_line(ev), highlight=False, markup=False)
     from jobwarden.api_cli import intake_lines
 
     # Who asked, through which door, and what each attempt was answered (the intake log).
