@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -43,6 +44,12 @@ class Settings(BaseSettings):
     # Request bodies are bounded before they are parsed: size while reading, depth by a scan.
     api_max_body_bytes: int = Field(default=1024 * 1024, gt=0)
     api_max_json_depth: int = Field(default=64, gt=0)
+    # The MCP server for agents (jobwarden mcp): its transport, where its HTTP listens, and
+    # the variable a stdio server reads its API token from (the token never rests here).
+    mcp_transport: Literal["stdio", "http"] = "stdio"
+    mcp_host: str = "127.0.0.1"
+    mcp_port: int = Field(default=8090, ge=0, le=65535)
+    mcp_token_env: str = Field(default="JOBWARDEN_MCP_TOKEN", min_length=1)
 
     @model_validator(mode="after")
     def _countdown_below_visibility(self) -> Settings:

@@ -442,6 +442,27 @@ def api(
 
 
 @app.command()
+def mcp(
+    transport: Annotated[
+        str | None, typer.Option(envvar="JOBWARDEN_MCP_TRANSPORT", help="stdio or http.")
+    ] = None,
+    host: Annotated[str | None, typer.Option(envvar="JOBWARDEN_MCP_HOST")] = None,
+    port: Annotated[int | None, typer.Option(envvar="JOBWARDEN_MCP_PORT")] = None,
+    token_env: Annotated[
+        str | None,
+        typer.Option(
+            envvar="JOBWARDEN_MCP_TOKEN_ENV",
+            help="The variable holding the stdio server's API token (JOBWARDEN_MCP_TOKEN).",
+        ),
+    ] = None,
+) -> None:
+    """Serve the MCP tools for agents: stdio (one token) or streamable HTTP at /mcp (Bearer)."""
+    from jobwarden.mcp_server import serve
+
+    serve(get_settings(), transport, host=host, port=port, token_env=token_env)
+
+
+@app.command()
 def demo() -> None:
     """Run the full pipeline against the sandbox: worker, beat, five scenarios, their stories."""
     from jobwarden.demo import run_demo

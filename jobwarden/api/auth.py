@@ -122,13 +122,23 @@ def authenticate(request: Request, credentials: HTTPAuthorizationCredentials | N
     token = credentials.credentials
     if not token.startswith(TOKEN_PREFIX):
         raise _unauthenticated("the bearer token is not a jobwarden API token")
-    url = settings_of(request).database_url
+    principal = principal_of(settings_of(request).database_url, token)
+    # Unknown and revoked read alike: a caller learns nothing about which tokens exist.
+    if principal is None:
+        raise _unauthenticated("the API token is unknown or revoked")
+    return principal
+
+
+def principal_of(url: str, token: str) -> Principal | None:
+    """The principal of a live token, or None for an unknown or revoked one (every door's lookup).
+
+    A use is recorded at most once per LAST_USE_RESOLUTION.
+    """
     digest = secret_hash(token)
     with snapshot(url) as session:
         record = api_store.token_by_hash(session, digest)
-    # Unknown and revoked read alike: a caller learns nothing about which tokens exist.
     if record is None or record.revoked_at is not None:
-        raise _unauthenticated("the API token is unknown or revoked")
+        return None
     now = utcnow()
     cutoff = now - LAST_USE_RESOLUTION
     if record.last_used_at is None or record.last_used_at <= cutoff:
