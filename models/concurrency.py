@@ -79,6 +79,9 @@ class Occupancy:
 
     holders: int
     queued: int
+    # The smallest limit among the holders (None without holders): two contracts may
+    # name one key with different limits, and a holder that asked for a lock keeps it.
+    strictest: int | None = None
 
 
 def admits_now(occupancy: Occupancy, limit: int) -> bool:
@@ -87,7 +90,8 @@ def admits_now(occupancy: Occupancy, limit: int) -> bool:
     Nobody overtakes a queued operation, even in the moment between a holder's end
     and its hand-over when the key has room: submission order is the promise.
     """
-    return occupancy.queued == 0 and occupancy.holders < limit
+    cap = min(limit, occupancy.strictest or limit)
+    return occupancy.queued == 0 and occupancy.holders < cap
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,15 +103,18 @@ class Waiting:
     requires_approval: bool
 
 
-def next_to_admit(holders: int, queue: Sequence[Waiting]) -> list[Waiting]:
-    """The queued operations to admit now, oldest first, each under its own limit.
+def next_to_admit(room: Occupancy, queue: Sequence[Waiting]) -> list[Waiting]:
+    """The queued operations to admit now, oldest first.
 
-    Stops at the first one that does not fit: a later operation with a larger limit
-    never overtakes an earlier one (strict submission order).
+    Each is admitted only while the holders, those admitted before it and it itself
+    all allow that many: the smallest limit among them wins. Stops at the first that
+    does not fit, so nobody overtakes an earlier operation (strict submission order).
     """
     admitted: list[Waiting] = []
+    cap = room.strictest
     for waiting in queue:
-        if holders + len(admitted) >= waiting.limit:
+        cap = waiting.limit if cap is None else min(cap, waiting.limit)
+        if room.holders + len(admitted) >= cap:
             break
         admitted.append(waiting)
     return admitted

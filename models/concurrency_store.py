@@ -45,13 +45,17 @@ def lock_key(session: Session, tenant: str, key: str) -> None:
 def occupancy(session: Session, tenant: str, key: str) -> Occupancy:
     """How many of the key's operations hold it and how many wait (under lock_key)."""
     queued = func.count().filter(OPERATIONS.c.state == _QUEUED)
-    holding = func.count().filter(OPERATIONS.c.state.notin_(_NOT_HOLDING))
+    is_holder = OPERATIONS.c.state.notin_(_NOT_HOLDING)
+    holding = func.count().filter(is_holder)
+    strictest = func.min(OPERATIONS.c.concurrency_limit).filter(is_holder)
     row = session.execute(
-        select(holding, queued)
+        select(holding, queued, strictest)
         .where(_of_key(tenant, key))
         .where(OPERATIONS.c.state.notin_(_TERMINAL))
     ).one()
-    return Occupancy(holders=int(row[0]), queued=int(row[1]))
+    return Occupancy(
+        holders=int(row[0]), queued=int(row[1]), strictest=int(row[2]) if row[2] else None
+    )
 
 
 def queue(session: Session, tenant: str, key: str, *, limit: int) -> list[Operation]:

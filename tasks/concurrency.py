@@ -26,6 +26,7 @@ from jobwarden.models.db import transaction
 from jobwarden.models.errors import StaleVersionError
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import TERMINAL, OperationState
+from jobwarden.tasks import faults
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.runtime import Runtime, utcnow
 
@@ -55,7 +56,7 @@ def hand_over(
         room = concurrency_store.occupancy(session, tenant, key)
         waiting = concurrency_store.queue(session, tenant, key, limit=MAX_ADMITTED_PER_HAND_OVER)
         chosen = next_to_admit(
-            room.holders,
+            room,
             [
                 Waiting(
                     operation_id=op.operation_id,
@@ -104,6 +105,8 @@ def after_end(rt: Runtime, op: Operation) -> None:
     """
     if op.concurrency_key is None or op.state not in TERMINAL:
         return
+    # A death here leaves the end committed and the queue waiting: the sweeper's pass.
+    faults.fault_point(rt.redis, rt.settings.key_prefix, "before_hand_over", op.idempotency_key)
     try:
         hand_over(rt, op.tenant, op.concurrency_key, ended=op.operation_id)
     except StaleVersionError:

@@ -32,6 +32,7 @@ POINTS: frozenset[str] = frozenset(
         "after_collect_claim",
         "after_collect_response",
         "before_schedule",
+        "before_hand_over",
     }
 )
 
