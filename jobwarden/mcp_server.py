@@ -186,6 +186,7 @@ def _start(
     command: dict[str, Any],
     source_event_id: str | None,
     bounds: Bounds | None,
+    concurrency_key: str | None,
 ) -> StartAnswer:
     principal = _principal(doors, ctx, TokenScope.submit)
     limits = bounds or Bounds()
@@ -201,6 +202,7 @@ def _start(
             result_deadline_seconds=limits.result_deadline_seconds,
             max_transport_failures=limits.max_transport_failures,
             cancel_deadline_seconds=limits.cancel_deadline_seconds,
+            concurrency_key=concurrency_key,
             door="mcp",
             caller=Caller(actor=principal.actor, token_id=principal.token_id),
             runtime=doors.runtime(),
@@ -316,8 +318,18 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
         bounds: Annotated[
             Bounds | None, Field(description="tighter limits than the contract's defaults")
         ] = None,
+        concurrency_key: Annotated[
+            str | None,
+            Field(
+                description="a target shared with other operations (e.g. "
+                "deploy:payments:production): they run a limited number at a time, the rest "
+                "wait in submission order (state queued)"
+            ),
+        ] = None,
     ) -> StartAnswer:
-        return _start(doors, ctx, operation_key, provider, command, source_event_id, bounds)
+        return _start(
+            doors, ctx, operation_key, provider, command, source_event_id, bounds, concurrency_key
+        )
 
     @server.tool(
         description=(

@@ -389,3 +389,31 @@ def test_over_streamable_http_a_bad_token_is_refused_and_tenants_never_see_each_
         intake = api_store.intake_for_key(session, ours, key)
     assert row is not None and row.state is S.create_pending  # the foreign cancel touched nothing
     assert [(e.door, e.outcome) for e in intake] == [("mcp", "created"), ("mcp", "replayed")]
+
+
+def test_start_operation_passes_the_concurrency_key_to_the_intake_which_fingerprints_it(
+    database_url: str,
+) -> None:
+    tenant = tenant_name()
+    key = f"deploy-{secrets.token_hex(4)}"
+    start = {"operation_key": key, "provider": "sandbox", "command": COMMAND}
+    target = {**start, "concurrency_key": "deploy:payments:production"}
+
+    async def calls() -> tuple[dict[str, Any], dict[str, Any], str]:
+        async with _in_process(database_url, _token(database_url, tenant)) as client:
+            created = _answer(await client.call_tool("start_operation", target))
+            # The key is part of the request: the same operation_key without it is another one.
+            without = _answer(await client.call_tool("start_operation", start))
+            bad = _error(
+                await client.call_tool(
+                    "start_operation", {**target, "operation_key": "k2", "concurrency_key": ""}
+                )
+            )
+            return created, without, bad
+
+    created, without, bad = anyio.run(calls)
+    assert created["outcome"] == "created" and without["outcome"] == "conflict"
+    assert "invalid_submission: concurrency_key must not be empty" in bad
+    with transaction(database_url) as session:
+        row = store.find_by_key(session, tenant, key)
+    assert row is not None and row.concurrency_key == "deploy:payments:production"
