@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jobwarden.models.errors import SettingsError
@@ -50,6 +50,12 @@ class Settings(BaseSettings):
     mcp_host: str = "127.0.0.1"
     mcp_port: int = Field(default=8090, ge=0, le=65535)
     mcp_token_env: str = Field(default="JOBWARDEN_MCP_TOKEN", min_length=1)
+    # The operators' console (jobwarden/console): its session cookie is signed with this key;
+    # unset, each process draws a random one (sessions end at a restart, and several API
+    # workers must share a key). Secure cookies are off only for a loopback host.
+    console_session_secret: SecretStr | None = None
+    console_secure_cookie: bool = True
+    console_session_hours: float = Field(default=8.0, gt=0)
 
     @model_validator(mode="after")
     def _countdown_below_visibility(self) -> Settings:

@@ -1,7 +1,8 @@
 """The ASGI app of the HTTP door: create_app(settings) -> FastAPI.
 
 Routers: intake (POST /v1/operations), queries, actions and webhooks. Every
-error answers RFC 9457 problem+json (jobwarden.api.problems).
+error answers RFC 9457 problem+json (jobwarden.api.problems). The operators'
+console (jobwarden.console) is served under /console by the same process.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from jobwarden.api.context import settings_of
 from jobwarden.api.limits import BodyLimit
 from jobwarden.api.problems import ProblemError, install_handlers
 from jobwarden.config.settings import Settings, get_settings
+from jobwarden.console import install as install_console
 from jobwarden.metrics import PostgresCollector, exposition, registry_for
 from jobwarden.models.db import snapshot
 from jobwarden.tasks.runtime import Runtime, build_runtime, current
@@ -63,6 +65,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
     for module in (intake, queries, actions, webhooks):
         app.include_router(module.router)
+    # The operators' console (/console): same tokens, held in a session cookie.
+    install_console(app, resolved)
     return app
 
 

@@ -1,0 +1,223 @@
+"""What each console page shows, assembled from the stores the HTTP API reads.
+
+Plain functions from a database URL, a runtime and the principal to the values a
+template renders; no request objects, so each is callable from a test.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobwarden.api.auth import Principal
+from jobwarden.console.timeline import build_timeline, render_svg
+from jobwarden.models import query_store, store
+from jobwarden.models.db import transaction
+from jobwarden.models.escalation import Option
+from jobwarden.models.excerpts import REDACTED, names_a_secret, scrub_text
+from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
+from jobwarden.models.operation import Operation
+from jobwarden.models.states import AUTOMATION_STOPPED, HUMAN_ONLY_SOURCES, TERMINAL
+from jobwarden.models.states import OperationState as S
+from jobwarden.story import event_line, shown
+from jobwarden.tasks.interventions import escalation_options
+from jobwarden.tasks.provider_edge import secret_forms
+from jobwarden.tasks.runtime import Runtime
+
+# What an approval is valid for when given from the console (the HTTP API's default).
+APPROVAL_SECONDS = 3600
+
+
+def time_left(deadline: datetime | None, now: datetime) -> str:
+    if deadline is None:
+        return "-"
+    seconds = (deadline - now).total_seconds()
+    amount = abs(seconds)
+    text = f"{amount:.0f} s" if amount < 120 else f"{amount / 60:.0f} min"
+    if amount >= 7200:
+        text = f"{amount / 3600:.1f} h"
+    return f"{text} left" if seconds >= 0 else f"passed {text} ago"
+
+
+def redacted(value: Any, secrets: tuple[str, ...], depth: int = 0) -> Any:
+    """``value`` with secret-named keys and configured secret values replaced (whole, not
+    cut: an approver reads the command they authorise)."""
+    if depth > 20:
+        return "…"
+    if isinstance(value, dict):
+        return {
+            str(k): REDACTED if names_a_secret(str(k)) else redacted(v, secrets, depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redacted(v, secrets, depth + 1) for v in value]
+    if isinstance(value, str):
+        return scrub_text(value, secrets)
+    return value
+
+
+def stopped_line(row: Any) -> str:
+    """The one-line story of an operation waiting for a human, told as its stop was."""
+    if row["state"] == S.awaiting_approval.value:
+        draft = EventDraft(
+            kind=EventKind.approval_requested,
+            actor=row["requested_by"],
+            at=row["updated_at"],
+            cause=f"submitted by {row['requested_by']}",
+        )
+    else:
+        draft = EventDraft(
+            kind=EventKind.escalated,
+            actor="jobwarden",
+            at=row["updated_at"],
+            cause=row["escalation_reason"] or row["state"],
+            excerpt={"detail": row.get("escalation_detail") or row["state"]},
+        )
+    chained = ChainedEvent(
+        operation_id=str(row["operation_id"]), seq=0, draft=draft, prev_hash="", hash=""
+    )
+    return event_line(chained)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueGroup:
+    reason: str
+    count: int
+    rows: list[dict[str, Any]]
+
+
+def needs_a_human(
+    database_url: str, principal: Principal, *, limit: int, after: query_store.Position | None
+) -> tuple[list[QueueGroup], int, query_store.Position | None]:
+    """The tenant's operations waiting for a human, grouped by reason (awaiting approval
+    under its state's name), oldest first within a group; the page's groups, the total
+    and where the next page starts."""
+    with transaction(database_url) as session:
+        counts = query_store.escalation_counts(session, principal.tenant)
+        page = query_store.escalations(session, principal.tenant, limit=limit, after=after)
+    totals: dict[str, int] = {}
+    for state, reason, count in counts:
+        totals[reason or state] = totals.get(reason or state, 0) + count
+    grouped: dict[str, list[dict[str, Any]]] = {key: [] for key in totals}
+    for row in page.rows:
+        key = row["escalation_reason"] or row["state"]
+        grouped.setdefault(key, []).append({**row, "line": stopped_line(row)})
+    groups = [
+        QueueGroup(reason=key, count=totals.get(key, len(rows)), rows=rows)
+        for key, rows in grouped.items()
+    ]
+    # The group whose oldest member has waited longest comes first.
+    groups.sort(
+        key=lambda g: (not g.rows, g.rows[0]["updated_at"].timestamp() if g.rows else 0, g.reason)
+    )
+    return groups, sum(totals.values()), page.next
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoryLine:
+    at: datetime
+    actor: str
+    text: str
+    delay_source: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationPage:
+    row: Operation
+    running: bool
+    counters: list[tuple[str, int, int | None]]
+    deadlines: list[tuple[str, datetime | None, str]]
+    story: list[StoryLine]
+    verified: bool
+    chain_problems: list[str]
+    command: Any
+    options: list[Option]
+    approval_expires_if_now: datetime | None
+    self_approval_refused: bool
+    timeline_svg: str
+    target: str
+
+
+def operation_page(
+    database_url: str, rt: Runtime, principal: Principal, operation_id: uuid.UUID, now: datetime
+) -> OperationPage | None:
+    """Everything the operation page shows; None when the tenant has no such operation."""
+    with transaction(database_url) as session:
+        row = query_store.operation_for_tenant(session, principal.tenant, operation_id)
+        if row is None:
+            return None
+        events = store.events_for(session, operation_id)
+        problems = store.verify(session, operation_id)
+    contract = rt.contracts.get(row.provider)
+    limits = contract.limits if contract is not None else None
+    options = (
+        escalation_options(str(operation_id), runtime=rt)
+        if row.state in HUMAN_ONLY_SOURCES and contract is not None
+        else []
+    )
+    secrets = secret_forms(contract) if contract is not None else ()
+    timeline = build_timeline(
+        events,
+        deadline=row.result_deadline,
+        budget_used=row.status_requests_used,
+        budget_max=row.max_status_requests,
+        now=now,
+    )
+    base = shown(contract.base_url) if contract is not None else "?"
+    return OperationPage(
+        row=row,
+        running=row.state not in TERMINAL | AUTOMATION_STOPPED | {S.awaiting_approval},
+        counters=[
+            ("status requests", row.status_requests_used, row.max_status_requests),
+            ("transport failures", row.transport_failures_used, row.max_transport_failures),
+            (
+                "create attempts",
+                row.create_attempts,
+                limits.max_create_attempts if limits else None,
+            ),
+            (
+                "result fetches",
+                row.result_fetch_attempts,
+                limits.max_result_fetches if limits else None,
+            ),
+        ],
+        deadlines=[
+            (name, at, time_left(at, now))
+            for name, at in (
+                ("create", row.create_deadline),
+                ("result", row.result_deadline),
+                ("cancel", row.cancel_deadline),
+                ("collect", row.collect_deadline),
+                ("next poll", row.next_poll_at),
+            )
+        ],
+        story=[
+            StoryLine(
+                at=ev.draft.at,
+                actor=ev.draft.actor,
+                text=event_line(ev).split(" ", 1)[-1],
+                delay_source=ev.draft.delay_source,
+            )
+            for ev in events
+        ],
+        verified=not problems,
+        chain_problems=[f"event {p.seq}: {p.problem}" for p in problems],
+        command=redacted(dict(row.command), secrets),
+        options=options,
+        approval_expires_if_now=(
+            now + timedelta(seconds=APPROVAL_SECONDS) if row.state is S.awaiting_approval else None
+        ),
+        self_approval_refused=refuses_self_approval(row, principal),
+        timeline_svg=render_svg(timeline),
+        target=f"{row.provider}: {row.method} {base}{shown(row.route)}",
+    )
+
+
+def refuses_self_approval(row: Operation, principal: Principal) -> bool:
+    """The four-eyes rule of POST /v1/operations/{id}/approvals (jobwarden/api/actions.py):
+    whoever submitted an operation does not also approve it, unless the tenant allows it."""
+    return row.requested_by in (principal.name, principal.actor) and not (
+        principal.allows_self_approval
+    )

@@ -1,0 +1,317 @@
+"""The console's routes under /console: login, the queue, operation pages, live updates.
+
+Every page needs a session (jobwarden.console.session) whose token holds the
+``read`` scope; a decision needs ``decide`` and an approval ``approve``, as over
+the HTTP API. Every POST carries the session's CSRF token in its form. Search
+and bulk decisions live in jobwarden/console/search.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
+
+from jobwarden.api.auth import Principal, Scope, secret_hash
+from jobwarden.api.context import runtime_of, settings_of
+from jobwarden.api.queries import decode_cursor, encode_cursor, parse_operation_id
+from jobwarden.console import session as sessions
+from jobwarden.console.live import LiveHub, Marker, sse
+from jobwarden.console.pages import (
+    APPROVAL_SECONDS,
+    needs_a_human,
+    operation_page,
+    refuses_self_approval,
+)
+from jobwarden.models import query_store, store
+from jobwarden.models.db import snapshot
+from jobwarden.models.errors import LostRaceError, RefusedInputError
+from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
+from jobwarden.models.states import OperationState as S
+from jobwarden.tasks import interventions
+from jobwarden.tasks.runtime import utcnow
+
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+router = APIRouter(prefix="/console", include_in_schema=False)
+STOPPED = {s.value for s in TERMINAL | AUTOMATION_STOPPED} | {S.awaiting_approval.value}
+MAX_FORM_FIELD = 2000
+# An idle stream sends a comment this often, so a vanished viewer is noticed and dropped.
+KEEPALIVE_SECONDS = 15.0
+NO_REASON = "a decision needs a reason: say why, for whoever reads the history"
+
+
+class ConsoleError(Exception):
+    """A refusal shown as a page: the status and a sentence naming what was wrong."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+async def form_of(request: Request) -> dict[str, str]:
+    """An application/x-www-form-urlencoded body (the only kind the console's forms send)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise ConsoleError(415, "a console form is sent as application/x-www-form-urlencoded")
+    body = (await request.body()).decode("utf-8", "replace")
+    fields = dict(parse_qsl(body, keep_blank_values=True, max_num_fields=50))
+    for name, value in fields.items():
+        if len(value) > MAX_FORM_FIELD:
+            raise ConsoleError(422, f"{name}: at most {MAX_FORM_FIELD} characters")
+    return fields
+
+
+Form = Annotated[dict[str, str], Depends(form_of)]
+
+
+def session_of(request: Request) -> sessions.ConsoleSession:
+    current = sessions.current(request)
+    if Scope.read not in current.principal.scopes:
+        raise ConsoleError(403, "this token lacks the 'read' scope the console needs")
+    return current
+
+
+Session = Annotated[sessions.ConsoleSession, Depends(session_of)]
+
+
+def checked(current: sessions.ConsoleSession, form: dict[str, str], scope: Scope) -> Principal:
+    """The session's principal for a POST: its CSRF token must match, and the scope held."""
+    if not sessions.csrf_matches(current, form.get("csrf", "")):
+        raise ConsoleError(403, "csrf: the form's token does not match this session; reload")
+    if scope not in current.principal.scopes:
+        raise ConsoleError(403, f"this token lacks the {scope.value!r} scope")
+    return current.principal
+
+
+def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, context, status_code=status)
+
+
+def see_other(url: str) -> RedirectResponse:
+    # 303 (RFC 9110 §15.4.4): after a POST the browser GETs the page, so a reload never
+    # repeats a decision.
+    return RedirectResponse(url, status_code=303)
+
+
+def _login_page(request: Request, error: str | None = None, status: int = 200) -> Response:
+    nonce = sessions.new_login_nonce()
+    response = page(request, "login.html", {"nonce": nonce, "error": error}, status=status)
+    sessions.remember_login_nonce(request, response, nonce)
+    return response
+
+
+@router.get("/login")
+def login_form(request: Request) -> Response:
+    return _login_page(request)
+
+
+@router.post("/login")
+def login(request: Request, form: Form) -> Response:
+    if not sessions.login_nonce_matches(request, form.get("csrf", "")):
+        raise ConsoleError(403, "csrf: the login form expired or was not ours; reload it")
+    token = form.get("token", "").strip()
+    principal = sessions.principal_for_hash(request, secret_hash(token)) if token else None
+    if principal is None or Scope.read not in principal.scopes:
+        return _login_page(request, "token: unknown or revoked, or without the read scope", 401)
+    response = see_other("/console/")
+    sessions.start(request, response, secret_hash(token))
+    return response
+
+
+@router.post("/logout")
+def logout(current: Session, form: Form) -> Response:
+    if not sessions.csrf_matches(current, form.get("csrf", "")):
+        raise ConsoleError(403, "csrf: the form's token does not match this session; reload")
+    response = see_other("/console/login")
+    sessions.end(response)
+    return response
+
+
+@router.get("/")
+def queue(request: Request, current: Session, cursor: str | None = None) -> HTMLResponse:
+    after = decode_cursor(cursor) if cursor else None
+    groups, total, nxt = needs_a_human(
+        settings_of(request).database_url, current.principal, limit=100, after=after
+    )
+    return page(
+        request,
+        "queue.html",
+        {
+            "session": current,
+            "groups": groups,
+            "total": total,
+            "next": f"/console/?cursor={encode_cursor(nxt)}" if nxt else None,
+        },
+    )
+
+
+def _owned_page(request: Request, current: sessions.ConsoleSession, raw_id: str) -> Any:
+    try:
+        op_id = parse_operation_id(raw_id)
+    except Exception:
+        raise ConsoleError(404, "no such operation in this tenant") from None
+    found = operation_page(
+        settings_of(request).database_url, runtime_of(request), current.principal, op_id, utcnow()
+    )
+    if found is None:
+        raise ConsoleError(404, "no such operation in this tenant")
+    return found
+
+
+@router.get("/operations/{operation_id}")
+def operation(
+    request: Request, operation_id: str, current: Session, done: str | None = None
+) -> HTMLResponse:
+    found = _owned_page(request, current, operation_id)
+    return page(
+        request,
+        "operation.html",
+        {
+            "session": current,
+            "op": found,
+            "done": done,
+            "approval_seconds": APPROVAL_SECONDS,
+            "no_reason": NO_REASON,
+        },
+    )
+
+
+@router.get("/operations/{operation_id}/live")
+def operation_live(request: Request, operation_id: str, current: Session) -> HTMLResponse:
+    """The part of the operation page that changes while it runs (swapped in by console.js)."""
+    found = _owned_page(request, current, operation_id)
+    return page(request, "_live.html", {"session": current, "op": found})
+
+
+def _marker(database_url: str, op_id: uuid.UUID) -> Marker | None:
+    with snapshot(database_url) as session:
+        row = store.load(session, op_id)
+    return Marker(version=row.version, state=row.state.value) if row is not None else None
+
+
+def hub_of(request: Request) -> LiveHub:
+    hub = getattr(request.app.state, "console_hub", None)
+    if hub is None:
+        url = settings_of(request).database_url
+
+        async def read(op_id: uuid.UUID) -> Marker | None:
+            return await run_in_threadpool(_marker, url, op_id)
+
+        hub = LiveHub(read, interval=1.0)
+        request.app.state.console_hub = hub
+    assert isinstance(hub, LiveHub)
+    return hub
+
+
+@router.get("/operations/{operation_id}/stream")
+async def operation_stream(request: Request, operation_id: str) -> StreamingResponse:
+    """Server-sent events (WHATWG HTML §9.2, text/event-stream): ``changed`` with the new
+    version whenever the row changes, ``end`` once automation has stopped."""
+    current = await run_in_threadpool(session_of, request)
+    try:
+        op_id = parse_operation_id(operation_id)
+    except Exception:
+        raise ConsoleError(404, "no such operation in this tenant") from None
+
+    def owned() -> bool:
+        with snapshot(settings_of(request).database_url) as session:
+            found = query_store.operation_for_tenant(session, current.principal.tenant, op_id)
+        return found is not None
+
+    if not await run_in_threadpool(owned):
+        raise ConsoleError(404, "no such operation in this tenant")
+    hub = hub_of(request)
+
+    async def events() -> AsyncIterator[str]:
+        yield "retry: 3000\n\n"
+        async with hub.watch(op_id) as changes:
+            while True:
+                try:
+                    marker = await asyncio.wait_for(changes.get(), KEEPALIVE_SECONDS)
+                except TimeoutError:
+                    yield ": keepalive\n\n"
+                    continue
+                if marker is None:
+                    yield sse("end", json.dumps({"state": None}))
+                    return
+                yield sse("changed", json.dumps({"version": marker.version, "state": marker.state}))
+                if marker.state in STOPPED:
+                    yield sse("end", json.dumps({"state": marker.state}))
+                    return
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+def _moved(exc: Exception) -> ConsoleError:
+    if isinstance(exc, LostRaceError):
+        return ConsoleError(409, "the operation is busy; try again")
+    return ConsoleError(409, str(exc))
+
+
+@router.post("/operations/{operation_id}/decisions")
+def decide(request: Request, operation_id: str, current: Session, form: Form) -> Response:
+    principal = checked(current, form, Scope.decide)
+    found = _owned_page(request, current, operation_id)
+    option = form.get("option", "")
+    note = form.get("note", "").strip()
+    if not note:
+        raise ConsoleError(422, f"note: {NO_REASON}")
+    offered = [o.kind.value for o in found.options]
+    if option not in offered:
+        raise ConsoleError(
+            422, f"option: {option!r} is not offered now; offered: {', '.join(offered) or 'none'}"
+        )
+    try:
+        interventions.decide_escalation(
+            str(found.row.operation_id),
+            option,
+            principal.actor,
+            note,
+            runtime=runtime_of(request),
+        )
+    except (RefusedInputError, LostRaceError) as exc:
+        raise _moved(exc) from None
+    return see_other(f"/console/operations/{found.row.operation_id}?done={option}")
+
+
+@router.post("/operations/{operation_id}/approvals")
+def approve(request: Request, operation_id: str, current: Session, form: Form) -> Response:
+    principal = checked(current, form, Scope.approve)
+    found = _owned_page(request, current, operation_id)
+    row = found.row
+    if row.state is not S.awaiting_approval:
+        raise ConsoleError(409, f"the operation is not awaiting approval ({row.state.value})")
+    if refuses_self_approval(row, principal):
+        raise ConsoleError(
+            403, "this token's name submitted the operation; another approver must approve it"
+        )
+    if form.get("fingerprint") != row.request_fingerprint:
+        raise ConsoleError(
+            409, "fingerprint: not the operation's; a changed payload needs a new approval"
+        )
+    try:
+        interventions.approve(
+            str(row.operation_id),
+            row.request_fingerprint,
+            principal.actor,
+            valid_for_seconds=APPROVAL_SECONDS,
+            runtime=runtime_of(request),
+        )
+    except (RefusedInputError, LostRaceError) as exc:
+        raise _moved(exc) from None
+    return see_other(f"/console/operations/{row.operation_id}?done=approved")

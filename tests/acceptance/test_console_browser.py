@@ -1,0 +1,216 @@
+"""The operators' console in a real browser: Debian's headless Chromium driven by
+Playwright, against the API process on a real uvicorn, real Celery workers and the
+sandbox provider. The browser is /usr/bin/chromium (never a downloaded one); one browser
+serves the whole module, a fresh context (cookies) per test.
+
+Each test saves a screenshot of its page under tests/artifacts/screenshots/ (gitignored).
+Conventions: server-sent events (WHATWG HTML §9.2) keep the operation page live;
+Retry-After (RFC 9110 §10.2.3) windows are shaded on the timeline.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from jobwarden.harness import REPO
+from tests.api_server import serving
+from tests.integration.api_helpers import make_token
+
+pytestmark = pytest.mark.usefixtures("stack")
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = REPO / "tests" / "artifacts" / "screenshots"
+ALL = ["read", "submit", "cancel", "approve", "decide"]
+# Long enough for a worker to take a message and the sandbox to answer a few polls.
+SETTLE_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def console_url(worker_env: dict[str, str]) -> Iterator[str]:
+    from jobwarden.api.app import create_app
+
+    with serving(create_app()) as url:
+        yield url
+
+
+@pytest.fixture
+def tenant() -> str:
+    return f"console-{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+def page(browser: Any, console_url: str, database_url: str, tenant: str) -> Iterator[Any]:
+    """A logged-in console page for an operator of ``tenant`` (not the submitter)."""
+    token = make_token(database_url, tenant, "operator", ALL)["Authorization"].split()[1]
+    context = browser.new_context(base_url=console_url, viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    tab.set_default_timeout(SETTLE_MS)
+    tab.goto("/console/login")
+    tab.fill("#token", token)
+    tab.click("#login")
+    tab.wait_for_url("**/console/")
+    yield tab
+    context.close()
+
+
+def shot(tab: Any, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    tab.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 0
+    return path
+
+
+def submit(tenant: str, behaviour: dict[str, Any], **limits: Any) -> str:
+    from jobwarden.tasks.intake import submit_operation
+
+    result = submit_operation(
+        tenant=tenant,
+        provider=limits.pop("provider", "sandbox"),
+        idempotency_key=secrets.token_hex(8),
+        command={"kind": "export", "behaviour": behaviour},
+        requested_by="pytest",
+        **limits,
+    )
+    assert result.operation_id is not None, result
+    return result.operation_id
+
+
+def state_of(database_url: str, op_id: str) -> str:
+    from jobwarden.models import store
+    from jobwarden.models.db import transaction
+
+    with transaction(database_url) as session:
+        row = store.load(session, uuid.UUID(op_id))
+    assert row is not None
+    return row.state.value
+
+
+def wait_state(database_url: str, op_id: str, state: str) -> None:
+    from jobwarden.harness import wait_for
+
+    wait_for(lambda: state_of(database_url, op_id) == state, timeout=30, what=f"{op_id} {state}")
+
+
+def test_an_escalated_operation_is_extended_from_the_queue_and_its_page_shows_polling_resume(
+    page: Any, database_url: str, tenant: str
+) -> None:
+    op = submit(tenant, {"polls_to_finish": 5}, max_status_requests=2)
+    wait_state(database_url, op, "escalated")
+    page.reload()
+    group = page.locator('section[data-reason="request_budget_exhausted"]')
+    assert group.locator(".count").inner_text() == "1"
+    assert (
+        "request_budget_exhausted"
+        in group.locator(f'tr[data-operation="{op}"] .story').inner_text()
+    )
+    group.locator(f'a[href="/console/operations/{op}"]').click()
+    page.wait_for_url(f"**/console/operations/{op}")
+    extend = page.locator('button[data-option="extend"]')
+    assert extend.inner_text() == "extend once: +15 min, +4 checks"
+    assert page.locator('tr[data-counter="status requests"] td').nth(1).inner_text() == "2 of 2"
+    page.fill("#note", "the export is slow today; one more look")
+    extend.click()
+    page.wait_for_url(f"**/console/operations/{op}?done=extend")
+    assert "Recorded: extend." in page.locator("#done").inner_text()
+    # The new bounds, then the resumed polling arriving over the live stream (no reload):
+    # three more status requests, and the job's success.
+    page.locator("#state", has_text="succeeded").wait_for()
+    assert page.locator('tr[data-counter="status requests"] td').nth(1).inner_text() == "5 of 6"
+    story = page.locator("#story").inner_text()
+    assert "human:token:operator" in story and "status request 5/6" in story
+    assert "chain verified" in page.locator("#chain").inner_text()
+    shot(page, "operation_extended")
+
+
+def test_an_approval_page_shows_what_is_approved_and_approves_the_operation(
+    page: Any, database_url: str, tenant: str
+) -> None:
+    op = submit(tenant, {"polls_to_finish": 1}, provider="sandbox_approval")
+    wait_state(database_url, op, "awaiting_approval")
+    page.goto(f"/console/operations/{op}")
+    approval = page.locator("#approval")
+    fingerprint = page.locator("#fingerprint").inner_text()
+    text = approval.inner_text()
+    assert "sandbox_approval: POST" in page.locator("#target").inner_text()
+    assert fingerprint in text and "expires at" in text and "once" in text
+    assert '"kind": "export"' in page.locator("#command").inner_text()
+    shot(page, "approval_before")
+    page.click("#approve")
+    page.wait_for_url(f"**/console/operations/{op}?done=approved")
+    page.locator("#state", has_text="succeeded").wait_for()
+    assert "approved" in page.locator("#story").inner_text()
+    shot(page, "approval_approved")
+
+
+def test_a_bulk_resume_shows_its_dry_run_count_then_resumes_each_operation(
+    page: Any, database_url: str, tenant: str
+) -> None:
+    behaviour = {"polls_to_finish": 1, "status_errors": [{"code": 500, "count": 2}]}
+    ops = [submit(tenant, behaviour, max_transport_failures=1) for _ in range(3)]
+    for op in ops:
+        wait_state(database_url, op, "escalated")
+    page.goto("/console/bulk")
+    page.select_option('select[name="reason"]', "provider_failure")
+    page.fill('input[name="provider"]', "sandbox")
+    page.select_option('select[name="option"]', "resume")
+    page.click("#dry-run")
+    assert page.locator("#dry-run-count").inner_text() == "3"
+    shot(page, "bulk_dry_run")
+    page.fill("#note", "provider outage over")
+    page.click("#apply")
+    assert "Applied resume to 3 operations; skipped 0." in page.locator("#bulk-result").inner_text()
+    shot(page, "bulk_applied")
+    for op in ops:
+        wait_state(database_url, op, "succeeded")
+
+
+def test_the_timeline_of_a_503_with_retry_after_shades_the_window_with_no_request_inside(
+    page: Any, database_url: str, tenant: str
+) -> None:
+    behaviour = {
+        "polls_to_finish": 2,
+        "status_errors": [{"code": 503, "count": 1, "retry_after": 2}],
+    }
+    op = submit(tenant, behaviour)
+    wait_state(database_url, op, "succeeded")
+    page.goto(f"/console/operations/{op}")
+    window = page.locator("#timeline svg rect.retry-after")
+    assert window.count() == 1
+    box = window.bounding_box()
+    ticks = page.locator("#timeline svg line.request")
+    xs = [ticks.nth(i).bounding_box()["x"] + 1.5 for i in range(ticks.count())]  # stroke 3
+    assert page.locator("#timeline svg line.request.outcome-server_error").count() == 1
+    inside = [x for x in xs if box["x"] + 0.5 < x < box["x"] + box["width"] - 0.5]
+    assert len(xs) >= 3 and inside == [], (box, xs)
+    assert page.locator('#timeline g.wait[data-delay-source="provider_retry_after"]').count() == 1
+    assert page.locator("#timeline g.deadline").count() == 1
+    assert "budget:" in (page.locator("#timeline text.budget").text_content() or "")
+    page.locator("#timeline").scroll_into_view_if_needed()
+    shot(page, "timeline_retry_after")
