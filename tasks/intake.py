@@ -19,7 +19,7 @@ from sqlalchemy import String
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from jobwarden.models import api_store, concurrency_store, store
+from jobwarden.models import api_store, concurrency_store, intake_store, store
 from jobwarden.models.api_store import IntakeEntry
 from jobwarden.models.concurrency import admits_now, key_limit
 from jobwarden.models.contract import ProviderContract
@@ -226,19 +226,22 @@ def _submit(
                 if not admits_now(room, key_limit(contract.concurrency)):
                     state = S.queued
             values, first = _intent(sub, contract, op_id, state, fingerprint, now, trace_id, actor)
+            created = SubmitResult(
+                outcome=SubmitOutcome.created,
+                operation_id=str(op_id),
+                state=state.value,
+                fingerprint=fingerprint,
+                trace_id=trace_id,
+            )
+            # Every answer is on the record, in the transaction that decided it: the
+            # created entry in the claim's own statement, any other answer after it.
             # A concurrent submission holding the key longer than this is "in progress".
-            if store.claim_key(session, values, first, lock_timeout="5s"):
-                result = SubmitResult(
-                    outcome=SubmitOutcome.created,
-                    operation_id=str(op_id),
-                    state=state.value,
-                    fingerprint=fingerprint,
-                    trace_id=trace_id,
-                )
+            entry = _logged(door, who, actor, sub, created)
+            if intake_store.claim(session, values, first, entry, lock_timeout="5s"):
+                result = created
             else:
                 result = _existing(session, sub, fingerprint)
-            # Every answer is on the record, in the transaction that decided it.
-            api_store.append_intake(session, _logged(door, who, actor, sub, result))
+                api_store.append_intake(session, _logged(door, who, actor, sub, result))
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
             result = SubmitResult(

@@ -20,6 +20,7 @@ PERSISTENCE = {
     "migrate.py",
     "api_tables.py",
     "api_store.py",
+    "intake_store.py",
     "query_store.py",
     "metrics_store.py",
     "webhook_tables.py",
