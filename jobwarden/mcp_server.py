@@ -190,6 +190,10 @@ def _start(
 ) -> StartAnswer:
     principal = _principal(doors, ctx, TokenScope.submit)
     limits = bounds or Bounds()
+    # SEP-414: W3C trace context travels in the request's _meta (not a tool argument); a
+    # valid traceparent gives the operation its trace id, as the header does over HTTP.
+    meta = ctx.request_context.meta or {}
+    trace_parent = meta.get("traceparent")
     try:
         result = submit_operation(
             tenant=principal.tenant,
@@ -203,6 +207,7 @@ def _start(
             max_transport_failures=limits.max_transport_failures,
             cancel_deadline_seconds=limits.cancel_deadline_seconds,
             concurrency_key=concurrency_key,
+            trace_parent=trace_parent if isinstance(trace_parent, str) else None,
             door="mcp",
             caller=Caller(actor=principal.actor, token_id=principal.token_id),
             runtime=doors.runtime(),

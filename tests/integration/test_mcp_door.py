@@ -417,3 +417,22 @@ def test_start_operation_passes_the_concurrency_key_to_the_intake_which_fingerpr
     with transaction(database_url) as session:
         row = store.find_by_key(session, tenant, key)
     assert row is not None and row.concurrency_key == "deploy:payments:production"
+
+
+def test_a_traceparent_in_the_calls_meta_gives_the_operation_its_trace_id(
+    database_url: str,
+) -> None:
+    # MCP SEP-414: W3C Trace Context keys (traceparent) travel in params._meta.
+    tenant, trace_id = tenant_name(), secrets.token_hex(16)
+    start = {"operation_key": "traced", "provider": "sandbox", "command": COMMAND}
+    meta: Any = {"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
+
+    async def call() -> dict[str, Any]:
+        async with _in_process(database_url, _token(database_url, tenant)) as client:
+            return _answer(await client.call_tool("start_operation", start, meta=meta))
+
+    answer = anyio.run(call)
+    assert answer["trace_id"] == trace_id
+    with transaction(database_url) as session:
+        row = store.find_by_key(session, tenant, "traced")
+    assert row is not None and row.trace_id == trace_id
