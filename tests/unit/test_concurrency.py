@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,8 @@ from jobwarden.models.concurrency import (
     next_to_admit,
 )
 from jobwarden.models.contract import ConcurrencySpec
-from jobwarden.models.errors import InvalidSubmissionError
+from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.errors import ContractError, InvalidSubmissionError
 from jobwarden.models.fingerprint import request_fingerprint
 from jobwarden.models.history import EventKind
 from jobwarden.models.states import TERMINAL, OperationState, is_allowed
@@ -176,3 +178,45 @@ def test_the_concurrency_key_is_part_of_the_fingerprint_and_absent_changes_nothi
     keyed = request_fingerprint(**parts, concurrency_key="deploy:x")
     assert keyed != plain
     assert keyed != request_fingerprint(**parts, concurrency_key="deploy:y")
+
+
+SANDBOX_TEXT = (Path(__file__).parents[2] / "config" / "providers" / "sandbox.toml").read_text()
+
+
+def _sandbox_with(tmp_path: Path, section: str) -> Path:
+    path = tmp_path / "sandbox.toml"
+    # A table goes last; a top-level key must come before the first table.
+    text = (
+        f"{SANDBOX_TEXT}\n{section}\n" if section.startswith("[") else f"{section}\n{SANDBOX_TEXT}"
+    )
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("section", "limit"), [("[concurrency]\nlimit = 3", 3), ("[concurrency]", 1), ("", None)]
+)
+def test_a_contract_sets_the_limit_of_the_keys_its_operations_name(
+    tmp_path: Path, section: str, limit: int | None
+) -> None:
+    contract = load_contract(_sandbox_with(tmp_path, section))
+    assert (contract.concurrency.limit if contract.concurrency else None) == limit
+
+
+@pytest.mark.parametrize(
+    ("section", "problem"),
+    [
+        ("[concurrency]\nlimit = 0", "must be"),
+        ("[concurrency]\nlimit = 1.5", "whole number"),
+        ("[concurrency]\nlimit = 10001", "at most"),
+        ("[concurrency]\nlimti = 2", "did you mean 'limit'"),
+        ("concurrency = 1", "must be a table"),
+    ],
+)
+def test_a_bad_concurrency_section_is_refused_naming_the_field(
+    tmp_path: Path, section: str, problem: str
+) -> None:
+    with pytest.raises(ContractError) as caught:
+        load_contract(_sandbox_with(tmp_path, section))
+    assert caught.value.field.startswith("concurrency")
+    assert problem in caught.value.problem

@@ -13,6 +13,7 @@ from jobwarden.models import contract_loader
 from jobwarden.models.contract import (
     AuthSpec,
     CancelSpec,
+    ConcurrencySpec,
     CreateSpec,
     DigestField,
     JobLocator,
@@ -690,6 +691,7 @@ SPECS = {
     "webhook": WebhookSpec,
     "poll": PollPolicy,
     "limits": Limits,
+    "concurrency": ConcurrencySpec,
 }
 
 
