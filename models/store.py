@@ -13,23 +13,23 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, cast
+from functools import lru_cache
+from typing import Any, Final, cast
 
+from psycopg.types.json import Jsonb
 from sqlalchemy import (
-    Insert,
     Table,
-    Update,
     and_,
+    bindparam,
     case,
-    exists,
     insert,
-    literal,
     or_,
     select,
     text,
-    union_all,
     update,
 )
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -97,23 +97,63 @@ def _event_rows(events: Sequence[ChainedEvent]) -> list[dict[str, Any]]:
     ]
 
 
-def _with_events(fenced: Update, chained: Sequence[ChainedEvent]) -> Insert:
-    """``WITH fenced AS (UPDATE ... RETURNING) INSERT events SELECT ... WHERE EXISTS (fenced)``.
+_PG = postgresql.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it untyped
 
-    Every value is a typed bind (rendered with its cast): an untyped NULL would be text.
+
+def _cast(column: Any) -> str:
+    """The column's type to cast a bind to; text for VARCHAR(n), whose cast would truncate."""
+    compiled = column.type.compile(dialect=_PG)
+    return "text" if compiled.startswith("VARCHAR") else compiled.lower()
+
+
+_EVENT_CASTS: Final = {c.name: _cast(c) for c in EVENTS.c if c.name != "event_id"}
+_JSON_COLUMNS: Final = frozenset(
+    c.name for c in (*OPERATIONS.c, *EVENTS.c) if isinstance(c.type, JSONB)
+)
+
+
+@lru_cache(maxsize=512)
+def _fenced_sql(columns: tuple[str, ...], events: int) -> str:
+    """The fenced write as one statement, per shape (which columns, how many events).
+
+    ``WITH fenced AS (UPDATE ... RETURNING) INSERT events SELECT ... WHERE EXISTS (fenced)``:
+    the events land only if the version matched. Built as text once per shape, because
+    composing and compiling it per poll cost more CPU than the rest of the write.
     """
-    matched = fenced.returning(OPERATIONS.c.operation_id).cte("fenced")
-    rows = _event_rows(chained)
-    names = list(rows[0])
-    chosen = union_all(
-        *(
-            select(*(literal(r[c], EVENTS.c[c].type) for c in names)).where(
-                exists(select(matched.c.operation_id))
-            )
-            for r in rows
-        )
+    sets = ", ".join(f'"{c}" = %(set_{c})s' for c in columns)
+    fenced = (
+        f"UPDATE operations SET {sets} "
+        "WHERE operation_id = %(fenced_id)s AND version = %(fenced_version)s"
     )
-    return insert(EVENTS).from_select(names, chosen).returning(EVENTS.c.seq)
+    if not events:
+        return fenced
+    names = ", ".join(f'"{c}"' for c in _EVENT_CASTS)
+    rows = " UNION ALL ".join(
+        "SELECT "
+        + ", ".join(f"%(e{i}_{c})s::{cast}" for c, cast in _EVENT_CASTS.items())
+        + " WHERE EXISTS (SELECT 1 FROM fenced)"
+        for i in range(events)
+    )
+    return (
+        f"WITH fenced AS ({fenced} RETURNING operation_id) "
+        f"INSERT INTO operation_events ({names}) {rows} RETURNING seq"
+    )
+
+
+def _bound(name: str, value: Any) -> Any:
+    # As SQLAlchemy's JSONB type stored them: a JSON document, None as JSON null.
+    return Jsonb(value) if name in _JSON_COLUMNS else value
+
+
+def _fenced_params(
+    row: Operation, values: Mapping[str, Any], chained: Sequence[ChainedEvent]
+) -> dict[str, Any]:
+    params = {f"set_{c}": _bound(c, v) for c, v in values.items()}
+    params["fenced_id"] = row.operation_id
+    params["fenced_version"] = row.version
+    for i, event in enumerate(_event_rows(chained)):
+        params.update({f"e{i}_{c}": _bound(c, event[c]) for c in _EVENT_CASTS})
+    return params
 
 
 def _default(name: str) -> Any:
@@ -140,9 +180,13 @@ def insert_operation(session: Session, row: OperationRow, drafts: Sequence[Event
         session.execute(insert(EVENTS), _event_rows(chained))
 
 
+# Built once: composing the statement per call costs more than running it.
+_LOAD_ONE = _LOAD.where(OPERATIONS.c.operation_id == bindparam("operation_id"))
+
+
 def load(session: Session, operation_id: uuid.UUID) -> Operation | None:
     """The operation as now stored, in one round trip; None when there is none."""
-    found = session.execute(_LOAD.where(OPERATIONS.c.operation_id == operation_id)).first()
+    found = session.execute(_LOAD_ONE, {"operation_id": operation_id}).first()
     return Operation.from_mapping(dict(found._mapping)) if found is not None else None
 
 
@@ -207,18 +251,11 @@ def fenced_update(
     if chained:
         values["event_count"] = chained[-1].seq
         values["last_event_hash"] = chained[-1].hash
-    fenced = (
-        update(OPERATIONS)
-        .where(OPERATIONS.c.operation_id == row.operation_id)
-        .where(OPERATIONS.c.version == row.version)
-        .values(**values)
-    )
-    # Core, not ORM, and one statement: the events are inserted only if the fenced update
-    # matched, so a poll's write is one round trip (and, in autocommit, its one commit).
-    if chained:
-        written = len(session.execute(_with_events(fenced, chained)).all())
-    else:
-        written = session.execute(fenced).rowcount  # type: ignore[attr-defined]
+    # One statement: the events are inserted only if the fenced update matched, so a
+    # poll's write is one round trip (and, in autocommit, its one commit).
+    sql = _fenced_sql(tuple(values), len(chained))
+    result = session.connection().exec_driver_sql(sql, _fenced_params(row, values, chained))
+    written = len(result.all()) if chained else result.rowcount
     if written != max(1, len(chained)):
         raise StaleVersionError(str(row.operation_id), row.version)
     last_kind = chained[-1].draft.kind if chained else row.last_event_kind
