@@ -70,12 +70,31 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Mark:
+    """A moment automation stopped or a person acted: escalated, a decision, an approval."""
+
+    at: datetime
+    kind: str
+    label: str
+
+
+# Events drawn as marks above the axis, and the word each is labelled with.
+MARK_KINDS = {
+    "escalated": "stopped",
+    "human_decision": "decided",
+    "approved": "approved",
+    "cancel_requested": "cancel asked",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Timeline:
     start: datetime
     end: datetime
     ticks: tuple[Tick, ...]
     waits: tuple[WaitBar, ...]
     windows: tuple[Window, ...]
+    marks: tuple[Mark, ...]
     deadline: datetime
     budget_used: int
     budget_max: int
@@ -132,10 +151,14 @@ def build_timeline(
     ticks: list[Tick] = []
     waits: list[WaitBar] = []
     windows: list[Window] = []
+    marks: list[Mark] = []
     for ev in events:
         d = ev.draft
         ex = d.excerpt or {}
         kind = d.kind.value
+        if kind in MARK_KINDS:
+            what = f"{MARK_KINDS[kind]}: {d.cause}" if d.cause else MARK_KINDS[kind]
+            marks.append(Mark(at=d.at, kind=kind, label=f"{what} ({d.actor})"))
         if kind in ANSWER_KINDS and (d.http_status is not None or "transport_failure" in ex):
             status = str(d.http_status) if d.http_status is not None else "no answer"
             ticks.append(Tick(at=d.at, outcome=outcome_of(d.http_status, ex), label=status))
@@ -160,6 +183,7 @@ def build_timeline(
         ticks=tuple(ticks),
         waits=tuple(waits),
         windows=tuple(windows),
+        marks=tuple(marks),
         deadline=deadline,
         budget_used=budget_used,
         budget_max=budget_max,
@@ -216,6 +240,13 @@ def render_svg(tl: Timeline) -> str:
             f'y2="{AXIS_Y + 14}" stroke="{COLOURS[t.outcome]}" stroke-width="3" '
             f'data-at="{_seconds(tl, t.at)}"><title>{escape(t.label)} at '
             f"+{_seconds(tl, t.at)} s</title></line>"
+        )
+    for m in tl.marks:
+        x = _x(tl, m.at)
+        parts.append(
+            f'<g class="mark mark-{m.kind}" data-at="{_seconds(tl, m.at)}">'
+            f'<path d="M{x - 5} {AXIS_Y + 26} L{x + 5} {AXIS_Y + 26} L{x} {AXIS_Y + 17} Z" '
+            f'fill="#37474f"/><title>{escape(m.label)} at +{_seconds(tl, m.at)} s</title></g>'
         )
     dx = _x(tl, tl.deadline)
     beyond = " (beyond the axis)" if tl.deadline > tl.end else ""

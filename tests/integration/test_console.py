@@ -8,11 +8,15 @@ text/event-stream format (WHATWG HTML §9.2).
 
 from __future__ import annotations
 
+import json
 import re
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -27,10 +31,15 @@ ALL = ["read", "cancel", "approve", "decide"]
 
 
 @pytest.fixture(scope="module")
-def base_url(database_url: str) -> Iterator[str]:
+def console_app(database_url: str) -> Any:
     from jobwarden.api.app import create_app
 
-    with serving(create_app()) as url:
+    return create_app()
+
+
+@pytest.fixture(scope="module")
+def base_url(console_app: Any) -> Iterator[str]:
+    with serving(console_app) as url:
         yield url
 
 
@@ -363,3 +372,60 @@ def test_the_console_shows_a_command_with_its_secrets_redacted(
     assert "q3" in html and "[redacted]" in html
     assert "sk-live-123" not in html and "hunter2" not in html
     assert uuid.UUID(str(op))
+
+
+def test_every_viewer_of_a_running_operation_shares_one_poller_and_sees_its_change(
+    database_url: str, base_url: str, console_app: Any
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.observing)
+    version = load(database_url, op).version
+    api = make_token(database_url, tenant, "api", ["cancel"])
+    viewers = 4
+    seen: list[list[int]] = [[] for _ in range(viewers)]
+    first = threading.Barrier(viewers + 1, timeout=15)
+
+    with login(base_url, _token(database_url, tenant, "ops", ["read"])) as client:
+        cookies = dict(client.cookies)
+
+    def watch(i: int) -> None:
+        with (
+            httpx.Client(base_url=base_url, timeout=15, cookies=cookies) as http,
+            http.stream("GET", f"/console/operations/{op}/stream") as answer,
+        ):
+            event = None
+            for line in answer.iter_lines():
+                if line.startswith("event: "):
+                    event = line.removeprefix("event: ")
+                elif line.startswith("data: ") and event == "changed":
+                    seen[i].append(json.loads(line.removeprefix("data: "))["version"])
+                    if len(seen[i]) == 1:
+                        first.wait()
+                    else:
+                        return
+
+    threads = [threading.Thread(target=watch, args=(i,)) for i in range(viewers)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    first.wait()  # every viewer has its first message: all are subscribed
+    hub = console_app.state.console_hub
+    assert hub.pollers() == 1
+    with httpx.Client(base_url=base_url, timeout=15) as http:
+        asked = http.post(f"/v1/operations/{op}/cancel", json={"reason": "x"}, headers=api)
+        assert asked.status_code == 202, asked.text
+    for t in threads:
+        t.join(15)
+    elapsed = time.monotonic() - started
+    assert seen == [[version, version + 1]] * viewers
+    # One read per second for all four viewers (plus the first), not one per viewer.
+    assert hub.reads <= elapsed + 2, (hub.reads, elapsed)
+
+
+def test_a_console_form_sent_as_json_is_refused(database_url: str, base_url: str) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.escalated, escalation_reason="unknown_state")
+    with login(base_url, _token(database_url, tenant, "ops", ALL)) as client:
+        answer = client.post(f"/console/operations/{op}/decisions", json={"option": "abandon"})
+    assert answer.status_code == 415 and "x-www-form-urlencoded" in answer.text
+    assert load(database_url, op).state is S.escalated

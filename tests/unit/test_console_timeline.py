@@ -15,8 +15,8 @@ from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
-def _ev(seq: int, kind: EventKind, at: float, **fields: Any) -> ChainedEvent:
-    draft = EventDraft(kind=kind, actor="worker", at=T0 + timedelta(seconds=at), **fields)
+def _ev(seq: int, kind: EventKind, at: float, actor: str = "worker", **fields: Any) -> ChainedEvent:
+    draft = EventDraft(kind=kind, actor=actor, at=T0 + timedelta(seconds=at), **fields)
     return ChainedEvent(operation_id="op", seq=seq, draft=draft, prev_hash="", hash="")
 
 
@@ -128,3 +128,19 @@ def test_provider_text_in_a_delay_source_is_escaped_in_the_svg() -> None:
     ]
     svg = render_svg(build_timeline(events, deadline=T0, budget_used=0, budget_max=1, now=T0))
     assert "<script>" not in svg and "&lt;script&gt;" in svg
+
+
+def test_a_stop_and_the_human_decision_after_it_are_marked_with_who_acted() -> None:
+    events = [
+        *_met_a_503()[:2],
+        _ev(3, EventKind.escalated, 5, cause="request_budget_exhausted"),
+        _ev(4, EventKind.human_decision, 9, cause="extend", actor="human:token:alice"),
+    ]
+    tl = build_timeline(events, deadline=T0, budget_used=2, budget_max=2, now=T0)
+    assert [(m.kind, (m.at - T0).total_seconds()) for m in tl.marks] == [
+        ("escalated", 5.0),
+        ("human_decision", 9.0),
+    ]
+    svg = render_svg(tl)
+    assert '<g class="mark mark-human_decision" data-at="9.0">' in svg
+    assert "decided: extend (human:token:alice)" in svg
