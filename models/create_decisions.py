@@ -26,6 +26,7 @@ from jobwarden.models.actions import (
     escalate,
 )
 from jobwarden.models.backoff import validate_poll_hint
+from jobwarden.models.business_deadline import earlier, passed
 from jobwarden.models.collection import collection
 from jobwarden.models.contract import ReconciliationPath, RemoteStatus
 from jobwarden.models.decisions import (
@@ -96,6 +97,8 @@ def before_create(op: Operation, ctx: StepContext, now: datetime) -> Decided:
 def create_too_late(op: Operation, now: datetime) -> str | None:
     if op.approval_expires_at is not None and now >= op.approval_expires_at:
         return "approval_expired before the create was sent"
+    if passed(op.business_deadline, now):
+        return "business_deadline_exceeded before the create was sent"
     if now >= op.create_deadline:
         return "create_deadline_exceeded"
     return None
@@ -115,7 +118,7 @@ def _create_send(
         move_to=S.reconciling if op.state is S.create_unknown else None,
         cause=cause,
         excerpt={"attempt": attempt},
-        deadline=op.create_deadline,
+        deadline=earlier(op.create_deadline, op.business_deadline),
     )
 
 
@@ -287,7 +290,7 @@ def after_create(
         attempt=op.create_attempts,
         u=u,
         now=now,
-        deadline=op.create_deadline,
+        deadline=earlier(op.create_deadline, op.business_deadline),
     )
     if kind is CreateOutcomeKind.in_flight:
         # The provider still works on our first request: the outcome is not known yet,
@@ -332,7 +335,7 @@ def _lookup_retry(
         attempt=op.create_attempts,
         u=u,
         now=now,
-        deadline=op.create_deadline,
+        deadline=earlier(op.create_deadline, op.business_deadline),
     )
     failed_read = signal.kind in (SignalKind.transport, SignalKind.server_error)
     return Retry(
@@ -358,8 +361,10 @@ def before_reconcile(op: Operation, ctx: StepContext, now: datetime) -> Decided:
             "path: at-most-once cannot be proven"
         )
         return Decided(action=escalate(op.state, EscalationReason.unknown_state, detail))
-    if now >= op.create_deadline:
-        detail = "create deadline passed while reconciling"
+    if now >= earlier(op.create_deadline, op.business_deadline):
+        # A same-token create could still start the job the business no longer wants.
+        which = "business" if passed(op.business_deadline, now) else "create"
+        detail = f"{which} deadline passed while reconciling"
         return Decided(action=escalate(op.state, EscalationReason.deadline_exceeded, detail))
     if spec.path is ReconciliationPath.lookup_by_reference and spec.lookup_path:
         send = _create_send(ctx, op, EventKind.reconcile_sent, cause=spec.path.value, now=now)

@@ -24,6 +24,7 @@ from jobwarden.models.actions import (
     escalate,
 )
 from jobwarden.models.backoff import backoff_ceiling, backoff_delay, clamp, progress_estimate
+from jobwarden.models.business_deadline import earlier
 from jobwarden.models.contract import PollPolicy, RemoteStatus
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
@@ -83,15 +84,20 @@ class PollView:
     consecutive_rate_limited: int
     poll_attempt: int  # waits after status answers so far; the backoff attempt
     next_poll_at: datetime | None
+    # The deadline is the business deadline, which came before the result deadline.
+    deadline_is_business: bool = False
 
 
 def poll_view(op: Operation, *, accepted_at: datetime | None = None) -> PollView:
     """The one way to see an operation as the poll decisions do."""
     cancelling = op.state in (OperationState.cancelling, OperationState.cancel_requested)
     deadline = op.cancel_deadline if cancelling and op.cancel_deadline else op.result_deadline
+    # A cancel is what the business may still want past its deadline: only observing stops.
+    bound = earlier(deadline, None if cancelling else op.business_deadline)
     return PollView(
         phase=Phase.cancelling if cancelling else Phase.observing,
-        deadline=deadline,
+        deadline=bound,
+        deadline_is_business=bound != deadline,
         accepted_at=accepted_at or op.accepted_at or op.created_at,
         # A reserved request is counted but not yet spent: the budget still holds it.
         status_requests_used=op.status_requests_used - (op.reserved_request is not None),
@@ -127,7 +133,8 @@ def _deadline_passed(view: PollView) -> Escalate:
         return _escalate(
             view.phase, EscalationReason.cancellation_unconfirmed, "cancel deadline passed"
         )
-    return _escalate(view.phase, EscalationReason.deadline_exceeded, "result deadline passed")
+    which = "business" if view.deadline_is_business else "result"
+    return _escalate(view.phase, EscalationReason.deadline_exceeded, f"{which} deadline passed")
 
 
 def _budget_spent(view: PollView) -> Escalate:

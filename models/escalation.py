@@ -35,6 +35,8 @@ class EscalationView:
     has_remote_job: bool
     contract_has_cancel: bool
     extensions_used: int
+    # The business deadline passed: only cancelling the job or abandoning it are left.
+    business_deadline_passed: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +67,9 @@ def options_for(view: EscalationView) -> list[Option]:
             EscalationReason.deadline_exceeded,
             EscalationReason.request_budget_exhausted,
         )
+        # Observing again would stop at the business deadline at once, so neither extend
+        # nor resume is offered past it: the business's word is not ours to move.
+        can_observe = can_observe and not view.business_deadline_passed
         if can_observe and budget_or_time and view.extensions_used < MAX_EXTENSIONS:
             opts.append(
                 Option(

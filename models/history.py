@@ -341,7 +341,12 @@ ROW_FACTS: Final[Mapping[str, str]] = {
     "result_fetch_attempts": "int",
     "collect_deadline": "time",
     "first_sent_at": "time",
+    "business_deadline": "time",
 }
+# Facts added after rows were first digested: left out of the digest while unset, so a
+# row written before its column existed still digests as its history recorded it (and
+# setting or clearing one still changes the digest).
+LATER_FACTS: Final = frozenset({"business_deadline"})
 # Columns deliberately outside the digest, each for a reason:
 UNBOUND_COLUMNS: Final = frozenset(
     {
@@ -382,7 +387,11 @@ def _fact(kind: str, value: Any) -> Any:
 
 def row_digest(facts: Mapping[str, Any]) -> str:
     """sha256 over the row's ``ROW_FACTS`` (every one must be present, None when unset)."""
-    material = {name: _fact(kind, facts[name]) for name, kind in ROW_FACTS.items()}
+    material = {
+        name: _fact(kind, facts[name])
+        for name, kind in ROW_FACTS.items()
+        if facts[name] is not None or name not in LATER_FACTS
+    }
     return hashlib.sha256(canonical(material)).hexdigest()
 
 

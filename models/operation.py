@@ -58,6 +58,8 @@ class Operation:
     result_fetch_attempts: int
     collect_deadline: datetime | None
     first_sent_at: datetime | None
+    # When the business stops wanting the work (0012); None: only the job's deadlines hold.
+    business_deadline: datetime | None = None
     # The status request the last decision reserved and counted; None when none is.
     reserved_request: int | None = None
     # At most concurrency_limit unfinished operations of one tenant share this key (0011).

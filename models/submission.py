@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
+from jobwarden.models.business_deadline import check_business_deadline
 from jobwarden.models.concurrency import check_concurrency_key
 from jobwarden.models.contract import ProviderContract
 from jobwarden.models.contract_fields import MAX_COUNT, MAX_SECONDS
@@ -65,6 +67,8 @@ class Submission:
     cancel_deadline_seconds: float | None
     # Operations of one tenant sharing this key are admitted limit at a time (0011).
     concurrency_key: str | None = None
+    # An absolute time, or seconds from the intake's now (models/business_deadline.py).
+    business_deadline: datetime | float | None = None
 
 
 def _storable(label: str, value: str) -> None:
@@ -207,6 +211,7 @@ def check_submission(  # noqa: PLR0913
     max_transport_failures: object = None,
     cancel_deadline_seconds: object = None,
     concurrency_key: object = None,
+    business_deadline: object = None,
 ) -> Submission:
     """Every intake rule, in the order a caller would fix them; the first failure raises.
 
@@ -241,6 +246,7 @@ def check_submission(  # noqa: PLR0913
         result_deadline_seconds=check_seconds("result_deadline_seconds", result_deadline_seconds),
         cancel_deadline_seconds=check_seconds("cancel_deadline_seconds", cancel_deadline_seconds),
         concurrency_key=check_concurrency_key(concurrency_key, max_length=limits.concurrency_key),
+        business_deadline=check_business_deadline(business_deadline),
         command=check_provider_command(
             command, providers[checked_provider] if isinstance(providers, Mapping) else None
         ),

@@ -198,6 +198,8 @@ class OperationRow(Base):
     # When the first create was claimed: sent again as is on every retry (companion
     # headers such as Repeatability-First-Sent must not change between attempts).
     first_sent_at: Mapped[datetime | None] = mapped_column(TZ)
+    # The business's own deadline (0012), separate from the provider job's: NULL for none.
+    business_deadline: Mapped[datetime | None] = mapped_column(TZ)
     # The status request the last decision reserved (already in status_requests_used): the
     # next poll sends it without a claim commit of its own. NULL when none is reserved.
     reserved_request: Mapped[int | None] = mapped_column(Integer)

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from jobwarden.models import api_store, concurrency_store, intake_store, store
 from jobwarden.models.api_store import IntakeEntry
+from jobwarden.models.business_deadline import resolve
 from jobwarden.models.concurrency import admits_now, key_limit
 from jobwarden.models.contract import ProviderContract
 from jobwarden.models.db import transaction
@@ -113,6 +114,7 @@ def submit_operation(
     max_transport_failures: int | None = None,
     cancel_deadline_seconds: float | None = None,
     concurrency_key: str | None = None,
+    business_deadline: datetime | float | str | None = None,
     trace_parent: str | None = None,
     door: str = "python",
     caller: Caller | None = None,
@@ -145,6 +147,7 @@ def submit_operation(
             max_transport_failures=max_transport_failures,
             cancel_deadline_seconds=cancel_deadline_seconds,
             concurrency_key=concurrency_key,
+            business_deadline=business_deadline,
         )
     except RefusedInputError as exc:
         _log_invalid(rt, door, who, tenant, idempotency_key, requested_by, str(exc))
@@ -279,6 +282,10 @@ def _intent(
     }
     if sub.concurrency_key is not None:
         excerpt["concurrency_key"] = sub.concurrency_key
+    # Not fingerprinted: "in 600 s" repeated a moment later is the same request.
+    business_deadline = resolve(sub.business_deadline, now)
+    if business_deadline is not None:
+        excerpt["business_deadline"] = business_deadline.isoformat()
     first = [
         EventDraft(
             kind=EventKind.intent_recorded,
@@ -330,6 +337,8 @@ def _intent(
     }
     if sub.cancel_deadline_seconds is not None:
         values["cancel_window_seconds"] = sub.cancel_deadline_seconds
+    if business_deadline is not None:
+        values["business_deadline"] = business_deadline
     if sub.concurrency_key is not None:
         values["concurrency_key"] = sub.concurrency_key
         values["concurrency_limit"] = key_limit(contract.concurrency)

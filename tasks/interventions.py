@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from jobwarden.models import store
 from jobwarden.models.actions import EscalationReason
+from jobwarden.models.business_deadline import passed
 from jobwarden.models.cancel_requests import decide_cancel_request
 from jobwarden.models.db import transaction
 from jobwarden.models.errors import LeaseNotAcquiredError, RefusedInputError, StaleVersionError
@@ -140,6 +141,7 @@ def _escalation_view(rt: Runtime, row: Operation) -> EscalationView:
         has_remote_job=row.remote_job_id is not None and row.status_url is not None,
         contract_has_cancel=rt.contract(row.provider).cancel is not None,
         extensions_used=row.extensions_used,
+        business_deadline_passed=passed(row.business_deadline, utcnow()),
     )
 
 

@@ -72,6 +72,13 @@ class SubmissionBody(BaseModel):
     bounds: Bounds | None = None
     # Checked by intake's own rule (models/concurrency.py), whose error names the field.
     concurrency_key: str | None = None
+    # An ISO 8601 time with its offset, or seconds from now; checked by intake's own rule
+    # (models/business_deadline.py). Not part of the fingerprint.
+    business_deadline: str | float | None = Field(
+        default=None,
+        description="when the business stops wanting the work: an ISO 8601 time with its "
+        "UTC offset, or seconds from now; automation stops with deadline_exceeded then",
+    )
 
 
 class Links(BaseModel):
@@ -350,6 +357,7 @@ async def submit(
                 max_transport_failures=bounds.max_transport_failures,
                 cancel_deadline_seconds=bounds.cancel_deadline_seconds,
                 concurrency_key=body.concurrency_key,
+                business_deadline=body.business_deadline,
                 trace_parent=request.headers.get("traceparent"),
                 door="http",
                 caller=Caller(

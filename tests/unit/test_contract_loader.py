@@ -20,6 +20,7 @@ from jobwarden.models.contract import (
     Limits,
     PollPolicy,
     ProviderContract,
+    RateLimit,
     ReconciliationPath,
     ReconciliationSpec,
     RemoteStatus,
@@ -692,6 +693,7 @@ SPECS = {
     "poll": PollPolicy,
     "limits": Limits,
     "concurrency": ConcurrencySpec,
+    "rate_limit": RateLimit,
 }
 
 

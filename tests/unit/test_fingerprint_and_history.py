@@ -329,6 +329,7 @@ EDITS: dict[str, Any] = {
     "result_fetch_attempts": 7,
     "collect_deadline": T0,
     "first_sent_at": T0,
+    "business_deadline": T0,
 }
 
 
