@@ -12,6 +12,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -80,7 +81,8 @@ def _stdio_params(token: str) -> StdioServerParameters:
     }
     assert set(entry["env"]) == set(ours), "the snippet names exactly what the server needs"
     # The snippet's "jobwarden" is the installed script, beside this interpreter.
-    command = str(Path(sys.executable).parent / entry["command"])
+    command = shutil.which(entry["command"], path=str(Path(sys.executable).parent))
+    assert command is not None, f"no {entry['command']} script beside {sys.executable}"
     isolation = {k: os.environ[k] for k in ("JOBWARDEN_KEY_PREFIX", "JOBWARDEN_QUEUE")}
     return StdioServerParameters(
         command=command, args=entry["args"], env={**ours, **isolation}, cwd=REPO
@@ -304,10 +306,12 @@ def http_server() -> Iterator[str]:
 
 
 @asynccontextmanager
-async def http_client(url: str, token: str) -> AsyncIterator[Client]:
+async def http_client(url: str, token: str, mode: str = "auto") -> AsyncIterator[Client]:
+    """An SDK client sending the token on every request; mode "legacy" is the
+    initialize handshake most agent hosts speak today, "auto" the newest protocol."""
     async with (
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=WAIT) as http,
-        Client(streamable_http_client(url, http_client=http)) as client,
+        Client(streamable_http_client(url, http_client=http), mode=mode) as client,
     ):
         yield client
 
@@ -342,7 +346,7 @@ def test_over_streamable_http_a_bad_token_is_refused_and_tenants_never_see_each_
                         )
                     )
                     our_list = _answer(await client.call_tool("list_escalations", {}))
-                async with http_client(url, their_token) as client:
+                async with http_client(url, their_token, mode="legacy") as client:
                     foreign = [
                         _error(await client.call_tool("get_operation", {"operation_id": op}))
                         for op in (created["operation_id"], str(escalated))
