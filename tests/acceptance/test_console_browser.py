@@ -121,7 +121,7 @@ def wait_state(database_url: str, op_id: str, state: str) -> None:
 def test_an_escalated_operation_is_extended_from_the_queue_and_its_page_shows_polling_resume(
     page: Any, database_url: str, tenant: str
 ) -> None:
-    op = submit(tenant, {"polls_to_finish": 5}, max_status_requests=2)
+    op = submit(tenant, {"polls_to_finish": 7}, max_status_requests=4)
     wait_state(database_url, op, "escalated")
     page.reload()
     group = page.locator('section[data-reason="request_budget_exhausted"]')
@@ -134,7 +134,7 @@ def test_an_escalated_operation_is_extended_from_the_queue_and_its_page_shows_po
     page.wait_for_url(f"**/console/operations/{op}")
     extend = page.locator('button[data-option="extend"]')
     assert extend.inner_text() == "extend once: +15 min, +4 checks"
-    assert page.locator('tr[data-counter="status requests"] td').nth(1).inner_text() == "2 of 2"
+    assert page.locator('tr[data-counter="status requests"] td').nth(1).inner_text() == "4 of 4"
     page.fill("#note", "the export is slow today; one more look")
     extend.click()
     page.wait_for_url(f"**/console/operations/{op}?done=extend")
@@ -142,9 +142,12 @@ def test_an_escalated_operation_is_extended_from_the_queue_and_its_page_shows_po
     # The new bounds, then the resumed polling arriving over the live stream (no reload):
     # three more status requests, and the job's success.
     page.locator("#state", has_text="succeeded").wait_for()
-    assert page.locator('tr[data-counter="status requests"] td').nth(1).inner_text() == "5 of 6"
+    assert page.locator('tr[data-counter="status requests"] td').nth(1).inner_text() == "7 of 8"
     story = page.locator("#story").inner_text()
-    assert "human:token:operator" in story and "status request 5/6" in story
+    assert "human:token:operator" in story and "status request 7/8" in story
+    # The page changed under the operator's eyes, without a reload: the live stream did it.
+    assert int(page.locator("#live").get_attribute("data-refreshed") or 0) >= 1
+    assert "stopped: request_budget_exhausted" in (page.locator("#timeline").inner_html())
     assert "chain verified" in page.locator("#chain").inner_text()
     shot(page, "operation_extended")
 

@@ -10,7 +10,12 @@ document.addEventListener("DOMContentLoaded", function () {
   function refresh() {
     fetch(live.dataset.fragment, { credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.text() : null; })
-      .then(function (html) { if (html !== null) live.innerHTML = html; });
+      .then(function (html) {
+        if (html === null) return;
+        live.innerHTML = html;
+        // How many times the page changed without a reload (the browser tests read it).
+        live.dataset.refreshed = String(Number(live.dataset.refreshed || 0) + 1);
+      });
   }
   source.addEventListener("changed", function (e) {
     var version = JSON.parse(e.data).version;
