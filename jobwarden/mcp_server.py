@@ -118,7 +118,7 @@ class EscalationsAnswer(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class Doors:
+class Backend:
     """What the tools need: the database, the runtime, and how a call names its token."""
 
     database_url: str
@@ -131,10 +131,10 @@ def _unauthenticated() -> ToolError:
     return ToolError("unauthenticated: the API token is unknown or revoked")
 
 
-def _principal(doors: Doors, ctx: Context, scope: TokenScope) -> Principal:
+def _principal(backend: Backend, ctx: Context, scope: TokenScope) -> Principal:
     """The caller's principal, which must hold ``scope``; a tool error otherwise."""
-    if doors.stdio_token is not None:
-        principal = principal_of(doors.database_url, doors.stdio_token)
+    if backend.stdio_token is not None:
+        principal = principal_of(backend.database_url, backend.stdio_token)
     else:
         request = ctx.request_context.request
         state = getattr(request, "scope", {}).get("state") or {}
@@ -149,7 +149,7 @@ def _principal(doors: Doors, ctx: Context, scope: TokenScope) -> Principal:
     return principal
 
 
-def _owned(doors: Doors, principal: Principal, operation_id: str) -> Operation:
+def _owned(backend: Backend, principal: Principal, operation_id: str) -> Operation:
     """The principal's tenant's operation; one not_found for unknown, malformed or foreign."""
     try:
         parsed = uuid.UUID(operation_id)
@@ -157,7 +157,7 @@ def _owned(doors: Doors, principal: Principal, operation_id: str) -> Operation:
         parsed = None
     row = None
     if parsed is not None:
-        with snapshot(doors.database_url) as session:
+        with snapshot(backend.database_url) as session:
             row = query_store.operation_for_tenant(session, principal.tenant, parsed)
     if row is None:
         raise ToolError(f"not_found: operation_id {operation_id!r}: no such operation")
@@ -179,7 +179,7 @@ def _refusal(exc: RefusedInputError) -> ToolError:
 
 
 def _start(
-    doors: Doors,
+    backend: Backend,
     ctx: Context,
     operation_key: str,
     provider: str,
@@ -188,7 +188,7 @@ def _start(
     bounds: Bounds | None,
     concurrency_key: str | None,
 ) -> StartAnswer:
-    principal = _principal(doors, ctx, TokenScope.submit)
+    principal = _principal(backend, ctx, TokenScope.submit)
     limits = bounds or Bounds()
     # SEP-414: W3C trace context travels in the request's _meta (not a tool argument); a
     # valid traceparent gives the operation its trace id, as the header does over HTTP.
@@ -210,7 +210,7 @@ def _start(
             trace_parent=trace_parent if isinstance(trace_parent, str) else None,
             door="mcp",
             caller=Caller(actor=principal.actor, token_id=principal.token_id),
-            runtime=doors.runtime(),
+            runtime=backend.runtime(),
         )
     except RefusedInputError as exc:
         raise _refusal(exc) from None
@@ -224,14 +224,14 @@ def _start(
     )
 
 
-def _cancel(doors: Doors, ctx: Context, operation_id: str, reason: str) -> CancelAnswer:
-    principal = _principal(doors, ctx, TokenScope.cancel)
-    row = _owned(doors, principal, operation_id)
+def _cancel(backend: Backend, ctx: Context, operation_id: str, reason: str) -> CancelAnswer:
+    principal = _principal(backend, ctx, TokenScope.cancel)
+    row = _owned(backend, principal, operation_id)
     if row.state in TERMINAL:
         raise ToolError(f"conflict: the operation has ended ({row.state.value})")
     try:
         state = interventions.request_cancel(
-            str(row.operation_id), principal.actor, reason, runtime=doors.runtime()
+            str(row.operation_id), principal.actor, reason, runtime=backend.runtime()
         )
     except LostRaceError:
         raise ToolError("conflict: the operation is busy; call again") from None
@@ -240,13 +240,15 @@ def _cancel(doors: Doors, ctx: Context, operation_id: str, reason: str) -> Cance
     return CancelAnswer(operation_id=str(row.operation_id), state=state)
 
 
-def _escalations(doors: Doors, ctx: Context, limit: int, cursor: str | None) -> EscalationsAnswer:
-    principal = _principal(doors, ctx, TokenScope.read)
+def _escalations(
+    backend: Backend, ctx: Context, limit: int, cursor: str | None
+) -> EscalationsAnswer:
+    principal = _principal(backend, ctx, TokenScope.read)
     try:
         after = decode_cursor(cursor) if cursor is not None else None
     except ProblemError:
         raise ToolError("invalid_request: cursor: not a cursor this server returned") from None
-    with transaction(doors.database_url) as session:
+    with transaction(backend.database_url) as session:
         counts = query_store.escalation_counts(session, principal.tenant)
         page = query_store.escalations(session, principal.tenant, limit=limit, after=after)
     by_reason: dict[str, int] = {}
@@ -281,7 +283,9 @@ OperationKey = Annotated[
         description="Your key for this one intent, chosen once and reused on every retry of it",
     ),
 ]
-OperationIdArg = Annotated[str, Field(description="the operation_id start_operation answered")]
+OperationIdArg = Annotated[
+    str, Field(max_length=100, description="the operation_id start_operation answered")
+]
 
 
 def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPServer:
@@ -298,7 +302,7 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
                 built.append(build_runtime(settings))
             return built[0]
 
-    doors = Doors(database_url=settings.database_url, runtime=runtime, stdio_token=stdio_token)
+    backend = Backend(database_url=settings.database_url, runtime=runtime, stdio_token=stdio_token)
     server: MCPServer = MCPServer("jobwarden", instructions=INSTRUCTIONS, log_level="WARNING")
 
     @server.tool(
@@ -333,7 +337,7 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
         ] = None,
     ) -> StartAnswer:
         return _start(
-            doors, ctx, operation_key, provider, command, source_event_id, bounds, concurrency_key
+            backend, ctx, operation_key, provider, command, source_event_id, bounds, concurrency_key
         )
 
     @server.tool(
@@ -344,8 +348,8 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
         annotations=ToolAnnotations(read_only_hint=True),
     )
     def get_operation(operation_id: OperationIdArg, ctx: Context) -> OperationView:
-        principal = _principal(doors, ctx, TokenScope.read)
-        return http_operation_view(runtime(), _owned(doors, principal, operation_id))
+        principal = _principal(backend, ctx, TokenScope.read)
+        return http_operation_view(runtime(), _owned(backend, principal, operation_id))
 
     @server.tool(
         description=(
@@ -359,7 +363,7 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
         reason: Annotated[Text, Field(description="why, for the history")],
         ctx: Context,
     ) -> CancelAnswer:
-        return _cancel(doors, ctx, operation_id, reason)
+        return _cancel(backend, ctx, operation_id, reason)
 
     @server.tool(
         description=(
@@ -373,7 +377,7 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
         cursor: Annotated[str | None, Field(min_length=1, max_length=200)] = None,
     ) -> EscalationsAnswer:
-        return _escalations(doors, ctx, limit, cursor)
+        return _escalations(backend, ctx, limit, cursor)
 
     return server
 
