@@ -12,8 +12,7 @@ import hashlib
 import math
 from typing import Any, Final
 
-import rfc8785
-
+from jobwarden.models.canonical import dumps as canonical_json
 from jobwarden.models.errors import InvalidSubmissionError
 
 MAX_COMMAND_BYTES: Final = 64 * 1024
@@ -122,7 +121,7 @@ def canonical_command(command: object) -> bytes:
         raise InvalidSubmissionError("command must be a JSON object")
     _check_json(command, "", 0, _Budget())
     try:
-        encoded = rfc8785.dumps(command)
+        encoded = canonical_json(command)
     except ValueError as exc:  # CanonicalizationError and UnicodeError are both ValueErrors
         # Whatever the checks above missed still ends as refused input, never a crash.
         raise InvalidSubmissionError(f"command cannot be canonicalised: {exc}") from None
@@ -167,5 +166,5 @@ def request_fingerprint(  # noqa: PLR0913 - every part that defines the request,
     if concurrency_key is not None:
         check_utf8("concurrency_key", concurrency_key)
         material["concurrency_key"] = concurrency_key
-    encoded = rfc8785.dumps(material)  # type: ignore[arg-type]  # JSON values by construction
+    encoded = canonical_json(material)
     return hashlib.sha256(encoded).hexdigest()

@@ -33,6 +33,8 @@ from typing import Any, Final
 
 import rfc8785
 
+from jobwarden.models.canonical import dumps as canonical_json
+
 GENESIS_HASH = "0" * 64
 SAFE_INTEGER: Final = 2**53 - 1
 # Postgres text and JSONB cannot hold NUL, so no stored string can collide with a tag.
@@ -178,7 +180,7 @@ def hashable(value: Any) -> Any:
 
 def canonical(value: Any) -> bytes:
     """The bytes that are hashed: RFC 8785 over ``hashable(value)``."""
-    return rfc8785.dumps(hashable(value))
+    return canonical_json(hashable(value))
 
 
 def _legacy(value: Any) -> Any:

@@ -1,0 +1,57 @@
+"""RFC 8785 (JSON Canonicalization Scheme) bytes, fast where the stdlib already agrees.
+
+Every write hashes its events and the row they bind; the ``rfc8785`` package does it in
+pure Python and cost about a tenth of a poll's CPU. For most values the C-accelerated
+``json.dumps`` (sorted keys, no whitespace, UTF-8) gives the very same bytes, and it is
+used exactly where it provably does; anything else goes to ``rfc8785``:
+
+- keys must be ASCII: RFC 8785 sorts keys by UTF-16 code units, Python by code points,
+  and the two orders differ only above U+FFFF against U+E000..U+FFFF;
+- floats must be non-integral with 1e-4 <= |x| < 1e16: there ECMAScript's Number
+  serialisation (RFC 8785 section 3.2.2.3) and Python's shortest ``repr`` write the same
+  digits in the same fixed notation; ``2.0``, ``0.0``, ``1e-05`` and ``1e16`` differ;
+- integers must be within +-(2^53 - 1), the range RFC 8785 holds exactly;
+- strings escape alike (``"``, ``\\``, and U+0000..U+001F, short forms where JSON has
+  them, else lowercase ``\\u00xx``); a lone surrogate cannot be encoded and is left to
+  ``rfc8785``, which refuses it.
+
+tests/unit/test_canonical.py holds the two encoders equal over arbitrary JSON values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import rfc8785
+
+_SAFE = 2**53 - 1
+_ENCODE = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+).encode
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``json.dumps`` spells ``value`` exactly as RFC 8785 does."""
+    if value is None or isinstance(value, bool | str):
+        return True
+    if isinstance(value, int):
+        return -_SAFE <= value <= _SAFE  # beyond, RFC 8785 holds no exact double: rfc8785 refuses
+    if isinstance(value, float):
+        return not value.is_integer() and 1e-4 <= abs(value) < 1e16
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and k.isascii() and _plain(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(_plain(v) for v in value)
+    return False
+
+
+def dumps(value: Any) -> bytes:
+    """The RFC 8785 bytes of a JSON value; raises as ``rfc8785.dumps`` does for the rest."""
+    if _plain(value):
+        try:
+            return _ENCODE(value).encode("utf-8")
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: rfc8785 says why it cannot be canonical
+    return rfc8785.dumps(value)
