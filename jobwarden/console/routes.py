@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from jobwarden.api.auth import Principal, Scope, secret_hash
 from jobwarden.api.context import runtime_of, settings_of
+from jobwarden.api.problems import ProblemError
 from jobwarden.api.queries import decode_cursor, encode_cursor, parse_operation_id
 from jobwarden.console import session as sessions
 from jobwarden.console.live import LiveHub, Marker, sse
@@ -73,6 +74,16 @@ async def form_of(request: Request) -> dict[str, str]:
 
 
 Form = Annotated[dict[str, str], Depends(form_of)]
+
+
+def cursor_at(raw: str | None) -> query_store.Position | None:
+    """The position a page's ``cursor`` names; a page naming the parameter when it is bad."""
+    if not raw:
+        return None
+    try:
+        return decode_cursor(raw)
+    except ProblemError:
+        raise ConsoleError(422, "cursor: not a cursor this console returned") from None
 
 
 def session_of(request: Request) -> sessions.ConsoleSession:
@@ -140,7 +151,7 @@ def logout(current: Session, form: Form) -> Response:
 
 @router.get("/")
 def queue(request: Request, current: Session, cursor: str | None = None) -> HTMLResponse:
-    after = decode_cursor(cursor) if cursor else None
+    after = cursor_at(cursor)
     groups, total, nxt = needs_a_human(
         settings_of(request).database_url, current.principal, limit=100, after=after
     )
@@ -159,7 +170,7 @@ def queue(request: Request, current: Session, cursor: str | None = None) -> HTML
 def _owned_page(request: Request, current: sessions.ConsoleSession, raw_id: str) -> Any:
     try:
         op_id = parse_operation_id(raw_id)
-    except Exception:
+    except ProblemError:
         raise ConsoleError(404, "no such operation in this tenant") from None
     found = operation_page(
         settings_of(request).database_url, runtime_of(request), current.principal, op_id, utcnow()
@@ -221,7 +232,7 @@ async def operation_stream(request: Request, operation_id: str) -> StreamingResp
     current = await run_in_threadpool(session_of, request)
     try:
         op_id = parse_operation_id(operation_id)
-    except Exception:
+    except ProblemError:
         raise ConsoleError(404, "no such operation in this tenant") from None
 
     def owned() -> bool:

@@ -9,6 +9,7 @@ tasks/interventions.decide_escalation, as if decided one by one.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -18,13 +19,14 @@ from fastapi.responses import HTMLResponse, Response
 
 from jobwarden.api.auth import Scope
 from jobwarden.api.context import runtime_of, settings_of
-from jobwarden.api.queries import decode_cursor, encode_cursor
+from jobwarden.api.queries import encode_cursor
 from jobwarden.console.routes import (
     NO_REASON,
     ConsoleError,
     Form,
     Session,
     checked,
+    cursor_at,
     page,
     router,
 )
@@ -96,7 +98,7 @@ def search(request: Request, current: Session, cursor: str | None = None) -> HTM
     params = _filters(request)
     query = parse_filter(current.principal.tenant, params, limit=PAGE)
     if cursor:
-        query = query_store.OperationFilter(**{**_fields(query), "after": decode_cursor(cursor)})
+        query = replace(query, after=cursor_at(cursor))
     with snapshot(settings_of(request).database_url) as session:
         found = query_store.list_operations(session, query)
     given = {k: v for k, v in params.items() if v}
@@ -112,19 +114,13 @@ def search(request: Request, current: Session, cursor: str | None = None) -> HTM
     )
 
 
-def _fields(f: query_store.OperationFilter) -> dict[str, Any]:
-    return {name: getattr(f, name) for name in f.__slots__}
-
-
 def matching(database_url: str, f: query_store.OperationFilter) -> list[dict[str, Any]]:
     """Every operation the bulk filter matches, up to MAX_BULK + 1 (one more says: too many)."""
     rows: list[dict[str, Any]] = []
     after = None
     with snapshot(database_url) as session:
         while len(rows) <= MAX_BULK:
-            found = query_store.list_operations(
-                session, query_store.OperationFilter(**{**_fields(f), "after": after})
-            )
+            found = query_store.list_operations(session, replace(f, after=after))
             rows.extend(dict(r) for r in found.rows)
             if found.next is None:
                 break

@@ -298,6 +298,9 @@ def test_search_finds_by_remote_job_id_and_key_and_pages_by_keyset(
         assert second.text.count("<tr data-operation=") == 3 and str(ops[-1]) in second.text
         bad = client.get("/console/search", params={"state": "sleeping"})
         assert bad.status_code == 422 and "state" in bad.text
+        forged = client.get("/console/search", params={"cursor": "bm90LWEtY3Vyc29y"})
+        assert forged.status_code == 422 and "cursor" in forged.text
+        assert forged.headers["content-type"].startswith("text/html")
 
 
 def test_a_bulk_resume_shows_its_dry_run_count_then_decides_each_operation_alone(
