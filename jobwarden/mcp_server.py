@@ -187,6 +187,7 @@ def _start(
     source_event_id: str | None,
     bounds: Bounds | None,
     concurrency_key: str | None,
+    business_deadline: str | float | None,
 ) -> StartAnswer:
     principal = _principal(backend, ctx, TokenScope.submit)
     limits = bounds or Bounds()
@@ -207,6 +208,7 @@ def _start(
             max_transport_failures=limits.max_transport_failures,
             cancel_deadline_seconds=limits.cancel_deadline_seconds,
             concurrency_key=concurrency_key,
+            business_deadline=business_deadline,
             trace_parent=trace_parent if isinstance(trace_parent, str) else None,
             door="mcp",
             caller=Caller(actor=principal.actor, token_id=principal.token_id),
@@ -335,9 +337,25 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
                 "wait in submission order (state queued)"
             ),
         ] = None,
+        business_deadline: Annotated[
+            str | float | None,
+            Field(
+                description="when the business stops wanting the work: an ISO 8601 time with "
+                "its UTC offset, or seconds from now; automation stops with deadline_exceeded "
+                "then (not part of the fingerprint)"
+            ),
+        ] = None,
     ) -> StartAnswer:
         return _start(
-            backend, ctx, operation_key, provider, command, source_event_id, bounds, concurrency_key
+            backend,
+            ctx,
+            operation_key,
+            provider,
+            command,
+            source_event_id,
+            bounds,
+            concurrency_key,
+            business_deadline,
         )
 
     @server.tool(

@@ -440,3 +440,34 @@ def test_a_traceparent_in_the_calls_meta_gives_the_operation_its_trace_id(
     with transaction(database_url) as session:
         row = store.find_by_key(session, tenant, "traced")
     assert row is not None and row.trace_id == trace_id
+
+
+def test_start_operation_passes_the_business_deadline_to_the_intake(database_url: str) -> None:
+    tenant = tenant_name()
+    start = {"operation_key": "window", "provider": "sandbox", "command": COMMAND}
+    at = "2099-01-01T09:00:00+00:00"
+
+    async def calls() -> tuple[dict[str, Any], dict[str, Any], str]:
+        async with _in_process(database_url, _token(database_url, tenant)) as client:
+            created = _answer(
+                await client.call_tool("start_operation", {**start, "business_deadline": at})
+            )
+            # Not part of the fingerprint: a retry naming it again in seconds is the same request.
+            again = _answer(
+                await client.call_tool("start_operation", {**start, "business_deadline": 60})
+            )
+            bad = _error(
+                await client.call_tool(
+                    "start_operation",
+                    {**start, "operation_key": "w2", "business_deadline": "2099-01-01T09:00:00"},
+                )
+            )
+            return created, again, bad
+
+    created, again, bad = anyio.run(calls)
+    assert created["outcome"] == "created" and again["outcome"] == "replayed"
+    assert "invalid_submission: business_deadline must name its UTC offset" in bad
+    with transaction(database_url) as session:
+        row = store.find_by_key(session, tenant, "window")
+    assert row is not None and row.business_deadline is not None
+    assert row.business_deadline.isoformat() == at
