@@ -2,7 +2,7 @@
 
 The cookie holds the token's sha256 (what the tokens table stores, useless as a
 credential: authentication takes the token itself) and a per-session CSRF
-token, signed with itsdangerous (HMAC-SHA1 over the payload and a timestamp) and
+token, signed with itsdangerous (HMAC-SHA256 over the payload and a timestamp) and
 refused after ``console_session_hours``. No session row: every request looks
 the token up again, so a revoked token ends its console sessions at once.
 
@@ -15,6 +15,7 @@ over plain http://127.0.0.1, which is how tests and a local console run.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
@@ -46,7 +47,9 @@ class LoginRequiredError(Exception):
 
 def _serializer(request: Request, salt: str) -> URLSafeTimedSerializer:
     # The key is drawn once per app by jobwarden.console.install.
-    return URLSafeTimedSerializer(request.app.state.console_key, salt=salt)
+    return URLSafeTimedSerializer(
+        request.app.state.console_key, salt=salt, signer_kwargs={"digest_method": hashlib.sha256}
+    )
 
 
 def secure_cookie(request: Request) -> bool:
