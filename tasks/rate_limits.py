@@ -8,7 +8,10 @@ agree. A refused request is not queued: it learns when to ask again, and refused
 requests are spread one emission interval apart behind the next free token, so
 a crowd that was refused together does not come back together and be refused
 again (each refusal is a recorded decision, and a herd would cost one per
-operation per token).
+operation per token). Requests about work already started (status, cancel,
+result, reconciliation) are spread ahead of new creates: a provider's backlog of
+creates must not keep running jobs from being observed, cancelled or collected,
+and a create told a time that a follow-up then took simply asks again.
 
 If Redis loses the keys (a restart without persistence, a flush), the bucket
 starts full again: at most ``burst`` requests more than the limit go out,
@@ -24,9 +27,10 @@ from redis import Redis
 from jobwarden.models.contract import ProviderContract, RateLimit
 from jobwarden.models.rate_limits import credential_reference
 
-# KEYS[1]: the bucket's theoretical arrival time (TAT); KEYS[2]: the next retry slot
-# handed to a refused request. ARGV: emission interval (s), burst, now (s, '' = Redis TIME).
-# Times travel as decimal strings: Lua numbers returned to Redis become integers.
+# KEYS[1]: the bucket's theoretical arrival time (TAT); KEYS[2] and KEYS[3]: the next retry
+# slot handed to a refused follow-up request and to a refused create. ARGV: emission
+# interval (s), burst, now (s, '' = Redis TIME), '1' for a create. Times travel as decimal
+# strings: Lua numbers returned to Redis become integers.
 _TAKE = """
 local now
 if ARGV[3] == '' then
@@ -46,9 +50,14 @@ if now >= free_at then
              'PX', math.ceil((new_tat - now) * 1000) + 1000)
   return {1, '0'}
 end
-local slot = tonumber(redis.call('GET', KEYS[2]) or '0')
-if slot < free_at then slot = free_at end
-redis.call('SET', KEYS[2], string.format('%.6f', slot + interval),
+local follow = tonumber(redis.call('GET', KEYS[2]) or '0')
+if follow < free_at then follow = free_at end
+local key, slot = KEYS[2], follow
+if ARGV[4] == '1' then
+  key, slot = KEYS[3], tonumber(redis.call('GET', KEYS[3]) or '0')
+  if slot < follow then slot = follow end
+end
+redis.call('SET', key, string.format('%.6f', slot + interval),
            'PX', math.ceil((slot + interval - now) * 1000) + 1000)
 return {0, string.format('%.6f', slot - now)}
 """
@@ -78,10 +87,12 @@ def take(
     prefix: str,
     contract: ProviderContract,
     *,
+    create: bool = False,
     now: float | None = None,
 ) -> Token:
     """Take one token for a request to ``contract``'s provider, or say when to ask again.
 
+    ``create``: the request starts new work, and waits behind refused follow-ups.
     Without a ``[rate_limit]`` every request is granted without a Redis call. ``now``
     (seconds) replaces Redis's clock, for tests only. Redis errors propagate: the
     step that asked fails and is counted, as when its lease could not be read.
@@ -89,15 +100,17 @@ def take(
     limit = contract.rate_limit
     if limit is None:
         return GRANTED
-    return take_from(redis, bucket_key(prefix, contract), limit, now=now)
+    return take_from(redis, bucket_key(prefix, contract), limit, create=create, now=now)
 
 
-def take_from(redis: Redis, key: str, limit: RateLimit, *, now: float | None = None) -> Token:
+def take_from(
+    redis: Redis, key: str, limit: RateLimit, *, create: bool = False, now: float | None = None
+) -> Token:
     script = redis.register_script(_TAKE)
     interval = 1.0 / limit.requests_per_second
     granted, wait = script(
-        keys=[key, f"{key}:retry"],
-        args=[repr(interval), limit.burst, "" if now is None else repr(now)],
+        keys=[key, f"{key}:retry", f"{key}:retry-create"],
+        args=[repr(interval), limit.burst, "" if now is None else repr(now), int(create)],
     )
     if int(granted):
         return GRANTED

@@ -23,6 +23,7 @@ from jobwarden.models.actions import (
     Decided,
     EscalationReason,
     Move,
+    RequestPurpose,
     Send,
     escalate,
 )
@@ -131,7 +132,8 @@ def run(
             break
         # Before the claim commit and the reservation's spend, so a refused token costs
         # neither a counted request nor a reservation; the step waits, never sleeps.
-        token = take(rt.redis, rt.settings.key_prefix, ctx.contract)
+        starts = send.request.purpose is RequestPurpose.create and op.create_attempts == 0
+        token = take(rt.redis, rt.settings.key_prefix, ctx.contract, create=starts)
         if not token.granted:
             decided = rate_limited(decided, send, retry_after=token.retry_after, now=now)
             break

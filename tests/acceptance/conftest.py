@@ -79,6 +79,12 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (out / "sandbox_approval.toml").write_text(
         _variant(base, "sandbox_approval", requires_approval="true")
     )
+    # One credential limited to 5 requests/s with a burst of 2 (test_flow_limits.py).
+    (out / "sandbox_ratelimited.toml").write_text(
+        _variant(base, "sandbox_ratelimited").replace(
+            "[limits]", "[rate_limit]\nrequests_per_second = 5\nburst = 2\n\n[limits]", 1
+        )
+    )
     unreachable = _variant(
         base, "sandbox_unreachable", base_url=f'"http://127.0.0.1:{_free_port()}"'
     )

@@ -65,6 +65,7 @@ def test_a_business_deadline_as_a_time_is_stored_as_given_and_the_history_verifi
     with transaction(get_settings().database_url) as session:
         assert store.verify(session, op.operation_id) == []
         intent = store.events_for(session, op.operation_id)[0]
+    assert intent.draft.excerpt is not None
     assert intent.draft.excerpt["business_deadline"] == "2031-01-02T08:00:00+00:00"
 
 
@@ -127,7 +128,11 @@ def _post(api: str, database_url: str, body: dict[str, object]) -> httpx.Respons
 
 
 def test_the_http_door_stores_the_business_deadline(api: str, database_url: str) -> None:
-    body = {"provider": "sandbox", "command": COMMAND, "business_deadline": "2031-01-02T09:00:00Z"}
+    body: dict[str, object] = {
+        "provider": "sandbox",
+        "command": COMMAND,
+        "business_deadline": "2031-01-02T09:00:00Z",
+    }
     response = _post(api, database_url, body)
     assert response.status_code == 201, response.text
     op = _row(response.json()["operation_id"])
@@ -137,7 +142,7 @@ def test_the_http_door_stores_the_business_deadline(api: str, database_url: str)
 def test_the_http_door_refuses_a_malformed_business_deadline_as_a_422(
     api: str, database_url: str
 ) -> None:
-    body = {"provider": "sandbox", "command": COMMAND, "business_deadline": -5}
+    body: dict[str, object] = {"provider": "sandbox", "command": COMMAND, "business_deadline": -5}
     response = _post(api, database_url, body)
     assert response.status_code == 422, response.text
     assert response.headers["content-type"] == "application/problem+json"

@@ -52,6 +52,23 @@ def test_requests_refused_together_are_told_to_come_back_one_interval_apart(
     assert all(take_from(redis_client, key, limit, now=T0 + w).granted for w in waits)
 
 
+def test_a_refused_follow_up_is_told_a_time_ahead_of_the_creates_already_waiting(
+    redis_client: Redis,
+) -> None:
+    limit, key = RateLimit(requests_per_second=5, burst=1), _key()
+    assert take_from(redis_client, key, limit, create=True, now=T0).granted
+    creates = [
+        take_from(redis_client, key, limit, create=True, now=T0).retry_after for _ in range(3)
+    ]
+    assert creates == pytest.approx([0.2, 0.4, 0.6])
+    status = take_from(redis_client, key, limit, now=T0 + 0.01)
+    assert status.retry_after == pytest.approx(0.19)  # the next free token, not the fourth
+    # Creates refused later still queue behind both.
+    assert take_from(redis_client, key, limit, create=True, now=T0).retry_after == pytest.approx(
+        0.8
+    )
+
+
 def test_a_contract_without_a_rate_limit_never_asks_redis() -> None:
     # A client whose every command would fail: the grant cannot have come from it.
     dead = Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.1)
