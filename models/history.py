@@ -344,11 +344,14 @@ ROW_FACTS: Final[Mapping[str, str]] = {
     "collect_deadline": "time",
     "first_sent_at": "time",
     "business_deadline": "time",
+    # fixed at intake: which key the operation shares, and how many may hold it
+    "concurrency_key": "text",
+    "concurrency_limit": "int",
 }
 # Facts added after rows were first digested: left out of the digest while unset, so a
 # row written before its column existed still digests as its history recorded it (and
 # setting or clearing one still changes the digest).
-LATER_FACTS: Final = frozenset({"business_deadline"})
+LATER_FACTS: Final = frozenset({"business_deadline", "concurrency_key", "concurrency_limit"})
 # Columns deliberately outside the digest, each for a reason:
 UNBOUND_COLUMNS: Final = frozenset(
     {

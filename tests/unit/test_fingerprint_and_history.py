@@ -330,6 +330,8 @@ EDITS: dict[str, Any] = {
     "collect_deadline": T0,
     "first_sent_at": T0,
     "business_deadline": T0,
+    "concurrency_key": "deploy:x",
+    "concurrency_limit": 2,
 }
 
 

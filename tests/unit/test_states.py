@@ -19,6 +19,10 @@ S = OperationState
 
 # DESIGN.md's diagram, written out by hand so the table cannot drift from it unseen.
 EXPECTED: set[tuple[S, S]] = {
+    # A queued operation is admitted as a fresh submission would start, or a person ends it.
+    (S.queued, S.create_pending),
+    (S.queued, S.awaiting_approval),
+    (S.queued, S.abandoned),
     (S.awaiting_approval, S.create_pending),
     (S.awaiting_approval, S.abandoned),
     (S.create_pending, S.accepted),
