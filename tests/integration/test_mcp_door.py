@@ -211,6 +211,12 @@ def test_tool_errors_name_the_field_or_the_rule_and_never_show_a_traceback(
                 _error(await client.call_tool("start_operation", {**start, "provider": "nope"})),
                 _error(await client.call_tool("start_operation", {**start, "command": [1]})),
                 _error(await client.call_tool("start_operation", {**start, "operation_key": ""})),
+                _error(await client.call_tool("start_operation", {**start, "operation_key": " "})),
+                _error(
+                    await client.call_tool(
+                        "start_operation", {**start, "bounds": {"result_deadline_seconds": 1e9}}
+                    )
+                ),
                 _error(
                     await client.call_tool(
                         "start_operation", {**start, "bounds": {"max_status_requests": 0}}
@@ -226,11 +232,14 @@ def test_tool_errors_name_the_field_or_the_rule_and_never_show_a_traceback(
                 _error(await client.call_tool("list_escalations", {"cursor": "bogus"})),
             ]
 
-    provider, command, key, bounds, malformed, ended, cursor = anyio.run(calls)
+    provider, command, empty, blank, deadline, bounds, malformed, ended, cursor = anyio.run(calls)
     assert "invalid_submission: unknown provider 'nope'" in provider
     assert "command" in command
-    assert "operation_key" in key
-    assert "bounds" in bounds and "max_status_requests" in bounds
+    # The schema's refusals (the SDK's) and the intake's rules name this door's fields.
+    assert "operation_key" in empty and "at least 1 character" in empty
+    assert "invalid_submission: operation_key is required" in blank
+    assert "invalid_submission: bounds.result_deadline_seconds must be at most" in deadline
+    assert "bounds.max_status_requests" in bounds and "greater than 0" in bounds
     assert "not_found: operation_id 'not-a-uuid'" in malformed
     assert "conflict: the operation has ended (succeeded)" in ended
     assert "cursor" in cursor
