@@ -21,7 +21,7 @@ from jobwarden.models.decisions import (
 )
 from jobwarden.models.errors import InvalidSubmissionError
 from jobwarden.models.escalation import EscalationView, OptionKind, options_for
-from jobwarden.models.history import ROW_FACTS, _fact, canonical, row_digest
+from jobwarden.models.history import LATER_FACTS, ROW_FACTS, _fact, canonical, row_digest
 from jobwarden.models.signals import HttpSignal, SignalKind, StatusReading
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.steps import before_create, before_poll, before_reconcile
@@ -225,8 +225,11 @@ def test_past_the_business_deadline_only_cancel_and_abandon_are_offered(
 def test_a_row_without_a_business_deadline_digests_as_before_the_column_existed() -> None:
     op = operation()
     facts = {name: getattr(op, name) for name in ROW_FACTS}
-    # The digest as computed before 0012: the same facts without a business_deadline key.
-    before = {n: _fact(ROW_FACTS[n], v) for n, v in facts.items() if n != "business_deadline"}
+    # The digest as computed before 0012 (and the other later columns): the same facts
+    # without the keys of those that are unset.
+    unset = {n for n in LATER_FACTS if facts[n] is None}
+    assert "business_deadline" in unset
+    before = {n: _fact(ROW_FACTS[n], v) for n, v in facts.items() if n not in unset}
     old = hashlib.sha256(canonical(before)).hexdigest()
     assert row_digest(facts) == old
     assert row_digest({**facts, "business_deadline": NOW}) != old
