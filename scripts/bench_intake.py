@@ -111,7 +111,7 @@ def _over_http(job: Job, keys: list[str], deadline: float, conn: Any) -> tuple[l
     return samples, errors
 
 
-def _client(job: Job, barrier: Any, out: Any) -> None:
+def _client(job: Job, ready: Any, go: Any, out: Any) -> None:
     """One client process: warm up, make the replay keys, wait for the others, run."""
     import http.client
 
@@ -145,7 +145,8 @@ def _client(job: Job, barrier: Any, out: Any) -> None:
                 },
             )
             conn.getresponse().read()
-    barrier.wait(timeout=120)
+    ready.put(job.index)
+    go.wait(timeout=600)
     cpu0 = time.process_time()
     started = time.perf_counter()
     deadline = started + job.seconds
@@ -171,20 +172,20 @@ class Figures:
 def _phase(ctx: Any, phase: tuple[str, str, int], args: argparse.Namespace, server: Any) -> Figures:
     """Run ``procs`` clients of one door and mode at once; their samples pooled."""
     door, mode, procs = phase
-    barrier = ctx.Barrier(procs + 1)
-    out = ctx.Queue()
+    ready, go, out = ctx.Queue(), ctx.Event(), ctx.Queue()
     workers = [
         ctx.Process(
             target=_client,
-            args=(Job(door, mode, args.seconds, i, args.port, args.token), barrier, out),
+            args=(Job(door, mode, args.seconds, i, args.port, args.token), ready, go, out),
         )
         for i in range(procs)
     ]
     for w in workers:
         w.start()
-    barrier.wait(timeout=180)
+    _collect(ready, workers, 300)
     server_before = group_cpu(server.pid) if door == "http" else {}
-    results = [out.get(timeout=args.seconds + 120) for _ in workers]
+    go.set()
+    results = _collect(out, workers, args.seconds + 120)
     server_after = group_cpu(server.pid) if door == "http" else {}
     for w in workers:
         w.join(30)
@@ -202,6 +203,24 @@ def _phase(ctx: Any, phase: tuple[str, str, int], args: argparse.Namespace, serv
         if door == "http"
         else None,
     )
+
+
+def _collect(queue: Any, workers: list[Any], timeout: float) -> list[Any]:
+    """One message per client process; a client that died fails the run at once."""
+    import queue as queues
+
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < len(workers):
+        try:
+            got.append(queue.get(timeout=0.5))
+        except queues.Empty:
+            dead = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                for w in workers:
+                    w.kill()
+                raise RuntimeError(f"a client process failed (exit codes {dead})") from None
+    return got
 
 
 def _free_port() -> int:

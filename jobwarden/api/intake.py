@@ -374,7 +374,10 @@ async def submit(
             # RFC 6901: a key holding "/" or "~" is escaped, so the pointer resolves.
             extensions["errors"] = [{"path": exc.pointer, "message": str(exc)}]
         raise ProblemError(422, "invalid_submission", str(exc), **extensions) from None
-    return await run_in_threadpool(_respond, rt, result, body.provider)
+    if result.outcome is SubmitOutcome.replayed:
+        # Only a replay reads (the state its original answer named); the rest answer inline.
+        return await run_in_threadpool(_respond, rt, result, body.provider)
+    return _respond(rt, result, body.provider)
 
 
 def entry_json(entry: IntakeEntry) -> dict[str, Any]:
