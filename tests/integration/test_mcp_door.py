@@ -480,3 +480,34 @@ def test_start_operation_passes_the_business_deadline_to_the_intake(database_url
         row = store.find_by_key(session, tenant, "window")
     assert row is not None and row.business_deadline is not None
     assert row.business_deadline.isoformat() == at
+
+
+def test_the_mcp_door_answers_as_the_python_door_for_one_key_and_one_source_event(
+    database_url: str,
+) -> None:
+    from jobwarden.tasks.intake import submit_operation
+
+    tenant, key = tenant_name(), f"cross-{secrets.token_hex(4)}"
+    python = submit_operation(
+        tenant=tenant,
+        provider="sandbox",
+        idempotency_key=key,
+        command=COMMAND,
+        requested_by="billing",
+        source_event_id="invoice-7",
+    )
+    start = {"operation_key": key, "provider": "sandbox", "command": COMMAND}
+
+    async def calls() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with _in_process(database_url, _token(database_url, tenant)) as client:
+            same = _answer(await client.call_tool("start_operation", start))
+            event = {**start, "operation_key": f"{key}-b", "source_event_id": "invoice-7"}
+            return same, _answer(await client.call_tool("start_operation", event))
+
+    same, duplicate = anyio.run(calls)
+    # One fingerprint whichever door: the key holds the Python door's operation.
+    assert same["outcome"] == "replayed" and same["operation_id"] == python.operation_id
+    assert same["fingerprint"] == python.fingerprint
+    assert duplicate["outcome"] == "duplicate_event"
+    assert duplicate["operation_id"] == python.operation_id
+    assert "already has an operation" in duplicate["next_step"]
