@@ -3,7 +3,7 @@ Playwright, against the API process on a real uvicorn, real Celery workers and t
 sandbox provider. The browser is /usr/bin/chromium (never a downloaded one); one browser
 serves the whole module, a fresh context (cookies) per test.
 
-Each test saves a screenshot of its page under tests/artifacts/screenshots/ (gitignored).
+Each test saves screenshots of its pages under tests/artifacts/screenshots/ (gitignored).
 Conventions: server-sent events (WHATWG HTML §9.2) keep the operation page live;
 Retry-After (RFC 9110 §10.2.3) windows are shaded on the timeline.
 """
@@ -112,6 +112,16 @@ def state_of(database_url: str, op_id: str) -> str:
     return row.state.value
 
 
+def remote_job_of(database_url: str, op_id: str) -> str:
+    from jobwarden.models import store
+    from jobwarden.models.db import transaction
+
+    with transaction(database_url) as session:
+        row = store.load(session, uuid.UUID(op_id))
+    assert row is not None and row.remote_job_id is not None
+    return row.remote_job_id
+
+
 def wait_state(database_url: str, op_id: str, state: str) -> None:
     from jobwarden.harness import wait_for
 
@@ -124,6 +134,7 @@ def test_an_escalated_operation_is_extended_from_the_queue_and_its_page_shows_po
     op = submit(tenant, {"polls_to_finish": 7}, max_status_requests=4)
     wait_state(database_url, op, "escalated")
     page.reload()
+    shot(page, "needs_a_human_queue")
     group = page.locator('section[data-reason="request_budget_exhausted"]')
     assert group.locator(".count").inner_text() == "1"
     assert (
@@ -203,7 +214,15 @@ def test_the_timeline_of_a_503_with_retry_after_shades_the_window_with_no_reques
     }
     op = submit(tenant, behaviour)
     wait_state(database_url, op, "succeeded")
-    page.goto(f"/console/operations/{op}")
+    # Found by its remote job id through the search page, as an operator would.
+    remote_job_id = remote_job_of(database_url, op)
+    page.goto("/console/search")
+    page.fill('input[name="remote_job_id"]', remote_job_id)
+    page.click("#search")
+    assert page.locator("#results tbody tr").count() == 1
+    shot(page, "search_by_remote_job")
+    page.click(f'#results a[href="/console/operations/{op}"]')
+    page.wait_for_url(f"**/console/operations/{op}")
     window = page.locator("#timeline svg rect.retry-after")
     assert window.count() == 1
     box = window.bounding_box()
