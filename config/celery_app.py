@@ -8,9 +8,13 @@ are parked in Postgres), which avoids Redis redelivering held ETA tasks.
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Celery
+from celery.signals import after_setup_logger, after_setup_task_logger
 
 from jobwarden.config.settings import Settings, get_settings
+from jobwarden.logs import install_formatter
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -58,3 +62,13 @@ def make_celery(settings: Settings) -> Celery:
 
 
 app = make_celery(get_settings())
+
+
+def _structured_logs(logger: Any, **_: Any) -> None:
+    # Celery keeps its handlers (stderr or --logfile) and its levels; only the line format
+    # changes, to jobwarden's structured one (JOBWARDEN_LOG_FORMAT, jobwarden.logs).
+    install_formatter(logger, get_settings().log_format)
+
+
+after_setup_logger.connect(_structured_logs, weak=False)
+after_setup_task_logger.connect(_structured_logs, weak=False)

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     # A wake-up message this overdue is presumed lost and re-sent by the sweeper.
     redispatch_after_seconds: float = Field(default=60.0, gt=0)
     worker_name: str = "worker"
+    # Log lines: JSON objects, or readable text for a terminal; unset: JSON unless stderr
+    # is a TTY (jobwarden.logs).
+    log_format: Literal["json", "console"] | None = None
     # The HTTP API (jobwarden api): where uvicorn listens and with how many processes.
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8080, ge=0, le=65535)

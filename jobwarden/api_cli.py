@@ -130,6 +130,7 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
     import uvicorn
 
     from jobwarden.config.settings import get_settings
+    from jobwarden.logs import uvicorn_log_config
 
     settings = get_settings()
     # A factory import string, so each of several worker processes builds its own app.
@@ -140,6 +141,8 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
         port=settings.api_port if port is None else port,
         workers=workers or settings.api_workers,
         proxy_headers=False,
+        # Every process's lines (uvicorn's, the access log, jobwarden's) structured alike.
+        log_config=uvicorn_log_config(),
     )
 
 

@@ -51,8 +51,17 @@ class Stack:
     ) -> subprocess.Popen[bytes]:
         with (self.log_dir / f"{name}.log").open("ab") as log:
             # The child keeps its own copy of the descriptor; ours can close at once.
+            # --quiet: no banner printed past the logging, so every line is a log record.
             return subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "jobwarden.config.celery_app", *args],
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "--quiet",
+                    "-A",
+                    "jobwarden.config.celery_app",
+                    *args,
+                ],
                 env={**self.env, **extra_env},
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -7,16 +7,16 @@ a caller. Intake, interventions and the tasks all publish through here.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from jobwarden.config.celery_app import app
+from jobwarden.logs import get_logger
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.runtime import Runtime, utcnow
 
-log = logging.getLogger("jobwarden.tasks")
+log = get_logger("jobwarden.tasks")
 
 TASK_FOR_STATE: Mapping[S, str] = {
     S.create_pending: "jobwarden.create",
@@ -47,10 +47,7 @@ def enqueue(rt: Runtime, operation_id: uuid.UUID, state: S, countdown: float = 0
         )
     except Exception as exc:
         log.warning(
-            "enqueue_failed operation_id=%s task=%s error=%s",
-            operation_id,
-            name,
-            type(exc).__name__,
+            "enqueue_failed", operation_id=str(operation_id), task=name, error=type(exc).__name__
         )
         return False
     return True
@@ -94,7 +91,7 @@ def enqueue_many(rt: Runtime, due: Sequence[tuple[uuid.UUID, S]]) -> bool:
                     kwargsrepr="{}",
                 )
     except Exception as exc:
-        log.warning("enqueue_batch_failed wakeups=%d error=%s", len(wakeups), type(exc).__name__)
+        log.warning("enqueue_batch_failed", wakeups=len(wakeups), error=type(exc).__name__)
         return False
     return True
 
@@ -117,7 +114,7 @@ def republish(rt: Runtime, task_name: str, operation_id: uuid.UUID) -> bool:
             ignore_result=True,
         )
     except Exception as exc:
-        log.warning("republish_failed operation_id=%s error=%s", operation_id, type(exc).__name__)
+        log.warning("republish_failed", operation_id=str(operation_id), error=type(exc).__name__)
         return False
     return True
 

@@ -4,7 +4,6 @@ after its commit. A duplicated, late or lost message changes nothing."""
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from celery import Task
 from sqlalchemy.exc import DBAPIError
 
 from jobwarden.config.celery_app import app
+from jobwarden.logs import bind, bound, get_logger
 from jobwarden.models import store
 from jobwarden.models.actions import EscalationReason
 from jobwarden.models.db import step_session, transaction
@@ -29,14 +29,21 @@ from jobwarden.tasks.concurrency import admit_stranded, after_end
 from jobwarden.tasks.dispatch import enqueue_many, republish, schedule
 from jobwarden.tasks.intake import submit_from_message
 from jobwarden.tasks.leases import operation_lease
+from jobwarden.tasks.outcomes import AutomationStoppedError, task_answer
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 from jobwarden.tasks.steps import record_step_failure, run, stop_automation
 
-log = logging.getLogger("jobwarden.tasks")
+log = get_logger("jobwarden.tasks")
 
 
 def run_step(operation_id: str, step: StepKind) -> str | None:
     """Lease, reload, act, release, then publish the next wake-up. Returns the new state."""
+    # Every line the step logs names the operation, and its trace id once the row is read.
+    with bound(operation_id=operation_id, step=step.name, trace_id=None):
+        return _run_step(operation_id, step)
+
+
+def _run_step(operation_id: str, step: StepKind) -> str | None:
     rt = current()
     op_id = uuid.UUID(operation_id)
     try:
@@ -47,31 +54,24 @@ def run_step(operation_id: str, step: StepKind) -> str | None:
             op = store.load(session, op_id)
             if op is None or op.state not in step.states:
                 return op.state.value if op else None
+            bind(trace_id=op.trace_id)
             faults.fault_point(rt.redis, rt.settings.key_prefix, "after_lease", op.idempotency_key)
             from_state = op.state
             op, next_at = run(rt, op, step, session)
             # One line per step, operation and trace id bound: grep either to follow a job.
             log.info(
-                "step_done operation_id=%s trace_id=%s step=%s from=%s to=%s next=%s",
-                operation_id,
-                op.trace_id,
-                step.name,
-                from_state.value,
-                op.state.value,
-                next_at.isoformat() if next_at else "-",
+                "step_done",
+                **{"from": from_state.value, "to": op.state.value},
+                next=next_at.isoformat() if next_at else None,
             )
     except StaleVersionError as exc:
         # The evidence a fencing test waits for: this worker's write was refused by version.
-        log.info(
-            "fenced_write_refused operation_id=%s version=%s",
-            operation_id,
-            exc.expected_version,
-        )
+        log.info("fenced_write_refused", version=exc.expected_version)
         return None
     except LostRaceError as exc:
         # The holder may not publish this wake-up again: never lose it (the row, not this
         # message, decides whether anything is due when it comes back).
-        log.info("lease_busy operation_id=%s detail=%s", operation_id, exc)
+        log.info("lease_busy", detail=str(exc))
         republish(rt, f"jobwarden.{step.name}", op_id)
         return None
     except DBAPIError as exc:
@@ -80,12 +80,12 @@ def run_step(operation_id: str, step: StepKind) -> str | None:
             raise
         # The server dropped the connection (a restart): nothing this step wrote is in
         # doubt beyond what the row says, so it runs again on a fresh connection, uncounted.
-        log.warning("database_connection_lost operation_id=%s step=%s", operation_id, step.name)
+        log.warning("database_connection_lost")
         republish(rt, f"jobwarden.{step.name}", op_id)
         return None
     except GiveUpError as exc:
         # e.g. the contract's credential is missing: retrying cannot help, a human must act.
-        log.warning("give_up operation_id=%s error=%s", operation_id, exc)
+        log.warning("give_up", error=str(exc))
         stopped = stop_automation(rt, op_id, EscalationReason.authorization_denied, str(exc))
         return stopped.value if stopped else None
     except Exception as exc:
@@ -102,43 +102,46 @@ def _count_failure(rt: Runtime, op_id: uuid.UUID, step: StepKind, exc: BaseExcep
     """A bug, not a provider signal: counted on the row, so the sweeper's retries end
     after MAX_STEP_FAILURES; loud, so nobody mistakes it for progress. The message may
     hold provider bytes, so only the class name reaches the history."""
-    log.error("step_failed operation_id=%s step=%s error=%s", op_id, step.name, type(exc).__name__)
+    log.error("step_failed", error=type(exc).__name__)
     try:
         reached = record_step_failure(rt, op_id, step, exc)
     except Exception as counting:  # the database may be what failed: the sweeper retries
-        log.error("step_failure_not_counted operation_id=%s error=%s", op_id, counting)
+        log.error("step_failure_not_counted", error=str(counting))
     else:
-        log.error("step_failure_counted operation_id=%s state=%s", op_id, reached)
+        log.error("step_failure_counted", state=reached.value if reached else None)
 
 
 class JobwardenTask(Task):  # type: ignore[misc]
     acks_late = True
     reject_on_worker_lost = True
+    # A stop is a failure in Flower, not a plain success (jobwarden.tasks.outcomes); as an
+    # expected error it is logged without a traceback and, like every failure, not retried.
+    throws = (AutomationStoppedError,)
 
 
 @app.task(name="jobwarden.create", base=JobwardenTask)
-def create(operation_id: str) -> str | None:
-    return run_step(operation_id, CREATE)
+def create(operation_id: str) -> dict[str, Any]:
+    return task_answer(operation_id, run_step(operation_id, CREATE))
 
 
 @app.task(name="jobwarden.reconcile", base=JobwardenTask)
-def reconcile(operation_id: str) -> str | None:
-    return run_step(operation_id, RECONCILE)
+def reconcile(operation_id: str) -> dict[str, Any]:
+    return task_answer(operation_id, run_step(operation_id, RECONCILE))
 
 
 @app.task(name="jobwarden.poll", base=JobwardenTask)
-def poll(operation_id: str) -> str | None:
-    return run_step(operation_id, POLL)
+def poll(operation_id: str) -> dict[str, Any]:
+    return task_answer(operation_id, run_step(operation_id, POLL))
 
 
 @app.task(name="jobwarden.cancel", base=JobwardenTask)
-def cancel(operation_id: str) -> str | None:
-    return run_step(operation_id, CANCEL)
+def cancel(operation_id: str) -> dict[str, Any]:
+    return task_answer(operation_id, run_step(operation_id, CANCEL))
 
 
 @app.task(name="jobwarden.collect", base=JobwardenTask)
-def collect(operation_id: str) -> str | None:
-    return run_step(operation_id, COLLECT)
+def collect(operation_id: str) -> dict[str, Any]:
+    return task_answer(operation_id, run_step(operation_id, COLLECT))
 
 
 def sweep_once(
@@ -172,7 +175,7 @@ def sweep_once(
             # waiting on a key with room; admitted operations are published as they move.
             admit_stranded(rt)
             if claimed:
-                log.info("sweep_done claimed=%d seconds=%.3f", claimed, timer() - started)
+                log.info("sweep_done", claimed=claimed, seconds=round(timer() - started, 3))
             return claimed
 
 

@@ -11,7 +11,6 @@ The status read it may bring forward is the poll step's, with every check it mak
 
 from __future__ import annotations
 
-import logging
 import os
 import uuid
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from redis import Redis
 
+from jobwarden.logs import get_logger
 from jobwarden.models import store
 from jobwarden.models.actions import DelaySource
 from jobwarden.models.contract import ProviderContract, WebhookSpec
@@ -50,7 +50,7 @@ from jobwarden.tasks.dispatch import schedule
 from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, utcnow
 
-log = logging.getLogger("jobwarden.webhooks")
+log = get_logger("jobwarden.webhooks")
 
 # How long a delivery waits for a worker's step on the same operation to finish. Past
 # it the answer is 503 (Standard Webhooks senders retry); shorter than the 15 s a sender
@@ -95,9 +95,7 @@ def count_refusal(redis: Redis, prefix: str, provider: str, reason: str) -> None
     try:
         redis.incr(refused_key(prefix, provider, reason))
     except Exception as exc:
-        log.warning(
-            "webhook_refusal_not_counted provider=%s error=%s", provider, type(exc).__name__
-        )
+        log.warning("webhook_refusal_not_counted", provider=provider, error=type(exc).__name__)
 
 
 def refused_count(redis: Redis, prefix: str, provider: str, reason: str) -> int:
@@ -148,7 +146,7 @@ def receive(rt: Runtime, provider: str, headers: Mapping[str, str], body: bytes)
         raise WebhookSecretUnavailableError(f"provider {provider}: {exc} (in {where})") from None
     if isinstance(verified, Refused):
         count_refusal(rt.redis, rt.settings.key_prefix, provider, verified.reason.value)
-        log.info("webhook_refused provider=%s reason=%s", provider, verified.reason.value)
+        log.info("webhook_refused", provider=provider, reason=verified.reason.value)
         return Receipt(
             status=REFUSAL_STATUS[verified.reason],
             outcome="refused",
@@ -214,11 +212,11 @@ def _record(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:
         if decision.wake_at is not None:
             schedule(rt, op_id, stored.state, decision.wake_at)
         log.info(
-            "webhook_recorded provider=%s event_id=%s operation_id=%s outcome=%s",
-            provider,
-            delivery.event_id,
-            op_id,
-            decision.outcome.value,
+            "webhook_recorded",
+            provider=provider,
+            event_id=delivery.event_id,
+            operation_id=str(op_id),
+            outcome=decision.outcome.value,
         )
         return Receipt(
             status=200,
@@ -246,10 +244,10 @@ def _unknown_job(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:
     if not new:
         return _duplicate(provider, delivery)
     log.info(
-        "webhook_unknown_job provider=%s event_id=%s job_id=%s",
-        provider,
-        delivery.event_id,
-        delivery.remote_job_id,
+        "webhook_unknown_job",
+        provider=provider,
+        event_id=delivery.event_id,
+        job_id=delivery.remote_job_id,
     )
     return Receipt(
         status=202,
@@ -260,7 +258,7 @@ def _unknown_job(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:
 
 
 def _duplicate(provider: str, delivery: Delivery) -> Receipt:
-    log.info("webhook_duplicate provider=%s event_id=%s", provider, delivery.event_id)
+    log.info("webhook_duplicate", provider=provider, event_id=delivery.event_id)
     return Receipt(
         status=200,
         outcome="duplicate",

@@ -9,7 +9,6 @@ unexpected exception into the same shape, never with a stack trace.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
@@ -20,10 +19,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from jobwarden.logs import get_logger
+
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "tag:jobwarden.dev,2026:problem/"
 
-log = logging.getLogger("jobwarden.api")
+log = get_logger("jobwarden.api")
 
 # kind -> title. A title never changes between occurrences (RFC 9457 section 3.1.3);
 # what differs per occurrence goes in detail and the extensions.
@@ -218,7 +219,7 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     # The stack trace goes to the log, never to the caller (it may name internals).
-    log.error("api.unexpected_error path=%s", request.url.path, exc_info=exc)
+    log.error("api_unexpected_error", path=request.url.path, exc_info=exc)
     return problem_response(
         500, "internal_error", "an unexpected error occurred", instance=request.url.path
     )

@@ -100,7 +100,7 @@ async def receive_webhook(provider: str, request: Request) -> JSONResponse:
     except webhooks.WebhookNotConfiguredError as exc:
         return problem_response(404, "not_found", str(exc), instance=instance)
     except webhooks.WebhookSecretUnavailableError as exc:
-        webhooks.log.error("webhook_secret_unavailable %s", exc)
+        webhooks.log.error("webhook_secret_unavailable", detail=str(exc))
         return problem_response(
             503,
             "webhook_unavailable",

@@ -8,6 +8,8 @@ timeouts, plus variants (strict 404, unreachable host, lookup reconciliation).
 from __future__ import annotations
 
 import base64
+import contextlib
+import json
 import os
 import re
 import secrets
@@ -398,3 +400,39 @@ def worker_logs(stack: Stack) -> str:
     """Everything the stack's workers and beats logged, whole: Stack.logs() keeps only
     each file's tail, where a line a test waits for may already have scrolled out."""
     return "\n".join(p.read_text(errors="replace") for p in sorted(stack.log_dir.glob("*.log")))
+
+
+def log_records(stack: Stack) -> list[dict[str, Any]]:
+    """Every line the stack logged as a JSON object (jobwarden.logs: JSON when not a TTY).
+
+    What Celery prints before its logging is set up (a warning to root) or past it (the
+    shutdown notice) is no record: ``unstructured_lines`` returns those.
+    """
+    records = []
+    for line in worker_logs(stack).splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                records.append(json.loads(line))
+    return records
+
+
+def unstructured_lines(stack: Stack) -> list[str]:
+    """The lines of the stack's logs that are not one JSON object each."""
+    out = []
+    for line in worker_logs(stack).splitlines():
+        try:
+            parsed = json.loads(line) if line.strip() else {}
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            out.append(line)
+    return out
+
+
+def logged(stack: Stack, event: str, **fields: Any) -> list[dict[str, Any]]:
+    """The stack's log records of ``event`` whose fields have these values."""
+    return [
+        r
+        for r in log_records(stack)
+        if r.get("event") == event and all(r.get(k) == v for k, v in fields.items())
+    ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import secrets
 import socket
 import subprocess
@@ -16,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobwarden.harness import REPO, Stack, wait_for
-from tests.acceptance.conftest import Pipeline, worker_logs
+from tests.acceptance.conftest import Pipeline, logged
 
 
 def _gaps(requests: list[dict[str, Any]]) -> list[float]:
@@ -165,9 +164,8 @@ def test_a_stale_owner_whose_lease_expired_mid_call_has_its_late_write_refused(
     assert row.version > stalled_version
     # The stalled worker wakes after the others finished; its write must not land. Only this
     # operation's refusal counts (not another test's, nor a lease_busy, which is no fence).
-    refused = re.compile(rf"fenced_write_refused operation_id={op} version=(\d+)")
     versions = wait_for(
-        lambda: [int(v) for v in refused.findall(worker_logs(stack))],
+        lambda: [r["version"] for r in logged(stack, "fenced_write_refused", operation_id=op)],
         timeout=lease + 15,
         what=f"the refused write of {op}",
     )

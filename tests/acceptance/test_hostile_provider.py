@@ -32,7 +32,7 @@ from sqlalchemy.engine import make_url
 
 from jobwarden.harness import REPO, Stack, wait_for
 from jobwarden.sandbox.server import SandboxServer
-from tests.acceptance.conftest import Pipeline, worker_logs
+from tests.acceptance.conftest import Pipeline, logged, worker_logs
 from tests.conftest import ADMIN_URL, TEST_DB
 
 TOKEN = secrets.token_hex(12)
@@ -354,7 +354,7 @@ def test_a_dripping_status_answer_is_cut_at_the_request_timeout_and_the_lease_ho
     assert all(d < REQUEST_TIMEOUT + 1.0 for d in durations), durations
     assert row.step_failures == 0
     # No request outlived the lease: no second owner ever lost a fenced write.
-    assert f"fenced_write_refused operation_id={op}" not in worker_logs(world.stack)
+    assert logged(world.stack, "fenced_write_refused", operation_id=op) == []
 
 
 def test_a_dripping_create_answer_is_reconciled_with_the_same_token_and_bounded(
@@ -373,7 +373,7 @@ def test_a_dripping_create_answer_is_reconciled_with_the_same_token_and_bounded(
     )
     assert durations is not None
     assert all(d < REQUEST_TIMEOUT + 1.0 for d in durations), durations
-    assert f"fenced_write_refused operation_id={op}" not in worker_logs(world.stack)
+    assert logged(world.stack, "fenced_write_refused", operation_id=op) == []
 
 
 # -- numbers past 64 bits, an echoed credential, an absurd Retry-After -------------------
