@@ -193,6 +193,15 @@ def plan(
     if claim is not None:
         events[:1] = _fold_claim(claim.events[0], events[0]) if events else list(claim.events)
         changes = {**claim.changes, **changes}
+    if not isinstance(action, Wait | Accept):
+        # Only a decision to wait for a status read reserves it; a recorded step failure
+        # (a Move to the same state) must not count a request nobody decided to send.
+        return Plan(
+            changes={**changes, **own.changes},
+            events=tuple(events),
+            next_at=own.next_at,
+            result=own.result,
+        )
     return _reserve(
         op,
         Plan(

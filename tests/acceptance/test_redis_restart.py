@@ -56,7 +56,10 @@ def test_redis_restarted_mid_run_operations_finish_and_nothing_is_duplicated(
         assert len(pipeline.remote_jobs(op)) == 1
         assert len(pipeline.creates(op)) == 1
         statuses = pipeline.job_requests(op, "status")
-        assert len(statuses) == 8 == row.status_requests_used
+        assert len(statuses) == 8
+        # A reservation whose wake-up died with Redis is retired by the sweeper's
+        # redispatch: counted, never sent (invariant 3 accepts unused reserve).
+        assert row.status_requests_used - len(statuses) in (0, 1)
         times = [r["monotonic"] for r in statuses]
         assert all(b - a >= 1.0 - 0.05 for a, b in itertools.pairwise(times))
     pipeline.verify_all()
