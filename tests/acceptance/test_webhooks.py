@@ -15,6 +15,7 @@ import os
 import secrets
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -143,6 +144,9 @@ def test_a_duplicate_hmac_delivery_is_recorded_once(
     pipeline.wait_state(op_id, "succeeded", timeout=10)
     assert len(_recorded(database_url, "sandbox_hooks_hmac", first["event_id"])) == 1
     assert pipeline.kinds(op_id).count("webhook_received") == 1
+    # Two deliveries of one event bring one status read forward, not two.
+    reads = _status_reads(pipeline, op_id)
+    assert len([r for r in reads if r["monotonic"] > first["monotonic"]]) == 1
 
 
 def test_an_out_of_order_delivery_after_the_end_is_recorded_and_changes_nothing(
@@ -200,7 +204,14 @@ def test_forged_and_stale_deliveries_are_refused_and_leave_only_a_counter(
     assert refused_count(redis_client, prefix, "sandbox_hooks", variant) == counted + 1
     assert _recorded(database_url, "sandbox_hooks", delivery["event_id"]) == []
     assert "webhook_received" not in pipeline.kinds(op_id)
-    assert pipeline.row(op_id).state.value == "observing"  # still waiting out its backoff
+    row = pipeline.row(op_id)
+    assert row.state.value == "observing"  # still waiting out its backoff
+    # Nothing brought forward: the next read is still the 10-20 s backoff's, and none
+    # followed the refused delivery.
+    assert row.next_poll_at is not None
+    assert row.next_poll_at > datetime.now(UTC) + timedelta(seconds=5)
+    reads = _status_reads(pipeline, op_id)
+    assert [r for r in reads if r["monotonic"] > delivery["monotonic"]] == []
 
 
 def test_a_delivery_for_an_unknown_job_is_acknowledged_and_logged_once(
