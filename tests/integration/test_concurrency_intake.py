@@ -37,7 +37,7 @@ COMMAND = {"kind": "export", "behaviour": {"polls_to_finish": 1}}
 def _submit(tenant: str, key: str | None, **fields: Any) -> SubmitResult:
     return submit_operation(
         tenant=tenant,
-        provider="sandbox",
+        provider=fields.pop("provider", "sandbox"),
         idempotency_key=fields.pop("idempotency_key", secrets.token_hex(8)),
         command=fields.pop("command", COMMAND),
         requested_by="pytest",
@@ -223,3 +223,23 @@ def test_the_http_door_takes_a_concurrency_key_and_answers_queued(
     refused = post({**body, "concurrency_key": "no spaces please"})
     assert refused.status_code == 422
     assert "concurrency_key" in refused.text
+
+
+def test_a_contract_demanding_approval_queues_unapproved_and_admits_to_approval(
+    database_url: str, tenant: str
+) -> None:
+    from jobwarden.tasks.interventions import approve
+
+    def batch() -> SubmitResult:
+        return _submit(tenant, "batch:nightly", provider="openai_batch", command={"n": 1})
+
+    waiting_for_a_human, queued = batch(), batch()
+    # A submission awaiting approval already holds the key; the one behind it has no
+    # approver yet, which the database allows only before approval or in the queue.
+    assert (waiting_for_a_human.state, queued.state) == ("awaiting_approval", "queued")
+    assert _row(database_url, queued.operation_id).authorised_by is None
+    assert waiting_for_a_human.operation_id is not None and queued.operation_id is not None
+    request_cancel(waiting_for_a_human.operation_id, "alice", "not tonight")
+    admitted = _row(database_url, queued.operation_id)
+    assert admitted.state == "awaiting_approval" and admitted.next_poll_at is None
+    assert approve(queued.operation_id, admitted.request_fingerprint, "bob") == "create_pending"
