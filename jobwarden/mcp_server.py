@@ -18,6 +18,7 @@ the client as the SDK's bare "Error executing tool", never as a traceback.
 
 from __future__ import annotations
 
+import logging.config
 import os
 import threading
 import uuid
@@ -43,6 +44,7 @@ from jobwarden.api.queries import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encod
 from jobwarden.api.queries import operation_view as http_operation_view
 from jobwarden.api.views import EscalationCounts, OperationView, WaitingOperation, operation_links
 from jobwarden.config.settings import Settings
+from jobwarden.logs import uvicorn_log_config
 from jobwarden.models import query_store
 from jobwarden.models.db import snapshot, transaction
 from jobwarden.models.errors import LostRaceError, RefusedInputError, SettingsError
@@ -482,6 +484,9 @@ def serve(
     chosen = transport or settings.mcp_transport
     if chosen == "stdio":
         token = stdio_token(settings, token_env or settings.mcp_token_env)
+        # Before the SDK's own basicConfig: its lines go to stderr (stdout is the protocol),
+        # structured like every other process's.
+        logging.config.dictConfig(uvicorn_log_config("WARNING"))
         build_server(settings, stdio_token=token).run("stdio")
         return
     if chosen != "http":
@@ -493,5 +498,5 @@ def serve(
         http_app(settings, bind),
         host=bind,
         port=settings.mcp_port if port is None else port,
-        log_level="warning",
+        log_config=uvicorn_log_config(),
     )

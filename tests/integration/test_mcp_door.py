@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -288,30 +289,31 @@ def _free_port() -> int:
 def http_server() -> Iterator[str]:
     """`jobwarden mcp --transport http` on a free port; yields the /mcp URL once it listens."""
     port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "jobwarden.cli", "mcp", "--transport", "http", "--port", str(port)],
-        cwd=REPO,
-        env=dict(os.environ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + WAIT
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"jobwarden mcp did not listen: {process.stderr}") from None
-                time.sleep(0.05)  # polling a condition (the port accepts), with a deadline
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=WAIT)
-        if process.stderr is not None:
-            process.stderr.close()
+    argv = [sys.executable, "-m", "jobwarden.cli", "mcp", "--transport", "http"]
+    # A file, not a pipe nobody reads: the access log must never block the server.
+    with tempfile.TemporaryFile(mode="w+") as log:
+        process = subprocess.Popen(
+            [*argv, "--port", str(port)],
+            cwd=REPO,
+            env=dict(os.environ),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        try:
+            deadline = time.monotonic() + WAIT
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        log.seek(0)
+                        raise RuntimeError(f"jobwarden mcp did not listen: {log.read()}") from None
+                    time.sleep(0.05)  # polling a condition (the port accepts), with a deadline
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            process.terminate()
+            process.wait(timeout=WAIT)
 
 
 @asynccontextmanager
