@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import ColumnElement, and_, func, select, text
+from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.orm import Session
 
 from jobwarden.models.concurrency import Occupancy
@@ -83,23 +84,32 @@ def last_ended(session: Session, tenant: str, key: str) -> Operation | None:
 
 
 def stranded_keys(session: Session, *, limit: int) -> Sequence[tuple[str, str]]:
-    """Keys whose queue could move: queued operations and fewer holders than the oldest's
-    limit. Normally empty; non-empty when a worker died between a holder's last commit
-    and its hand-over. Walks ix_operations_concurrency_key only."""
+    """Keys whose queue could move now: the oldest queued operation fits beside the
+    holders (under its own limit and the strictest holder's, as the hand-over decides).
+
+    Normally empty; non-empty when a process died between a holder's last commit and
+    its hand-over. Walks ix_operations_concurrency_key only.
+    """
     q = OPERATIONS.alias("q")
+    oldest = (
+        select(q.c.tenant, q.c.concurrency_key, q.c.concurrency_limit)
+        .where(q.c.state == _QUEUED)
+        .ext(distinct_on(q.c.tenant, q.c.concurrency_key))
+        .order_by(q.c.tenant, q.c.concurrency_key, q.c.created_at, q.c.operation_id)
+        .subquery("oldest")
+    )
     h = OPERATIONS.alias("h")
-    holders = (
-        select(func.count())
-        .where(h.c.tenant == q.c.tenant)
-        .where(h.c.concurrency_key == q.c.concurrency_key)
-        .where(h.c.state.notin_(_NOT_HOLDING))
-        .scalar_subquery()
+    of_holders = (
+        (h.c.tenant == oldest.c.tenant)
+        & (h.c.concurrency_key == oldest.c.concurrency_key)
+        & h.c.state.notin_(_NOT_HOLDING)
+    )
+    holders = select(func.count()).where(of_holders).scalar_subquery()
+    strictest = select(func.min(h.c.concurrency_limit)).where(of_holders).scalar_subquery()
+    cap = func.least(
+        oldest.c.concurrency_limit, func.coalesce(strictest, oldest.c.concurrency_limit)
     )
     rows = session.execute(
-        select(q.c.tenant, q.c.concurrency_key)
-        .where(q.c.state == _QUEUED)
-        .group_by(q.c.tenant, q.c.concurrency_key)
-        .having(holders < func.min(q.c.concurrency_limit))
-        .limit(limit)
+        select(oldest.c.tenant, oldest.c.concurrency_key).where(holders < cap).limit(limit)
     ).all()
     return [(str(r[0]), str(r[1])) for r in rows]

@@ -140,6 +140,8 @@ def test_the_sweepers_pass_admits_a_queue_whose_hand_over_never_ran(
 ) -> None:
     holder, waiting = _submit(tenant, "deploy:s"), _submit(tenant, "deploy:s")
     assert holder.operation_id and waiting.operation_id
+    with transaction(database_url) as session:  # a held key is not stranded
+        assert (tenant, "deploy:s") not in concurrency_store.stranded_keys(session, limit=1000)
     # The holder ends by a write that runs no hand-over (as a process dying right after).
     row = _row(database_url, holder.operation_id)
     from jobwarden.models.history import EventDraft, EventKind
