@@ -174,6 +174,7 @@ def test_twenty_concurrent_posts_with_one_key_make_one_operation(
     replays = [a for a in answers if a.headers.get("idempotent-replayed") == "true"]
     busy = [a for a in answers if a.status_code == 409]
     assert len(created) == 1 and len(created) + len(replays) + len(busy) == 20
+    assert all(a.status_code == 201 for a in replays)  # the original answer's status code
     assert {a.content for a in replays} <= {created[0].content}
     tenant = tenant_of(database_url, bearer)
     with transaction(database_url) as session:

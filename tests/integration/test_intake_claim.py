@@ -70,7 +70,8 @@ def test_a_new_key_writes_the_operation_its_first_event_and_its_created_entry_an
         (entry,) = api_store.intake_for_key(session, tenant, key)
     assert row is not None and row.command == {"kind": "export", "note": "a/b~c"}
     assert row.last_event_hash == events[-1].hash and row.event_count == 1
-    assert events[0].draft.excerpt["fingerprint"] == result.fingerprint
+    excerpt = events[0].draft.excerpt
+    assert excerpt is not None and excerpt["fingerprint"] == result.fingerprint
     assert (entry.outcome, entry.operation_id, entry.state, entry.fingerprint) == (
         "created",
         op_id,
