@@ -178,7 +178,9 @@ def _in_process(url: str, token: str) -> Client:
     return Client(build_server(Settings(database_url=url), stdio_token=token))
 
 
-def test_every_tool_description_an_agent_reads_states_the_retry_rule(database_url: str) -> None:
+def test_start_operations_description_and_the_server_instructions_state_the_retry_rule(
+    database_url: str,
+) -> None:
     async def tools() -> dict[str, str]:
         async with _in_process(database_url, _token(database_url, tenant_name())) as client:
             listed = await client.list_tools()
