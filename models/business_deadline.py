@@ -65,6 +65,10 @@ def check_business_deadline(value: object) -> datetime | float | None:
         )
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidSubmissionError("business_deadline must name its UTC offset (e.g. Z)")
+    try:
+        value.astimezone(UTC)  # what resolve() stores; years 1 and 9999 may not convert
+    except OverflowError:
+        raise InvalidSubmissionError("business_deadline is out of range") from None
     return value
 
 

@@ -71,6 +71,8 @@ def test_a_business_deadline_is_a_time_with_its_offset_or_seconds_from_now(
         ("2026-12-01T09:00:00", "UTC offset"),
         (datetime(2026, 12, 1, 9), "UTC offset"),  # a naive time: refused
         ([600], "got list"),
+        ("9999-12-31T23:59:59-01:00", "out of range"),
+        ("0001-01-01T00:00:00+01:00", "out of range"),
     ],
 )
 def test_a_bad_business_deadline_is_refused_naming_the_field(bad: object, problem: str) -> None:
