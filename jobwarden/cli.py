@@ -316,6 +316,13 @@ def submit(
             envvar="JOBWARDEN_CANCEL_DEADLINE_SECONDS",
         ),
     ] = None,
+    concurrency_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Run at most the contract's [concurrency] limit (default 1) of this key at once.",
+            envvar="JOBWARDEN_CONCURRENCY_KEY",
+        ),
+    ] = None,
 ) -> None:
     """Submit an operation; prints created / replayed / in_progress / conflict / duplicate_event."""
     from jobwarden.tasks.intake import submit_operation
@@ -338,6 +345,7 @@ def submit(
         max_transport_failures=max_transport_failures,
         result_deadline_seconds=result_deadline_seconds,
         cancel_deadline_seconds=cancel_deadline_seconds,
+        concurrency_key=concurrency_key,
     )
     console.print_json(json.dumps(result.as_dict()))
     # Exit codes a script can branch on: 0 recorded (created, replayed, duplicate_event),

@@ -5,6 +5,7 @@ Every test uses a tenant of its own, so a key's holders and queue are only its o
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 import uuid
@@ -245,3 +246,24 @@ def test_a_contract_demanding_approval_queues_unapproved_and_admits_to_approval(
     admitted = _row(database_url, queued.operation_id)
     assert admitted.state == "awaiting_approval" and admitted.next_poll_at is None
     assert approve(queued.operation_id, admitted.request_fingerprint, "bob") == "create_pending"
+
+
+def test_the_cli_takes_a_concurrency_key_as_a_flag_and_from_the_environment(
+    database_url: str, tenant: str
+) -> None:
+    from tests.integration.test_cli import _cli
+
+    def submit(*flags: str, env: dict[str, str] | None = None) -> Any:
+        key = secrets.token_hex(8)
+        args = ("submit", "sandbox", '{"kind": "export"}', "--key", key, "--tenant", tenant)
+        return _cli(*args, *flags, env=env)
+
+    first = submit("--concurrency-key", "deploy:cli")
+    second = submit(env={"JOBWARDEN_CONCURRENCY_KEY": "deploy:cli"})
+    assert first.returncode == 0 == second.returncode, (first.stderr, second.stderr)
+    assert json.loads(first.stdout)["state"] == "create_pending"
+    assert json.loads(second.stdout)["state"] == "queued"
+    refused = submit("--concurrency-key", "two words")
+    assert refused.returncode == 2
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert "concurrency_key" in refused.stderr
