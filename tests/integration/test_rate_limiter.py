@@ -69,6 +69,26 @@ def test_a_refused_follow_up_is_told_a_time_ahead_of_the_creates_already_waiting
     )
 
 
+def test_a_bucket_redis_lost_exceeds_the_limit_by_at_most_the_burst_once(
+    redis_client: Redis,
+) -> None:
+    limit, key = RateLimit(requests_per_second=5, burst=2), _key()
+
+    def granted_within(start: float, seconds: float) -> int:
+        steps = int(seconds * 100)
+        return sum(
+            take_from(redis_client, key, limit, now=start + i / 100).granted for i in range(steps)
+        )
+
+    assert granted_within(T0, 1.0) == 2 + 4  # a full bucket, then one per 0.2 s
+    steady = granted_within(T0 + 1.0, 1.0)
+    redis_client.delete(key)  # Redis restarted empty, or was flushed
+    lost = granted_within(T0 + 2.0, 1.0)
+    assert steady == 5
+    assert lost == steady + limit.burst - 1  # a full bucket again: the burst, once
+    assert granted_within(T0 + 3.0, 1.0) == steady
+
+
 def test_a_contract_without_a_rate_limit_never_asks_redis() -> None:
     # A client whose every command would fail: the grant cannot have come from it.
     dead = Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.1)
