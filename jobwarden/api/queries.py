@@ -165,6 +165,7 @@ def operation_view(rt: Runtime, row: Operation) -> OperationView:
             result=row.result_deadline,
             cancel=row.cancel_deadline,
             collect=row.collect_deadline,
+            business=row.business_deadline,
         ),
         next_poll_at=row.next_poll_at,
         poll_not_before=row.poll_not_before,

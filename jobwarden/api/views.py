@@ -51,6 +51,7 @@ class Deadlines(BaseModel):
     result: datetime
     cancel: datetime | None
     collect: datetime | None
+    business: datetime | None = None  # the submission's business_deadline, if any
 
 
 class OfferedOption(BaseModel):

@@ -137,6 +137,13 @@ def test_the_http_door_stores_the_business_deadline(api: str, database_url: str)
     assert response.status_code == 201, response.text
     op = _row(response.json()["operation_id"])
     assert op.business_deadline == datetime(2031, 1, 2, 9, tzinfo=UTC)
+    read = httpx.get(
+        f"{api}/v1/operations/{op.operation_id}",
+        headers={"Authorization": response.request.headers["Authorization"]},
+        timeout=30,
+    )
+    assert read.status_code == 200, read.text
+    assert read.json()["deadlines"]["business"] == "2031-01-02T09:00:00Z"
 
 
 def test_the_http_door_refuses_a_malformed_business_deadline_as_a_422(
