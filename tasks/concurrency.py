@@ -49,10 +49,10 @@ def hand_over(
     of the same rows (a person cancelling a queued operation) makes this give up
     (StaleVersionError, rolled back); the sweeper's pass tries again.
     """
-    now = utcnow()
     admitted: list[tuple[uuid.UUID, OperationState]] = []
     with transaction(rt.settings.database_url) as session:
         concurrency_store.lock_key(session, tenant, key)
+        now = utcnow()  # after the wait for the lock: the events follow the holder's end
         room = concurrency_store.occupancy(session, tenant, key)
         waiting = concurrency_store.queue(session, tenant, key, limit=MAX_ADMITTED_PER_HAND_OVER)
         chosen = next_to_admit(
