@@ -92,6 +92,11 @@ def configure_structlog() -> None:
         cache_logger_on_first_use=True,
     )
     _configured.append(True)
+    # A process that never set up logging (a script calling submit_operation) still gets
+    # one readable line per warning, not the repr of an event dict: logging's last-resort
+    # handler, used only when no handler is configured anywhere, takes the formatter too.
+    if logging.lastResort is not None:
+        logging.lastResort.setFormatter(formatter())
 
 
 def install_formatter(logger: logging.Logger | None = None, fmt: LogFormat | None = None) -> None:

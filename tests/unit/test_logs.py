@@ -123,3 +123,22 @@ def test_uvicorns_log_config_routes_its_loggers_through_the_structured_formatter
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+
+
+def test_a_process_that_never_set_up_logging_still_writes_one_structured_line() -> None:
+    import subprocess
+
+    script = (
+        "from jobwarden.logs import get_logger\n"
+        "get_logger('jobwarden.tasks').warning('enqueue_failed', operation_id='op-1')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    (line,) = done.stderr.splitlines()
+    record = json.loads(line)  # stderr is a pipe here: JSON, not the repr of a dict
+    assert (record["event"], record["operation_id"], record["level"]) == (
+        "enqueue_failed",
+        "op-1",
+        "warning",
+    )
