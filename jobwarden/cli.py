@@ -273,6 +273,14 @@ def _compare_heads(path: Path) -> None:
     console.print(f"heads verified: {len(anchors)} operations", highlight=False)
 
 
+def _seconds_or_time(value: str | None) -> float | str | None:
+    """A number is seconds from now; anything else goes to intake's rule as a time."""
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return value
+
+
 @app.command()
 def submit(
     provider: str,
@@ -323,6 +331,14 @@ def submit(
             envvar="JOBWARDEN_CONCURRENCY_KEY",
         ),
     ] = None,
+    business_deadline: Annotated[
+        str | None,
+        typer.Option(
+            help="When the business stops wanting the work: an ISO 8601 time with its UTC "
+            "offset, or seconds from now.",
+            envvar="JOBWARDEN_BUSINESS_DEADLINE",
+        ),
+    ] = None,
 ) -> None:
     """Submit an operation; prints created / replayed / in_progress / conflict / duplicate_event."""
     from jobwarden.tasks.intake import submit_operation
@@ -346,6 +362,7 @@ def submit(
         result_deadline_seconds=result_deadline_seconds,
         cancel_deadline_seconds=cancel_deadline_seconds,
         concurrency_key=concurrency_key,
+        business_deadline=_seconds_or_time(business_deadline),
     )
     console.print_json(json.dumps(result.as_dict()))
     # Exit codes a script can branch on: 0 recorded (created, replayed, duplicate_event),

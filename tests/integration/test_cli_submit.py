@@ -53,3 +53,41 @@ def test_an_absurd_bound_from_the_environment_is_one_line_and_exit_2(database_ur
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
     assert "max_status_requests" in done.stderr
+
+
+def test_submit_takes_a_business_deadline_as_seconds_or_a_time(database_url: str) -> None:
+    answers = []
+    for deadline in ("90", "2031-01-02T09:00:00Z"):
+        done = _cli(
+            "submit",
+            "sandbox",
+            '{"kind": "export"}',
+            "--key",
+            secrets.token_hex(8),
+            "--business-deadline",
+            deadline,
+        )
+        assert done.returncode == 0, done.stderr
+        answers.append(json.loads(done.stdout)["operation_id"])
+    with transaction(database_url) as session:
+        relative, absolute = (store.load(session, uuid.UUID(a)) for a in answers)
+    assert relative is not None and relative.business_deadline is not None
+    assert (relative.business_deadline - relative.created_at).total_seconds() == 90
+    assert absolute is not None and absolute.business_deadline is not None
+    assert absolute.business_deadline.isoformat() == "2031-01-02T09:00:00+00:00"
+
+
+def test_a_malformed_business_deadline_from_the_environment_is_one_line_and_exit_2(
+    database_url: str,
+) -> None:
+    done = _cli(
+        "submit",
+        "sandbox",
+        '{"kind": "export"}',
+        "--key",
+        secrets.token_hex(8),
+        env={"JOBWARDEN_BUSINESS_DEADLINE": "tomorrow"},
+    )
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "business_deadline" in done.stderr
