@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from redis import Redis
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from jobwarden.api import actions, intake, queries, webhooks
 from jobwarden.api.context import settings_of
@@ -76,8 +77,15 @@ def healthz() -> dict[str, str]:
 
 
 def metrics(request: Request) -> Response:
-    """Prometheus metrics, read from Postgres (jobwarden.metrics); aggregates, no tenant."""
-    body, content_type = exposition(request.app.state.metrics)
+    """Prometheus metrics, read from Postgres (jobwarden.metrics); aggregates, no tenant.
+
+    Without Postgres there are no figures to give: a 503 problem, so the scrape fails
+    (Prometheus's ``up`` is 0) rather than reporting zeros.
+    """
+    try:
+        body, content_type = exposition(request.app.state.metrics)
+    except DBAPIError:
+        raise ProblemError(503, "not_ready", "not answering: postgres", down=["postgres"]) from None
     return Response(body, media_type=content_type)
 
 

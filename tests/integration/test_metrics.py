@@ -312,3 +312,18 @@ def test_the_grafana_dashboard_is_valid_json_over_metrics_jobwarden_serves(
         "jobwarden_create_requests",
         "jobwarden_detection_delay_seconds_bucket",
     }
+
+
+def test_without_postgres_a_scrape_fails_with_a_503_problem_not_zeros(database_url: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    from jobwarden.api.app import create_app
+    from jobwarden.config.settings import Settings
+
+    gone = make_url(database_url).set(database=f"absent_{secrets.token_hex(4)}")
+    settings = Settings(database_url=gone.render_as_string(hide_password=False))
+    with serving(create_app(settings)) as url:
+        answer = httpx.get(f"{url}/metrics", timeout=30)
+    assert answer.status_code == 503
+    assert answer.headers["content-type"].startswith("application/problem+json")
+    assert answer.json()["down"] == ["postgres"]
