@@ -232,10 +232,12 @@ def follow(
     on_change: Callable[[Operation, list[str], list[str]], None],
     sleep: Callable[[float], None] = time.sleep,
 ) -> Operation:
-    """Read the operation every ``interval`` seconds until it stops; returns its last row.
+    """Read the operation every ``interval`` seconds (at least MIN_WATCH_INTERVAL) until it
+    stops; returns its last row.
 
     ``on_change(row, story, new_lines)`` runs after each read that found something new.
     """
+    pace = max(interval, MIN_WATCH_INTERVAL)
     story: list[str] = []
     last_version = -1
     while True:
@@ -249,7 +251,7 @@ def follow(
             on_change(row, story, new)
         if _stopped(row):
             return row
-        sleep(interval)
+        sleep(pace)
 
 
 def watch_command(
@@ -273,7 +275,7 @@ def watch_command(
         op_id = uuid.UUID(operation_id)
     except ValueError:
         raise _fail(f"not an operation id: {operation_id!r}") from None
-    pace = max(interval, MIN_WATCH_INTERVAL)
+    pace = interval
     url = get_settings().database_url
     if console.is_terminal:
         with Live(console=console, auto_refresh=False, transient=False) as live:

@@ -189,3 +189,42 @@ def test_list_names_a_bad_filter_in_one_line() -> None:
     done = _cli("list", "--state", "sleeping")
     assert done.returncode == 2
     assert done.stderr.startswith("error: --state/--reason:") and "sleeping" in done.stderr
+
+
+def test_watch_reads_postgres_at_most_every_fifth_of_a_second_and_stops_at_the_stop(
+    database_url: str,
+) -> None:
+    from jobwarden.watch_cli import MIN_WATCH_INTERVAL, follow
+
+    op = insert_operation(database_url, tenant_name(), S.observing, progress=10.0)
+    slept: list[float] = []
+    seen: list[int] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 3:  # the operation stops while the watcher waits
+            _advance(
+                database_url,
+                op,
+                EventDraft(
+                    kind=EventKind.escalated,
+                    actor="worker-7",
+                    at=NOW,
+                    from_state=S.observing.value,
+                    to_state=S.escalated.value,
+                    cause="rate_limited",
+                ),
+                state=S.escalated.value,
+                escalation_reason="rate_limited",
+            )
+
+    last = follow(
+        database_url,
+        op,
+        interval=0.0,
+        on_change=lambda row, story, new: seen.append(len(story)),
+        sleep=sleep,
+    )
+    assert last.state is S.escalated
+    assert slept == [MIN_WATCH_INTERVAL] * 3  # asked for no pause, read at the bounded rate
+    assert seen == [1, 2]  # drawn once at the start, once when the stop arrived
