@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     # Request bodies are bounded before they are parsed: size while reading, depth by a scan.
     api_max_body_bytes: int = Field(default=1024 * 1024, gt=0)
     api_max_json_depth: int = Field(default=64, gt=0)
+    # Seconds an API process answers a live token from memory (jobwarden/api/token_cache.py);
+    # a revoked token works for at most this long. 0: every request looks its token up.
+    api_token_cache_seconds: float = Field(default=0.0, ge=0, le=10)
     # The MCP server for agents (jobwarden mcp): its transport, where its HTTP listens, and
     # the variable a stdio server reads its API token from (the token never rests here).
     mcp_transport: Literal["stdio", "http"] = "stdio"

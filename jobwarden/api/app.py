@@ -20,6 +20,7 @@ from jobwarden.api import actions, intake, queries, webhooks
 from jobwarden.api.context import settings_of
 from jobwarden.api.limits import BodyLimit
 from jobwarden.api.problems import ProblemError, install_handlers
+from jobwarden.api.token_cache import TokenCache
 from jobwarden.config.settings import Settings, get_settings
 from jobwarden.console import install as install_console
 from jobwarden.metrics import PostgresCollector, exposition, registry_for
@@ -57,6 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = resolved
     app.state.runtime = _runtime_provider(settings)
+    ttl = resolved.api_token_cache_seconds
+    app.state.token_cache = TokenCache(ttl) if ttl > 0 else None
     install_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=resolved.api_max_body_bytes)
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["health"])

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
+from typing import cast
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -122,10 +123,18 @@ def authenticate(request: Request, credentials: HTTPAuthorizationCredentials | N
     token = credentials.credentials
     if not token.startswith(TOKEN_PREFIX):
         raise _unauthenticated("the bearer token is not a jobwarden API token")
+    # The app's TokenCache (jobwarden/api/token_cache.py), or None when it is off.
+    cache = getattr(request.app.state, "token_cache", None)
+    digest = secret_hash(token)
+    cached = cache.get(digest) if cache is not None else None
+    if cached is not None:
+        return cast(Principal, cached)
     principal = principal_of(settings_of(request).database_url, token)
     # Unknown and revoked read alike: a caller learns nothing about which tokens exist.
     if principal is None:
         raise _unauthenticated("the API token is unknown or revoked")
+    if cache is not None:
+        cache.put(digest, principal)
     return principal
 
 
