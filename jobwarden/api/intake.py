@@ -247,7 +247,8 @@ def _trace_headers(trace_id: str | None) -> dict[str, str]:
     return {"traceparent": traceparent(trace_id, secrets.token_hex(8))}
 
 
-def _respond(rt: Runtime, result: SubmitResult, provider: str) -> JSONResponse:
+def _respond(result: SubmitResult, created_state: str | None) -> JSONResponse:
+    """The answer for ``result``; a replay names ``created_state``, its original state."""
     outcome = result.outcome
     if outcome is SubmitOutcome.conflict:
         raise ProblemError(
@@ -274,7 +275,7 @@ def _respond(rt: Runtime, result: SubmitResult, provider: str) -> JSONResponse:
         body = _answer(result, outcome=outcome.value, state=str(result.state))
     elif outcome is SubmitOutcome.replayed:
         created = SubmitOutcome.created.value
-        body = _answer(result, outcome=created, state=_created_state(rt, result, provider))
+        body = _answer(result, outcome=created, state=str(created_state))
         headers[REPLAY_HEADER] = "true"
     else:  # duplicate_event: another key already holds this source event's operation
         body = _answer(result, outcome=outcome.value, state=str(result.state))
@@ -343,41 +344,43 @@ async def submit(
     body = _submission(_read_json(raw, settings.api_max_json_depth))
     rt = runtime_of(request)
     bounds = body.bounds or Bounds()
-    try:
-        result = await run_in_threadpool(
-            lambda: submit_operation(
-                tenant=principal.tenant,
-                provider=body.provider,
-                idempotency_key=key,
-                command=body.command,
-                requested_by=principal.name,
-                source_event_id=body.source_event_id,
-                max_status_requests=bounds.max_status_requests,
-                result_deadline_seconds=bounds.result_deadline_seconds,
-                max_transport_failures=bounds.max_transport_failures,
-                cancel_deadline_seconds=bounds.cancel_deadline_seconds,
-                concurrency_key=body.concurrency_key,
-                business_deadline=body.business_deadline,
-                trace_parent=request.headers.get("traceparent"),
-                door="http",
-                caller=Caller(
-                    actor=principal.actor,
-                    token_id=principal.token_id,
-                    http_statuses=HTTP_STATUSES,
-                ),
-                runtime=rt,
-            )
+
+    def submitted() -> tuple[SubmitResult, str | None]:
+        result = submit_operation(
+            tenant=principal.tenant,
+            provider=body.provider,
+            idempotency_key=key,
+            command=body.command,
+            requested_by=principal.name,
+            source_event_id=body.source_event_id,
+            max_status_requests=bounds.max_status_requests,
+            result_deadline_seconds=bounds.result_deadline_seconds,
+            max_transport_failures=bounds.max_transport_failures,
+            cancel_deadline_seconds=bounds.cancel_deadline_seconds,
+            concurrency_key=body.concurrency_key,
+            business_deadline=body.business_deadline,
+            trace_parent=request.headers.get("traceparent"),
+            door="http",
+            caller=Caller(
+                actor=principal.actor,
+                token_id=principal.token_id,
+                http_statuses=HTTP_STATUSES,
+            ),
+            runtime=rt,
         )
+        # A replay repeats its original answer's state: read it on the same worker thread.
+        replayed = result.outcome is SubmitOutcome.replayed
+        return result, _created_state(rt, result, body.provider) if replayed else None
+
+    try:
+        result, created_state = await run_in_threadpool(submitted)
     except RefusedInputError as exc:
         extensions: dict[str, Any] = {}
         if isinstance(exc, InvalidCommandError):
             # RFC 6901: a key holding "/" or "~" is escaped, so the pointer resolves.
             extensions["errors"] = [{"path": exc.pointer, "message": str(exc)}]
         raise ProblemError(422, "invalid_submission", str(exc), **extensions) from None
-    if result.outcome is SubmitOutcome.replayed:
-        # Only a replay reads (the state its original answer named); the rest answer inline.
-        return await run_in_threadpool(_respond, rt, result, body.provider)
-    return _respond(rt, result, body.provider)
+    return _respond(result, created_state)
 
 
 def entry_json(entry: IntakeEntry) -> dict[str, Any]:
