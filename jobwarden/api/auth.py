@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -18,6 +18,7 @@ from typing import cast
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from jobwarden.api.context import settings_of
 from jobwarden.api.problems import ProblemError
@@ -162,18 +163,32 @@ def principal_of(url: str, token: str) -> Principal | None:
     )
 
 
-def require(scope: Scope) -> Callable[..., Principal]:
+def _cached(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal | None:
+    """The principal the app's token cache holds for this bearer token, if any (no I/O)."""
+    cache = getattr(request.app.state, "token_cache", None)
+    if cache is None or credentials is None:
+        return None
+    token = credentials.credentials
+    if not token.startswith(TOKEN_PREFIX):
+        return None
+    return cast(Principal | None, cache.get(secret_hash(token)))
+
+
+def require(scope: Scope) -> Callable[..., Awaitable[Principal]]:
     """A FastAPI dependency: the principal of the request's token, which must hold ``scope``.
 
     Missing, unknown or revoked token: 401 with ``WWW-Authenticate: Bearer``;
     a valid token without the scope: 403.
     """
 
-    def dependency(
+    async def dependency(
         request: Request,
         credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),  # noqa: B008 - FastAPI's idiom
     ) -> Principal:
-        principal = authenticate(request, credentials)
+        # A cached token is answered on the event loop; a lookup goes to a worker thread.
+        principal = _cached(request, credentials)
+        if principal is None:
+            principal = await run_in_threadpool(authenticate, request, credentials)
         if scope not in principal.scopes:
             raise ProblemError(
                 403,
