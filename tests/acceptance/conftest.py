@@ -192,8 +192,13 @@ def sandbox() -> Iterator[SandboxServer]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def worker_env(database_url: str, sandbox: SandboxServer, providers_dir: Path) -> dict[str, str]:
+@pytest.fixture(scope="package")
+def worker_env(
+    database_url: str, sandbox: SandboxServer, providers_dir: Path
+) -> Iterator[dict[str, str]]:
+    """The workers' settings, also this process's for the package: restored afterwards, so
+    the tests that run after acceptance (integration, unit) see the shipped contracts and
+    default bounds, not these variants and this short lease."""
     env = {
         "JOBWARDEN_DATABASE_URL": database_url,
         "JOBWARDEN_SANDBOX_URL": sandbox.url,
@@ -207,13 +212,21 @@ def worker_env(database_url: str, sandbox: SandboxServer, providers_dir: Path) -
         "JOBWARDEN_LEASE_TTL_SECONDS": "5",
         "JOBWARDEN_FAULTS_ENABLED": "1",
     }
+    saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     from jobwarden.config.settings import get_settings
     from jobwarden.tasks import runtime
 
     get_settings.cache_clear()
     runtime.reset()
-    return env
+    yield env
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    get_settings.cache_clear()
+    runtime.reset()
 
 
 @pytest.fixture(scope="package")
