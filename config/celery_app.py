@@ -12,6 +12,7 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger
+from celery.utils.log import get_multiprocessing_logger
 
 from jobwarden.config.settings import Settings, get_settings
 from jobwarden.logs import install_formatter
@@ -68,6 +69,9 @@ def _structured_logs(logger: Any, **_: Any) -> None:
     # Celery keeps its handlers (stderr or --logfile) and its levels; only the line format
     # changes, to jobwarden's structured one (JOBWARDEN_LOG_FORMAT, jobwarden.logs).
     install_formatter(logger, get_settings().log_format)
+    # The pool's own logger ("multiprocessing": a child lost to SIGKILL, say) has a handler
+    # of its own that Celery configures with the same setup; it speaks JSON too.
+    install_formatter(get_multiprocessing_logger(), get_settings().log_format)
 
 
 after_setup_logger.connect(_structured_logs, weak=False)

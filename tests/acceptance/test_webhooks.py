@@ -95,7 +95,10 @@ def test_a_standard_webhook_brings_exactly_one_status_read_forward_and_never_fin
     kinds = pipeline.kinds(op_id)
     # The webhook is an observation; the status read after it is what moved the state.
     assert kinds.index("webhook_received") < kinds.index("result_collected")
-    assert row.status_requests_used == 2
+    assert len(reads) == 2
+    # Each read counted; a wake-up that waited past the sweeper's redispatch grace on a
+    # loaded machine retires its reservation (counted, unused) and claims afresh.
+    assert row.status_requests_used - len(reads) in (0, 1)
     assert _recorded(database_url, "sandbox_hooks", delivery["event_id"]) == [
         ("woke_poll", uuid.UUID(op_id))
     ]
