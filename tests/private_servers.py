@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kombu import pools as kombu_pools
+
 from jobwarden.embedded import LocalPostgres, LocalRedis, ServerStartError
 from jobwarden.harness import Stack
 
@@ -120,10 +122,13 @@ def _reconfigure(
             "result_backend_transport_options": transport,
         }
     )
-    # Celery caches its connection and producer pools; drop them so the next publish
-    # opens a connection to the broker now configured (what Celery does after a fork).
-    with contextlib.suppress(Exception):
-        app.pool.force_close_all()
+    # Celery caches its connection and producer pools, and kombu keeps them in registries
+    # keyed by broker URL: closing one there left a closed pool that the next publish to
+    # the same URL met ("Acquire on closed pool"), so enqueue failed silently and only the
+    # sweeper delivered. kombu.pools.reset closes them and empties the registries (what
+    # Celery does after a fork), so the next publish opens a connection to the broker
+    # now configured.
+    kombu_pools.reset()
     app._pool = None
     app.amqp._producer_pool = None
 
