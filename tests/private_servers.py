@@ -128,7 +128,7 @@ def _reconfigure(
     # sweeper delivered. kombu.pools.reset closes them and empties the registries (what
     # Celery does after a fork), so the next publish opens a connection to the broker
     # now configured.
-    kombu_pools.reset()
+    kombu_pools.reset()  # type: ignore[no-untyped-call]  # kombu leaves it untyped
     app._pool = None
     app.amqp._producer_pool = None
 
