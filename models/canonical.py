@@ -34,17 +34,29 @@ _ENCODE = json.JSONEncoder(
 
 def _plain(value: Any) -> bool:
     """Whether ``json.dumps`` spells ``value`` exactly as RFC 8785 does."""
-    if value is None or isinstance(value, bool | str):
-        return True
-    if isinstance(value, int):
-        return -_SAFE <= value <= _SAFE  # beyond, RFC 8785 holds no exact double: rfc8785 refuses
-    if isinstance(value, float):
-        return not value.is_integer() and 1e-4 <= abs(value) < 1e16
-    if isinstance(value, Mapping):
-        return all(isinstance(k, str) and k.isascii() and _plain(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return all(_plain(v) for v in value)
-    return False
+    # A loop over a stack, not recursion with generators: this runs on every hashed value.
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if item is None or kind is str or kind is bool:
+            continue
+        if kind is int:
+            if not -_SAFE <= item <= _SAFE:  # beyond: no exact double, rfc8785 refuses it
+                return False
+        elif kind is float:
+            if item.is_integer() or not 1e-4 <= abs(item) < 1e16:
+                return False
+        elif isinstance(item, Mapping):
+            for key in item:
+                if type(key) is not str or not key.isascii():
+                    return False
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+        else:  # subclasses (a StrEnum, an IntEnum) and anything else: rfc8785 decides
+            return False
+    return True
 
 
 def dumps(value: Any) -> bytes:

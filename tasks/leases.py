@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from typing import Any
 
 from redis import Redis
 from redis.exceptions import LockError
@@ -76,8 +77,14 @@ def spend_once(
     The marker must outlive any redelivery of the message (the broker's visibility
     timeout); if Redis loses it, the sweeper's redispatch drops the reservation anyway.
     """
-    script = redis.register_script(_SPEND_ONCE)
+    script = _scripts.get(id(redis))
+    if script is None or script.registered_client is not redis:
+        script = _scripts[id(redis)] = redis.register_script(_SPEND_ONCE)
     return bool(script(keys=[reservation_key(prefix, operation_id)], args=[ordinal, ttl_seconds]))
+
+
+# One registered script per client: registering hashes the script text each time.
+_scripts: dict[int, Any] = {}
 
 
 def spent(redis: Redis, prefix: str, operation_id: uuid.UUID, ordinal: int) -> bool:
