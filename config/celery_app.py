@@ -14,6 +14,7 @@ from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger
 from celery.utils.log import get_multiprocessing_logger
 
+from jobwarden.config.broker import transport_for
 from jobwarden.config.settings import Settings, get_settings
 from jobwarden.logs import install_formatter
 
@@ -39,6 +40,7 @@ def make_celery(settings: Settings) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         task_default_queue=settings.queue,
+        broker_transport=transport_for(settings.broker_url),
         broker_transport_options=transport,
         result_backend_transport_options=transport,
         result_expires=3600,

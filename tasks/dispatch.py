@@ -35,15 +35,19 @@ def enqueue(rt: Runtime, operation_id: uuid.UUID, state: S, countdown: float = 0
     name = TASK_FOR_STATE.get(state)
     if name is None:
         return False
+    args = [str(operation_id)]
     try:
         app.send_task(
             name,
-            args=[str(operation_id)],
+            args=args,
             countdown=max(0.0, countdown) or None,
             queue=rt.settings.queue,
             retry=False,
             # A wake-up's answer is the row, not a result: no result key, no subscription.
             ignore_result=True,
+            # The header repr of an id list is what Celery's saferepr would build.
+            argsrepr=repr(args),
+            kwargsrepr="{}",
         )
     except Exception as exc:
         log.warning(

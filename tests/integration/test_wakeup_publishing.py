@@ -141,3 +141,25 @@ def test_the_sweeper_publishes_the_task_each_state_needs(
         }[state]
         for op, state in by_id.items()
     }
+
+
+def test_the_broker_channel_keeps_one_redis_client_per_pool_and_still_delivers(
+    rt: Runtime,
+) -> None:
+    from jobwarden.config import broker
+
+    assert broker.transport_for("redis://127.0.0.1:6379/0") == "jobwarden.config.broker:Transport"
+    # TLS and sentinel URLs keep kombu's own transport (its ssl and failover handling).
+    assert broker.transport_for("rediss://127.0.0.1:6380/0") is None
+    assert broker.transport_for("sentinel://127.0.0.1:26379") is None
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        assert isinstance(channel, broker.Channel)
+        first = channel._create_client()
+        assert channel._create_client() is first  # kombu's own builds one per call
+        channel._disconnect_pools()  # type: ignore[no-untyped-call]  # kombu's reconnect
+        rebuilt = channel._create_client()
+        assert rebuilt is not first and rebuilt.connection_pool is channel.pool
+    ids = [uuid.uuid4() for _ in range(3)]
+    assert all(enqueue(rt, op, S.observing) for op in ids)
+    assert [m["args"][0] for m in _messages(rt)] == [str(op) for op in ids]
