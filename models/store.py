@@ -33,6 +33,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.orm import Session
 
+from jobwarden.models.db import driver_execute
 from jobwarden.models.effects import Plan
 from jobwarden.models.errors import StaleVersionError, TransitionRefusedError
 from jobwarden.models.history import (
@@ -185,11 +186,17 @@ _LOAD_ONE: Final = str(
 )
 
 
+_LOAD_NAMES: Final = tuple(_LOAD.selected_columns.keys())
+
+
 def load(session: Session, operation_id: uuid.UUID) -> Operation | None:
     """The operation as now stored, in one round trip; None when there is none."""
-    result = session.connection().exec_driver_sql(_LOAD_ONE, {"operation_id": operation_id})
-    found = result.mappings().first()
-    return Operation.from_mapping(dict(found)) if found is not None else None
+    found = driver_execute(session, _LOAD_ONE, {"operation_id": operation_id}).fetchone()
+    return (
+        Operation.from_mapping(dict(zip(_LOAD_NAMES, found, strict=True)))
+        if found is not None
+        else None
+    )
 
 
 def check_path(src: OperationState, drafts: Sequence[EventDraft], dst: OperationState) -> None:
@@ -256,8 +263,8 @@ def fenced_update(
     # One statement: the events are inserted only if the fenced update matched, so a
     # poll's write is one round trip (and, in autocommit, its one commit).
     sql = _fenced_sql(tuple(values), len(chained))
-    result = session.connection().exec_driver_sql(sql, _fenced_params(row, values, chained))
-    written = len(result.all()) if chained else result.rowcount
+    result = driver_execute(session, sql, _fenced_params(row, values, chained))
+    written = len(result.fetchall()) if chained else result.rowcount
     if written != max(1, len(chained)):
         raise StaleVersionError(str(row.operation_id), row.version)
     last_kind = chained[-1].draft.kind if chained else row.last_event_kind
