@@ -131,6 +131,11 @@ def _reconfigure(
     kombu_pools.reset()  # type: ignore[no-untyped-call]  # kombu leaves it untyped
     app._pool = None
     app.amqp._producer_pool = None
+    # The result backend is cached with its own Redis client: one left pointing at a
+    # stopped private server failed the next result subscription ("Retry limit exceeded
+    # while trying to reconnect to the Celery result store").
+    app._backend_cache = None
+    app._local.__dict__.pop("backend", None)
 
 
 @contextlib.contextmanager
