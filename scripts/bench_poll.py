@@ -97,6 +97,7 @@ class Round:
     wall: float
     worker_cpu: float
     pg_cpu: float
+    main_cpu: float  # of worker_cpu, the Celery main process's (consumer, acks)
 
 
 @dataclass
@@ -342,7 +343,7 @@ def _measure(bench: Bench) -> int:
     total_polls = dict.fromkeys(SYSTEMS, 0)
     print(
         f"{'round':>5} {'system':<10}{'polls':>7}{'seconds':>9}{'polls/s':>9}"
-        f"{'worker ms/poll':>16}{'postgres ms/poll':>18}"
+        f"{'worker ms/poll':>16}{'of it main':>12}{'postgres ms/poll':>18}"
     )
     for r in range(args.rounds + 1):
         for system in SYSTEMS:
@@ -354,10 +355,19 @@ def _measure(bench: Bench) -> int:
             cpu1, pg1 = group_cpu(group[system]), meter.backends(system)
             polls = polls_of(r)
             total_polls[system] += polls
-            res = Round(system, polls, wall, cpu_delta(cpu0, cpu1), cpu_delta(pg0, pg1))
+            main = group[system]
+            res = Round(
+                system,
+                polls,
+                wall,
+                cpu_delta(cpu0, cpu1),
+                cpu_delta(pg0, pg1),
+                cpu1.get(main, 0.0) - cpu0.get(main, 0.0),
+            )
             print(
                 f"{'warm' if r == 0 else r:>5} {system:<10}{polls:>7}{wall:>9.2f}"
                 f"{polls / wall:>9.1f}{1000 * res.worker_cpu / polls:>16.2f}"
+                f"{1000 * res.main_cpu / polls:>12.2f}"
                 f"{1000 * res.pg_cpu / polls:>18.2f}"
             )
             if r > 0:  # round 0 warms imports, pools and caches up
