@@ -59,11 +59,17 @@ def _plain(value: Any) -> bool:
     return True
 
 
-def dumps(value: Any) -> bytes:
-    """The RFC 8785 bytes of a JSON value; raises as ``rfc8785.dumps`` does for the rest."""
+def plain_dumps(value: Any) -> bytes | None:
+    """The RFC 8785 bytes of ``value`` where ``json.dumps`` writes them, else None."""
     if _plain(value):
         try:
             return _ENCODE(value).encode("utf-8")
         except UnicodeEncodeError:
             pass  # a lone surrogate: rfc8785 says why it cannot be canonical
-    return rfc8785.dumps(value)
+    return None
+
+
+def dumps(value: Any) -> bytes:
+    """The RFC 8785 bytes of a JSON value; raises as ``rfc8785.dumps`` does for the rest."""
+    fast = plain_dumps(value)
+    return fast if fast is not None else rfc8785.dumps(value)

@@ -7,6 +7,7 @@ it to refuse literal credentials, and excerpts redact keys containing one.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -30,9 +31,12 @@ EXCERPT_LIMIT: Final = 2000
 EXCERPT_HEADERS: Final = ("retry-after", "location", "operation-location", "idempotent-replayed")
 
 
+# One scan per key instead of one per word: every key of every excerpt passes here.
+_SECRET_WORD: Final = re.compile("|".join(re.escape(word) for word in SECRET_WORDS))
+
+
 def names_a_secret(name: str) -> bool:
-    lowered = name.lower()
-    return any(word in lowered for word in SECRET_WORDS)
+    return _SECRET_WORD.search(name.lower()) is not None
 
 
 REDACTED: Final = "[redacted]"

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobwarden.models.canonical import _plain, dumps
+from jobwarden.models.history import canonical, hashable
 
 SAFE = 2**53 - 1
 scalars = (
@@ -65,3 +66,28 @@ def test_the_fast_path_is_taken_only_where_the_two_spellings_agree(value: Any, p
 def test_a_lone_surrogate_is_refused_as_rfc8785_refuses_it() -> None:
     with pytest.raises((rfc8785.CanonicalizationError, ValueError)):
         dumps({"a": "\ud800"})
+
+
+# What the history hashes: beyond plain JSON, integers past 2^53 and tuples (tagged or
+# listed by hashable) and non-string keys, as json.dumps accepts them.
+hashed_values = st.recursive(
+    scalars | st.integers(),
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text() | st.integers(-SAFE, SAFE) | st.booleans(), inner, max_size=5)
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=500)
+@given(hashed_values)
+def test_the_history_skips_its_hashable_walk_only_where_it_changes_nothing(value: Any) -> None:
+    try:
+        expected = dumps(hashable(value))
+    except (rfc8785.CanonicalizationError, ValueError, TypeError) as exc:
+        with pytest.raises(type(exc)):
+            canonical(value)
+        return
+    assert canonical(value) == expected
