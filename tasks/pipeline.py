@@ -28,10 +28,10 @@ from jobwarden.tasks import faults
 from jobwarden.tasks.concurrency import admit_stranded, after_end
 from jobwarden.tasks.dispatch import enqueue_many, republish, schedule
 from jobwarden.tasks.intake import submit_from_message
-from jobwarden.tasks.leases import operation_lease
+from jobwarden.tasks.leases import step_lease
 from jobwarden.tasks.outcomes import AutomationStoppedError, task_answer
 from jobwarden.tasks.runtime import Runtime, current, utcnow
-from jobwarden.tasks.steps import record_step_failure, run, stop_automation
+from jobwarden.tasks.steps import marker_ttl, record_step_failure, run, stop_automation
 
 log = get_logger("jobwarden.tasks")
 
@@ -48,7 +48,13 @@ def _run_step(operation_id: str, step: StepKind) -> str | None:
     op_id = uuid.UUID(operation_id)
     try:
         with (
-            operation_lease(rt.redis, rt.settings.key_prefix, op_id, rt.settings.lease_ttl_seconds),
+            step_lease(
+                rt.redis,
+                rt.settings.key_prefix,
+                op_id,
+                rt.settings.lease_ttl_seconds,
+                marker_ttl(rt),
+            ) as lease,
             step_session(rt.settings.database_url) as session,
         ):
             op = store.load(session, op_id)
@@ -57,7 +63,9 @@ def _run_step(operation_id: str, step: StepKind) -> str | None:
             bind(trace_id=op.trace_id)
             faults.fault_point(rt.redis, rt.settings.key_prefix, "after_lease", op.idempotency_key)
             from_state = op.state
-            op, next_at = run(rt, op, step, session)
+            op, next_at = run(rt, op, step, session, lease)
+            # Committed: the next step's lease marks this reservation as it is acquired.
+            lease.announce = op.reserved_request
             # One line per step, operation and trace id bound: grep either to follow a job.
             log.info(
                 "step_done",

@@ -9,13 +9,16 @@ twice. The pipeline fixture verifies every history afterwards.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import secrets
 import uuid
 from collections.abc import Callable
 from itertools import pairwise
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from redis import Redis
 
 from jobwarden.harness import wait_for
 from tests.acceptance.conftest import Pipeline
@@ -131,6 +134,82 @@ def test_a_reservation_marked_as_spent_is_never_sent_again_unclaimed(
     assert claims[0].cause is not None and "is not reused" in claims[0].cause
     assert len(pipeline.job_requests(str(op_id), "status")) == 1
     rt.redis.close()
+    rt.http.close()
+
+
+class _CountingRedis(Redis):
+    """The real Redis client, noting each command it sends (EVALSHA by script digest)."""
+
+    sent: list[str]
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        name = str(args[0]).upper()
+        self.sent.append(f"EVALSHA {args[1]}" if name == "EVALSHA" else name)
+        return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+
+def test_a_poll_spends_the_reservation_its_lease_marked_with_no_redis_call_before_the_send(
+    pipeline: Pipeline, worker_env: dict[str, str]
+) -> None:
+    # In-process on a queue no worker reads, the way _run_step drives a step: the create's
+    # commit reserves request 1 and its lease announces it; the poll's lease marks it as it
+    # is acquired, so between the lease and the send nothing else goes to Redis.
+    from jobwarden.config.settings import get_settings
+    from jobwarden.models.db import step_session
+    from jobwarden.models.steps import CREATE, POLL
+    from jobwarden.models.store import load
+    from jobwarden.tasks import leases
+    from jobwarden.tasks.intake import submit_operation
+    from jobwarden.tasks.runtime import build_runtime, utcnow
+    from jobwarden.tasks.steps import marker_ttl, run
+
+    settings = get_settings().model_copy(update={"queue": f"unread-{secrets.token_hex(4)}"})
+    counting = cast(_CountingRedis, _CountingRedis.from_url(settings.redis_url))
+    counting.sent = []
+    rt = dataclasses.replace(build_runtime(settings), redis=counting)
+    answer = submit_operation(
+        tenant="acceptance",
+        provider="sandbox",
+        idempotency_key=secrets.token_hex(8),
+        command={"kind": "export", "behaviour": {"polls_to_finish": 3}},
+        requested_by="pytest",
+        runtime=rt,
+    )
+    assert answer.operation_id is not None
+    op_id = uuid.UUID(answer.operation_id)
+
+    def step(kind: Any) -> Any:
+        with (
+            leases.step_lease(rt.redis, settings.key_prefix, op_id, 30, marker_ttl(rt)) as lease,
+            step_session(settings.database_url) as session,
+        ):
+            op = load(session, op_id)
+            assert op is not None
+            op, _ = run(rt, op, kind, session, lease)
+            lease.announce = op.reserved_request
+        return lease, op
+
+    _, op = step(CREATE)
+    assert (op.state.value, op.reserved_request) == ("accepted", 1)
+    due = op.next_poll_at
+    assert due is not None
+    wait_for(lambda: utcnow() >= due, timeout=10, what="the first poll to be due")
+    counting.sent.clear()
+    lease, op = step(POLL)
+    assert (lease.marked, lease.spent_marked) == (1, True)
+    spend_once = f"EVALSHA {hashlib.sha1(leases._SPEND_ONCE.encode()).hexdigest()}"
+    assert spend_once not in counting.sent
+    acquire, release = (
+        f"EVALSHA {hashlib.sha1(script.encode()).hexdigest()}"
+        for script in (leases._ACQUIRE, leases._RELEASE)
+    )
+    assert counting.sent[0] == acquire and counting.sent[-1] == release
+    # Request 1 was sent once and recorded with its answer; request 2 is reserved next.
+    assert (op.status_requests_used, op.reserved_request) == (2, 2)
+    assert pipeline.recorded_status_requests(str(op_id)) == [1]
+    assert len(pipeline.job_requests(str(op_id), "status")) == 1
+    assert leases.spent(rt.redis, settings.key_prefix, op_id, 1)
+    counting.close()
     rt.http.close()
 
 
