@@ -27,6 +27,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Final
 
 import httpx
 
@@ -39,6 +40,7 @@ from jobwarden.models.signals import HttpObservation, RawResponse, TransportFail
 from jobwarden.tasks.provider_transport import (
     DeadlinePassedError,
     DeadlineTransport,
+    decoded_headers,
     read_body,
     request_deadline,
 )
@@ -322,8 +324,38 @@ def _lost(failure: TransportFailure) -> RawResponse:
     )
 
 
+# What httpx.Client added to every request, added here (the edge sends on httpcore's pool).
+USER_AGENT: Final = f"jobwarden (httpx/{httpx.__version__})"
+_BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
+
+
+def wire_headers(
+    url: httpx.URL, method: str, headers: Mapping[str, str], content: bytes | None
+) -> list[tuple[bytes, bytes]]:
+    """The request's header lines as httpx.Client would send them.
+
+    Host from the URL, Content-Length for a body (0 for a bodiless POST, PUT or PATCH),
+    keep-alive and a User-Agent, unless ``headers`` sets one of them (case-insensitively).
+    Values must be ASCII: a UnicodeEncodeError is a request nothing usable could send.
+    """
+    given = {name.lower() for name in headers}
+    auto: list[tuple[bytes, bytes]] = []
+    if "host" not in given:
+        auto.append((b"Host", url.netloc))
+    if "content-length" not in given and "transfer-encoding" not in given:
+        if content is not None:
+            auto.append((b"Content-Length", str(len(content)).encode("ascii")))
+        elif method in _BODY_METHODS:
+            auto.append((b"Content-Length", b"0"))
+    if "connection" not in given:
+        auto.append((b"Connection", b"keep-alive"))
+    if "user-agent" not in given:
+        auto.append((b"User-Agent", USER_AGENT.encode("ascii")))
+    return auto + [(name.encode("ascii"), value.encode("ascii")) for name, value in headers.items()]
+
+
 class ProviderClient:
-    """One pooled httpx.Client per provider, created in the worker process.
+    """One pooled transport per provider, created in the worker process.
 
     ``answer_limit`` bounds every answer except a result download, which is bounded
     by its contract's ``result.max_bytes``.
@@ -335,27 +367,21 @@ class ProviderClient:
         *,
         answer_limit: int = MAX_ANSWER_BYTES,
     ) -> None:
-        self._clients: dict[str, httpx.Client] = {}
+        self._transports: dict[str, DeadlineTransport] = {}
         self.plugins = plugins or {}
         self.answer_limit = answer_limit
 
-    def _client(self, contract: ProviderContract) -> httpx.Client:
-        client = self._clients.get(contract.name)
-        if client is None:
+    def _transport(self, contract: ProviderContract) -> DeadlineTransport:
+        transport = self._transports.get(contract.name)
+        if transport is None:
             limits = httpx.Limits(max_connections=20, max_keepalive_connections=10)
-            client = httpx.Client(
-                transport=DeadlineTransport(limits),
-                timeout=httpx.Timeout(contract.limits.request_timeout_seconds),
-                follow_redirects=False,
-                trust_env=False,
-            )
-            self._clients[contract.name] = client
-        return client
+            transport = self._transports[contract.name] = DeadlineTransport(limits)
+        return transport
 
     def close(self) -> None:
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
+        for transport in self._transports.values():
+            transport.close()
+        self._transports.clear()
 
     def _limit(self, contract: ProviderContract, request: ProviderRequest) -> int:
         if request.purpose is RequestPurpose.result and contract.result is not None:
@@ -397,16 +423,23 @@ class ProviderClient:
                 dict(prepared.headers),
                 prepared.body,
             )
+        timeout = contract.limits.request_timeout_seconds
         try:
+            # httpx.URL validates and normalises (a tab or a newline in a provider's
+            # reference is InvalidURL); no redirect is ever followed.
+            target = httpx.URL(url)
+            lines = wire_headers(target, method, all_headers, content)
             with (
-                request_deadline(contract.limits.request_timeout_seconds) as deadline,
-                self._client(contract).stream(
-                    method, url, headers=all_headers, content=content
-                ) as response,
+                request_deadline(timeout) as deadline,
+                self._transport(contract).exchange(method, target, lines, content, timeout) as (
+                    status_code,
+                    raw_headers,
+                    chunks,
+                ),
             ):
-                raw, problem = read_body(response, self._limit(contract, request), deadline)
-                lowered = {k.lower(): v for k, v in response.headers.items()}
-                status_code = response.status_code
+                lowered = decoded_headers(raw_headers)
+                encoding = lowered.get("content-encoding", "")
+                raw, problem = read_body(encoding, chunks, self._limit(contract, request), deadline)
         except DeadlinePassedError:
             return _lost(TransportFailure.read_timeout)
         except _REQUEST_ERRORS as exc:

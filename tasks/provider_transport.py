@@ -151,23 +151,22 @@ def _as_httpx(exc: Exception) -> Exception:
     return exc
 
 
-class _Body(httpx.SyncByteStream):
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def __iter__(self) -> Iterator[bytes]:
-        try:
-            yield from self._stream
-        except Exception as exc:
-            raise _as_httpx(exc) from exc
-
-    def close(self) -> None:
-        if hasattr(self._stream, "close"):
-            self._stream.close()
+def _chunks(stream: Any) -> Iterator[bytes]:
+    """A response body's raw chunks, httpcore's errors raised as httpx's."""
+    try:
+        yield from stream
+    except Exception as exc:
+        raise _as_httpx(exc) from exc
 
 
-class DeadlineTransport(httpx.BaseTransport):
+class DeadlineTransport:
     """httpx's HTTP transport, rebuilt on httpcore's public API with the deadline backend.
+
+    The edge sends through ``exchange`` on httpcore's pool directly: it needs the status,
+    the headers and the raw body, and httpx's request and response models around them
+    cost more CPU than the exchange itself (issue 12). What httpx.Client added is added by
+    the edge (Host, Content-Length, keep-alive, a User-Agent); there is no cookie jar, so a
+    provider cannot plant a cookie for later requests.
 
     Proxies come from HTTP_PROXY / HTTPS_PROXY / ALL_PROXY / NO_PROXY, read once,
     as httpx would; .netrc is not read (credentials go only where the contract says).
@@ -205,30 +204,38 @@ class DeadlineTransport(httpx.BaseTransport):
             self._pools[proxy_url] = pool
         return pool
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        assert isinstance(request.stream, httpx.SyncByteStream)
+    @contextlib.contextmanager
+    def exchange(
+        self,
+        method: str,
+        url: httpx.URL,
+        headers: list[tuple[bytes, bytes]],
+        content: bytes | None,
+        timeout: float,
+    ) -> Iterator[tuple[int, list[tuple[bytes, bytes]], Iterator[bytes]]]:
+        """Send one request; yields (status, raw headers, raw body chunks) until closed.
+
+        Raises httpx's exceptions for httpcore's (the edge classifies those).
+        """
         core = httpcore.Request(
-            method=request.method,
+            method=method,
             url=httpcore.URL(
-                scheme=request.url.raw_scheme,
-                host=request.url.raw_host,
-                port=request.url.port,
-                target=request.url.raw_path,
+                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
             ),
-            headers=request.headers.raw,
-            content=request.stream,
-            extensions=request.extensions,
+            headers=headers,
+            content=content or b"",
+            extensions={
+                "timeout": {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
+            },
         )
         try:
-            answer = self._pool(request.url).handle_request(core)
+            answer = self._pool(url).handle_request(core)
         except Exception as exc:
             raise _as_httpx(exc) from exc
-        return httpx.Response(
-            status_code=answer.status,
-            headers=answer.headers,
-            stream=_Body(answer.stream),
-            extensions=answer.extensions,
-        )
+        try:
+            yield answer.status, answer.headers, _chunks(answer.stream)
+        finally:
+            answer.close()
 
     def close(self) -> None:
         for pool in self._pools.values():
@@ -236,22 +243,49 @@ class DeadlineTransport(httpx.BaseTransport):
         self._pools.clear()
 
 
-# -- reading bodies --------------------------------------------------------------------
+# -- reading answers ---------------------------------------------------------------------
+
+
+def decoded_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Lower-cased names to values, a repeated header joined with ", ", as httpx reads them.
+
+    One encoding for all of them, as httpx chooses it: ASCII, else UTF-8, else ISO-8859-1
+    (which decodes any byte, so a hostile header never raises here).
+    """
+    encoding = "iso-8859-1"
+    for candidate in ("ascii", "utf-8"):
+        try:
+            for name, value in raw:
+                name.decode(candidate)
+                value.decode(candidate)
+        except UnicodeDecodeError:
+            continue
+        encoding = candidate
+        break
+    out: dict[str, str] = {}
+    for name, value in raw:
+        key, text = name.lower().decode(encoding), value.decode(encoding)
+        out[key] = f"{out[key]}, {text}" if key in out else text
+    return out
 
 
 class DeadlinePassedError(Exception):
     """The deadline passed between two chunks of a body."""
 
 
-def read_body(response: httpx.Response, limit: int, deadline: float) -> tuple[bytes, str | None]:
+def read_body(
+    encoding: str, chunks: Iterator[bytes], limit: int, deadline: float
+) -> tuple[bytes, str | None]:
     """At most ``limit + 1`` bytes of the (decoded) body, and a problem if any.
+
+    ``encoding``: the answer's Content-Encoding; ``chunks``: its raw body as it arrives.
 
     Chunks are counted as they arrive, so memory stays near ``limit`` whatever the
     provider sends; a gzip body is inflated with the same bound (a small bomb
     cannot expand past it). More than ``limit`` bytes is ``too_large``, and the
     first ``limit + 1`` are kept so a size check downstream trips too.
     """
-    encoding = response.headers.get("content-encoding", "").strip().lower()
+    encoding = encoding.strip().lower()
     inflate = None
     if encoding in ("gzip", "x-gzip"):
         inflate = zlib.decompressobj(zlib.MAX_WBITS | 16)
@@ -261,7 +295,7 @@ def read_body(response: httpx.Response, limit: int, deadline: float) -> tuple[by
     # BytesIO hands its buffer over in getvalue() without a copy: one body in memory, not two.
     buffer = io.BytesIO()
     try:
-        for chunk in response.iter_raw():
+        for chunk in chunks:
             if time.monotonic() >= deadline:
                 raise DeadlinePassedError
             left = room - buffer.tell()

@@ -532,3 +532,76 @@ def test_an_http_proxy_from_the_environment_is_honoured_and_no_proxy_bypasses_it
             ("/v1/jobs/j1", "provider.invalid")
         ]
         assert [r["path"] for r in direct.requests()] == ["/v1/jobs/j2"]
+
+
+def test_the_edge_frames_requests_as_httpx_did_and_reads_headers_as_httpx_does() -> None:
+    # The edge sends on httpcore's pool itself (issue 12), so what httpx.Client added is
+    # its job: Host with the port, Content-Length (0 for a bodiless POST), keep-alive.
+    # Answers: a repeated header joined with ", " (RFC 9110 section 5.3), names
+    # lower-cased, one decoding for all (ASCII, else UTF-8, else ISO-8859-1), and a
+    # Set-Cookie never sent back: there is no cookie jar.
+    seen: list[tuple[str, str, dict[str, str], bytes]] = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length)
+            seen.append(
+                (self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            )
+            payload = b'{"status": "running"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Warning", "199 - one")
+            self.send_header("Warning", "199 - two")
+            self.send_header("Set-Cookie", "planted=1; Path=/")
+            self.send_header("X-Label", "caf\u00e9")  # Latin-1 on the wire (http.server)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def do_GET(self) -> None:
+            self._answer()
+
+        def do_POST(self) -> None:
+            self._answer()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    url = f"http://127.0.0.1:{port}"
+    contract = _contract(url, auth=None)
+    client = ProviderClient()
+    create = ProviderRequest(
+        purpose=RequestPurpose.create, method="POST", url=f"{url}/v1/jobs", json_body={"a": 1}
+    )
+    cancel = ProviderRequest(purpose=RequestPurpose.cancel, method="POST", url=f"{url}/v1/x")
+    try:
+        first = client.send(contract, _get(f"{url}/v1/jobs/job_1?view=full"), trace_id="a" * 32)
+        client.send(contract, create, trace_id="a" * 32)
+        client.send(contract, cancel, trace_id="a" * 32)
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+    (get_method, get_path, get_headers, _), (_, _, post_headers, post_body), cancelled = seen
+    assert (get_method, get_path) == ("GET", "/v1/jobs/job_1?view=full")
+    assert get_headers["host"] == f"127.0.0.1:{port}"
+    assert get_headers["connection"] == "keep-alive"
+    assert get_headers["user-agent"].startswith("jobwarden")
+    assert get_headers["accept"] == "application/json"
+    assert "content-length" not in get_headers
+    assert post_body == b'{"a":1}' and post_headers["content-length"] == str(len(post_body))
+    assert post_headers["content-type"] == "application/json"
+    assert cancelled[2]["content-length"] == "0" and cancelled[3] == b""
+    assert "cookie" not in post_headers and "cookie" not in cancelled[2]
+    headers = first.observation.headers
+    assert headers["warning"] == "199 - one, 199 - two"
+    assert headers["x-label"] == "caf\u00e9"  # not UTF-8, so all are read as ISO-8859-1
+    assert first.observation.body == {"status": "running"}
