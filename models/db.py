@@ -26,6 +26,7 @@ def engine_for(url: str) -> Engine:
 
 
 _step_engines: dict[tuple[int, str], Engine] = {}
+_DRIVER = "jobwarden.driver"  # session.info: a step session's connection and its psycopg one
 
 
 def dispose_all() -> None:
@@ -55,6 +56,7 @@ def step_session(url: str) -> Iterator[Session]:
         )
         _step_engines[key] = engine
     with engine.connect() as connection, Session(connection, expire_on_commit=False) as session:
+        session.info[_DRIVER] = (connection, connection.connection.driver_connection)
         yield session
 
 
@@ -69,12 +71,17 @@ def driver_execute(
     dropped connection is invalidated here, as SQLAlchemy would, so the pool never hands
     it out again and the step sees ``connection_invalidated`` (its retry signal).
     """
-    connection = session.connection()
-    raw = cast("psycopg.Connection[Any]", connection.connection.driver_connection)
+    held = session.info.get(_DRIVER)
+    if held is not None and not held[0].invalidated:
+        connection, driver = held  # a step session's own: no Session.connection() per call
+    else:
+        connection = session.connection()
+        driver = connection.connection.driver_connection
+    raw = cast("psycopg.Connection[Any]", driver)
     try:
         return raw.execute(statement, params)
     except psycopg.Error as exc:
-        lost = connection.dialect.is_disconnect(exc, raw, None)  # type: ignore[arg-type]
+        lost = connection.dialect.is_disconnect(exc, raw, None)
         if lost:
             connection.invalidate(exc)
         raise DBAPIError.instance(

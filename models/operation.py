@@ -83,7 +83,7 @@ class Operation:
 
     @classmethod
     def from_mapping(cls, row: Mapping[str, Any]) -> Operation:
-        values = {f.name: row[f.name] for f in fields(cls) if f.name in row}
+        values = {name: row[name] for name in _FIELD_NAMES if name in row}
         values["state"] = OperationState(values["state"])
         kind = values.get("last_event_kind")
         values["last_event_kind"] = EventKind(kind) if kind else None
@@ -96,4 +96,5 @@ class Operation:
         return replace(self, **values)
 
 
-COLUMNS: frozenset[str] = frozenset(f.name for f in fields(Operation)) - {"last_event_kind"}
+_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Operation))
+COLUMNS: frozenset[str] = frozenset(_FIELD_NAMES) - {"last_event_kind"}

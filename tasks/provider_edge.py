@@ -16,6 +16,7 @@ drip nor a huge answer can hold a worker past its lease or grow its memory
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import json
 import math
@@ -354,6 +355,13 @@ def wire_headers(
     return auto + [(name.encode("ascii"), value.encode("ascii")) for name, value in headers.items()]
 
 
+@functools.lru_cache(maxsize=4096)
+def _parsed(url: str) -> httpx.URL:
+    # A job's status URL is the same on every poll; parsing it was a tenth of a send.
+    # httpx.URL is immutable, and a URL it refuses raises (never cached) every time.
+    return httpx.URL(url)
+
+
 class ProviderClient:
     """One pooled transport per provider, created in the worker process.
 
@@ -427,7 +435,7 @@ class ProviderClient:
         try:
             # httpx.URL validates and normalises (a tab or a newline in a provider's
             # reference is InvalidURL); no redirect is ever followed.
-            target = httpx.URL(url)
+            target = _parsed(url)
             lines = wire_headers(target, method, all_headers, content)
             with (
                 request_deadline(timeout) as deadline,
