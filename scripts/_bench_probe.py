@@ -65,6 +65,29 @@ def install(redis_url: str, key_prefix: str) -> None:
 
     os.register_at_fork(after_in_child=start)
     start()
+    if os.environ.get("BENCH_PROFILE_DIR"):
+        _profile_children(os.environ["BENCH_PROFILE_DIR"], os.environ.get("BENCH_QUEUE", "w"))
+
+
+def _profile_children(directory: str, name: str) -> None:
+    """cProfile each pool process on CPU time, dumped as the pool shuts it down
+    (``--profile`` of scripts/bench_poll.py; profiling slows the workers it watches)."""
+    import cProfile
+    import time
+
+    from celery.signals import worker_process_init, worker_process_shutdown
+
+    profiler = cProfile.Profile(time.process_time)
+
+    def begin(**_: Any) -> None:
+        profiler.enable()
+
+    def dump(**_: Any) -> None:
+        profiler.disable()
+        profiler.dump_stats(os.path.join(directory, f"{name}-{os.getpid()}.pstats"))
+
+    worker_process_init.connect(begin, weak=False)
+    worker_process_shutdown.connect(dump, weak=False)
 
 
 def _flush_forever(redis_url: str, key_prefix: str) -> None:

@@ -127,6 +127,8 @@ class Bench:
             "BENCH_PROBE_REDIS_URL": self.redis_url,
             "BENCH_PROBE_PREFIX": f"{self.prefix(system)}:probe",
         }
+        if self.args.profile:
+            common["BENCH_PROFILE_DIR"] = str(Path(self.args.profile).resolve())
         if system == "jobwarden":
             return common | {
                 "JOBWARDEN_DATABASE_URL": "postgresql+psycopg://postgres@127.0.0.1:5432/"
@@ -481,6 +483,12 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=2, help="worker processes each")
     parser.add_argument("--loglevel", default="INFO", help="the workers' (compose: INFO)")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per round")
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="cProfile every pool process on CPU time into DIR/<queue>-<pid>.pstats"
+        " (slows both systems; for finding costs, not for the ratios)",
+    )
     parser.add_argument("--database", default="jobwarden_bench", help="in-process mode's")
     args = parser.parse_args()
     if args.mode == "in-process":
