@@ -85,6 +85,22 @@ def test_a_worker_killed_after_committing_a_poll_decision_sends_nothing_early_or
     assert all(g >= 1 - 0.05 for g in gaps), gaps  # Retry-After held across the kill
 
 
+def _submitted(rt: Any) -> uuid.UUID:
+    """An export of three polls submitted in-process, on ``rt``'s (unread) queue."""
+    from jobwarden.tasks.intake import submit_operation
+
+    answer = submit_operation(
+        tenant="acceptance",
+        provider="sandbox",
+        idempotency_key=secrets.token_hex(8),
+        command={"kind": "export", "behaviour": {"polls_to_finish": 3}},
+        requested_by="pytest",
+        runtime=rt,
+    )
+    assert answer.operation_id is not None
+    return uuid.UUID(answer.operation_id)
+
+
 def test_a_reservation_marked_as_spent_is_never_sent_again_unclaimed(
     pipeline: Pipeline, worker_env: dict[str, str]
 ) -> None:
@@ -95,23 +111,13 @@ def test_a_reservation_marked_as_spent_is_never_sent_again_unclaimed(
     from jobwarden.models.db import step_session
     from jobwarden.models.steps import CREATE, POLL
     from jobwarden.models.store import load
-    from jobwarden.tasks.intake import submit_operation
     from jobwarden.tasks.leases import spend_once
     from jobwarden.tasks.runtime import build_runtime, utcnow
     from jobwarden.tasks.steps import run
 
     settings = get_settings().model_copy(update={"queue": f"unread-{secrets.token_hex(4)}"})
     rt = build_runtime(settings)
-    answer = submit_operation(
-        tenant="acceptance",
-        provider="sandbox",
-        idempotency_key=secrets.token_hex(8),
-        command={"kind": "export", "behaviour": {"polls_to_finish": 3}},
-        requested_by="pytest",
-        runtime=rt,
-    )
-    assert answer.operation_id is not None
-    op_id = uuid.UUID(answer.operation_id)
+    op_id = _submitted(rt)
     with step_session(settings.database_url) as session:
         op = load(session, op_id)
         assert op is not None
@@ -159,7 +165,6 @@ def test_a_poll_spends_the_reservation_its_lease_marked_with_no_redis_call_befor
     from jobwarden.models.steps import CREATE, POLL
     from jobwarden.models.store import load
     from jobwarden.tasks import leases
-    from jobwarden.tasks.intake import submit_operation
     from jobwarden.tasks.runtime import build_runtime, utcnow
     from jobwarden.tasks.steps import marker_ttl, run
 
@@ -167,16 +172,7 @@ def test_a_poll_spends_the_reservation_its_lease_marked_with_no_redis_call_befor
     counting = cast(_CountingRedis, _CountingRedis.from_url(settings.redis_url))
     counting.sent = []
     rt = dataclasses.replace(build_runtime(settings), redis=counting)
-    answer = submit_operation(
-        tenant="acceptance",
-        provider="sandbox",
-        idempotency_key=secrets.token_hex(8),
-        command={"kind": "export", "behaviour": {"polls_to_finish": 3}},
-        requested_by="pytest",
-        runtime=rt,
-    )
-    assert answer.operation_id is not None
-    op_id = uuid.UUID(answer.operation_id)
+    op_id = _submitted(rt)
 
     def step(kind: Any) -> Any:
         with (

@@ -11,6 +11,7 @@ import os
 import secrets
 import uuid
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 import pytest
 from redis import Redis
@@ -18,6 +19,7 @@ from redis import Redis
 from jobwarden.harness import wait_for
 from jobwarden.models.errors import LeaseNotAcquiredError
 from jobwarden.tasks.leases import (
+    StepLease,
     announced_key,
     lease_key,
     operation_lease,
@@ -48,6 +50,16 @@ def _announce(redis: Redis, prefix: str, op: uuid.UUID, ordinal: int) -> None:
     """What a step that reserved request ``ordinal`` leaves behind as it lets go."""
     with step_lease(redis, prefix, op, 30, MARKER_TTL) as lease:
         lease.announce = ordinal
+
+
+def _expired(redis: Redis, prefix: str, op: uuid.UUID) -> AbstractContextManager[StepLease]:
+    """A step lease that marked request 1 and was held past its TTL, never let go."""
+    held = step_lease(redis, prefix, op, 0.05, MARKER_TTL)
+    assert held.__enter__().marked == 1
+    wait_for(
+        lambda: redis.get(lease_key(prefix, op)) is None, timeout=5, what="the lease to expire"
+    )
+    return held
 
 
 def test_nothing_announced_marks_nothing(redis: Redis, prefix: str) -> None:
@@ -98,11 +110,7 @@ def test_a_step_lost_after_its_acquire_leaves_the_reservation_spent_for_every_la
     op = uuid.uuid4()
     _announce(redis, prefix, op, 1)
     # A worker SIGKILLed after the send: its lease is never let go, only expires.
-    lost = step_lease(redis, prefix, op, 0.05, MARKER_TTL)
-    assert lost.__enter__().marked == 1
-    wait_for(
-        lambda: redis.get(lease_key(prefix, op)) is None, timeout=5, what="the lease to expire"
-    )
+    _expired(redis, prefix, op)
     with step_lease(redis, prefix, op, 30, MARKER_TTL) as lease:
         # Nothing new to mark, and the fallback refuses it: the poll claims a fresh request.
         assert lease.marked is None
@@ -122,11 +130,7 @@ def test_a_busy_lease_marks_nothing_and_an_expired_holder_changes_nothing_as_it_
     ):
         pass
     assert not spent(redis, prefix, op, 1)
-    slow = step_lease(redis, prefix, op, 0.05, MARKER_TTL)
-    assert slow.__enter__().marked == 1
-    wait_for(
-        lambda: redis.get(lease_key(prefix, op)) is None, timeout=5, what="the lease to expire"
-    )
+    slow = _expired(redis, prefix, op)
     with step_lease(redis, prefix, op, 30, MARKER_TTL) as other:
         assert other.marked is None
         # The first holder wakes up and lets go: it neither lowers the mark nor announces.
