@@ -18,7 +18,7 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 
 
-class Channel(kombu_redis.Channel):  # kombu is untyped
+class Channel(kombu_redis.Channel):
     _jobwarden_client: tuple[Any, Any] | None = None
 
     def _create_client(self, asynchronous: bool = False) -> Any:

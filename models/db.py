@@ -66,7 +66,7 @@ def driver_execute(
     """Run a prepared text statement on the session's own psycopg connection.
 
     For the hot path's two statements (a step's load and its fenced write): SQLAlchemy's
-    result machinery rebuilt the load's 50-column metadata on every call, a third of the
+    result machinery rebuilt the load's 56-column metadata on every call, a third of the
     load's CPU. Errors still reach callers as SQLAlchemy's DBAPIError subclasses, and a
     dropped connection is invalidated here, as SQLAlchemy would, so the pool never hands
     it out again and the step sees ``connection_invalidated`` (its retry signal).
