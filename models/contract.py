@@ -35,6 +35,33 @@ class JobLocator(StrEnum):
     body = "body"  # job id at create.job_id_pointer in the response body
     location = "location"  # status URL in the Location header
     operation_location = "operation_location"  # status URL in the Operation-Location header
+    # The contract's convention decides (models/conventions.py): which header names the
+    # status monitor, and what a create answer without one means.
+    convention = "convention"
+
+
+class Convention(StrEnum):
+    """A published long-running-operation convention, implemented once as a polling
+    strategy in ``models/conventions.py``; a contract's own pointers and tables override
+    its defaults."""
+
+    plain = "plain"  # nothing assumed: the contract says everything (as before conventions)
+    # Azure REST API Guidelines, "Long-running operations": Operation-Location status monitor.
+    azure_lro = "azure-lro"
+    # ARM RPC, "Asynchronous operations": Azure-AsyncOperation, Location, provisioningState.
+    azure_arm = "azure-arm"
+    google_aip151 = "google-aip151"  # AIP-151 Operation: done / error / response
+    openai_batch = "openai-batch"  # OpenAI Batch: validating ... completed, output_file_id
+
+
+class FinalStateVia(StrEnum):
+    """Where a finished Azure operation's final result is read (AutoRest
+    ``x-ms-long-running-operation-options.final-state-via``, azure-core's lro_options)."""
+
+    location = "location"  # GET the create answer's Location URL
+    azure_async_operation = "azure-async-operation"  # the Azure-AsyncOperation monitor's body
+    original_uri = "original-uri"  # GET the create request's own URL (PUT/PATCH)
+    operation_location = "operation-location"  # the Operation-Location monitor's body
 
 
 class ReconciliationPath(StrEnum):
@@ -56,9 +83,23 @@ class AuthSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CreateRoute:
+    """One way to create a remote job: a method and a path, whose ``{command.<name>}``
+    placeholders are filled from the validated command, percent-encoded as one segment
+    (``models/routes.py``). A contract serves an API, not one route."""
+
+    method: str  # POST, PUT, PATCH or DELETE
+    path: str  # relative to base_url; may carry a query (?api-version=...)
+    # The JSON body is the command's value here ("" is the whole command, the default);
+    # nothing found there, or a DELETE, sends no body.
+    body_pointer: str | None = None
+    final_state_via: FinalStateVia | None = None  # None: the convention's default per method
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CreateSpec:
-    method: str
-    path: str  # relative to base_url
+    method: str  # POST, PUT, PATCH or DELETE: the default route
+    path: str  # relative to base_url; {command.<name>} placeholders filled from the command
     token_placement: TokenPlacement
     token_name: str  # header name or body field name
     job_locator: JobLocator
@@ -82,13 +123,21 @@ class CreateSpec:
     # A header carrying the first attempt's IMF-fixdate, identical on every retry
     # (OASIS Repeatable Requests 1.0: Repeatability-First-Sent).
     first_sent_header: str | None = None
+    body_pointer: str | None = None  # the default route's body (see CreateRoute)
+    final_state_via: FinalStateVia | None = None  # the default route's final state
+    # Further named routes; the command's value at route_pointer names the one to take
+    # (absent: the default route). A name the contract does not list is refused at intake.
+    routes: Mapping[str, CreateRoute] = field(default_factory=dict)
+    route_pointer: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StatusSpec:
     method: str
     path: str | None  # template with {job_id}; None when the status URL comes from a header
-    state_pointer: str
+    # Where the raw state sits. With an Azure convention None means the convention's own:
+    # /status on a status monitor, /properties/provisioningState on an ARM resource.
+    state_pointer: str | None
     # Used when the state field is absent: AIP-151 omits `done` until the operation finishes.
     state_default: str | None = None
     progress_pointer: str | None = None
@@ -123,8 +172,16 @@ class StateTable:
     # The finer state read at status.detail_state_pointer (e.g. AIP-151 metadata.state),
     # by value; a value not listed here is an unknown state, whatever `done` says.
     detail: Mapping[str, RemoteStatus] = field(default_factory=dict)
+    # What a state none of the lists names is. unknown stops automation; the ARM RPC
+    # ("Asynchronous operations": only Succeeded, Failed and Canceled are terminal) makes
+    # every other provisioningState pending.
+    otherwise: RemoteStatus = RemoteStatus.unknown
+    # Azure compares states without case (azure-core's _FINISHED / _FAILED sets).
+    case_insensitive: bool = False
 
     def classify(self, raw: str) -> RemoteStatus:
+        if self.case_insensitive:
+            raw = _casefolded(self).get(raw.casefold(), raw)
         if raw in self.pending or raw in self.cancelling:
             return RemoteStatus.pending
         if raw in self.succeeded:
@@ -135,7 +192,15 @@ class StateTable:
             return RemoteStatus.cancelled
         if raw in self.expired:
             return RemoteStatus.expired
-        return RemoteStatus.unknown
+        return self.otherwise
+
+
+def _casefolded(table: StateTable) -> dict[str, str]:
+    """Each listed state by its case-folded spelling (small tables: built per call)."""
+    listed = (
+        table.pending | table.cancelling | table.succeeded | table.failed
+    ) | (table.cancelled | table.expired)
+    return {state.casefold(): state for state in listed}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -330,3 +395,4 @@ class ProviderContract:
     base_url_env: str | None = None  # environment variable that overrides base_url when set
     plugin: str | None = None  # "module:attribute" of a ProviderPlugin for code-needing providers
     extra_headers: dict[str, str] = field(default_factory=dict)
+    convention: Convention = Convention.plain  # the polling strategy (models/conventions.py)
