@@ -1,6 +1,10 @@
 """Result integrity: every digest a provider sends with a result, checked against the bytes.
 
-Pure. Each convention follows its public spec:
+Pure. Every digest field a result answer carries is checked, whether or not the contract
+names it: a provider that says what its bytes are has made a claim we can test, and a
+result that contradicts it is not the result the job produced. The contract's ``digests``
+says which fields must be there (``digests_required``), not which are read. Each convention
+follows its public spec:
 
 - RFC 9530 ``Repr-Digest`` / ``Content-Digest``: a Structured Fields Dictionary (RFC 8941)
   whose keys come from the IANA "Hash Algorithms for HTTP Digest Fields" registry and whose
@@ -23,7 +27,7 @@ import binascii
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
 import google_crc32c
@@ -180,6 +184,7 @@ class _Claim:
     name: str  # the algorithm as that convention names it ("sha-256", "md5")
     algorithm: ChecksumAlgorithm
     value: bytes
+    listed: bool = False  # from a field the contract's digests names (its requirement)
     hexadecimal: bool = False  # shown (and compared) as hex rather than base64
     sf_binary: bool = False  # shown as an RFC 8941 byte sequence, :base64:
 
@@ -225,7 +230,8 @@ def _sized(claim: _Claim) -> _Claim:
 
 
 def _header_claims(field: DigestField, value: str) -> tuple[list[_Claim], list[str]]:
-    """The digests one header field makes, and the members ignored; raises when malformed."""
+    """The digests one header field makes (not yet ``listed``), and the members ignored;
+    raises when malformed."""
     source = _LABELS[field]
     claims: list[_Claim] = []
     ignored: list[str] = []
@@ -270,8 +276,12 @@ def _coding(headers: Mapping[str, str]) -> str | None:
 
 
 class Digester:
-    """Hashes one result answer as it arrives, then checks every digest the contract names.
+    """Hashes one result answer as it arrives, then checks every digest field it carries.
 
+    Every field of ``DigestField`` that is present is checked, listed in the contract or
+    not; one that does not parse is ignored and noted (RFC 8941 section 4.2, RFC 9530
+    section 2). The contract's ``digests`` only adds a requirement: with
+    ``digests_required``, at least one of those fields must give a usable digest.
     Built from the answer's headers (known before its body), so it hashes only the
     algorithms the answer claims. Feed it with ``update`` when the answer is not
     content-coded; for a content-coded answer feed the raw bytes to ``update_wire`` and
@@ -283,28 +293,32 @@ class Digester:
         self._spec = spec
         self._coding = _coding(headers)
         self._claims: list[_Claim] = []
-        self._notes: list[str] = []
+        # (listed, note): the requirement's problem quotes only the listed fields' notes.
+        self._notes: list[tuple[bool, str]] = []
         # Decompressive transcoding: the hash is of the stored gzip object, not these bytes.
         transcoded = (
             headers.get("x-goog-stored-content-encoding", "").strip().lower() == "gzip"
             and self._coding != "gzip"
         )
-        for field in spec.digests:
+        for field in DigestField:
             value = headers.get(field.value)
             label = _LABELS[field]
+            listed = field in spec.digests
             if value is None:
                 continue
             if field is DigestField.x_goog_hash and transcoded:
-                self._notes.append(f"{label} is of the stored gzip object, served decompressed")
+                note = f"{label} is of the stored gzip object, served decompressed"
+                self._notes.append((listed, note))
                 continue
             try:
                 claims, ignored = _header_claims(field, value)
             except MalformedFieldError as exc:
-                self._notes.append(f"{label} ignored: malformed ({exc})")
+                self._notes.append((listed, f"{label} ignored: malformed ({exc})"))
                 continue
-            self._claims += claims
+            self._claims += [replace(claim, listed=listed) for claim in claims]
             if ignored:
-                self._notes.append(f"{label} members not known here: {', '.join(ignored)}")
+                note = f"{label} members not known here: {', '.join(ignored)}"
+                self._notes.append((listed, note))
         wire = {claim.algorithm for claim in self._claims}
         stored = {spec.checksum_algorithm} if spec.checksum_pointer is not None else set()
         if self._coding is None:
@@ -332,26 +346,29 @@ class Digester:
         """
         checks: list[DigestCheck] = []
         notes = list(self._notes)
-        headers_checked = False
+        listed_checked = False
         wire_seen = self._wire is self._content or self._wire.fed
         for claim in self._claims:
             if not wire_seen:
-                notes.append(
+                note = (
                     f"{claim.source} {claim.name} covers the {self._coding}-coded bytes, "
                     "which were not kept"
                 )
+                notes.append((claim.listed, note))
                 continue
             checks.append(_compare(claim, self._wire.digest(claim.algorithm)))
-            headers_checked = True
+            listed_checked = listed_checked or claim.listed
         problem = self._promise(promised, checks)
         if any(not check.matches for check in checks):
             problem = "checksum mismatch"
-        elif problem is None and self._spec.digests_required and not headers_checked:
+        elif problem is None and self._spec.digests_required and not listed_checked:
             fields = " or ".join(_LABELS[f] for f in self._spec.digests)
             if fields:
                 problem = f"the provider gave no usable digest in {fields}"
-                problem += f" ({'; '.join(notes)})" if notes else ""
-        return DigestReport(checks=tuple(checks), notes=tuple(notes), problem=problem)
+                quoted = [note for listed, note in notes if listed]
+                problem += f" ({'; '.join(quoted)})" if quoted else ""
+        shown = tuple(note for _, note in notes)
+        return DigestReport(checks=tuple(checks), notes=shown, problem=problem)
 
     def _promise(self, promised: object, checks: list[DigestCheck]) -> str | None:
         spec = self._spec

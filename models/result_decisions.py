@@ -93,9 +93,10 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
         # Invariant 10: the credential goes only where the contract says; nothing is sent.
         detail = f"result URL on an origin the contract does not allow: {shown_url(url)}"
         return Decided(action=escalate(op.state, EscalationReason.contract_violation, detail))
-    # Digest fields cover the bytes as sent, content-coding included (RFC 9530, RFC 1864):
-    # asking for identity keeps them comparable with the decoded bytes the edge returns.
-    headers = {"accept-encoding": "identity"} if spec.digests else {}
+    # Digest fields cover the bytes as sent, content-coding included (RFC 9530, RFC 1864),
+    # and any answer may carry one (models.digests checks them all): asking for identity
+    # keeps them comparable with the bytes the edge returns, which inflates gzip.
+    headers = {"accept-encoding": "identity"}
     return Decided(
         action=Send(
             request=ProviderRequest(

@@ -3,9 +3,10 @@ the sandbox, each test named after the convention it models.
 
 Integrity: RFC 9530 ``Repr-Digest`` / ``Content-Digest``, RFC 1864 ``Content-MD5`` and
 Google Cloud Storage ``x-goog-hash``, each on a result whose bytes were changed after the
-digests were taken. Per-item outcomes: an Azure-style list with a status per item,
-Google-style JSON Lines whose failed lines carry ``error``, and the OpenAI Batch output
-file with the batch object's ``request_counts`` and ``error_file_id``.
+digests were taken, checked whether or not the contract lists the field. Per-item
+outcomes: an Azure-style list with a status per item, Google-style JSON Lines whose failed
+lines carry ``error``, and the OpenAI Batch output file with the batch object's
+``request_counts`` and ``error_file_id``.
 """
 
 from __future__ import annotations
@@ -57,6 +58,50 @@ def test_an_altered_body_with_correct_looking_digest_headers_ends_result_validat
     assert row.state == "succeeded", row.validation_summary
     verified = row.validation_summary["digests"]
     assert [(c["source"], c["matches"]) for c in verified] == [(source, True)] * len(algorithms)
+
+
+@pytest.mark.parametrize(
+    ("provider", "shape", "digest", "source", "algorithms"),
+    [
+        # The shipped openai_batch contract lists no digests; nor does this variant.
+        (
+            "sandbox_openai_items",
+            "openai_jsonl",
+            "repr-digest",
+            "Repr-Digest",
+            ["sha-256", "sha-512"],
+        ),
+        # Nor does google_aip151: a Cloud Storage download still carries x-goog-hash.
+        ("sandbox_google_items", "google_jsonl", "x-goog-hash", "x-goog-hash", ["crc32c", "md5"]),
+    ],
+)
+def test_a_digest_header_the_contract_does_not_list_is_still_checked_and_a_wrong_one_fails(
+    pipeline: Pipeline, provider: str, shape: str, digest: str, source: str, algorithms: list[str]
+) -> None:
+    behaviour = {"polls_to_finish": 1, "result_shape": shape, "result_digest": digest}
+    # result_altered: one byte changed after the digests were taken, so the header is wrong
+    # for the bytes received; without the header check the result would pass every rule.
+    altered = pipeline.submit({**behaviour, "result_altered": True}, provider=provider)
+    intact = pipeline.submit(behaviour, provider=provider)
+
+    row = pipeline.wait_state(altered)
+    assert row.state == "result_validation_failed", row.validation_summary
+    assert row.validation_summary["problem"] == "checksum mismatch"
+    checks = row.validation_summary["digests"]
+    assert [(c["source"], c["algorithm"], c["matches"]) for c in checks] == [
+        (source, a, False) for a in algorithms
+    ]
+    assert pipeline.stored_results(altered) == []
+    # Every result fetch asks for the bytes as sent, digests listed or not.
+    (download,) = pipeline.job_requests(altered, "result")
+    assert download["accept_encoding"] == "identity"
+
+    row = pipeline.wait_state(intact)
+    assert row.state == "succeeded", row.validation_summary
+    verified = row.validation_summary["digests"]
+    assert [(c["source"], c["algorithm"], c["matches"]) for c in verified] == [
+        (source, a, True) for a in algorithms
+    ]
 
 
 def _summary(pipeline: Pipeline, op: str) -> dict[str, Any]:

@@ -337,6 +337,31 @@ def test_a_required_digest_field_that_is_absent_fails_and_an_optional_one_does_n
     assert report(spec, HELLO, {"content-digest": f"sha-256=:{HELLO_SHA256}:"}).problem is None
 
 
+@pytest.mark.parametrize(
+    ("header", "value", "source"),
+    [
+        ("repr-digest", f"sha-256=:{HELLO_SHA256}:", "Repr-Digest"),
+        ("content-digest", f"sha-512=:{HELLO_SHA512}:", "Content-Digest"),
+        ("content-md5", base64.b64encode(hashlib.md5(HELLO).digest()).decode(), "Content-MD5"),
+        (
+            "x-goog-hash",
+            "md5=" + base64.b64encode(hashlib.md5(HELLO).digest()).decode(),
+            "x-goog-hash",
+        ),
+    ],
+)
+def test_a_digest_field_the_contract_does_not_list_is_checked_all_the_same(
+    header: str, value: str, source: str
+) -> None:
+    assert HEADERS.digests == ()
+    right = report(HEADERS, HELLO, {header: value})
+    assert right.problem is None
+    assert [(c.source, c.matches) for c in right.checks] == [(source, True)]
+    wrong = report(HEADERS, ALTERED, {header: value})
+    assert wrong.problem == "checksum mismatch"
+    assert [(c.source, c.matches) for c in wrong.checks] == [(source, False)]
+
+
 # --- a digest in the status body --------------------------------------------------------------
 
 
