@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from standardwebhooks.webhooks import Webhook
 
-from jobwarden.models.contract import ProviderContract, RemoteStatus
+from jobwarden.models.contract import ProviderContract, RemoteStatus, WebhookScheme
 from jobwarden.models.contract_loader import load_contract
 from jobwarden.models.signals import read_status
+from jobwarden.models.webhooks import Delivery, Refusal, Refused, verify_delivery
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -107,3 +114,78 @@ def test_an_openai_batch_completed_without_an_output_file_is_a_contradiction() -
     body = {"id": "batch_1", "status": "completed", "output_file_id": None}
     reading = read_status(contract("openai_batch"), body, now=NOW, deadline=DEADLINE)
     assert reading.contradiction == "succeeded_without_result_reference"
+
+
+# --- OpenAI webhooks (Standard Webhooks) ------------------------------------------------------
+
+OPENAI_SECRET = "whsec_" + base64.b64encode(b"openai-webhook-signing-key-32by").decode()
+
+
+def _library_signature(msg_id: str, timestamp: int, body: bytes) -> str:
+    signed_at = datetime.fromtimestamp(timestamp, UTC)
+    return Webhook(OPENAI_SECRET).sign(msg_id, signed_at, body.decode())
+
+
+def _spec_signature(msg_id: str, timestamp: int, body: bytes) -> str:
+    # Standard Webhooks 1.0 "Verifying webhook signatures", written out: HMAC-SHA256 keyed by
+    # the base64 after whsec_, over "id.timestamp.body", sent as "v1,<base64>".
+    key = base64.b64decode(OPENAI_SECRET.removeprefix("whsec_"))
+    content = f"{msg_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, content, hashlib.sha256).digest()).decode()
+
+
+def _openai_delivery(
+    event_type: str, sign: Callable[[str, int, bytes], str]
+) -> tuple[dict[str, str], bytes]:
+    # The event object of OpenAI's API reference (Webhook Events), data.id the batch's id.
+    body = json.dumps(
+        {
+            "object": "event",
+            "id": "evt_685343a1381c819085d44c354e1b330e",
+            "type": event_type,
+            "created_at": int(NOW.timestamp()) - 2,
+            "data": {"id": "batch_abc123"},
+        }
+    ).encode()
+    msg_id, timestamp = "wh_685342e6c53c8190a1be43f081506c52", int(NOW.timestamp())
+    headers = {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(msg_id, timestamp, body),
+    }
+    return headers, body
+
+
+@pytest.mark.parametrize("sign", [_library_signature, _spec_signature], ids=["library", "by-hand"])
+@pytest.mark.parametrize(
+    "event_type", ["batch.completed", "batch.failed", "batch.cancelled", "batch.expired"]
+)
+def test_an_openai_batch_webhook_signed_as_standard_webhooks_maps_to_the_batch_id(
+    event_type: str, sign: Callable[[str, int, bytes], str]
+) -> None:
+    spec = contract("openai_batch").webhook
+    assert spec is not None and spec.scheme is WebhookScheme.standard
+    assert spec.secret_env == "JOBWARDEN_OPENAI_WEBHOOK_SECRET" and spec.secret_file is None
+    headers, body = _openai_delivery(event_type, sign)
+    delivery = verify_delivery(spec, OPENAI_SECRET, headers, body, now=NOW)
+    assert isinstance(delivery, Delivery), delivery
+    assert delivery.remote_job_id == "batch_abc123"
+    # Deduplicated on the Standard Webhooks message id, the same on every retry.
+    assert delivery.event_id == "wh_685342e6c53c8190a1be43f081506c52"
+    assert delivery.payload["type"] == event_type
+    assert delivery.signed_at == NOW
+
+
+def test_an_openai_webhook_altered_stale_or_signed_with_another_secret_is_refused() -> None:
+    spec = contract("openai_batch").webhook
+    assert spec is not None
+    headers, body = _openai_delivery("batch.completed", _library_signature)
+    altered = body.replace(b"batch_abc123", b"batch_other1")
+    assert verify_delivery(spec, OPENAI_SECRET, headers, altered, now=NOW) == Refused(
+        reason=Refusal.forged, detail="no webhook-signature entry verifies"
+    )
+    other = "whsec_" + base64.b64encode(b"another-signing-key-of-32-bytes").decode()
+    refused = verify_delivery(spec, other, headers, body, now=NOW)
+    assert isinstance(refused, Refused) and refused.reason is Refusal.forged
+    late = verify_delivery(spec, OPENAI_SECRET, headers, body, now=NOW + timedelta(minutes=6))
+    assert isinstance(late, Refused) and late.reason is Refusal.stale
