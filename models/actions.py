@@ -143,6 +143,10 @@ class Accept:
     wait: Wait
     event: EventKind  # create_accepted, create_replayed or reconciled
     then: Collect | Finish | Escalate | None = None
+    # Under an Azure convention: what the job is polled through (conventions.Monitor) and
+    # the Location that names its final result, kept in result_reference until collection.
+    polling_mode: str | None = None
+    final_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

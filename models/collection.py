@@ -8,7 +8,7 @@ from typing import Any
 
 from jobwarden.models.actions import Collect, Escalate, EscalationReason, escalate
 from jobwarden.models.origins import usable_url
-from jobwarden.models.pointers import resolve_pointer
+from jobwarden.models.pointers import MISSING, resolve_pointer
 from jobwarden.models.requests import StepContext
 from jobwarden.models.results import promised_checksum_key
 from jobwarden.models.states import OperationState
@@ -29,9 +29,10 @@ def expected_result(ctx: StepContext, body: object) -> dict[str, Any]:
     if spec.checksum_pointer:
         digest = resolve_pointer(body, spec.checksum_pointer)
         expected[promised_checksum_key(spec)] = digest if isinstance(digest, str) else None
-    if spec.fetch == "inline" and ctx.contract.status.result_ref_pointer:
+    if spec.fetch == "inline" and ctx.contract.status.result_ref_pointer is not None:
+        # Any JSON value is a result, a plain string too; only an absent one (or null) is not.
         inline = resolve_pointer(body, ctx.contract.status.result_ref_pointer)
-        expected["inline"] = inline if isinstance(inline, dict | list) else None
+        expected["inline"] = None if inline is MISSING else inline
     counts: dict[str, int] = {}
     for name, pointer in (
         ("completed", spec.completed_count_pointer),

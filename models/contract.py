@@ -197,9 +197,9 @@ class StateTable:
 
 def _casefolded(table: StateTable) -> dict[str, str]:
     """Each listed state by its case-folded spelling (small tables: built per call)."""
-    listed = (
-        table.pending | table.cancelling | table.succeeded | table.failed
-    ) | (table.cancelled | table.expired)
+    listed = (table.pending | table.cancelling | table.succeeded | table.failed) | (
+        table.cancelled | table.expired
+    )
     return {state.casefold(): state for state in listed}
 
 

@@ -37,6 +37,7 @@ MAX_REQUEST_TIMEOUT_SECONDS: Final = 600
 HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 _ENV_NAME: Final = re.compile(r"[A-Z_][A-Z0-9_]*\Z")
 _PLACEHOLDER: Final = re.compile(r"\{([^{}]*)\}")
+_COMMAND_NAME: Final = re.compile(r"command\.[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=StrEnum)
@@ -172,7 +173,12 @@ class TomlTable:
         return value
 
     def template(
-        self, key: str, *, allowed: tuple[str, ...], needed: tuple[str, ...] = ()
+        self,
+        key: str,
+        *,
+        allowed: tuple[str, ...],
+        needed: tuple[str, ...] = (),
+        command: bool = False,
     ) -> str | None:
         value = self.text(key)
         if value is None:
@@ -183,8 +189,11 @@ class TomlTable:
             raise self.fail(key, "must not contain whitespace")
         names = _PLACEHOLDER.findall(value)
         for name in names:
+            if command and _COMMAND_NAME.fullmatch(name):
+                continue  # {command.<name>}: filled from the validated command (models/routes)
             if name not in allowed:
-                allowed_text = ", ".join(f"{{{a}}}" for a in allowed) or "none"
+                shown = [f"{{{a}}}" for a in allowed] + (["{command.<name>}"] if command else [])
+                allowed_text = ", ".join(shown) or "none"
                 raise self.fail(key, f"unknown placeholder {{{name}}}; allowed: {allowed_text}")
         if "{" in _PLACEHOLDER.sub("", value) or "}" in _PLACEHOLDER.sub("", value):
             raise self.fail(key, "has an unbalanced '{' or '}'")

@@ -57,6 +57,7 @@ from jobwarden.models.contract_sections import (
     parse_top,
     parse_webhook,
 )
+from jobwarden.models.conventions import AZURE, with_convention_defaults
 from jobwarden.models.errors import ContractError
 from jobwarden.models.rate_limits import parse_rate_limit
 
@@ -215,12 +216,17 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
         return parsed
 
     auth = section("auth", AuthSpec, False, parse_auth)
-    create = section("create", CreateSpec, True, parse_create)
+    # An Azure convention brings its state table (models/conventions.py); a file may still
+    # give its own, which then replaces it whole.
+    azure = top is not None and top.convention in AZURE
+    create = section("create", CreateSpec, True, parse_create, top.convention if top else None)
     status = section("status", StatusSpec, True, parse_status, create)
-    states = section("states", StateTable, True, parse_states, status)
+    states = section("states", StateTable, not azure, parse_states, status)
     cancel = section("cancel", CancelSpec, False, parse_cancel)
     reconciliation = section("reconciliation", ReconciliationSpec, True, parse_reconciliation)
-    result = section("result", ResultSpec, False, parse_result, status)
+    result = section(
+        "result", ResultSpec, False, parse_result, status, top.convention if top else None
+    )
     webhook = section("webhook", WebhookSpec, False, parse_webhook)
     command = section("command", CommandSpec, False, parse_command, path.parent)
     poll = section("poll", PollPolicy, True, parse_poll)
@@ -236,7 +242,7 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
         or top is None
         or create is None
         or status is None
-        or states is None
+        or (states is None and not azure)
         or reconciliation is None
         or poll is None
         or limits is None
@@ -253,7 +259,7 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
         auth=auth,
         create=create,
         status=status,
-        states=states,
+        states=states or _NO_STATES,
         cancel=cancel,
         reconciliation=reconciliation,
         result=result,
@@ -263,8 +269,13 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
         limits=limits,
         concurrency=concurrency,
         rate_limit=rate_limit,
+        convention=top.convention,
     )
-    return contract, []
+    return with_convention_defaults(contract, states_given="states" in data), []
+
+
+# Replaced by the convention's table (with_convention_defaults) before anyone reads it.
+_NO_STATES: Final = StateTable(pending=frozenset(), succeeded=frozenset(), failed=frozenset())
 
 
 def _field_names(spec: type) -> set[str]:

@@ -22,8 +22,11 @@ from jobwarden.models.contract import (
     CancelSpec,
     ChecksumAlgorithm,
     ChecksumEncoding,
+    Convention,
+    CreateRoute,
     CreateSpec,
     DigestField,
+    FinalStateVia,
     JobLocator,
     Limits,
     PollPolicy,
@@ -66,7 +69,10 @@ __all__ = [
 
 _NAME: Final = re.compile(r"[a-z][a-z0-9_]*\Z")
 
-_CREATE_METHODS: Final = ("POST", "PUT", "PATCH")
+_CREATE_METHODS: Final = ("POST", "PUT", "PATCH", "DELETE")
+_ROUTE_NAME: Final = re.compile(r"[a-z][a-z0-9_-]*\Z")
+# The conventions whose strategy locates the job and reads the state (models/conventions.py).
+_AZURE: Final = (Convention.azure_lro, Convention.azure_arm)
 _STATUS_METHODS: Final = ("GET", "POST")
 _CANCEL_METHODS: Final = ("POST", "DELETE", "PUT", "PATCH")
 _RESULT_FETCHES: Final = ("url", "inline", "path")
@@ -82,6 +88,7 @@ class TopLevel:
     requires_approval: bool
     plugin: str | None
     extra_headers: dict[str, str]
+    convention: Convention = Convention.plain
 
 
 def parse_top(t: TomlTable, stem: str) -> TopLevel:
@@ -120,6 +127,7 @@ def parse_top(t: TomlTable, stem: str) -> TopLevel:
         requires_approval=t.boolean("requires_approval", default=False),
         plugin=plugin,
         extra_headers=headers,
+        convention=t.enum("convention", Convention) or Convention.plain,
     )
 
 
@@ -147,16 +155,27 @@ def parse_auth(t: TomlTable) -> AuthSpec:
     return AuthSpec(scheme=scheme, header=header, secret_env=secret_env, secret_file=secret_file)
 
 
-def parse_create(t: TomlTable) -> CreateSpec:
+def parse_create(t: TomlTable, convention: Convention | None = None) -> CreateSpec:
     method = t.required("method", t.choice("method", _CREATE_METHODS))
-    path = t.required("path", t.template("path", allowed=()))
+    path = t.required("path", t.template("path", allowed=(), command=True))
     placement = t.required("token_placement", t.enum("token_placement", TokenPlacement))
     token_name = t.required("token_name", t.text("token_name"))
     if placement is TokenPlacement.header and not HEADER_NAME.match(token_name):
         raise t.fail("token_name", "is not a valid HTTP header name")
     if placement is TokenPlacement.body and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token_name):
         raise t.fail("token_name", "must be a JSON field name (letters, digits and '_')")
-    locator = t.required("job_locator", t.enum("job_locator", JobLocator))
+    azure = convention in _AZURE
+    locator = t.enum("job_locator", JobLocator)
+    if locator is None and azure:
+        locator = JobLocator.convention
+    locator = t.required("job_locator", locator)
+    if (locator is JobLocator.convention) != azure:
+        raise t.fail(
+            "job_locator",
+            f"'convention' is the only locator under convention = {convention}"
+            if azure
+            else "'convention' needs convention = 'azure-lro' or 'azure-arm' at the top level",
+        )
     job_id_pointer = t.pointer("job_id_pointer")
     if locator is JobLocator.body and not job_id_pointer:
         raise t.fail("job_id_pointer", "required when create.job_locator = 'body'")
@@ -169,6 +188,15 @@ def parse_create(t: TomlTable) -> CreateSpec:
     body_template = t.choice("body_template", _BODY_TEMPLATES) or "command"
     token_format = t.choice("token_format", ("prefixed_hex", "uuid")) or "prefixed_hex"
     first_sent_header = t.header_name("first_sent_header")
+    routes = _routes(t)
+    route_pointer = t.pointer("route_pointer")
+    if bool(routes) != (route_pointer is not None):
+        raise t.fail("route_pointer", "create.route_pointer and [create.routes.*] go together")
+    if placement is TokenPlacement.body and "DELETE" in (
+        method,
+        *(r.method for r in routes.values()),
+    ):
+        raise t.fail("token_placement", "a DELETE sends no body: the token must travel in a header")
     return CreateSpec(
         method=method,
         path=path,
@@ -183,7 +211,40 @@ def parse_create(t: TomlTable) -> CreateSpec:
         body_template=body_template,
         token_format=token_format,
         first_sent_header=first_sent_header,
+        body_pointer=t.pointer("body_pointer"),
+        final_state_via=t.enum("final_state_via", FinalStateVia),
+        routes=routes,
+        route_pointer=route_pointer,
     )
+
+
+_ROUTE_KEYS: Final = ("method", "path", "body_pointer", "final_state_via")
+
+
+def _routes(t: TomlTable) -> dict[str, CreateRoute]:
+    """[create.routes.<name>]: further routes of the same API, each a method and a path."""
+    raw = t.get("routes")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise t.fail("routes", f"must be a table of routes, got {toml_type(raw)}")
+    routes: dict[str, CreateRoute] = {}
+    for name, value in raw.items():
+        if not _ROUTE_NAME.match(name):
+            raise t.fail(f"routes.{name}", "a route name is lower case letters, digits, '_', '-'")
+        if not isinstance(value, dict):
+            raise t.fail(f"routes.{name}", f"must be a table, got {toml_type(value)}")
+        table = TomlTable(t.file, f"{t.prefix}.routes.{name}", value)
+        unknown = table.unknown_keys(_ROUTE_KEYS)
+        if unknown:
+            raise unknown[0]
+        routes[name] = CreateRoute(
+            method=table.required("method", table.choice("method", _CREATE_METHODS)),
+            path=table.required("path", table.template("path", allowed=(), command=True)),
+            body_pointer=table.pointer("body_pointer"),
+            final_state_via=table.enum("final_state_via", FinalStateVia),
+        )
+    return routes
 
 
 def parse_status(t: TomlTable, create: CreateSpec | None) -> StatusSpec:
@@ -202,10 +263,14 @@ def parse_status(t: TomlTable, create: CreateSpec | None) -> StatusSpec:
     error_pointer = t.pointer("error_pointer")
     if error_pointer == "":
         raise t.fail("error_pointer", "must not be empty: every status body would mean failed")
+    state_pointer = t.pointer("state_pointer")
+    # Under an Azure convention the monitor decides where the state sits (models/conventions).
+    if create is None or create.job_locator is not JobLocator.convention:
+        state_pointer = t.required("state_pointer", state_pointer)
     return StatusSpec(
         method=method,
         path=path,
-        state_pointer=t.required("state_pointer", t.pointer("state_pointer")),
+        state_pointer=state_pointer,
         state_default=t.text("state_default"),
         progress_pointer=t.pointer("progress_pointer"),
         started_at_pointer=t.pointer("started_at_pointer"),
@@ -257,6 +322,7 @@ def parse_states(t: TomlTable, status: StatusSpec | None) -> StateTable:
         raise t.fail("error_codes", "needs status.error_code_pointer to read the code")
     if status is not None and detail and not status.detail_state_pointer:
         raise t.fail("detail", "needs status.detail_state_pointer to read the finer state")
+    otherwise = t.choice("otherwise", ("pending", "unknown")) or "unknown"
     return StateTable(
         pending=values["pending"],
         cancelling=values["cancelling"],
@@ -266,6 +332,8 @@ def parse_states(t: TomlTable, status: StatusSpec | None) -> StateTable:
         expired=values["expired"],
         error_codes=error_codes,
         detail=detail,
+        otherwise=RemoteStatus(otherwise),
+        case_insensitive=t.boolean("case_insensitive", default=False),
     )
 
 
@@ -316,7 +384,9 @@ def parse_reconciliation(t: TomlTable) -> ReconciliationSpec:
     )
 
 
-def parse_result(t: TomlTable, status: StatusSpec | None) -> ResultSpec:
+def parse_result(
+    t: TomlTable, status: StatusSpec | None, convention: Convention | None = None
+) -> ResultSpec:
     fetch = t.required("fetch", t.choice("fetch", _RESULT_FETCHES))
     path = t.template("path", allowed=("job_id", "result_ref"))
     if fetch == "path" and path is None:
@@ -324,7 +394,12 @@ def parse_result(t: TomlTable, status: StatusSpec | None) -> ResultSpec:
     if fetch != "path" and path is not None:
         raise t.fail("path", "only allowed when result.fetch = 'path'")
     needs_ref = fetch in ("url", "inline") or (path is not None and "{result_ref}" in path)
-    if needs_ref and status is not None and not status.result_ref_pointer:
+    # "" is a pointer too: the whole status body is the result (RFC 6901 section 5).
+    # An Azure convention finds the result itself: the monitor's resourceLocation, the
+    # Location, the original URI or the final answer's body (models/conventions.py).
+    if convention in _AZURE and fetch == "url":
+        needs_ref = False
+    if needs_ref and status is not None and status.result_ref_pointer is None:
         raise ContractError(
             t.file,
             "status.result_ref_pointer",

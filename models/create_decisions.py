@@ -29,6 +29,8 @@ from jobwarden.models.backoff import validate_poll_hint
 from jobwarden.models.business_deadline import earlier, passed
 from jobwarden.models.collection import collection
 from jobwarden.models.contract import ReconciliationPath, RemoteStatus
+from jobwarden.models.convention_steps import convention_create
+from jobwarden.models.conventions import AZURE
 from jobwarden.models.decisions import (
     CreateOutcomeKind,
     PollView,
@@ -47,6 +49,7 @@ from jobwarden.models.requests import (
     create_request,
     job_id_problem,
     job_locator,
+    job_path,
     lookup_request,
     resolve_url,
 )
@@ -167,7 +170,9 @@ def synchronous_outcome(
     if not isinstance(body, dict):
         return None
     spec = ctx.contract.status
-    carries_state = resolve_pointer(body, spec.state_pointer) is not MISSING or (
+    carries_state = (
+        spec.state_pointer is not None and resolve_pointer(body, spec.state_pointer) is not MISSING
+    ) or (
         spec.error_pointer is not None
         and resolve_pointer(body, spec.error_pointer) not in (MISSING, None)
     )
@@ -227,6 +232,17 @@ def after_create(
         accepted=signal.status_code in spec.accepted_statuses,
     )
     replayed = raw.observation.headers.get("idempotent-replayed", "").lower() == "true"
+    if contract.convention in AZURE and signal.kind in (SignalKind.ok, SignalKind.accepted):
+        # An Azure convention reads its own 2xx create answers (models/convention_steps.py):
+        # which header names the monitor, and whether the answer already ended the job.
+        event = (
+            EventKind.reconciled
+            if reconciling
+            else (EventKind.create_replayed if replayed else EventKind.create_accepted)
+        )
+        by_convention = convention_create(op, ctx, raw, event, now)
+        if by_convention is not None:
+            return by_convention
     if job_id is None and signal.kind in (SignalKind.ok, SignalKind.accepted):
         # A result answered in place of a job (a synchronous provider): nothing to poll,
         # so it is collected (or ended) under this operation, and the history says so.
@@ -395,7 +411,11 @@ def after_reconcile(
                 op.state, EscalationReason.contract_violation, detail, keep_job_id=found
             )
             return Decided(action=action, answered="lookup response")
-        url = resolve_url(ctx.base_url, contract.status.path.replace("{job_id}", found))
+        problem = job_id_problem(contract, found)
+        if problem is not None:
+            action = escalate(op.state, EscalationReason.contract_violation, problem)
+            return Decided(action=action, answered="lookup response")
+        url = resolve_url(ctx.base_url, job_path(contract.status.path, found))
         accepted = accept(op, ctx, found, url, EventKind.reconciled, now, raw)
         return replace(accepted, answered="lookup response")
     if signal.kind in (SignalKind.unauthorized, SignalKind.forbidden):

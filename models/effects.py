@@ -327,6 +327,10 @@ def _accept(d: _Draft, action: Accept) -> Plan:
         "accepted_at": d.now,
         **d.wake(action.wait.until),
     }
+    if action.polling_mode is not None:
+        changes["polling_mode"] = action.polling_mode
+    if action.final_url is not None:
+        changes["result_reference"] = action.final_url
     if action.wait.delay_source in _PROVIDER_SOURCES:
         changes["poll_not_before"] = action.wait.until
     accepted = d.event(action.event, S.accepted, **d.carried)

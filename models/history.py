@@ -325,6 +325,7 @@ ROW_FACTS: Final[Mapping[str, str]] = {
     "state": "text",
     "remote_job_id": "text",
     "status_url": "text",
+    "polling_mode": "text",
     "accepted_at": "time",
     "result_reference": "text",
     "validation_summary": "json",
@@ -355,7 +356,9 @@ ROW_FACTS: Final[Mapping[str, str]] = {
 # Facts added after rows were first digested: left out of the digest while unset, so a
 # row written before its column existed still digests as its history recorded it (and
 # setting or clearing one still changes the digest).
-LATER_FACTS: Final = frozenset({"business_deadline", "concurrency_key", "concurrency_limit"})
+LATER_FACTS: Final = frozenset(
+    {"business_deadline", "concurrency_key", "concurrency_limit", "polling_mode"}
+)
 # Columns deliberately outside the digest, each for a reason:
 UNBOUND_COLUMNS: Final = frozenset(
     {

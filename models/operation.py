@@ -65,6 +65,9 @@ class Operation:
     # At most concurrency_limit unfinished operations of one tenant share this key (0011).
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    # Under an Azure convention, what the remote job is polled through (conventions.Monitor:
+    # status_monitor, location, resource); None for every other contract (0013).
+    polling_mode: str | None = None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

@@ -6,9 +6,8 @@ process (``contract_loader.effective_base_url``) and carried in ``StepContext``.
 
 from __future__ import annotations
 
-import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import format_datetime
@@ -18,6 +17,7 @@ from jobwarden.models.actions import ProviderRequest, RequestPurpose
 from jobwarden.models.contract import JobLocator, ProviderContract, TokenPlacement
 from jobwarden.models.operation import Operation
 from jobwarden.models.pointers import resolve_pointer
+from jobwarden.models.routes import choose_route, fill_path, place_job_id, request_body
 from jobwarden.models.signals import RawResponse
 
 
@@ -36,27 +36,33 @@ class StepContext:
 
 
 MAX_JOB_ID = 500  # the remote_job_id column; a longer id cannot be stored faithfully
-# RFC 3986 pchar, plus "/" between segments (AIP-151 names are "operations/abc").
-_SAFE_PATH = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/%-]+\Z")
 
 
 def job_id_problem(contract: ProviderContract, job_id: str) -> str | None:
-    """Why a provider's job id cannot be used, or None. Never the id itself unescaped."""
+    """Why a provider's job id cannot be used, or None. Never the id itself unescaped.
+
+    Where a path template places the id (``{job_id}``) it is encoded segment by segment
+    (``routes.place_job_id``): an ARM resource id keeps its ``/``, and only an empty, ``.``
+    or ``..`` segment, which would change where the path points, is refused.
+    """
     if len(job_id) > MAX_JOB_ID:
         return f"job id longer than {MAX_JOB_ID} characters"
     if not job_id.isprintable() or not job_id.isascii() or " " in job_id:
         return f"job id with control, space or non-ASCII characters: {job_id[:80]!r}"
-    templated = any(
-        template is not None and "{job_id}" in template
-        for template in (
-            contract.status.path,
-            contract.cancel.path if contract.cancel else None,
-            contract.result.path if contract.result else None,
-        )
-    )
-    if templated and (not _SAFE_PATH.match(job_id) or ".." in job_id or job_id.startswith("/")):
-        return f"job id is not a safe URL path segment: {job_id[:80]!r}"
+    for template in (
+        contract.status.path,
+        contract.cancel.path if contract.cancel else None,
+        contract.result.path if contract.result else None,
+    ):
+        placed = place_job_id(template, job_id) if template and "{job_id}" in template else ""
+        if placed is None:
+            return f"job id has an empty, '.' or '..' path segment: {job_id[:80]!r}"
     return None
+
+
+def job_path(template: str, job_id: str) -> str:
+    """``template`` with the id placed (``job_id_problem`` refused an id that cannot be)."""
+    return place_job_id(template, job_id) or template.replace("{job_id}", "")
 
 
 def resolve_url(base_url: str, path_or_url: str) -> str:
@@ -82,24 +88,32 @@ def create_request(
     (Repeatability-First-Sent) as an IMF-fixdate, the same on every retry.
     """
     spec = ctx.contract.create
-    body: Any = dict(op.command)
-    if spec.body_template == "wrapped":
+    route = choose_route(spec, op.command)
+    has_body, body = request_body(route, op.command)
+    if has_body and spec.body_template == "wrapped":
         body = {"command": body}
     headers: dict[str, str] = {}
     if spec.token_placement is TokenPlacement.header:
         headers[spec.token_name] = op.provider_token
-    else:
-        body[spec.token_name] = op.provider_token
+    elif isinstance(body, dict):
+        body = {**body, spec.token_name: op.provider_token}
     sent = first_sent or op.first_sent_at
     if spec.first_sent_header and sent is not None:
         headers[spec.first_sent_header] = format_datetime(sent.astimezone(UTC), usegmt=True)
     return ProviderRequest(
         purpose=RequestPurpose.create,
-        method=spec.method,
-        url=resolve_url(ctx.base_url, spec.path),
+        method=route.method,
+        url=create_url(ctx, op.command),
         headers=headers,
-        json_body=body,
+        json_body=body if has_body else None,
     )
+
+
+def create_url(ctx: StepContext, command: Mapping[str, Any]) -> str:
+    """The create's absolute URL: its route's path filled from the command. Under an Azure
+    convention this is also the "original URI" a PUT's final state is read from."""
+    route = choose_route(ctx.contract.create, command)
+    return resolve_url(ctx.base_url, fill_path(route.path, command))
 
 
 def lookup_request(ctx: StepContext, op: Operation, lookup_path: str) -> ProviderRequest:
@@ -128,7 +142,7 @@ def job_locator(contract: ProviderContract, raw: RawResponse) -> tuple[str | Non
         if status_url and job_id is None:
             job_id = status_url
     elif job_id is not None and contract.status.path is not None:
-        status_url = contract.status.path.replace("{job_id}", job_id)
+        status_url = job_path(contract.status.path, job_id)
     return job_id, status_url
 
 
@@ -138,7 +152,7 @@ def result_url(ctx: StepContext, op: Operation) -> str | None:
     if spec is None:
         return None
     if spec.fetch == "path" and spec.path:
-        url = spec.path.replace("{job_id}", op.remote_job_id or "")
+        url = job_path(spec.path, op.remote_job_id or "")
         return resolve_url(ctx.base_url, url.replace("{result_ref}", ref or ""))
     if ref is None:
         return None

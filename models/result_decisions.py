@@ -71,7 +71,13 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     if spec is None:
         note = "contract declares no result; nothing to fetch"
         return Decided(action=Succeed(verdict=None, content=None, content_type=None, note=note))
-    if spec.fetch == "inline":
+    # Under an Azure convention the poll that saw the end said where the result is
+    # (models/convention_steps.py): its own body, a URL, or nothing at all (a DELETE).
+    final = expected.get("final")
+    if final == "none":
+        note = f"no final result: {expected.get('final_rule') or 'none by convention'}"
+        return Decided(action=Succeed(verdict=None, content=None, content_type=None, note=note))
+    if final == "body" or (final is None and spec.fetch == "inline"):
         inline = expected.get("inline")
         content = json.dumps(inline, separators=(",", ":")).encode() if inline is not None else b""
         if not content:

@@ -229,8 +229,14 @@ def _refine(
     return status, raw_state
 
 
-def read_status(
-    contract: ProviderContract, body: object, *, now: datetime, deadline: datetime
+def read_status(  # noqa: PLR0913 - a convention's state (or its pointer) rides beside the body
+    contract: ProviderContract,
+    body: object,
+    *,
+    now: datetime,
+    deadline: datetime,
+    state: str | None = None,
+    state_pointer: str | None = None,
 ) -> StatusReading:
     """Read a parsed status body through ``contract.status``. Never raises.
 
@@ -240,7 +246,10 @@ def read_status(
     ``contradiction``; the decision core escalates them.
     """
     spec = contract.status
-    found = resolve_pointer(body, spec.state_pointer)
+    # A convention may say where the state sits (a monitor's /status, an ARM resource's
+    # provisioningState) or what it is (from the HTTP status code) instead of the contract.
+    pointer = state_pointer or spec.state_pointer or ""
+    found: object = state if state is not None else resolve_pointer(body, pointer)
     if isinstance(found, Missing) and spec.state_default is not None:
         found = spec.state_default
     raw_state = _raw_state(found)

@@ -34,6 +34,7 @@ from jobwarden.models.actions import (
     escalate,
 )
 from jobwarden.models.collection import collection
+from jobwarden.models.convention_steps import after_monitor_poll
 from jobwarden.models.create_decisions import (
     after_create,
     after_reconcile,
@@ -53,6 +54,7 @@ from jobwarden.models.operation import Operation
 from jobwarden.models.origins import on_allowed_origin, shown_url, usable_url
 from jobwarden.models.requests import (
     StepContext,
+    job_path,
     resolve_url,
 )
 from jobwarden.models.result_decisions import after_collect, before_collect
@@ -172,6 +174,9 @@ def after_poll(
     now: datetime,
     u: float,
 ) -> Decided:
+    if op.polling_mode is not None:
+        # Polled through an Azure monitor: the convention reads the answer.
+        return after_monitor_poll(op, ctx, raw, now, u)
     contract = ctx.contract
     view = poll_view(op)
     signal = classify_http(raw.observation, now=now)
@@ -229,7 +234,7 @@ def before_cancel(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     if op.poll_not_before is not None:
         # The confirming poll honours the provider's last Retry-After (invariant 3).
         first = max(first, op.poll_not_before)
-    url = resolve_url(ctx.base_url, contract.cancel.path.replace("{job_id}", op.remote_job_id))
+    url = resolve_url(ctx.base_url, job_path(contract.cancel.path, op.remote_job_id))
     if not (usable_url(url) and on_allowed_origin(url, ctx.base_url)):
         detail = f"cancel URL on an origin the contract does not allow: {shown_url(url)}"
         return Decided(action=escalate(op.state, EscalationReason.contract_violation, detail))

@@ -18,7 +18,7 @@ from jobwarden.models.business_deadline import check_business_deadline
 from jobwarden.models.concurrency import check_concurrency_key
 from jobwarden.models.contract import ProviderContract
 from jobwarden.models.contract_fields import MAX_COUNT, MAX_SECONDS
-from jobwarden.models.errors import InvalidSubmissionError
+from jobwarden.models.errors import InvalidCommandError, InvalidSubmissionError
 from jobwarden.models.fingerprint import (
     EXACT_INTEGER,
     canonical_command,
@@ -27,6 +27,7 @@ from jobwarden.models.fingerprint import (
     show_key,
     shown_path,
 )
+from jobwarden.models.routes import route_problem
 
 # RFC 9110's methods plus PATCH (RFC 5789): the request the fingerprint binds.
 HTTP_METHODS: Final = frozenset(
@@ -188,9 +189,17 @@ def check_provider_command(value: object, contract: ProviderContract | None) -> 
     a filled-in default must canonicalise and store like anything the caller wrote.
     """
     command = check_command(value)
-    if contract is None or contract.command is None:
+    if contract is None:
         return command
-    return check_command(contract.command.schema.apply(command))
+    if contract.command is not None:
+        command = check_command(contract.command.schema.apply(command))
+    # The route's {command.<name>} placeholders must be fillable before anything is recorded.
+    problem = route_problem(contract, command)
+    if problem is not None:
+        field, text = problem
+        path = tuple(field.split(".")[1:])
+        raise InvalidCommandError(field, text, path)
+    return command
 
 
 # Keyword-only, one parameter per submission field, as submit_operation's own signature.

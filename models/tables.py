@@ -114,6 +114,10 @@ class OperationRow(Base):
             "OR (concurrency_key IS NOT NULL AND concurrency_limit >= 1)",
             name="concurrency_limit_with_key",
         ),
+        CheckConstraint(
+            "polling_mode IS NULL OR polling_mode IN ('status_monitor', 'location', 'resource')",
+            name="polling_mode_known",
+        ),
         UniqueConstraint("tenant", "idempotency_key", name="uq_operations_tenant_key"),
         UniqueConstraint("provider_token", name="uq_operations_provider_token"),
         Index(
@@ -206,6 +210,8 @@ class OperationRow(Base):
     # What the operation must not share with more than concurrency_limit others (0011).
     concurrency_key: Mapped[str | None] = mapped_column(String(200))
     concurrency_limit: Mapped[int | None] = mapped_column(Integer)
+    # conventions.Monitor under an Azure convention (0013); NULL otherwise.
+    polling_mode: Mapped[str | None] = mapped_column(String(20))
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)

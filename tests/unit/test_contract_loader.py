@@ -14,8 +14,10 @@ from jobwarden.models.contract import (
     AuthSpec,
     CancelSpec,
     ConcurrencySpec,
+    Convention,
     CreateSpec,
     DigestField,
+    FinalStateVia,
     JobLocator,
     Limits,
     PollPolicy,
@@ -66,6 +68,7 @@ def test_all_shipped_contracts_load_without_problems() -> None:
     contracts, errors = check_contracts(SHIPPED_CONTRACTS_DIR)
     assert errors == []
     assert sorted(contracts) == [
+        "azure_arm",
         "azure_lro",
         "google_aip151",
         "openai_batch",
@@ -111,29 +114,51 @@ def test_sandbox_contract_describes_the_sandbox_api() -> None:
     assert c.requires_approval is False and c.plugin is None and c.webhook is None
 
 
-def test_azure_contract_reads_status_from_the_operation_location_header() -> None:
+def test_azure_contract_follows_the_azure_lro_convention_with_routes_for_one_api() -> None:
     c = shipped("azure_lro")
+    assert c.convention is Convention.azure_lro
     assert c.create.token_name == "Repeatability-Request-ID"
     assert c.create.token_placement is TokenPlacement.header
-    assert c.create.job_locator is JobLocator.operation_location
-    assert c.create.job_id_pointer is None
-    assert c.status.path is None
-    assert c.status.state_pointer == "/status"
-    assert [c.states.classify(s) for s in ("NotStarted", "Running", "Succeeded")] == [
+    # The convention names the monitor (Operation-Location) and where the state sits.
+    assert c.create.job_locator is JobLocator.convention
+    assert c.status.path is None and c.status.state_pointer is None
+    assert [c.states.classify(s) for s in ("NotStarted", "running", "Succeeded")] == [
         RemoteStatus.pending,
         RemoteStatus.pending,
         RemoteStatus.succeeded,
     ]
     assert c.states.classify("Failed") is RemoteStatus.failed
     assert c.states.classify("Canceled") is RemoteStatus.cancelled
+    # Azure-core reads any other status as still running; so does the contract.
+    assert c.states.classify("InProgress") is RemoteStatus.pending
     assert c.auth is not None and (c.auth.scheme, c.auth.header) == (
         "header",
         "Ocp-Apim-Subscription-Key",
     )
-    assert c.result is not None and c.result.fetch == "url"
-    assert c.status.result_ref_pointer == "/resourceLocation"
+    assert c.result is not None and c.result.fetch == "inline"
+    assert c.status.result_ref_pointer == "/result"
+    assert set(c.create.routes) == {"create-or-replace", "delete"}
+    assert c.create.routes["delete"].method == "DELETE"
     assert c.cancel is None
     assert c.reconciliation.path is ReconciliationPath.same_token_retry
+
+
+def test_azure_arm_contract_serves_put_patch_delete_and_post_of_one_api() -> None:
+    c = shipped("azure_arm")
+    assert c.convention is Convention.azure_arm
+    assert (c.create.method, c.create.final_state_via) == ("PUT", FinalStateVia.original_uri)
+    methods = {name: r.method for name, r in c.create.routes.items()}
+    assert methods == {
+        "update": "PATCH",
+        "delete": "DELETE",
+        "resource-action": "POST",
+        "subscription-action": "POST",
+    }
+    assert c.create.route_pointer == "/action"
+    # No [states] in the file: ARM's rule, every state but the three terminal ones runs.
+    assert c.states.otherwise is RemoteStatus.pending and c.states.case_insensitive
+    assert c.states.classify("Updating") is RemoteStatus.pending
+    assert c.states.classify("canceled") is RemoteStatus.cancelled
 
 
 def test_google_contract_sends_request_id_in_the_body_and_reads_done_and_error() -> None:

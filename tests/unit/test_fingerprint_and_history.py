@@ -332,6 +332,7 @@ EDITS: dict[str, Any] = {
     "business_deadline": T0,
     "concurrency_key": "deploy:x",
     "concurrency_limit": 2,
+    "polling_mode": "location",
 }
 
 

@@ -12,7 +12,7 @@ from jobwarden.models.signals import read_status
 from tests.unit.factories import NOW, contract
 
 GOOGLE = contract("google_aip151")
-AZURE = contract("azure_lro")
+AZURE = contract("operation_location")
 DEADLINE = NOW.replace(year=NOW.year + 1)
 
 

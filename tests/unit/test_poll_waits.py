@@ -25,6 +25,7 @@ from jobwarden.models.decisions import (
 from jobwarden.models.signals import HttpSignal, SignalKind, StatusReading, read_status
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
+FIXTURES = Path(__file__).resolve().parent / "contracts" / "valid"
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 DEADLINE = NOW + timedelta(hours=3)
 POLICY = PollPolicy(
@@ -318,7 +319,7 @@ def test_every_wait_with_progress_stays_between_the_floor_the_cap_and_the_provid
 def test_the_start_is_read_at_the_contracts_pointer(
     value: object, expected: datetime | None
 ) -> None:
-    contract = load_contract(SHIPPED / "azure_lro.toml")
+    contract = load_contract(FIXTURES / "operation_location.toml")
     assert contract.status.started_at_pointer == "/startTime"  # ARM's async operation format
     body = {"status": "Running", "percentComplete": 40, "startTime": value}
     reading = read_status(contract, body, now=NOW, deadline=DEADLINE)

@@ -9,7 +9,7 @@ from jobwarden.models.contract import ProviderContract
 from jobwarden.models.contract_loader import load_contract
 from jobwarden.models.requests import StepContext, create_request, job_locator, resolve_url
 from jobwarden.models.signals import HttpObservation, RawResponse
-from tests.unit.factories import SHIPPED, TOKEN, operation
+from tests.unit.factories import SHIPPED, TOKEN, contract, operation
 
 
 def _create(contract: ProviderContract) -> tuple[dict[str, str], object]:
@@ -58,7 +58,7 @@ def test_google_sends_request_id_in_the_body_and_reads_the_operation_name() -> N
 
 
 def test_azure_sends_repeatability_request_id_and_follows_operation_location() -> None:
-    azure = load_contract(SHIPPED / "azure_lro.toml")
+    azure = contract("operation_location")  # a plain Operation-Location contract
     headers, body = _create(azure)
     assert headers == {"Repeatability-Request-ID": TOKEN} and body == {"report": "monthly"}
     url = "https://example.cognitiveservices.azure.com/operations/op-1?api-version=2024-01-01"
@@ -67,7 +67,7 @@ def test_azure_sends_repeatability_request_id_and_follows_operation_location() -
 
 
 def test_azure_without_operation_location_names_no_status_url() -> None:
-    azure = load_contract(SHIPPED / "azure_lro.toml")
+    azure = contract("operation_location")  # a plain Operation-Location contract
     assert job_locator(azure, _answer(202, {"id": "x"})) == (None, None)
 
 

@@ -15,7 +15,8 @@ from standardwebhooks.webhooks import Webhook
 
 from jobwarden.models.contract import ProviderContract, RemoteStatus, WebhookScheme
 from jobwarden.models.contract_loader import load_contract
-from jobwarden.models.signals import read_status
+from jobwarden.models.conventions import Monitor, read_monitor_answer
+from jobwarden.models.signals import HttpObservation, read_status
 from jobwarden.models.webhooks import Delivery, Refusal, Refused, verify_delivery
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
@@ -28,25 +29,38 @@ def contract(name: str) -> ProviderContract:
 
 
 @pytest.mark.parametrize(
-    ("body", "status", "ref"),
+    ("body", "status"),
     [
-        ({"status": "NotStarted"}, RemoteStatus.pending, None),
-        ({"status": "Running", "percentComplete": 40}, RemoteStatus.pending, None),
-        (
-            {"status": "Succeeded", "resourceLocation": "https://x/r/1"},
-            RemoteStatus.succeeded,
-            "https://x/r/1",
-        ),
-        ({"status": "Failed", "error": {"code": "BadThing"}}, RemoteStatus.failed, None),
-        ({"status": "Canceled"}, RemoteStatus.cancelled, None),
-        ({"status": "Deleting"}, RemoteStatus.unknown, None),
+        ({"status": "NotStarted"}, RemoteStatus.pending),
+        ({"status": "Running", "percentComplete": 40}, RemoteStatus.pending),
+        ({"status": "Succeeded", "result": {"rows": 3}}, RemoteStatus.succeeded),
+        ({"status": "Failed", "error": {"code": "BadThing"}}, RemoteStatus.failed),
+        ({"status": "Canceled"}, RemoteStatus.cancelled),
+        # azure-core reads every status but the three terminal ones as still running.
+        ({"status": "InProgress"}, RemoteStatus.pending),
+        ({"status": "Deleting"}, RemoteStatus.pending),
+        ({"status": "succeeded"}, RemoteStatus.succeeded),  # compared without case
     ],
 )
-def test_azure_operation_status_monitor(
-    body: dict[str, object], status: RemoteStatus, ref: str | None
-) -> None:
-    reading = read_status(contract("azure_lro"), body, now=NOW, deadline=DEADLINE)
-    assert (reading.remote_status, reading.result_ref) == (status, ref)
+def test_azure_operation_status_monitor(body: dict[str, object], status: RemoteStatus) -> None:
+    azure = contract("azure_lro")
+    url = "https://example.cognitiveservices.azure.com/users/madge/operations/1"
+    answer = read_monitor_answer(azure, Monitor.status_monitor, url, _observed(200, body))
+    reading = read_status(
+        azure,
+        body,
+        now=NOW,
+        deadline=DEADLINE,
+        state=answer.state,
+        state_pointer=answer.state_pointer,
+    )
+    assert reading.remote_status is status
+
+
+def _observed(code: int, body: object) -> HttpObservation:
+    return HttpObservation(
+        status_code=code, headers={}, body=body, body_problem=None, transport_failure=None
+    )
 
 
 def test_azure_progress_is_read_from_percent_complete() -> None:
@@ -55,6 +69,7 @@ def test_azure_progress_is_read_from_percent_complete() -> None:
         {"status": "Running", "percentComplete": 40},
         now=NOW,
         deadline=DEADLINE,
+        state_pointer="/status",
     )
     assert reading.progress == 40
 

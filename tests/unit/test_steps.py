@@ -75,7 +75,7 @@ S = OperationState
 R = EscalationReason
 
 SANDBOX = context()
-AZURE = context("azure_lro")
+AZURE = context("operation_location")
 GOOGLE = context("google_aip151")
 OPENAI = context("openai_batch")
 # The sandbox with its status URL in the Location header, as a contract may say (no path
@@ -98,7 +98,7 @@ assert SANDBOX_RESULT is not None
 NO_STATUS_PATH = context(status=replace(contract().status, path=None))
 CONTEXTS: dict[str, StepContext] = {
     "sandbox": SANDBOX,
-    "azure_lro": AZURE,
+    "operation_location": AZURE,
     "google_aip151": GOOGLE,
     "openai_batch": OPENAI,
     "location": LOCATION,
@@ -170,7 +170,7 @@ def backoff_wait(seconds: float, cause: str = "wait") -> Wait:
 # --- create: before the request ------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["sandbox", "azure_lro", "google_aip151", "openai_batch"])
+@pytest.mark.parametrize("name", ["sandbox", "operation_location", "google_aip151", "openai_batch"])
 def test_a_fresh_create_is_sent_once_with_the_operations_one_token(name: str) -> None:
     ctx = CONTEXTS[name]
     op = operation(S.create_pending)
@@ -325,7 +325,12 @@ def test_an_early_wake_up_sends_nothing_before_the_recorded_retry_time(
             "batch_1",
             "https://api.openai.com/v1/batches/batch_1",
         ),
-        ("azure_lro", reply(202, headers={"operation-location": AZURE_OP}), AZURE_OP, AZURE_OP),
+        (
+            "operation_location",
+            reply(202, headers={"operation-location": AZURE_OP}),
+            AZURE_OP,
+            AZURE_OP,
+        ),
         (
             "location",
             reply(202, headers={"location": "/v1/jobs/job-9"}),
@@ -405,7 +410,7 @@ AMBIGUOUS: list[tuple[str, RawResponse, bool, str]] = [
         "http_202 without a usable job id",
     ),
     (
-        "azure_lro",
+        "operation_location",
         reply(202, headers={"location": AZURE_OP}),
         False,
         "http_202 without a usable job id",
@@ -765,7 +770,7 @@ def test_reconciliation_after_the_create_deadline_escalates_deadline_exceeded(
     [
         ("sandbox", RequestPurpose.create, f"{BASE}/v1/jobs", "same_token_retry"),
         ("google_aip151", RequestPurpose.create, None, "same_token_retry"),
-        ("azure_lro", RequestPurpose.create, None, "same_token_retry"),
+        ("operation_location", RequestPurpose.create, None, "same_token_retry"),
         (
             "lookup",
             RequestPurpose.lookup,
@@ -928,7 +933,7 @@ def test_a_same_token_reconciliation_answer_is_read_as_a_create_answer() -> None
     )
 
 
-@pytest.mark.parametrize("name", ["sandbox", "azure_lro", "google_aip151", "openai_batch"])
+@pytest.mark.parametrize("name", ["sandbox", "operation_location", "google_aip151", "openai_batch"])
 @pytest.mark.parametrize(
     "answer",
     [

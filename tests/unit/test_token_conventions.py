@@ -14,7 +14,7 @@ from jobwarden.models.requests import create_request, provider_token
 from jobwarden.models.states import OperationState as S
 from tests.unit.factories import NOW, context, operation
 
-AZURE = context("azure_lro")
+AZURE = context("operation_location")
 GOOGLE = context("google_aip151")
 
 
