@@ -24,6 +24,7 @@ import pytest
 from jobwarden.harness import REPO, Stack, wait_for
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
 from jobwarden.sandbox.server import SandboxServer
+from tests.spector_server import SpectorServer
 
 TOKEN = secrets.token_hex(8)
 # The sandbox signs its webhooks with this; sandbox_hooks* contracts read it (test_webhooks.py).
@@ -122,7 +123,59 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tail = rest[rest.index("[poll]") :]
     for name, table in RESULT_VARIANTS.items():
         (out / f"{name}.toml").write_text(_variant(head, name) + table + "\n" + tail)
+    _spector_contracts(out)
     return out
+
+
+def _fast_polls(text: str) -> str:
+    """A shipped contract with the acceptance tests' short waits (the mocks ask Retry-After 1)."""
+    for key, value in (
+        ("initial_delay_seconds", "0.1"),
+        ("base_seconds", "0.1"),
+        ("max_seconds", "1"),
+        ("request_timeout_seconds", "2"),
+    ):
+        text, count = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
+        assert count == 1, key
+    return text
+
+
+def _spector_contracts(out: Path) -> None:
+    """The shipped Azure contracts, pointed at Microsoft's TypeSpec mocks (tests/spector) by
+    their base_url_env, plus the RPC API of azure/core/lro/rpc as an azure_lro variant."""
+    providers = REPO / "config" / "providers"
+    arm = _fast_polls((providers / "azure_arm.toml").read_text())
+    (out / "azure_arm.toml").write_text(arm)
+    lro = _fast_polls((providers / "azure_lro.toml").read_text())
+    (out / "azure_lro.toml").write_text(lro)
+    rpc = lro.replace('name = "azure_lro"', 'name = "azure_lro_rpc"').replace(
+        'base_url_env = "JOBWARDEN_AZURE_URL"', 'base_url_env = "JOBWARDEN_AZURE_RPC_URL"'
+    )
+    rpc, count = re.subn(
+        r'(?m)^path = "/\{command.collection\}/\{command.name\}:.*$',
+        'path = "/generations:submit?api-version=2022-12-01-preview"',
+        rpc,
+    )
+    assert count == 1
+    (out / "azure_lro_rpc.toml").write_text(rpc)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line per Microsoft LRO scenario run (tests/acceptance/test_spector_lro.py)."""
+    from tests.acceptance.test_spector_lro import SCENARIOS, VERDICTS
+
+    if not VERDICTS:
+        return
+    terminalreporter.section("Microsoft TypeSpec LRO scenarios (tsp-spector)")
+    for scenario in SCENARIOS:
+        terminalreporter.write_line(f"{VERDICTS.get(scenario, 'NOT RUN')} {scenario}")
+
+
+@pytest.fixture(scope="session")
+def spector() -> Iterator[SpectorServer]:
+    """Microsoft's TypeSpec scenario mocks (installed by scripts/install_spector)."""
+    with SpectorServer() as server:
+        yield server
 
 
 WEBHOOK_VARIANTS = {
@@ -194,7 +247,7 @@ def sandbox() -> Iterator[SandboxServer]:
 
 @pytest.fixture(scope="package")
 def worker_env(
-    database_url: str, sandbox: SandboxServer, providers_dir: Path
+    database_url: str, sandbox: SandboxServer, providers_dir: Path, spector: SpectorServer
 ) -> Iterator[dict[str, str]]:
     """The workers' settings, also this process's for the package: restored afterwards, so
     the tests that run after acceptance (integration, unit) see the shipped contracts and
@@ -211,6 +264,12 @@ def worker_env(
         "JOBWARDEN_REDISPATCH_AFTER_SECONDS": "3",
         "JOBWARDEN_LEASE_TTL_SECONDS": "5",
         "JOBWARDEN_FAULTS_ENABLED": "1",
+        "JOBWARDEN_AZURE_ARM_URL": spector.url,
+        "JOBWARDEN_AZURE_URL": spector.url + "/azure/core/lro/standard",
+        "JOBWARDEN_AZURE_RPC_URL": spector.url + "/azure/core/lro/rpc",
+        # The mocks check no credential; the contracts still require one by reference.
+        "JOBWARDEN_AZURE_ARM_TOKEN": TOKEN,
+        "JOBWARDEN_AZURE_KEY": TOKEN,
     }
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
