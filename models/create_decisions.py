@@ -283,6 +283,28 @@ def after_create(
             action=Finish(state=S.failed, reason=outcome.detail, event=EventKind.create_refused)
         )
     ambiguous = kind is CreateOutcomeKind.ambiguous
+    create_by = earlier(op.create_deadline, op.business_deadline)
+    if kind is CreateOutcomeKind.in_flight:
+        # The provider still works on our first request: the outcome is not known yet, and
+        # only the same token, later, may learn it (never a fresh one). Waiting for it is
+        # not a failed attempt: it is bounded by the create deadline, not by
+        # max_create_attempts (a first answer delayed 40 s must not exhaust five attempts).
+        wait = retry_wait(
+            outcome.retry_after,
+            contract.poll,
+            attempt=op.create_attempts,
+            u=u,
+            now=now,
+            deadline=create_by,
+        )
+        retry = Retry(
+            wait=wait,
+            event=EventKind.create_ambiguous,
+            to=None,
+            detail=outcome.detail,
+            counts_transport_failure=False,
+        )
+        return Decided(action=retry)
     if op.create_attempts >= contract.limits.max_create_attempts:
         if op.state is S.create_pending and ambiguous:
             # Ambiguity must be reconciled before anyone may give up on it.
@@ -306,19 +328,8 @@ def after_create(
         attempt=op.create_attempts,
         u=u,
         now=now,
-        deadline=earlier(op.create_deadline, op.business_deadline),
+        deadline=create_by,
     )
-    if kind is CreateOutcomeKind.in_flight:
-        # The provider still works on our first request: the outcome is not known yet,
-        # and only the same token, later, may learn it (never a fresh one).
-        retry = Retry(
-            wait=wait,
-            event=EventKind.create_ambiguous,
-            to=None,
-            detail=outcome.detail,
-            counts_transport_failure=False,
-        )
-        return Decided(action=retry)
     if not ambiguous:
         # A 429 means the provider did not take the request: same token, later.
         retry = Retry(

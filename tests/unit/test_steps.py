@@ -493,7 +493,7 @@ def test_denied_and_conflicting_creates_escalate_without_a_retry(
 
 
 @pytest.mark.parametrize("state", [S.create_pending, S.reconciling])
-def test_a_409_in_flight_retries_the_same_token_later_within_the_attempts(state: S) -> None:
+def test_a_409_in_flight_retries_the_same_token_later_until_the_create_deadline(state: S) -> None:
     # IETF Idempotency-Key draft / Azure repeatable requests: 409 while the provider still
     # processes the first request under our token; the same token, after Retry-After.
     op = operation(state, create_attempts=1, last_event_kind=EventKind.create_sent)
@@ -503,9 +503,14 @@ def test_a_409_in_flight_retries_the_same_token_later_within_the_attempts(state:
     assert decided.action.event is EventKind.create_ambiguous
     assert decided.action.wait.delay_source is DelaySource.provider_retry_after
     assert decided.action.wait.until == NOW + timedelta(seconds=3)
+    # Waiting for the first request is no failed attempt: past max_create_attempts the same
+    # token is still sent later, within the create deadline (issue 18, item 8).
     spent = operation(state, create_attempts=SANDBOX.contract.limits.max_create_attempts)
     last = after_create(spent, SANDBOX, create_request(SANDBOX, spent), answer, NOW, 1.0)
-    assert isinstance(last.action, Escalate)
+    assert isinstance(last.action, Retry) and last.action.wait.until == NOW + timedelta(seconds=3)
+    late = operation(state, create_attempts=9, create_deadline=NOW + timedelta(seconds=1))
+    clipped = after_create(late, SANDBOX, create_request(SANDBOX, late), answer, NOW, 1.0)
+    assert isinstance(clipped.action, Retry) and clipped.action.wait.clipped_to_deadline
 
 
 def test_a_conflict_status_in_flight_only_with_the_body_value_the_contract_names() -> None:
