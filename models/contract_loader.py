@@ -30,6 +30,7 @@ from jobwarden.models.contract import (
     CancelSpec,
     CommandSpec,
     ConcurrencySpec,
+    Convention,
     CreateSpec,
     Limits,
     PollPolicy,
@@ -44,6 +45,7 @@ from jobwarden.models.contract import (
 from jobwarden.models.contract_command import parse_command
 from jobwarden.models.contract_fields import TomlTable, toml_type
 from jobwarden.models.contract_sections import (
+    TopLevel,
     check_extra_headers,
     parse_auth,
     parse_cancel,
@@ -218,15 +220,13 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
     auth = section("auth", AuthSpec, False, parse_auth)
     # An Azure convention brings its state table (models/conventions.py); a file may still
     # give its own, which then replaces it whole.
-    azure = top is not None and top.convention in AZURE
-    create = section("create", CreateSpec, True, parse_create, top.convention if top else None)
-    status = section("status", StatusSpec, True, parse_status, create)
-    states = section("states", StateTable, not azure, parse_states, status)
+    convention = _convention(data, top)
+    create = section("create", CreateSpec, True, parse_create, convention)
+    status = section("status", StatusSpec, True, parse_status, create, convention)
+    states = section("states", StateTable, _plain(convention), parse_states, status)
     cancel = section("cancel", CancelSpec, False, parse_cancel)
     reconciliation = section("reconciliation", ReconciliationSpec, True, parse_reconciliation)
-    result = section(
-        "result", ResultSpec, False, parse_result, status, top.convention if top else None
-    )
+    result = section("result", ResultSpec, False, parse_result, status, convention)
     webhook = section("webhook", WebhookSpec, False, parse_webhook)
     command = section("command", CommandSpec, False, parse_command, path.parent)
     poll = section("poll", PollPolicy, True, parse_poll)
@@ -242,7 +242,7 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
         or top is None
         or create is None
         or status is None
-        or (states is None and not azure)
+        or (states is None and convention not in AZURE)
         or reconciliation is None
         or poll is None
         or limits is None
@@ -276,6 +276,21 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
 
 # Replaced by the convention's table (with_convention_defaults) before anyone reads it.
 _NO_STATES: Final = StateTable(pending=frozenset(), succeeded=frozenset(), failed=frozenset())
+
+
+def _plain(convention: Convention | None) -> bool:
+    """Whether the file must describe its states itself: not under an Azure convention,
+    and not when its convention is broken (that error is the one reported)."""
+    return convention is not None and convention not in AZURE
+
+
+def _convention(data: Mapping[str, object], top: TopLevel | None) -> Convention | None:
+    """The file's convention; None when the top level could not say (its own error is
+    reported there, and no table is then held to rules that depend on it)."""
+    if top is not None:
+        return top.convention
+    raw = data.get("convention", Convention.plain.value)
+    return Convention(raw) if raw in {c.value for c in Convention} else None
 
 
 def _field_names(spec: type) -> set[str]:

@@ -164,12 +164,14 @@ def parse_create(t: TomlTable, convention: Convention | None = None) -> CreateSp
         raise t.fail("token_name", "is not a valid HTTP header name")
     if placement is TokenPlacement.body and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token_name):
         raise t.fail("token_name", "must be a JSON field name (letters, digits and '_')")
-    azure = convention in _AZURE
+    # None: the top level's convention is itself broken (reported there), so nothing that
+    # depends on it is required or refused here: one mistake, one error line.
+    azure, unknown = convention in _AZURE, convention is None
     locator = t.enum("job_locator", JobLocator)
-    if locator is None and azure:
+    if locator is None and (azure or unknown):
         locator = JobLocator.convention
     locator = t.required("job_locator", locator)
-    if (locator is JobLocator.convention) != azure:
+    if not unknown and (locator is JobLocator.convention) != azure:
         raise t.fail(
             "job_locator",
             f"'convention' is the only locator under convention = {convention}"
@@ -247,7 +249,9 @@ def _routes(t: TomlTable) -> dict[str, CreateRoute]:
     return routes
 
 
-def parse_status(t: TomlTable, create: CreateSpec | None) -> StatusSpec:
+def parse_status(
+    t: TomlTable, create: CreateSpec | None, convention: Convention | None = Convention.plain
+) -> StatusSpec:
     method = t.required("method", t.choice("method", _STATUS_METHODS))
     path = t.template("path", allowed=("job_id",), needed=("job_id",))
     if create is not None:
@@ -265,7 +269,7 @@ def parse_status(t: TomlTable, create: CreateSpec | None) -> StatusSpec:
         raise t.fail("error_pointer", "must not be empty: every status body would mean failed")
     state_pointer = t.pointer("state_pointer")
     # Under an Azure convention the monitor decides where the state sits (models/conventions).
-    if create is None or create.job_locator is not JobLocator.convention:
+    if convention is not None and convention not in _AZURE:
         state_pointer = t.required("state_pointer", state_pointer)
     return StatusSpec(
         method=method,
@@ -397,7 +401,7 @@ def parse_result(
     # "" is a pointer too: the whole status body is the result (RFC 6901 section 5).
     # An Azure convention finds the result itself: the monitor's resourceLocation, the
     # Location, the original URI or the final answer's body (models/conventions.py).
-    if convention in _AZURE and fetch == "url":
+    if (convention is None or convention in _AZURE) and fetch == "url":
         needs_ref = False
     if needs_ref and status is not None and status.result_ref_pointer is None:
         raise ContractError(
