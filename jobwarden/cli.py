@@ -84,6 +84,15 @@ def providers_check(
         raise typer.Exit(1)
 
 
+@providers_app.command("schema")
+def providers_schema() -> None:
+    """Print the JSON Schema of contract files (for Taplo / Even Better TOML, and CI)."""
+    from jobwarden.models.contract_loader import contract_json_schema
+
+    # Plain print: rich would wrap long lines and colour the JSON, and editors read it as is.
+    print(json.dumps(contract_json_schema(), indent=2, sort_keys=True))
+
+
 @db_app.command("upgrade")
 def db_upgrade(
     create: Annotated[

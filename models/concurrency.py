@@ -19,10 +19,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 from jobwarden.models.contract import ConcurrencySpec
-from jobwarden.models.contract_fields import TomlTable
+from jobwarden.models.contract_fields import count
+from jobwarden.models.contract_sections import ContractTable
 from jobwarden.models.errors import InvalidSubmissionError
 from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.operation import Operation
@@ -58,9 +59,11 @@ def check_concurrency_key(value: object, *, max_length: int) -> str | None:
     return value
 
 
-def parse_concurrency(t: TomlTable) -> ConcurrencySpec:
+class ConcurrencyTable(ContractTable):
     """``[concurrency] limit = N``: the limit of every key this contract's operations name."""
-    return ConcurrencySpec(limit=t.count("limit", default=DEFAULT_LIMIT, maximum=MAX_LIMIT))
+
+    builds = ConcurrencySpec
+    limit: Annotated[int, count(maximum=MAX_LIMIT)] = DEFAULT_LIMIT
 
 
 def key_limit(spec: ConcurrencySpec | None) -> int:

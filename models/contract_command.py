@@ -21,50 +21,63 @@ from __future__ import annotations
 
 import json
 from pathlib import Path, PurePosixPath
-from typing import Any, Final
+from typing import Any, Final, Self
+
+from pydantic import Field, PrivateAttr, ValidationInfo, model_validator
 
 from jobwarden.models.command_schema import CommandSchema, SchemaDocumentError, compile_schema
 from jobwarden.models.contract import CommandSpec
-from jobwarden.models.contract_fields import TomlTable, toml_type
+from jobwarden.models.contract_fields import Table, Text, problem
+from jobwarden.models.contract_sections import ContractTable
 
-__all__ = ["MAX_SCHEMA_FILE_BYTES", "parse_command"]
+__all__ = ["MAX_SCHEMA_FILE_BYTES", "CommandTable"]
 
 MAX_SCHEMA_FILE_BYTES: Final = 1024 * 1024
 
 
-def parse_command(t: TomlTable, directory: Path) -> CommandSpec:
-    """The [command] table of a contract in ``directory``; ContractError at its first problem."""
-    inline = t.get("schema")
-    schema_file = t.text("schema_file")
-    if (inline is None) == (schema_file is None):
-        raise t.fail(
-            "schema",
-            "exactly one of schema (an inline [command.schema] table) and schema_file "
-            "(a JSON file beside the contract) is required",
-        )
-    if schema_file is None:
-        if not isinstance(inline, dict):
-            raise t.fail(
-                "schema",
-                f"must be a table (the schema inline), got {toml_type(inline)}; "
-                "name a file with schema_file instead",
+class CommandTable(ContractTable):
+    """The JSON Schema every command of this provider must satisfy (inline or in a file)."""
+
+    builds = CommandSpec
+    inline: Table | None = Field(default=None, alias="schema")
+    """The schema inline, as TOML ([command.schema])."""
+    schema_file: Text | None = None
+    """A JSON file beside the contract holding the schema."""
+    _compiled: CommandSchema | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _rules(self, info: ValidationInfo) -> Self:
+        if (self.inline is None) == (self.schema_file is None):
+            raise problem(
+                "exactly one of schema (an inline [command.schema] table) and schema_file "
+                "(a JSON file beside the contract) is required",
+                field="schema",
             )
-        try:
-            return CommandSpec(schema=compile_schema(inline))
-        except SchemaDocumentError as exc:
-            field = f"schema.{exc.location}" if exc.location else "schema"
-            raise t.fail(field, exc.problem) from None
-    document = _read_schema_file(t, directory, schema_file)
-    return CommandSpec(schema=_compiled_file(t, schema_file, document), schema_file=schema_file)
+        if self.inline is not None:
+            try:
+                self._compiled = compile_schema(self.inline)
+            except SchemaDocumentError as exc:
+                field = f"schema.{exc.location}" if exc.location else "schema"
+                raise problem(exc.problem, field=field) from None
+            return self
+        assert self.schema_file is not None
+        directory: Path = (info.context or {})["directory"]
+        document = _read_schema_file(directory, self.schema_file)
+        self._compiled = _compiled_file(self.schema_file, document)
+        return self
+
+    def spec(self) -> CommandSpec:
+        assert self._compiled is not None  # set by the validator
+        return CommandSpec(schema=self._compiled, schema_file=self.schema_file)
 
 
-def _compiled_file(t: TomlTable, schema_file: str, document: object) -> CommandSchema:
+def _compiled_file(schema_file: str, document: object) -> CommandSchema:
     if not isinstance(document, dict):
-        raise t.fail("schema_file", f"{schema_file}: must hold a JSON object (the schema)")
+        raise problem(f"{schema_file}: must hold a JSON object (the schema)", field="schema_file")
     try:
         return compile_schema(document)
     except SchemaDocumentError as exc:
-        raise t.fail("schema_file", f"{schema_file}: {exc}") from None
+        raise problem(f"{schema_file}: {exc}", field="schema_file") from None
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -81,23 +94,27 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _read_schema_file(t: TomlTable, directory: Path, schema_file: str) -> object:
+def _fail(message: str) -> Exception:
+    return problem(message, field="schema_file")
+
+
+def _read_schema_file(directory: Path, schema_file: str) -> object:
     relative = PurePosixPath(schema_file)
     if relative.is_absolute() or "\\" in schema_file:
-        raise t.fail("schema_file", "must be a path relative to the contract file's directory")
+        raise _fail("must be a path relative to the contract file's directory")
     if ".." in relative.parts:
-        raise t.fail("schema_file", "must not leave the contract file's directory ('..')")
+        raise _fail("must not leave the contract file's directory ('..')")
     root = directory.resolve()
     path = (root / relative).resolve()
     if not path.is_relative_to(root):
-        raise t.fail("schema_file", "must not leave the contract file's directory (a symlink)")
+        raise _fail("must not leave the contract file's directory (a symlink)")
     try:
         with path.open("rb") as fh:
             raw = fh.read(MAX_SCHEMA_FILE_BYTES + 1)
     except OSError as exc:
-        raise t.fail("schema_file", f"{schema_file} cannot be read: {exc.strerror}") from None
+        raise _fail(f"{schema_file} cannot be read: {exc.strerror}") from None
     if len(raw) > MAX_SCHEMA_FILE_BYTES:
-        raise t.fail("schema_file", f"{schema_file} is larger than {MAX_SCHEMA_FILE_BYTES} bytes")
+        raise _fail(f"{schema_file} is larger than {MAX_SCHEMA_FILE_BYTES} bytes")
     try:
         return json.loads(
             raw.decode("utf-8"),
@@ -105,6 +122,6 @@ def _read_schema_file(t: TomlTable, directory: Path, schema_file: str) -> object
             parse_constant=_refuse_constant,
         )
     except UnicodeDecodeError:
-        raise t.fail("schema_file", f"{schema_file} is not UTF-8") from None
+        raise _fail(f"{schema_file} is not UTF-8") from None
     except (ValueError, RecursionError) as exc:
-        raise t.fail("schema_file", f"{schema_file} is not valid JSON: {exc}") from None
+        raise _fail(f"{schema_file} is not valid JSON: {exc}") from None

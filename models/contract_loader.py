@@ -17,57 +17,48 @@ and assembles the contract.
 
 from __future__ import annotations
 
+import difflib
 import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import fields
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Concatenate, Final, ParamSpec, TypeVar
+from typing import Any, Final, TypeVar, get_args, get_origin
 from urllib.parse import urlsplit
 
-from jobwarden.models.concurrency import parse_concurrency
-from jobwarden.models.contract import (
-    AuthSpec,
-    CancelSpec,
-    CommandSpec,
-    ConcurrencySpec,
-    Convention,
-    CreateSpec,
-    Limits,
-    PollPolicy,
-    ProviderContract,
-    RateLimit,
-    ReconciliationSpec,
-    ResultSpec,
-    StateTable,
-    StatusSpec,
-    WebhookSpec,
-)
-from jobwarden.models.contract_command import parse_command
-from jobwarden.models.contract_fields import TomlTable, toml_type
+from pydantic import BaseModel, ValidationError, create_model
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import ErrorDetails, core_schema
+
+from jobwarden.models.concurrency import ConcurrencyTable
+from jobwarden.models.contract import Convention, ProviderContract, StateTable
+from jobwarden.models.contract_command import CommandTable
+from jobwarden.models.contract_fields import literal_secret, toml_type
 from jobwarden.models.contract_sections import (
+    AuthTable,
+    CancelTable,
+    ContractTable,
+    CreateTable,
+    LimitsTable,
+    PollTable,
+    ReconciliationTable,
+    ResultTable,
+    StatesTable,
+    StatusTable,
     TopLevel,
+    WebhookTable,
     check_extra_headers,
-    parse_auth,
-    parse_cancel,
-    parse_create,
-    parse_limits,
-    parse_poll,
-    parse_reconciliation,
-    parse_result,
-    parse_states,
-    parse_status,
-    parse_top,
-    parse_webhook,
 )
 from jobwarden.models.conventions import AZURE, with_convention_defaults
 from jobwarden.models.errors import ContractError
-from jobwarden.models.rate_limits import parse_rate_limit
+from jobwarden.models.rate_limits import RateLimitTable
 
 __all__ = [
     "DIRECTORY_FIELD",
     "FILE_FIELD",
+    "SECTIONS",
     "SHIPPED_CONTRACTS_DIR",
+    "ContractFile",
     "check_contracts",
+    "contract_json_schema",
     "effective_base_url",
     "load_contract",
     "load_contracts",
@@ -78,9 +69,6 @@ SHIPPED_CONTRACTS_DIR: Final = Path(__file__).resolve().parent.parent / "config"
 
 FILE_FIELD: Final = "(file)"  # the field of errors about the file as a whole
 DIRECTORY_FIELD: Final = "(directory)"  # the field of errors about the contracts directory
-
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
 
 
 def load_contract(path: Path) -> ProviderContract:
@@ -163,6 +151,25 @@ def effective_base_url(contract: ProviderContract, environ: Mapping[str, str]) -
 
 # --- one file -----------------------------------------------------------------
 
+# Every table a file may hold, in the order they are validated (a table's rules may
+# read the ones before it), and whether a file must have it. [states] is required
+# unless the convention brings its own (_plain).
+SECTIONS: Final[dict[str, tuple[type[ContractTable], bool]]] = {
+    "auth": (AuthTable, False),
+    "create": (CreateTable, True),
+    "status": (StatusTable, True),
+    "states": (StatesTable, True),
+    "cancel": (CancelTable, False),
+    "reconciliation": (ReconciliationTable, True),
+    "result": (ResultTable, False),
+    "webhook": (WebhookTable, False),
+    "command": (CommandTable, False),
+    "poll": (PollTable, True),
+    "limits": (LimitsTable, True),
+    "concurrency": (ConcurrencyTable, False),
+    "rate_limit": (RateLimitTable, False),
+}
+
 
 def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError]]:
     """The contract (when valid) and every problem found, in file order."""
@@ -177,76 +184,41 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
     except OSError as exc:
         return None, [ContractError(file, FILE_FIELD, f"cannot be read: {exc.strerror}")]
 
-    errors: list[ContractError] = []
-
-    # Each section stops at its own first problem; the others are still checked,
-    # so one run reports a problem per broken section.
-    def run(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T | None:
-        try:
-            return fn(*args, **kwargs)
-        except ContractError as exc:
-            errors.append(exc)
-            return None
-
-    root = TomlTable(file, "", data)
-    top_fields = _field_names(ProviderContract) - {"source_file"}
-    errors.extend(root.unknown_keys(top_fields))
-    top = run(parse_top, root, path.stem)
-
-    def section(
-        key: str,
-        spec: type,
-        required: bool,
-        parse: Callable[Concatenate[TomlTable, _P], _T],
-        *args: _P.args,
-        **kwargs: _P.kwargs,
-    ) -> _T | None:
-        value = root.get(key)
-        if value is None:
-            if required:
-                errors.append(ContractError(file, key, "required table is missing"))
-            return None
-        if not isinstance(value, dict):
-            errors.append(ContractError(file, key, f"must be a table, got {toml_type(value)}"))
-            return None
-        table = TomlTable(file, key, value)
-        allowed = _field_names(spec)
-        errors.extend(table.unknown_keys(allowed))
-        parsed = run(parse, table, *args, **kwargs)
-        if parsed is not None:
-            errors.extend(table.unread_keys(allowed))
-        return parsed
-
-    auth = section("auth", AuthSpec, False, parse_auth)
+    top_keys = {key: value for key, value in data.items() if key not in SECTIONS}
+    top, errors = _validate(file, "", TopLevel, top_keys, {"stem": path.stem})
     # An Azure convention brings its state table (models/conventions.py); a file may still
     # give its own, which then replaces it whole.
     convention = _convention(data, top)
-    create = section("create", CreateSpec, True, parse_create, convention)
-    status = section("status", StatusSpec, True, parse_status, create, convention)
-    states = section("states", StateTable, _plain(convention), parse_states, status)
-    cancel = section("cancel", CancelSpec, False, parse_cancel)
-    reconciliation = section("reconciliation", ReconciliationSpec, True, parse_reconciliation)
-    result = section("result", ResultSpec, False, parse_result, status, convention)
-    webhook = section("webhook", WebhookSpec, False, parse_webhook)
-    command = section("command", CommandSpec, False, parse_command, path.parent)
-    poll = section("poll", PollPolicy, True, parse_poll)
-    limits = section("limits", Limits, True, parse_limits)
-    concurrency = section("concurrency", ConcurrencySpec, False, parse_concurrency)
-    rate_limit = section("rate_limit", RateLimit, False, parse_rate_limit)
+    # Each table stops at its own first problem; the others are still checked, so one run
+    # reports a problem per broken table.
+    built: dict[str, Any] = {}
+    for key, (model, required) in SECTIONS.items():
+        raw = data.get(key)
+        if raw is None:
+            if required and (key != "states" or _plain(convention)):
+                errors.append(ContractError(file, key, "required table is missing"))
+            continue
+        if not isinstance(raw, dict):
+            errors.append(ContractError(file, key, f"must be a table, got {toml_type(raw)}"))
+            continue
+        context = {
+            "convention": convention,
+            "directory": path.parent,
+            "create": built.get("create"),
+            "status": built.get("status"),
+        }
+        table, problems = _validate(file, key, model, raw, context)
+        errors.extend(problems)
+        if table is not None:
+            built[key] = table.spec()
     if top is not None:
-        run(check_extra_headers, file, top, create, auth)
-        errors.extend(root.unread_keys(top_fields))
+        try:
+            check_extra_headers(file, top, built.get("create"), built.get("auth"))
+        except ContractError as exc:
+            errors.append(exc)
 
-    if (
-        errors
-        or top is None
-        or create is None
-        or status is None
-        or (states is None and convention not in AZURE)
-        or reconciliation is None
-        or poll is None
-        or limits is None
-    ):
+    needed = [key for key, (_, must) in SECTIONS.items() if must and key != "states"]
+    if errors or top is None or any(key not in built for key in needed):
         return None, errors
     contract = ProviderContract(
         name=top.name,
@@ -256,22 +228,110 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
         requires_approval=top.requires_approval,
         plugin=top.plugin,
         extra_headers=top.extra_headers,
-        auth=auth,
-        create=create,
-        status=status,
-        states=states or _NO_STATES,
-        cancel=cancel,
-        reconciliation=reconciliation,
-        result=result,
-        webhook=webhook,
-        command=command,
-        poll=poll,
-        limits=limits,
-        concurrency=concurrency,
-        rate_limit=rate_limit,
+        states=built.pop("states", _NO_STATES),
         convention=top.convention,
+        **built,
     )
     return with_convention_defaults(contract, states_given="states" in data), []
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _validate(
+    file: str,
+    prefix: str,
+    model: type[_M],
+    raw: Mapping[str, object],
+    context: Mapping[str, object],
+) -> tuple[_M | None, list[ContractError]]:
+    """The table validated, or None with its problems: every unknown key (each may be a
+    typo of a key the table then misses) and the first other problem."""
+    try:
+        return model.model_validate(raw, context=context), []
+    except ValidationError as exc:
+        found = [_contract_error(file, prefix, model, error) for error in exc.errors()]
+    unknown = [error for kind, _, error in found if kind == "extra_forbidden"]
+    others = [error for kind, _, error in found if kind != "extra_forbidden"]
+    stray = {loc[0] for kind, loc, _ in found if kind == "extra_forbidden" and len(loc) == 1}
+    if stray and not others:
+        # pydantic checks the rules that span keys only once every key is valid: the
+        # table without its unknown keys tells whether one was a typo of a needed key.
+        known = {key: value for key, value in raw.items() if key not in stray}
+        _, others = _validate(file, prefix, model, known, context)
+    return None, unknown + others[:1]
+
+
+def _contract_error(
+    file: str, prefix: str, model: type[BaseModel], error: ErrorDetails
+) -> tuple[str, tuple[str, ...], ContractError]:
+    """One pydantic error as a ContractError naming the dotted field, worded for the file."""
+    loc = tuple(str(part) for part in error["loc"])
+    field = ".".join(part for part in (prefix, *loc) if part)
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    if kind == "contract":
+        problem = str(ctx["problem"])
+        named = ctx.get("field")
+        if named is not None and ctx.get("absolute"):
+            field = str(named)
+        elif named is not None:
+            field = (
+                f"{field}{named}"
+                if str(named).startswith("[") or not field
+                else (f"{field}.{named}")
+            )
+        return kind, loc, ContractError(file, field, problem)
+    if kind == "extra_forbidden":
+        allowed = _keys_at(model, loc[:-1])
+        if not prefix and not loc[:-1]:
+            allowed = (*allowed, *SECTIONS)
+        return kind, loc, ContractError(file, field, _unknown_key(loc[-1], allowed))
+    if kind == "missing":
+        return kind, loc, ContractError(file, field, "required")
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return (
+            kind,
+            loc,
+            ContractError(file, field, f"must be a table, got {toml_type(error['input'])}"),
+        )
+    return kind, loc, ContractError(file, field, error["msg"])
+
+
+def _unknown_key(key: str, allowed: tuple[str, ...]) -> str:
+    if literal_secret(key):
+        return (
+            "looks like a literal secret; secrets never go in contract files, "
+            "name an environment variable with secret_env or a file with secret_file instead"
+        )
+    close = difflib.get_close_matches(key, sorted(allowed), n=1)
+    return "unknown field" + (f"; did you mean {close[0]!r}?" if close else "")
+
+
+def _keys_at(model: type[BaseModel], loc: tuple[str, ...]) -> tuple[str, ...]:
+    """The keys a table nested at ``loc`` inside ``model`` allows ([create.routes.<name>])."""
+    current: type[BaseModel] | None = model
+    parts = list(loc)
+    while parts and current is not None:
+        fields_by_key = {f.alias or name: f for name, f in current.model_fields.items()}
+        info = fields_by_key.get(parts.pop(0))
+        current, keyed = _nested_table(info.annotation if info is not None else None)
+        if keyed and parts:
+            parts.pop(0)  # the route's name
+    if current is None:
+        return ()
+    return tuple(f.alias or name for name, f in current.model_fields.items())
+
+
+def _nested_table(annotation: object) -> tuple[type[BaseModel] | None, bool]:
+    """The table model inside a field's type, and whether it is keyed (dict[str, Model])."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    for arg in get_args(annotation):
+        inner, _ = _nested_table(arg)
+        if inner is not None:
+            return inner, get_origin(annotation) is dict
+    return None, False
 
 
 # Replaced by the convention's table (with_convention_defaults) before anyone reads it.
@@ -293,5 +353,34 @@ def _convention(data: Mapping[str, object], top: TopLevel | None) -> Convention 
     return Convention(raw) if raw in {c.value for c in Convention} else None
 
 
-def _field_names(spec: type) -> set[str]:
-    return {f.name for f in fields(spec)}
+# --- the published schema ------------------------------------------------------------
+
+ContractFile: Final = create_model(
+    "ProviderContractFile",
+    __base__=TopLevel,
+    __doc__="A jobwarden provider contract (config/providers/<name>.toml); docs/contracts.md.",
+    **{  # type: ignore[call-overload]  # create_model's field keywords are not typed per key
+        key: (model, ...) if needed and key != "states" else (model | None, None)
+        for key, (model, needed) in SECTIONS.items()
+    },
+)
+
+
+class _TomlSchema(GenerateJsonSchema):
+    """JSON Schema of what a TOML file can hold: TOML has no null, so an optional key is
+    one that may be left out, never one whose value may be null."""
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
+        return self.generate_inner(schema["schema"])
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        generated = super().default_schema(schema)
+        if generated.get("default", 0) is None:
+            del generated["default"]
+        return generated
+
+
+def contract_json_schema() -> dict[str, Any]:
+    """The JSON Schema of contract files, for editors (Taplo / Even Better TOML) and CI."""
+    schema = ContractFile.model_json_schema(schema_generator=_TomlSchema)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}

@@ -1,18 +1,29 @@
-"""Build each table of a contract file into its ``models.contract`` value.
+"""The tables of a contract file as pydantic models, each building its ``models.contract`` value.
 
-One builder per TOML table (``[create]``, ``[status]``, ...) and one for the
-top-level keys. Each raises ContractError at its table's first problem. A
-check that spans tables takes the neighbour already built (``None`` when that
-table was missing or broken) and names the field where the fault lies, which
-may be in the other table (``status.result_ref_pointer``).
+One model per TOML table (``[create]``, ``[status]``, ...) and one for the top-level
+keys. A model's fields are the TOML keys, spelt as the fields of the dataclass it
+builds (``spec()``), typed with the vocabulary of ``models.contract_fields``; unknown
+keys are refused (a typo must never fall back to a default). Rules that span keys are
+the model's ``after`` validator; a rule that spans tables reads the neighbour already
+built from the validation context (absent when that table was missing or broken) and
+names the field where the fault lies, which may be in the other table
+(``status.result_ref_pointer``). ``models.contract_loader`` validates the tables in
+dependency order and turns pydantic's errors into ContractErrors.
+
+The context keys: ``convention`` (None when the top level's own is broken: then no
+rule that depends on it is applied, so one mistake gives one error line), ``stem``
+(the file name), ``create`` and ``status`` (the built neighbours), ``directory``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Final, TypedDict
+from collections.abc import Mapping
+from dataclasses import MISSING, fields
+from typing import Annotated, Any, ClassVar, Final, Self
 from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from jobwarden.models.contract import (
     DEFAULT_GROWTH_FACTOR,
@@ -44,91 +55,142 @@ from jobwarden.models.contract_fields import (
     HEADER_NAME,
     MAX_REQUEST_TIMEOUT_SECONDS,
     MAX_RESULT_BYTES,
-    TomlTable,
+    EnvName,
+    Flag,
+    Fraction,
+    HeaderName,
+    Pointer,
+    StrList,
+    Text,
+    Url,
+    check_str_list,
+    choice,
+    choice_of,
+    count,
+    kind,
+    problem,
+    seconds,
+    status_codes,
+    template,
     toml_type,
 )
+from jobwarden.models.conventions import AZURE
 from jobwarden.models.errors import ContractError
 from jobwarden.models.excerpts import names_a_secret
 from jobwarden.models.plugins import is_plugin_spec
 
 __all__ = [
+    "AuthTable",
+    "CancelTable",
+    "ContractTable",
+    "CreateRouteTable",
+    "CreateTable",
+    "LimitsTable",
+    "PollTable",
+    "ReconciliationTable",
+    "ResultTable",
+    "StatesTable",
+    "StatusTable",
     "TopLevel",
+    "WebhookTable",
     "check_extra_headers",
-    "parse_auth",
-    "parse_cancel",
-    "parse_create",
-    "parse_limits",
-    "parse_poll",
-    "parse_reconciliation",
-    "parse_result",
-    "parse_states",
-    "parse_status",
-    "parse_top",
-    "parse_webhook",
 ]
 
 _NAME: Final = re.compile(r"[a-z][a-z0-9_]*\Z")
-
-_CREATE_METHODS: Final = ("POST", "PUT", "PATCH", "DELETE")
 _ROUTE_NAME: Final = re.compile(r"[a-z][a-z0-9_-]*\Z")
-# The conventions whose strategy locates the job and reads the state (models/conventions.py).
-_AZURE: Final = (Convention.azure_lro, Convention.azure_arm)
-_STATUS_METHODS: Final = ("GET", "POST")
-_CANCEL_METHODS: Final = ("POST", "DELETE", "PUT", "PATCH")
-_RESULT_FETCHES: Final = ("url", "inline", "path")
-_BODY_TEMPLATES: Final = ("command", "wrapped")
-_AUTH_SCHEMES: Final = ("bearer", "header")
+_TOKEN_FIELD: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TopLevel:
-    name: str
-    base_url: str
-    base_url_env: str | None
-    requires_approval: bool
-    plugin: str | None
-    extra_headers: dict[str, str]
-    convention: Convention = Convention.plain
+def default(spec: type, name: str) -> Any:
+    """The dataclass's own default for a field: one source for the loader and the schema."""
+    for f in fields(spec):
+        if f.name == name:
+            if f.default is not MISSING:
+                return f.default
+            if f.default_factory is not MISSING:
+                return f.default_factory()
+    raise KeyError(f"{spec.__name__}.{name} has no default")
 
 
-def parse_top(t: TomlTable, stem: str) -> TopLevel:
-    name = t.required("name", t.text("name"))
-    if not _NAME.match(name):
-        raise t.fail("name", f"must be lower case letters, digits and '_', got {name!r}")
-    if name != stem:
-        raise t.fail("name", f"must equal the file name {stem!r} (without .toml), got {name!r}")
-    base_url = t.required("base_url", t.url("base_url"))
-    plugin = t.text("plugin")
-    if plugin is not None and not is_plugin_spec(plugin):
-        raise t.fail("plugin", f"must have the form 'package.module:attribute', got {plugin!r}")
-    headers: dict[str, str] = {}
-    raw_headers = t.get("extra_headers")
-    if raw_headers is not None:
-        if not isinstance(raw_headers, dict):
-            raise t.fail("extra_headers", f"must be a table, got {toml_type(raw_headers)}")
-        for header, value in raw_headers.items():
-            field = f"extra_headers.{header}"
-            if not HEADER_NAME.match(header):
-                raise ContractError(t.file, field, "is not a valid HTTP header name")
-            if names_a_secret(header):
-                raise ContractError(
-                    t.file,
-                    field,
-                    "looks like a credential; secrets never go in contract files, "
-                    "use [auth] with secret_env or secret_file",
-                )
-            if not isinstance(value, str):
-                raise ContractError(t.file, field, f"must be a string, got {toml_type(value)}")
-            headers[header] = value
-    return TopLevel(
-        name=name,
-        base_url=base_url,
-        base_url_env=t.env_name("base_url_env"),
-        requires_approval=t.boolean("requires_approval", default=False),
-        plugin=plugin,
-        extra_headers=headers,
-        convention=t.enum("convention", Convention) or Convention.plain,
-    )
+def _context(info: ValidationInfo) -> Mapping[str, Any]:
+    return info.context or {}
+
+
+def _convention(info: ValidationInfo) -> Convention | None:
+    """The file's convention; None when the top level could not say (see the module doc)."""
+    convention: Convention | None = _context(info).get("convention", Convention.plain)
+    return convention
+
+
+class ContractTable(BaseModel):
+    """A contract table: its keys and nothing else; ``spec()`` builds the domain value."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    builds: ClassVar[type]
+
+    def spec(self) -> Any:
+        return self.builds(**{name: getattr(self, name) for name in type(self).model_fields})
+
+
+# --- top level ----------------------------------------------------------------------
+
+
+def _extra_headers(value: object) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise problem(f"must be a table, got {toml_type(value)}")
+    for header, text in value.items():
+        if not HEADER_NAME.match(header):
+            raise problem("is not a valid HTTP header name", field=header)
+        if names_a_secret(header):
+            raise problem(
+                "looks like a credential; secrets never go in contract files, "
+                "use [auth] with secret_env or secret_file",
+                field=header,
+            )
+        if not isinstance(text, str):
+            raise problem(f"must be a string, got {toml_type(text)}", field=header)
+    return dict(value)
+
+
+class TopLevel(ContractTable):
+    """The keys outside any table: who the provider is and where it answers."""
+
+    name: Text
+    """Lower case letters, digits and '_'; equal to the file name without .toml."""
+    base_url: Url
+    """The provider's absolute http(s) URL; every path is relative to it."""
+    base_url_env: EnvName | None = None
+    """An environment variable that overrides base_url when set."""
+    requires_approval: Flag = False
+    """Whether a human approves each operation before its create is sent."""
+    plugin: Text | None = None
+    """'package.module:attribute' of a ProviderPlugin, for providers that need code."""
+    extra_headers: Annotated[
+        dict[str, str],
+        kind(_extra_headers, {"type": "object", "additionalProperties": {"type": "string"}}),
+    ] = Field(default_factory=dict)
+    """Static headers sent with every request (never a credential)."""
+    convention: Annotated[Convention, choice(Convention)] = Convention.plain
+    """The polling strategy (models/conventions.py); 'plain' assumes nothing."""
+
+    @model_validator(mode="after")
+    def _rules(self, info: ValidationInfo) -> Self:
+        if not _NAME.match(self.name):
+            raise problem(
+                f"must be lower case letters, digits and '_', got {self.name!r}", field="name"
+            )
+        stem = _context(info).get("stem")
+        if stem is not None and self.name != stem:
+            raise problem(
+                f"must equal the file name {stem!r} (without .toml), got {self.name!r}",
+                field="name",
+            )
+        if self.plugin is not None and not is_plugin_spec(self.plugin):
+            raise problem(
+                f"must have the form 'package.module:attribute', got {self.plugin!r}",
+                field="plugin",
+            )
+        return self
 
 
 def check_extra_headers(
@@ -148,269 +210,333 @@ def check_extra_headers(
             )
 
 
-def parse_auth(t: TomlTable) -> AuthSpec:
-    scheme = t.required("scheme", t.choice("scheme", _AUTH_SCHEMES))
-    header = t.header_name("header") or "Authorization"
-    secret_env, secret_file = _secret_reference(t)
-    return AuthSpec(scheme=scheme, header=header, secret_env=secret_env, secret_file=secret_file)
+# --- [auth] and secrets -------------------------------------------------------------
 
 
-def parse_create(t: TomlTable, convention: Convention | None = None) -> CreateSpec:
-    method = t.required("method", t.choice("method", _CREATE_METHODS))
-    path = t.required("path", t.template("path", allowed=(), command=True))
-    placement = t.required("token_placement", t.enum("token_placement", TokenPlacement))
-    token_name = t.required("token_name", t.text("token_name"))
-    if placement is TokenPlacement.header and not HEADER_NAME.match(token_name):
-        raise t.fail("token_name", "is not a valid HTTP header name")
-    if placement is TokenPlacement.body and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token_name):
-        raise t.fail("token_name", "must be a JSON field name (letters, digits and '_')")
-    # None: the top level's convention is itself broken (reported there), so nothing that
-    # depends on it is required or refused here: one mistake, one error line.
-    azure, unknown = convention in _AZURE, convention is None
-    locator = t.enum("job_locator", JobLocator)
-    if locator is None and (azure or unknown):
-        locator = JobLocator.convention
-    locator = t.required("job_locator", locator)
-    if not unknown and (locator is JobLocator.convention) != azure:
-        raise t.fail(
-            "job_locator",
-            f"'convention' is the only locator under convention = {convention}"
-            if azure
-            else "'convention' needs convention = 'azure-lro' or 'azure-arm' at the top level",
-        )
-    job_id_pointer = t.pointer("job_id_pointer")
-    if locator is JobLocator.body and not job_id_pointer:
-        raise t.fail("job_id_pointer", "required when create.job_locator = 'body'")
-    in_flight = t.status_codes("in_flight_statuses", default=(409,), low=400, high=499)
-    in_flight_pointer = t.pointer("in_flight_pointer")
-    in_flight_values = t.str_list("in_flight_values") or ()
-    if bool(in_flight_pointer) != bool(in_flight_values):
-        raise t.fail("in_flight_values", "in_flight_pointer and in_flight_values go together")
-    accepted = t.status_codes("accepted_statuses", default=(200, 201, 202))
-    body_template = t.choice("body_template", _BODY_TEMPLATES) or "command"
-    token_format = t.choice("token_format", ("prefixed_hex", "uuid")) or "prefixed_hex"
-    first_sent_header = t.header_name("first_sent_header")
-    routes = _routes(t)
-    route_pointer = t.pointer("route_pointer")
-    if bool(routes) != (route_pointer is not None):
-        raise t.fail("route_pointer", "create.route_pointer and [create.routes.*] go together")
-    if placement is TokenPlacement.body and "DELETE" in (
-        method,
-        *(r.method for r in routes.values()),
-    ):
-        raise t.fail("token_placement", "a DELETE sends no body: the token must travel in a header")
-    return CreateSpec(
-        method=method,
-        path=path,
-        token_placement=placement,
-        token_name=token_name,
-        job_locator=locator,
-        job_id_pointer=job_id_pointer,
-        accepted_statuses=accepted,
-        in_flight_statuses=in_flight,
-        in_flight_pointer=in_flight_pointer,
-        in_flight_values=in_flight_values,
-        body_template=body_template,
-        token_format=token_format,
-        first_sent_header=first_sent_header,
-        body_pointer=t.pointer("body_pointer"),
-        final_state_via=t.enum("final_state_via", FinalStateVia),
-        routes=routes,
-        route_pointer=route_pointer,
+def _secret_reference(secret_env: str | None, secret_file: str | None) -> None:
+    """Exactly one of secret_env / secret_file, each a reference, never the secret."""
+    if secret_file is not None and not secret_file.startswith("/"):
+        raise problem("must be an absolute path", field="secret_file")
+    if (secret_env is None) == (secret_file is None):
+        raise problem("exactly one of secret_env and secret_file is required", field="secret_env")
+
+
+class AuthTable(ContractTable):
+    """How requests carry the credential."""
+
+    builds = AuthSpec
+    scheme: Annotated[str, choice_of("bearer", "header")]
+    """'bearer' (Authorization: Bearer <secret>) or 'header' (the secret as the header's value)."""
+    header: HeaderName = default(AuthSpec, "header")
+    secret_env: EnvName | None = None
+    """The environment variable holding the secret (never the secret itself)."""
+    secret_file: Text | None = None
+    """An absolute path of a file holding the secret."""
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        _secret_reference(self.secret_env, self.secret_file)
+        return self
+
+
+# --- [create] -----------------------------------------------------------------------
+
+_CREATE_METHOD: Final = choice_of("POST", "PUT", "PATCH", "DELETE")
+_CreatePath = Annotated[str, template(command=True)]
+
+
+class CreateRouteTable(ContractTable):
+    """[create.routes.<name>]: a further route of the same API."""
+
+    builds = CreateRoute
+    method: Annotated[str, _CREATE_METHOD]
+    path: _CreatePath
+    body_pointer: Pointer | None = None
+    """Where in the command the body is ('' the whole command); a DELETE sends none."""
+    final_state_via: Annotated[FinalStateVia | None, choice(FinalStateVia)] = None
+
+
+class CreateTable(ContractTable):
+    """The one request that starts the remote job, and what its answer means."""
+
+    builds = CreateSpec
+    method: Annotated[str, _CREATE_METHOD]
+    path: _CreatePath
+    token_placement: Annotated[TokenPlacement, choice(TokenPlacement)]
+    token_name: Text
+    """The idempotency token's header name or JSON body field."""
+    job_locator: Annotated[JobLocator | None, choice(JobLocator)] = None
+    """Where the answer names the job; 'convention' (the default under one) lets it decide."""
+    job_id_pointer: Pointer | None = None
+    accepted_statuses: Annotated[tuple[int, ...], status_codes()] = default(
+        CreateSpec, "accepted_statuses"
     )
+    in_flight_statuses: Annotated[tuple[int, ...], status_codes(low=400, high=499)] = default(
+        CreateSpec, "in_flight_statuses"
+    )
+    in_flight_pointer: Pointer | None = None
+    in_flight_values: StrList = ()
+    body_template: Annotated[str, choice_of("command", "wrapped")] = default(
+        CreateSpec, "body_template"
+    )
+    token_format: Annotated[str, choice_of("prefixed_hex", "uuid")] = default(
+        CreateSpec, "token_format"
+    )
+    first_sent_header: HeaderName | None = None
+    body_pointer: Pointer | None = None
+    final_state_via: Annotated[FinalStateVia | None, choice(FinalStateVia)] = None
+    routes: dict[str, CreateRouteTable] = Field(
+        default_factory=dict, json_schema_extra={"propertyNames": {"pattern": "^[a-z][a-z0-9_-]*$"}}
+    )
+    """Further routes of the same API; the command's value at route_pointer picks one."""
+    route_pointer: Pointer | None = None
 
-
-_ROUTE_KEYS: Final = ("method", "path", "body_pointer", "final_state_via")
-
-
-def _routes(t: TomlTable) -> dict[str, CreateRoute]:
-    """[create.routes.<name>]: further routes of the same API, each a method and a path."""
-    raw = t.get("routes")
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise t.fail("routes", f"must be a table of routes, got {toml_type(raw)}")
-    routes: dict[str, CreateRoute] = {}
-    for name, value in raw.items():
-        if not _ROUTE_NAME.match(name):
-            raise t.fail(f"routes.{name}", "a route name is lower case letters, digits, '_', '-'")
+    @field_validator("routes", mode="before")
+    @classmethod
+    def _route_names(cls, value: object) -> object:
         if not isinstance(value, dict):
-            raise t.fail(f"routes.{name}", f"must be a table, got {toml_type(value)}")
-        table = TomlTable(t.file, f"{t.prefix}.routes.{name}", value)
-        unknown = table.unknown_keys(_ROUTE_KEYS)
-        if unknown:
-            raise unknown[0]
-        routes[name] = CreateRoute(
-            method=table.required("method", table.choice("method", _CREATE_METHODS)),
-            path=table.required("path", table.template("path", allowed=(), command=True)),
-            body_pointer=table.pointer("body_pointer"),
-            final_state_via=table.enum("final_state_via", FinalStateVia),
-        )
-    return routes
+            raise problem(f"must be a table of routes, got {toml_type(value)}")
+        for name, route in value.items():
+            if not _ROUTE_NAME.match(name):
+                raise problem("a route name is lower case letters, digits, '_', '-'", field=name)
+            if not isinstance(route, dict):
+                raise problem(f"must be a table, got {toml_type(route)}", field=name)
+        return value
 
-
-def parse_status(
-    t: TomlTable, create: CreateSpec | None, convention: Convention | None = Convention.plain
-) -> StatusSpec:
-    method = t.required("method", t.choice("method", _STATUS_METHODS))
-    path = t.template("path", allowed=("job_id",), needed=("job_id",))
-    if create is not None:
-        locator = create.job_locator
-        if locator is JobLocator.body and path is None:
-            raise t.fail("path", "required when create.job_locator = 'body'")
-        if locator is not JobLocator.body and path is not None:
-            raise t.fail(
-                "path",
-                f"must be absent when create.job_locator = '{locator}': "
-                "the status URL comes from the response header",
+    @model_validator(mode="after")
+    def _rules(self, info: ValidationInfo) -> Self:
+        if self.token_placement is TokenPlacement.header and not HEADER_NAME.match(self.token_name):
+            raise problem("is not a valid HTTP header name", field="token_name")
+        if self.token_placement is TokenPlacement.body and not _TOKEN_FIELD.match(self.token_name):
+            raise problem("must be a JSON field name (letters, digits and '_')", field="token_name")
+        convention = _convention(info)
+        azure, unknown = convention in AZURE, convention is None
+        if self.job_locator is None and (azure or unknown):
+            self.job_locator = JobLocator.convention
+        if self.job_locator is None:
+            raise problem("required", field="job_locator")
+        if not unknown and (self.job_locator is JobLocator.convention) != azure:
+            raise problem(
+                f"'convention' is the only locator under convention = {convention}"
+                if azure
+                else "'convention' needs convention = 'azure-lro' or 'azure-arm' at the top level",
+                field="job_locator",
             )
-    error_pointer = t.pointer("error_pointer")
-    if error_pointer == "":
-        raise t.fail("error_pointer", "must not be empty: every status body would mean failed")
-    state_pointer = t.pointer("state_pointer")
-    # Under an Azure convention the monitor decides where the state sits (models/conventions).
-    if convention is not None and convention not in _AZURE:
-        state_pointer = t.required("state_pointer", state_pointer)
-    return StatusSpec(
-        method=method,
-        path=path,
-        state_pointer=state_pointer,
-        state_default=t.text("state_default"),
-        progress_pointer=t.pointer("progress_pointer"),
-        started_at_pointer=t.pointer("started_at_pointer"),
-        poll_hint_pointer=t.pointer("poll_hint_pointer"),
-        expiry_pointer=t.pointer("expiry_pointer"),
-        result_ref_pointer=t.pointer("result_ref_pointer"),
-        error_pointer=error_pointer,
-        error_code_pointer=t.pointer("error_code_pointer"),
-        detail_state_pointer=t.pointer("detail_state_pointer"),
-        not_found_grace_seconds=t.seconds("not_found_grace_seconds", default=0.0, zero_ok=True),
-    )
+        if self.job_locator is JobLocator.body and not self.job_id_pointer:
+            raise problem("required when create.job_locator = 'body'", field="job_id_pointer")
+        if bool(self.in_flight_pointer) != bool(self.in_flight_values):
+            raise problem(
+                "in_flight_pointer and in_flight_values go together", field="in_flight_values"
+            )
+        if bool(self.routes) != (self.route_pointer is not None):
+            raise problem(
+                "create.route_pointer and [create.routes.*] go together", field="route_pointer"
+            )
+        methods = (self.method, *(route.method for route in self.routes.values()))
+        if self.token_placement is TokenPlacement.body and "DELETE" in methods:
+            raise problem(
+                "a DELETE sends no body: the token must travel in a header", field="token_placement"
+            )
+        return self
+
+    def spec(self) -> CreateSpec:
+        values = {name: getattr(self, name) for name in type(self).model_fields}
+        values["routes"] = {name: route.spec() for name, route in self.routes.items()}
+        return CreateSpec(**values)
 
 
-def parse_states(t: TomlTable, status: StatusSpec | None) -> StateTable:
-    # Order matters only for the message: a duplicate is reported on its later class.
-    classes = ("pending", "cancelling", "succeeded", "failed", "cancelled", "expired")
-    required_non_empty = {"pending", "succeeded", "failed"}
-    # AIP-151 has no failed state value: `done` is true and `error` is set.
-    if status is not None and status.error_pointer:
-        required_non_empty.discard("failed")
-    values: dict[str, frozenset[str]] = {}
-    seen: dict[str, str] = {}
-    for cls in classes:
-        raw = t.str_list(cls)
-        if raw is None and cls in ("pending", "succeeded", "failed"):
-            raise t.fail(cls, "required")
-        raw = raw or ()
-        if not raw and cls in required_non_empty:
-            hint = " (or set status.error_pointer)" if cls == "failed" else ""
-            raise t.fail(cls, f"must list at least one state value{hint}")
-        for value in raw:
-            if value in seen:
-                raise t.fail(
-                    cls,
-                    f"{value!r} is already listed in states.{seen[value]}; "
-                    "a state value belongs to exactly one class",
+# --- [status] and [states] ----------------------------------------------------------
+
+
+class StatusTable(ContractTable):
+    """How the job's state is read."""
+
+    builds = StatusSpec
+    method: Annotated[str, choice_of("GET", "POST")]
+    path: Annotated[str | None, template("job_id", needed=("job_id",))] = None
+    """The status URL with {job_id}; absent when the create answer's header names it."""
+    state_pointer: Pointer | None = None
+    """Where the raw state sits (an Azure convention knows its own)."""
+    state_default: Text | None = None
+    """The state when the field is absent (AIP-151 omits done while it is false)."""
+    progress_pointer: Pointer | None = None
+    started_at_pointer: Pointer | None = None
+    poll_hint_pointer: Pointer | None = None
+    expiry_pointer: Pointer | None = None
+    result_ref_pointer: Pointer | None = None
+    """Where a finished job names its result; '' is the whole status body."""
+    error_pointer: Pointer | None = None
+    """A value here means failed (AIP-151 error)."""
+    error_code_pointer: Pointer | None = None
+    detail_state_pointer: Pointer | None = None
+    not_found_grace_seconds: Annotated[float, seconds(zero_ok=True)] = 0.0
+
+    @model_validator(mode="after")
+    def _rules(self, info: ValidationInfo) -> Self:
+        create: CreateSpec | None = _context(info).get("create")
+        if create is not None:
+            locator = create.job_locator
+            if locator is JobLocator.body and self.path is None:
+                raise problem("required when create.job_locator = 'body'", field="path")
+            if locator is not JobLocator.body and self.path is not None:
+                raise problem(
+                    f"must be absent when create.job_locator = '{locator}': "
+                    "the status URL comes from the response header",
+                    field="path",
                 )
-            seen[value] = cls
-        values[cls] = frozenset(raw)
-    # AIP-151 omits `done` until the operation finishes; the default must be a known state.
-    default = status.state_default if status is not None else None
-    if default is not None and not any(default in v for v in values.values()):
-        raise ContractError(
-            t.file, "status.state_default", f"{default!r} is not listed in any class of [states]"
-        )
-    error_codes = _outcome_table(t, "error_codes")
-    detail = _outcome_table(t, "detail")
-    if status is not None and error_codes and not status.error_code_pointer:
-        raise t.fail("error_codes", "needs status.error_code_pointer to read the code")
-    if status is not None and detail and not status.detail_state_pointer:
-        raise t.fail("detail", "needs status.detail_state_pointer to read the finer state")
-    otherwise = t.choice("otherwise", ("pending", "unknown")) or "unknown"
-    return StateTable(
-        pending=values["pending"],
-        cancelling=values["cancelling"],
-        succeeded=values["succeeded"],
-        failed=values["failed"],
-        cancelled=values["cancelled"],
-        expired=values["expired"],
-        error_codes=error_codes,
-        detail=detail,
-        otherwise=RemoteStatus(otherwise),
-        case_insensitive=t.boolean("case_insensitive", default=False),
-    )
+        if self.error_pointer == "":
+            raise problem(
+                "must not be empty: every status body would mean failed", field="error_pointer"
+            )
+        # Under an Azure convention the monitor decides where the state sits.
+        convention = _convention(info)
+        if convention is not None and convention not in AZURE and self.state_pointer is None:
+            raise problem("required", field="state_pointer")
+        return self
 
 
 _OUTCOMES: Final = {s.value: s for s in RemoteStatus if s is not RemoteStatus.unknown}
 
 
-def _outcome_table(t: TomlTable, key: str) -> dict[str, RemoteStatus]:
+def _outcome_table(value: object) -> dict[str, RemoteStatus]:
     """A table of provider value -> outcome class (pending, succeeded, failed, ...)."""
-    raw = t.get(key)
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise t.fail(key, f"must be a table of value = outcome, got {toml_type(raw)}")
+    if not isinstance(value, dict):
+        raise problem(f"must be a table of value = outcome, got {toml_type(value)}")
     table: dict[str, RemoteStatus] = {}
-    for value, outcome in raw.items():
+    for raw, outcome in value.items():
         if outcome not in _OUTCOMES:
-            choices = ", ".join(_OUTCOMES)
-            raise t.fail(f"{key}.{value}", f"must be one of: {choices}, got {outcome!r}")
-        table[str(value)] = _OUTCOMES[outcome]
+            raise problem(
+                f"must be one of: {', '.join(_OUTCOMES)}, got {outcome!r}", field=str(raw)
+            )
+        table[str(raw)] = _OUTCOMES[outcome]
     return table
 
 
-def parse_cancel(t: TomlTable) -> CancelSpec:
-    return CancelSpec(
-        method=t.required("method", t.choice("method", _CANCEL_METHODS)),
-        path=t.required("path", t.template("path", allowed=("job_id",), needed=("job_id",))),
-        accepted_statuses=t.status_codes("accepted_statuses", default=(200, 202, 204)),
-    )
+_OutcomeTable = Annotated[
+    dict[str, RemoteStatus],
+    kind(
+        _outcome_table,
+        {"type": "object", "additionalProperties": {"type": "string", "enum": list(_OUTCOMES)}},
+    ),
+]
+# Order matters only for the message: a duplicate is reported on its later class.
+_CLASSES: Final = ("pending", "cancelling", "succeeded", "failed", "cancelled", "expired")
 
 
-def parse_reconciliation(t: TomlTable) -> ReconciliationSpec:
-    kind = t.required("path", t.enum("path", ReconciliationPath))
-    lookup_path = t.template("lookup_path", allowed=("token",), needed=("token",))
-    lookup_pointer = t.pointer("lookup_job_id_pointer")
-    if kind is ReconciliationPath.lookup_by_reference:
-        if lookup_path is None:
-            raise t.fail("lookup_path", "required when reconciliation.path = 'lookup_by_reference'")
-        if not lookup_pointer:
-            raise t.fail(
-                "lookup_job_id_pointer", "required when reconciliation.path = 'lookup_by_reference'"
+class StatesTable(ContractTable):
+    """What each raw state value means."""
+
+    builds = StateTable
+    pending: StrList
+    cancelling: StrList = ()
+    succeeded: StrList
+    failed: StrList
+    cancelled: StrList = ()
+    expired: StrList = ()
+    error_codes: _OutcomeTable = Field(default_factory=dict)
+    """A failed job's error code -> what it really is (google.rpc.Code 1 -> cancelled)."""
+    detail: _OutcomeTable = Field(default_factory=dict)
+    """The finer state at status.detail_state_pointer -> its outcome."""
+    otherwise: Annotated[str, choice_of("pending", "unknown")] = "unknown"
+    """What a state none of the lists names is."""
+    case_insensitive: Flag = False
+
+    @model_validator(mode="after")
+    def _rules(self, info: ValidationInfo) -> Self:
+        status: StatusSpec | None = _context(info).get("status")
+        required_non_empty = {"pending", "succeeded", "failed"}
+        # AIP-151 has no failed state value: `done` is true and `error` is set.
+        if status is not None and status.error_pointer:
+            required_non_empty.discard("failed")
+        seen: dict[str, str] = {}
+        for cls in _CLASSES:
+            values: tuple[str, ...] = getattr(self, cls)
+            if not values and cls in required_non_empty:
+                hint = " (or set status.error_pointer)" if cls == "failed" else ""
+                raise problem(f"must list at least one state value{hint}", field=cls)
+            for value in values:
+                if value in seen:
+                    raise problem(
+                        f"{value!r} is already listed in states.{seen[value]}; "
+                        "a state value belongs to exactly one class",
+                        field=cls,
+                    )
+                seen[value] = cls
+        # AIP-151 omits `done` until the operation finishes; the default must be a known state.
+        state_default = status.state_default if status is not None else None
+        if state_default is not None and state_default not in seen:
+            raise problem(
+                f"{state_default!r} is not listed in any class of [states]",
+                field="status.state_default",
+                absolute=True,
             )
-    else:
-        for key, value in (("lookup_path", lookup_path), ("lookup_job_id_pointer", lookup_pointer)):
-            if value is not None:
-                raise t.fail(key, "only allowed when reconciliation.path = 'lookup_by_reference'")
-    return ReconciliationSpec(
-        path=kind, lookup_path=lookup_path, lookup_job_id_pointer=lookup_pointer
+        if status is not None and self.error_codes and not status.error_code_pointer:
+            raise problem("needs status.error_code_pointer to read the code", field="error_codes")
+        if status is not None and self.detail and not status.detail_state_pointer:
+            raise problem(
+                "needs status.detail_state_pointer to read the finer state", field="detail"
+            )
+        return self
+
+    def spec(self) -> StateTable:
+        return StateTable(
+            **{cls: frozenset(getattr(self, cls)) for cls in _CLASSES},
+            error_codes=self.error_codes,
+            detail=self.detail,
+            otherwise=RemoteStatus(self.otherwise),
+            case_insensitive=self.case_insensitive,
+        )
+
+
+# --- [cancel], [reconciliation] -----------------------------------------------------
+
+
+class CancelTable(ContractTable):
+    """How a running job is cancelled."""
+
+    builds = CancelSpec
+    method: Annotated[str, choice_of("POST", "DELETE", "PUT", "PATCH")]
+    path: Annotated[str, template("job_id", needed=("job_id",))]
+    accepted_statuses: Annotated[tuple[int, ...], status_codes()] = default(
+        CancelSpec, "accepted_statuses"
     )
 
 
-def parse_result(
-    t: TomlTable, status: StatusSpec | None, convention: Convention | None = None
-) -> ResultSpec:
-    fetch = t.required("fetch", t.choice("fetch", _RESULT_FETCHES))
-    path = t.template("path", allowed=("job_id", "result_ref"))
-    if fetch == "path" and path is None:
-        raise t.fail("path", "required when result.fetch = 'path'")
-    if fetch != "path" and path is not None:
-        raise t.fail("path", "only allowed when result.fetch = 'path'")
-    needs_ref = fetch in ("url", "inline") or (path is not None and "{result_ref}" in path)
-    # "" is a pointer too: the whole status body is the result (RFC 6901 section 5).
-    # An Azure convention finds the result itself: the monitor's resourceLocation, the
-    # Location, the original URI or the final answer's body (models/conventions.py).
-    if (convention is None or convention in _AZURE) and fetch == "url":
-        needs_ref = False
-    if needs_ref and status is not None and status.result_ref_pointer is None:
-        raise ContractError(
-            t.file,
-            "status.result_ref_pointer",
-            f"required when result.fetch = '{fetch}'"
-            + (" and result.path uses {result_ref}" if fetch == "path" else ""),
-        )
-    origins = t.str_list("allowed_origins") or ()
+class ReconciliationTable(ContractTable):
+    """How an ambiguous create is resolved without a second job."""
+
+    builds = ReconciliationSpec
+    path: Annotated[ReconciliationPath, choice(ReconciliationPath)]
+    lookup_path: Annotated[str | None, template("token", needed=("token",))] = None
+    lookup_job_id_pointer: Pointer | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        if self.path is ReconciliationPath.lookup_by_reference:
+            if self.lookup_path is None:
+                raise problem(
+                    "required when reconciliation.path = 'lookup_by_reference'",
+                    field="lookup_path",
+                )
+            if not self.lookup_job_id_pointer:
+                raise problem(
+                    "required when reconciliation.path = 'lookup_by_reference'",
+                    field="lookup_job_id_pointer",
+                )
+            return self
+        for key in ("lookup_path", "lookup_job_id_pointer"):
+            if getattr(self, key) is not None:
+                raise problem(
+                    "only allowed when reconciliation.path = 'lookup_by_reference'", field=key
+                )
+        return self
+
+
+# --- [result] -----------------------------------------------------------------------
+
+
+def _origins(value: object) -> tuple[str, ...]:
+    origins = check_str_list(value)
     for index, origin in enumerate(origins):
         parts = urlsplit(origin)
         if (
@@ -421,153 +547,155 @@ def parse_result(
             or parts.fragment
             or parts.username
         ):
-            raise t.fail(
-                f"allowed_origins[{index}]",
+            raise problem(
                 f"must be an origin such as 'https://files.example.com', got {origin!r}",
+                field=f"[{index}]",
             )
+    return origins
+
+
+def _digest_fields(value: object) -> tuple[DigestField, ...]:
+    names = check_str_list(value)
+    if not names:
+        raise problem("must list at least one digest field (or be left out)")
+    known = {f.value for f in DigestField}
+    found: list[DigestField] = []
+    for index, name in enumerate(names):
+        if name not in known:
+            raise problem(f"must be one of: {', '.join(known)}; got {name!r}", field=f"[{index}]")
+        if DigestField(name) in found:
+            raise problem(f"{name!r} is listed twice", field=f"[{index}]")
+        found.append(DigestField(name))
+    return tuple(found)
+
+
+def _content_type(value: object) -> str | None:
     # TOML has no null: an empty content_type means "do not check the content type".
-    content_type = t.get("content_type")
-    if content_type is None:
-        content_type = "application/json"
-    if not isinstance(content_type, str):
-        raise t.fail("content_type", f"must be a string, got {toml_type(content_type)}")
-    jsonl = t.boolean("jsonl", default=False)
-    items_pointer = t.pointer("items_pointer")
-    if jsonl and items_pointer is not None:
-        raise t.fail("items_pointer", "not allowed with jsonl = true: every line is an item")
-    return ResultSpec(
-        fetch=fetch,
-        path=path,
-        allowed_origins=tuple(origins),
-        content_type=content_type or None,
-        **_result_digests(t, fetch),
-        record_count_pointer=t.pointer("record_count_pointer"),
-        items_pointer=items_pointer,
-        failed_items_pointer=t.pointer("failed_items_pointer"),
-        **_item_outcomes(t),
-        max_bytes=t.count("max_bytes", default=50 * 1024 * 1024, maximum=MAX_RESULT_BYTES),
-        max_failed_fraction=t.fraction("max_failed_fraction", default=1.0),
-        jsonl=jsonl,
+    if not isinstance(value, str):
+        raise problem(f"must be a string, got {toml_type(value)}")
+    return value or None
+
+
+class ResultTable(ContractTable):
+    """How a finished job's result is collected and checked."""
+
+    builds = ResultSpec
+    fetch: Annotated[str, choice_of("url", "inline", "path")]
+    """'url' (GET the reference), 'inline' (the status body holds it), 'path' (a template)."""
+    path: Annotated[str | None, template("job_id", "result_ref")] = None
+    allowed_origins: Annotated[
+        tuple[str, ...],
+        kind(_origins, {"type": "array", "items": {"type": "string", "format": "uri"}}),
+    ] = ()
+    """Origins a result URL may point at besides base_url's."""
+    content_type: Annotated[str | None, kind(_content_type, {"type": "string"})] = default(
+        ResultSpec, "content_type"
     )
+    """The result's media type; '' does not check it."""
+    digests: Annotated[
+        tuple[DigestField, ...],
+        kind(
+            _digest_fields,
+            {
+                "type": "array",
+                "minItems": 1,
+                "uniqueItems": True,
+                "items": {"type": "string", "enum": [f.value for f in DigestField]},
+            },
+        ),
+    ] = ()
+    """Digest fields of the result response that must verify (any present one is checked)."""
+    digests_required: Flag | None = None
+    checksum_pointer: Pointer | None = None
+    checksum_algorithm: Annotated[ChecksumAlgorithm | None, choice(ChecksumAlgorithm)] = None
+    checksum_encoding: Annotated[ChecksumEncoding | None, choice(ChecksumEncoding)] = None
+    record_count_pointer: Pointer | None = None
+    items_pointer: Pointer | None = None
+    failed_items_pointer: Pointer | None = None
+    item_status_pointer: Pointer | None = None
+    item_failed_values: StrList = ()
+    item_succeeded_values: StrList = ()
+    item_error_pointer: Pointer | None = None
+    item_status_code_pointer: Pointer | None = None
+    item_ref_pointer: Pointer | None = None
+    completed_count_pointer: Pointer | None = None
+    failed_count_pointer: Pointer | None = None
+    total_count_pointer: Pointer | None = None
+    error_file_pointer: Pointer | None = None
+    max_bytes: Annotated[int, count(maximum=MAX_RESULT_BYTES)] = default(ResultSpec, "max_bytes")
+    max_failed_fraction: Fraction = default(ResultSpec, "max_failed_fraction")
+    jsonl: Flag = False
+    """One JSON value per line (OpenAI batch output) rather than one document."""
+
+    @model_validator(mode="after")
+    def _rules(self, info: ValidationInfo) -> Self:
+        if self.fetch == "path" and self.path is None:
+            raise problem("required when result.fetch = 'path'", field="path")
+        if self.fetch != "path" and self.path is not None:
+            raise problem("only allowed when result.fetch = 'path'", field="path")
+        self._result_reference(info)
+        if self.jsonl and self.items_pointer is not None:
+            raise problem(
+                "not allowed with jsonl = true: every line is an item", field="items_pointer"
+            )
+        if self.digests and self.fetch == "inline":
+            raise problem("needs a result response; fetch = 'inline' has none", field="digests")
+        if self.digests_required is not None and not self.digests:
+            raise problem("only allowed with result.digests", field="digests_required")
+        for key in ("checksum_algorithm", "checksum_encoding"):
+            if getattr(self, key) is not None and self.checksum_pointer is None:
+                raise problem("only allowed with result.checksum_pointer", field=key)
+        self._item_rules()
+        return self
+
+    def _result_reference(self, info: ValidationInfo) -> None:
+        status: StatusSpec | None = _context(info).get("status")
+        convention = _convention(info)
+        needs_ref = self.fetch in ("url", "inline") or (
+            self.path is not None and "{result_ref}" in self.path
+        )
+        # "" is a pointer too: the whole status body is the result (RFC 6901 section 5).
+        # An Azure convention finds a url result itself: the monitor's resourceLocation,
+        # the Location, the original URI or the final answer (models/conventions.py).
+        if (convention is None or convention in AZURE) and self.fetch == "url":
+            needs_ref = False
+        if needs_ref and status is not None and status.result_ref_pointer is None:
+            raise problem(
+                f"required when result.fetch = '{self.fetch}'"
+                + (" and result.path uses {result_ref}" if self.fetch == "path" else ""),
+                field="status.result_ref_pointer",
+                absolute=True,
+            )
+
+    def _item_rules(self) -> None:
+        """How each item's outcome is read, and the counts the status body declares."""
+        if bool(self.item_status_pointer) != bool(self.item_failed_values):
+            raise problem(
+                "item_status_pointer and item_failed_values go together",
+                field="item_failed_values",
+            )
+        if self.item_succeeded_values and not self.item_status_pointer:
+            raise problem(
+                "only allowed with result.item_status_pointer", field="item_succeeded_values"
+            )
+        overlap = sorted(set(self.item_failed_values) & set(self.item_succeeded_values))
+        if overlap:
+            raise problem(
+                f"{overlap[0]!r} is also an item_failed_values", field="item_succeeded_values"
+            )
+        if self.error_file_pointer is not None and self.failed_count_pointer is None:
+            # The failed lines are elsewhere: only the declared count says how many there are.
+            raise problem("needs result.failed_count_pointer", field="error_file_pointer")
+
+    def spec(self) -> ResultSpec:
+        values = {name: getattr(self, name) for name in type(self).model_fields}
+        for key in ("digests_required", "checksum_algorithm", "checksum_encoding"):
+            if values[key] is None:
+                values[key] = default(ResultSpec, key)
+        return ResultSpec(**values)
 
 
-class _Digests(TypedDict):
-    digests: tuple[DigestField, ...]
-    digests_required: bool
-    checksum_pointer: str | None
-    checksum_algorithm: ChecksumAlgorithm
-    checksum_encoding: ChecksumEncoding
-
-
-class _ItemRules(TypedDict):
-    item_status_pointer: str | None
-    item_failed_values: tuple[str, ...]
-    item_succeeded_values: tuple[str, ...]
-    item_error_pointer: str | None
-    item_status_code_pointer: str | None
-    item_ref_pointer: str | None
-    completed_count_pointer: str | None
-    failed_count_pointer: str | None
-    total_count_pointer: str | None
-    error_file_pointer: str | None
-
-
-def _result_digests(t: TomlTable, fetch: str) -> _Digests:
-    """result.digests (response fields) and result.checksum_* (the status body's digest)."""
-    names = t.str_list("digests")
-    fields: list[DigestField] = []
-    for index, name in enumerate(names or ()):
-        if name not in {f.value for f in DigestField}:
-            known = ", ".join(f.value for f in DigestField)
-            raise t.fail(f"digests[{index}]", f"must be one of: {known}; got {name!r}")
-        if DigestField(name) in fields:
-            raise t.fail(f"digests[{index}]", f"{name!r} is listed twice")
-        fields.append(DigestField(name))
-    if names == ():
-        raise t.fail("digests", "must list at least one digest field (or be left out)")
-    if fields and fetch == "inline":
-        raise t.fail("digests", "needs a result response; fetch = 'inline' has none")
-    if t.get("digests_required") is not None and not fields:
-        raise t.fail("digests_required", "only allowed with result.digests")
-    pointer = t.pointer("checksum_pointer")
-    algorithm = t.enum("checksum_algorithm", ChecksumAlgorithm)
-    encoding = t.enum("checksum_encoding", ChecksumEncoding)
-    for key, value in (("checksum_algorithm", algorithm), ("checksum_encoding", encoding)):
-        if value is not None and pointer is None:
-            raise t.fail(key, "only allowed with result.checksum_pointer")
-    return {
-        "digests": tuple(fields),
-        "digests_required": t.boolean("digests_required", default=True),
-        "checksum_pointer": pointer,
-        "checksum_algorithm": algorithm or ChecksumAlgorithm.sha256,
-        "checksum_encoding": encoding or ChecksumEncoding.hex,
-    }
-
-
-def _item_outcomes(t: TomlTable) -> _ItemRules:
-    """How each item's outcome is read, and the counts the status body declares."""
-    status_pointer = t.pointer("item_status_pointer")
-    failed_values = t.str_list("item_failed_values") or ()
-    succeeded_values = t.str_list("item_succeeded_values") or ()
-    if bool(status_pointer) != bool(failed_values):
-        raise t.fail("item_failed_values", "item_status_pointer and item_failed_values go together")
-    if succeeded_values and not status_pointer:
-        raise t.fail("item_succeeded_values", "only allowed with result.item_status_pointer")
-    overlap = sorted(set(failed_values) & set(succeeded_values))
-    if overlap:
-        raise t.fail("item_succeeded_values", f"{overlap[0]!r} is also an item_failed_values")
-    failed_count = t.pointer("failed_count_pointer")
-    error_file = t.pointer("error_file_pointer")
-    if error_file is not None and failed_count is None:
-        # The failed lines are elsewhere: only the declared count says how many there are.
-        raise t.fail("error_file_pointer", "needs result.failed_count_pointer")
-    return {
-        "item_status_pointer": status_pointer,
-        "item_failed_values": failed_values,
-        "item_succeeded_values": succeeded_values,
-        "item_error_pointer": t.pointer("item_error_pointer"),
-        "item_status_code_pointer": t.pointer("item_status_code_pointer"),
-        "item_ref_pointer": t.pointer("item_ref_pointer"),
-        "completed_count_pointer": t.pointer("completed_count_pointer"),
-        "failed_count_pointer": failed_count,
-        "total_count_pointer": t.pointer("total_count_pointer"),
-        "error_file_pointer": error_file,
-    }
-
-
-def parse_webhook(t: TomlTable) -> WebhookSpec:
-    scheme = t.enum("scheme", WebhookScheme) or WebhookScheme.hmac
-    signature_header = t.header_name("signature_header")
-    timestamp_header = t.header_name("timestamp_header")
-    event_id_pointer = t.pointer("event_id_pointer")
-    encoding = t.enum("signature_encoding", ChecksumEncoding)
-    if scheme is WebhookScheme.hmac:
-        t.required("signature_header", signature_header)
-        t.required("timestamp_header", timestamp_header)
-        t.required("event_id_pointer", event_id_pointer)
-    else:
-        hmac_only = (signature_header, timestamp_header, event_id_pointer, encoding)
-        for key, value in zip(_HMAC_ONLY, hmac_only, strict=True):
-            if value is not None:
-                raise t.fail(
-                    key,
-                    "only allowed with webhook.scheme = 'hmac': Standard Webhooks fixes the "
-                    "headers (webhook-id, webhook-timestamp, webhook-signature) and the encoding",
-                )
-    job_id_pointer = t.required("job_id_pointer", t.pointer("job_id_pointer"))
-    secret_env, secret_file = _secret_reference(t)
-    return WebhookSpec(
-        scheme=scheme,
-        signature_header=signature_header,
-        timestamp_header=timestamp_header,
-        event_id_pointer=event_id_pointer,
-        signature_encoding=encoding or ChecksumEncoding.hex,
-        job_id_pointer=job_id_pointer,
-        secret_env=secret_env,
-        secret_file=secret_file,
-        tolerance_seconds=t.seconds("tolerance_seconds", default=300.0, maximum=24 * 3600),
-    )
-
+# --- [webhook] ----------------------------------------------------------------------
 
 _HMAC_ONLY: Final = (
     "signature_header",
@@ -577,91 +705,128 @@ _HMAC_ONLY: Final = (
 )
 
 
-def parse_poll(t: TomlTable) -> PollPolicy:
-    def need(key: str, *, zero_ok: bool = False) -> float:
-        return t.required(key, t.seconds(key, zero_ok=zero_ok))
+class WebhookTable(ContractTable):
+    """How the provider's signed deliveries are checked and matched to a job."""
 
-    initial = need("initial_delay_seconds", zero_ok=True)
-    base = need("base_seconds")
-    maximum = need("max_seconds")
-    if base > maximum:
-        raise t.fail(
-            "base_seconds", f"must not exceed poll.max_seconds ({maximum:g}), got {base:g}"
-        )
-    jitter_floor = t.required("jitter_floor", t.fraction("jitter_floor"))
-    hint_floor = need("hint_floor_seconds", zero_ok=True)
-    hint_cap = need("hint_cap_seconds")
-    if hint_floor > hint_cap:
-        raise t.fail(
-            "hint_floor_seconds",
-            f"must not exceed poll.hint_cap_seconds ({hint_cap:g}), got {hint_floor:g}",
-        )
-    return PollPolicy(
-        initial_delay_seconds=initial,
-        base_seconds=base,
-        max_seconds=maximum,
-        jitter_floor=jitter_floor,
-        hint_floor_seconds=hint_floor,
-        hint_cap_seconds=hint_cap,
-        rate_limit_base_seconds=need("rate_limit_base_seconds"),
-        max_rate_limited=t.required("max_rate_limited", t.count("max_rate_limited")),
-        growth_factor=_growth_factor(t),
+    builds = WebhookSpec
+    scheme: Annotated[WebhookScheme, choice(WebhookScheme)] = WebhookScheme.hmac
+    """'standard' (Standard Webhooks 1.0) or 'hmac' (headers the contract names)."""
+    signature_header: HeaderName | None = None
+    timestamp_header: HeaderName | None = None
+    event_id_pointer: Pointer | None = None
+    signature_encoding: Annotated[ChecksumEncoding | None, choice(ChecksumEncoding)] = None
+    job_id_pointer: Pointer
+    """Where in the body the remote job's id is."""
+    secret_env: EnvName | None = None
+    secret_file: Text | None = None
+    tolerance_seconds: Annotated[float, seconds(maximum=24 * 3600)] = default(
+        WebhookSpec, "tolerance_seconds"
     )
 
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        if self.scheme is WebhookScheme.hmac:
+            for key in _HMAC_ONLY[:3]:
+                if getattr(self, key) is None:
+                    raise problem("required", field=key)
+        else:
+            for key in _HMAC_ONLY:
+                if getattr(self, key) is not None:
+                    raise problem(
+                        "only allowed with webhook.scheme = 'hmac': Standard Webhooks fixes the "
+                        "headers (webhook-id, webhook-timestamp, webhook-signature) and the "
+                        "encoding",
+                        field=key,
+                    )
+        _secret_reference(self.secret_env, self.secret_file)
+        return self
 
-def _growth_factor(t: TomlTable) -> float:
-    value = t.get("growth_factor")
-    if value is None:
-        return DEFAULT_GROWTH_FACTOR
+    def spec(self) -> WebhookSpec:
+        values = {name: getattr(self, name) for name in type(self).model_fields}
+        values["signature_encoding"] = self.signature_encoding or ChecksumEncoding.hex
+        return WebhookSpec(**values)
+
+
+# --- [poll], [limits] ---------------------------------------------------------------
+
+
+def _growth_factor(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise t.fail("growth_factor", f"must be a number, got {toml_type(value)}")
+        raise problem(f"must be a number, got {toml_type(value)}")
     # Also refuses nan and inf: neither compares inside the bounds.
     if not MIN_GROWTH_FACTOR <= value <= MAX_GROWTH_FACTOR:
-        raise t.fail(
-            "growth_factor",
-            f"must be between {MIN_GROWTH_FACTOR:g} and {MAX_GROWTH_FACTOR:g}, got {value:g}",
+        raise problem(
+            f"must be between {MIN_GROWTH_FACTOR:g} and {MAX_GROWTH_FACTOR:g}, got {value:g}"
         )
     return float(value)
 
 
-def parse_limits(t: TomlTable) -> Limits:
-    def need_seconds(key: str) -> float:
-        return t.required(key, t.seconds(key))
-
-    def need_count(key: str) -> int:
-        return t.required(key, t.count(key))
-
-    create_deadline = need_seconds("create_deadline_seconds")
-    timeout = t.required(
-        "request_timeout_seconds",
-        t.seconds("request_timeout_seconds", maximum=MAX_REQUEST_TIMEOUT_SECONDS),
-    )
-    # One request must fit in the create deadline, or the first create can never finish in time.
-    if timeout > create_deadline:
-        raise t.fail(
-            "request_timeout_seconds",
-            f"must not exceed limits.create_deadline_seconds ({create_deadline:g}), "
-            f"got {timeout:g}",
-        )
-    return Limits(
-        create_deadline_seconds=create_deadline,
-        result_deadline_seconds=need_seconds("result_deadline_seconds"),
-        cancel_deadline_seconds=need_seconds("cancel_deadline_seconds"),
-        max_status_requests=need_count("max_status_requests"),
-        max_transport_failures=need_count("max_transport_failures"),
-        request_timeout_seconds=timeout,
-        max_create_attempts=t.count("max_create_attempts", default=5, maximum=100),
-        max_result_fetches=t.count("max_result_fetches", default=5, maximum=100),
-        result_fetch_deadline_seconds=t.seconds("result_fetch_deadline_seconds", default=900.0),
-    )
+_Positive = Annotated[float, seconds()]
+_ZeroOrPositive = Annotated[float, seconds(zero_ok=True)]
 
 
-def _secret_reference(t: TomlTable) -> tuple[str | None, str | None]:
-    """Exactly one of secret_env / secret_file, each a reference, never the secret."""
-    secret_env = t.env_name("secret_env")
-    secret_file = t.text("secret_file")
-    if secret_file is not None and not secret_file.startswith("/"):
-        raise t.fail("secret_file", "must be an absolute path")
-    if (secret_env is None) == (secret_file is None):
-        raise t.fail("secret_env", "exactly one of secret_env and secret_file is required")
-    return secret_env, secret_file
+class PollTable(ContractTable):
+    """When the status is read: backoff, jitter, and how provider hints are honoured."""
+
+    builds = PollPolicy
+    initial_delay_seconds: _ZeroOrPositive
+    base_seconds: _Positive
+    max_seconds: _Positive
+    jitter_floor: Fraction
+    """The lower bound of the random factor in [jitter_floor, 1]."""
+    hint_floor_seconds: _ZeroOrPositive
+    """Provider hints and Retry-After shorter than this are raised to it."""
+    hint_cap_seconds: _Positive
+    rate_limit_base_seconds: _Positive
+    """A 429 without Retry-After: backoff starts here."""
+    max_rate_limited: Annotated[int, count()]
+    growth_factor: Annotated[
+        float,
+        kind(
+            _growth_factor,
+            {"type": "number", "minimum": MIN_GROWTH_FACTOR, "maximum": MAX_GROWTH_FACTOR},
+        ),
+    ] = DEFAULT_GROWTH_FACTOR
+    """The backoff's growth per pending answer."""
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        if self.base_seconds > self.max_seconds:
+            raise problem(
+                f"must not exceed poll.max_seconds ({self.max_seconds:g}), "
+                f"got {self.base_seconds:g}",
+                field="base_seconds",
+            )
+        if self.hint_floor_seconds > self.hint_cap_seconds:
+            raise problem(
+                f"must not exceed poll.hint_cap_seconds ({self.hint_cap_seconds:g}), "
+                f"got {self.hint_floor_seconds:g}",
+                field="hint_floor_seconds",
+            )
+        return self
+
+
+class LimitsTable(ContractTable):
+    """The bounds of every operation: deadlines and request budgets."""
+
+    builds = Limits
+    create_deadline_seconds: _Positive
+    result_deadline_seconds: _Positive
+    cancel_deadline_seconds: _Positive
+    max_status_requests: Annotated[int, count()]
+    max_transport_failures: Annotated[int, count()]
+    request_timeout_seconds: Annotated[float, seconds(maximum=MAX_REQUEST_TIMEOUT_SECONDS)]
+    max_create_attempts: Annotated[int, count(maximum=100)] = default(Limits, "max_create_attempts")
+    max_result_fetches: Annotated[int, count(maximum=100)] = default(Limits, "max_result_fetches")
+    result_fetch_deadline_seconds: _Positive = default(Limits, "result_fetch_deadline_seconds")
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        # One request must fit in the create deadline, or the first create can never finish.
+        if self.request_timeout_seconds > self.create_deadline_seconds:
+            raise problem(
+                f"must not exceed limits.create_deadline_seconds "
+                f"({self.create_deadline_seconds:g}), got {self.request_timeout_seconds:g}",
+                field="request_timeout_seconds",
+            )
+        return self

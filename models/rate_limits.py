@@ -11,18 +11,19 @@ reschedules instead of sleeping through it in a worker.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Annotated, Final
 
 from jobwarden.models.actions import Decided, DelaySource, Send, Wait
 from jobwarden.models.contract import RateLimit
-from jobwarden.models.contract_fields import MAX_SECONDS, TomlTable, toml_type
+from jobwarden.models.contract_fields import MAX_SECONDS, count, kind, problem, toml_type
+from jobwarden.models.contract_sections import ContractTable
 
 __all__ = [
     "MAX_BURST",
     "MAX_REQUESTS_PER_SECOND",
     "RateLimit",
+    "RateLimitTable",
     "credential_reference",
-    "parse_rate_limit",
     "rate_limited",
 ]
 
@@ -31,22 +32,27 @@ MAX_REQUESTS_PER_SECOND: Final = 10_000.0
 MAX_BURST: Final = 10_000
 
 
-def parse_rate_limit(t: TomlTable) -> RateLimit:
-    value = t.get("requests_per_second")
-    if value is None:
-        raise t.fail("requests_per_second", "is required")
+def _requests_per_second(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise t.fail("requests_per_second", f"must be a number, got {toml_type(value)}")
+        raise problem(f"must be a number, got {toml_type(value)}")
     # Also refuses nan and inf: neither compares inside the bounds.
     if not 0 < value <= MAX_REQUESTS_PER_SECOND:
-        raise t.fail(
-            "requests_per_second",
-            f"must be above 0 and at most {MAX_REQUESTS_PER_SECOND:g}, got {value:g}",
-        )
-    return RateLimit(
-        requests_per_second=float(value),
-        burst=t.count("burst", default=1, maximum=MAX_BURST),
-    )
+        raise problem(f"must be above 0 and at most {MAX_REQUESTS_PER_SECOND:g}, got {value:g}")
+    return float(value)
+
+
+class RateLimitTable(ContractTable):
+    """``[rate_limit]``: our own ceiling per credential, below the provider's 429s."""
+
+    builds = RateLimit
+    requests_per_second: Annotated[
+        float,
+        kind(
+            _requests_per_second,
+            {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_REQUESTS_PER_SECOND},
+        ),
+    ]
+    burst: Annotated[int, count(maximum=MAX_BURST)] = 1
 
 
 def credential_reference(secret_env: str | None, secret_file: str | None) -> str:

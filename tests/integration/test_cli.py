@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from jobwarden.models.contract_loader import contract_json_schema
 from jobwarden.models.db import transaction
 from jobwarden.models.tables import OperationRow
 from tests.integration.test_store import _insert, _new_row
@@ -48,6 +50,27 @@ def test_providers_check_rejects_a_broken_contract_naming_file_and_field(tmp_pat
     assert done.returncode == 1
     assert "ok      sandbox" in done.stdout
     assert "typo.toml" in done.stderr and "poll.jitter_floor" in done.stderr
+
+
+def test_providers_schema_prints_the_contracts_json_schema() -> None:
+    done = _cli("providers", "schema")
+    assert done.returncode == 0, done.stderr
+    schema = json.loads(done.stdout)
+    assert schema == contract_json_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert "create" in schema["properties"] and schema["additionalProperties"] is False
+
+
+def test_a_bad_field_is_one_error_line_naming_file_and_field(tmp_path: Path) -> None:
+    text = (REPO / "config" / "providers" / "sandbox.toml").read_text()
+    (tmp_path / "sandbox.toml").write_text(text.replace("max_seconds = 5", 'max_seconds = "5"'))
+    done = _cli("providers", "check", "--dir", str(tmp_path))
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert lines == [
+        f"invalid {tmp_path / 'sandbox.toml'}: poll.max_seconds: "
+        "must be a number, got a string ('5')"
+    ]
 
 
 def test_show_history_and_verify_tell_an_operations_story(database_url: str) -> None:

@@ -41,6 +41,7 @@ from jobwarden.models.contract_loader import (
     load_contract,
     load_contracts,
 )
+from jobwarden.models.contract_sections import TopLevel
 from jobwarden.models.errors import ContractError
 from jobwarden.models.plugins import OutboundRequest, is_plugin_spec, load_plugin
 
@@ -686,23 +687,17 @@ def test_failed_may_be_empty_only_when_an_error_pointer_says_what_failure_is(
     assert load_contract(tmp_path / "sandbox.toml").states.failed == frozenset()
 
 
-def test_a_contract_field_the_loader_does_not_read_fails_loudly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Simulates a field added to models.contract.StatusSpec without a reader here.
-    real = contract_loader._field_names
-
-    def with_future_field(spec: type) -> set[str]:
-        return real(spec) | ({"future_pointer"} if spec is StatusSpec else set())
-
-    monkeypatch.setattr(contract_loader, "_field_names", with_future_field)
-    path = write_sandbox(
-        tmp_path, 'state_pointer = "/status"', 'state_pointer = "/status"\nfuture_pointer = "/x"'
-    )
-    with pytest.raises(ContractError) as caught:
-        load_contract(path)
-    assert caught.value.field == "status.future_pointer"
-    assert "does not read" in caught.value.problem
+def test_every_table_model_has_exactly_the_fields_of_the_value_it_builds() -> None:
+    # A field added to a models.contract dataclass without a key in its table model (or
+    # the reverse) would be dropped or refused silently: the two must name the same fields.
+    for key, (model, _) in contract_loader.SECTIONS.items():
+        keys = {f.alias or name for name, f in model.model_fields.items()}
+        if key == "command":
+            assert keys == {"schema", "schema_file"}
+            continue
+        assert keys == {f.name for f in dataclasses.fields(model.builds)}, key
+    top = {f.name for f in dataclasses.fields(ProviderContract)} - {"source_file"}
+    assert set(TopLevel.model_fields) | set(contract_loader.SECTIONS) == top
 
 
 SPECS = {

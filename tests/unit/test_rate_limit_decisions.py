@@ -68,7 +68,7 @@ def test_the_burst_defaults_to_one_request(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("table", "field", "problem"),
     [
-        ("burst = 2", "rate_limit.requests_per_second", "is required"),
+        ("burst = 2", "rate_limit.requests_per_second", "required"),
         ("requests_per_second = 0", "rate_limit.requests_per_second", "must be above 0"),
         ("requests_per_second = -1", "rate_limit.requests_per_second", "must be above 0"),
         ("requests_per_second = nan", "rate_limit.requests_per_second", "must be above 0"),
