@@ -29,7 +29,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import ErrorDetails, core_schema
 
 from jobwarden.models.concurrency import ConcurrencyTable
-from jobwarden.models.contract import Convention, ProviderContract, StateTable
+from jobwarden.models.contract import Convention, ProviderContract
 from jobwarden.models.contract_command import CommandTable
 from jobwarden.models.contract_fields import literal_secret, toml_type
 from jobwarden.models.contract_sections import (
@@ -47,7 +47,7 @@ from jobwarden.models.contract_sections import (
     WebhookTable,
     check_extra_headers,
 )
-from jobwarden.models.conventions import AZURE, with_convention_defaults
+from jobwarden.models.convention_tables import with_convention_tables
 from jobwarden.models.errors import ContractError
 from jobwarden.models.rate_limits import RateLimitTable
 
@@ -153,7 +153,7 @@ def effective_base_url(contract: ProviderContract, environ: Mapping[str, str]) -
 
 # Every table a file may hold, in the order they are validated (a table's rules may
 # read the ones before it), and whether a file must have it. [states] is required
-# unless the convention brings its own (_plain).
+# (a convention may supply it: models/convention_tables.py).
 SECTIONS: Final[dict[str, tuple[type[ContractTable], bool]]] = {
     "auth": (AuthTable, False),
     "create": (CreateTable, True),
@@ -186,16 +186,18 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
 
     top_keys = {key: value for key, value in data.items() if key not in SECTIONS}
     top, errors = _validate(file, "", TopLevel, top_keys, {"stem": path.stem})
-    # An Azure convention brings its state table (models/conventions.py); a file may still
-    # give its own, which then replaces it whole.
+    # What the convention supplies is merged in first and then judged like the file's own
+    # keys (models/convention_tables.py); the file's own keys and whole tables win.
     convention = _convention(data, top)
+    data = with_convention_tables(data, convention)
     # Each table stops at its own first problem; the others are still checked, so one run
     # reports a problem per broken table.
     built: dict[str, Any] = {}
     for key, (model, required) in SECTIONS.items():
         raw = data.get(key)
         if raw is None:
-            if required and (key != "states" or _plain(convention)):
+            # A broken convention may be the one that would have supplied the table.
+            if required and (key != "states" or convention is not None):
                 errors.append(ContractError(file, key, "required table is missing"))
             continue
         if not isinstance(raw, dict):
@@ -217,7 +219,7 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
         except ContractError as exc:
             errors.append(exc)
 
-    needed = [key for key, (_, must) in SECTIONS.items() if must and key != "states"]
+    needed = [key for key, (_, must) in SECTIONS.items() if must]
     if errors or top is None or any(key not in built for key in needed):
         return None, errors
     contract = ProviderContract(
@@ -228,11 +230,10 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
         requires_approval=top.requires_approval,
         plugin=top.plugin,
         extra_headers=top.extra_headers,
-        states=built.pop("states", _NO_STATES),
         convention=top.convention,
         **built,
     )
-    return with_convention_defaults(contract, states_given="states" in data), []
+    return contract, []
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -332,16 +333,6 @@ def _nested_table(annotation: object) -> tuple[type[BaseModel] | None, bool]:
         if inner is not None:
             return inner, get_origin(annotation) is dict
     return None, False
-
-
-# Replaced by the convention's table (with_convention_defaults) before anyone reads it.
-_NO_STATES: Final = StateTable(pending=frozenset(), succeeded=frozenset(), failed=frozenset())
-
-
-def _plain(convention: Convention | None) -> bool:
-    """Whether the file must describe its states itself: not under an Azure convention,
-    and not when its convention is broken (that error is the one reported)."""
-    return convention is not None and convention not in AZURE
 
 
 def _convention(data: Mapping[str, object], top: TopLevel | None) -> Convention | None:

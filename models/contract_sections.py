@@ -309,9 +309,12 @@ class CreateTable(ContractTable):
             raise problem("is not a valid HTTP header name", field="token_name")
         if self.token_placement is TokenPlacement.body and not _TOKEN_FIELD.match(self.token_name):
             raise problem("must be a JSON field name (letters, digits and '_')", field="token_name")
+        # An Azure convention supplies job_locator = "convention"
+        # (models/convention_tables.py); a broken one supplies nothing, and then nothing
+        # that depends on it is refused here either.
         convention = _convention(info)
         azure, unknown = convention in AZURE, convention is None
-        if self.job_locator is None and (azure or unknown):
+        if self.job_locator is None and unknown:
             self.job_locator = JobLocator.convention
         if self.job_locator is None:
             raise problem("required", field="job_locator")
@@ -374,7 +377,11 @@ class StatusTable(ContractTable):
     @model_validator(mode="after")
     def _rules(self, info: ValidationInfo) -> Self:
         create: CreateSpec | None = _context(info).get("create")
-        if create is not None:
+        convention = _convention(info)
+        # A locator left to a convention that is itself broken says nothing about paths.
+        if create is not None and not (
+            convention is None and create.job_locator is JobLocator.convention
+        ):
             locator = create.job_locator
             if locator is JobLocator.body and self.path is None:
                 raise problem("required when create.job_locator = 'body'", field="path")
@@ -389,7 +396,6 @@ class StatusTable(ContractTable):
                 "must not be empty: every status body would mean failed", field="error_pointer"
             )
         # Under an Azure convention the monitor decides where the state sits.
-        convention = _convention(info)
         if convention is not None and convention not in AZURE and self.state_pointer is None:
             raise problem("required", field="state_pointer")
         return self

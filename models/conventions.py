@@ -25,7 +25,7 @@ Every URL it returns still passes the origin check in the caller before any requ
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -35,8 +35,6 @@ from jobwarden.models.contract import (
     FinalStateVia,
     ProviderContract,
     RemoteStatus,
-    ResultSpec,
-    StateTable,
 )
 from jobwarden.models.pointers import MISSING, resolve_pointer
 from jobwarden.models.routes import ChosenRoute
@@ -53,20 +51,10 @@ __all__ = [
     "final_result",
     "read_monitor_answer",
     "with_api_version",
-    "with_convention_defaults",
 ]
 
 AZURE: Final = frozenset({Convention.azure_lro, Convention.azure_arm})
 
-# [ARM] and [LRO]: the three terminal states; azure-core compares them without case.
-_AZURE_STATES: Final = StateTable(
-    pending=frozenset({"NotStarted", "Running", "InProgress", "Accepted"}),
-    succeeded=frozenset({"Succeeded"}),
-    failed=frozenset({"Failed"}),
-    cancelled=frozenset({"Canceled", "Cancelled"}),
-    otherwise=RemoteStatus.pending,
-    case_insensitive=True,
-)
 MONITOR_STATE: Final = "/status"  # [LRO] / [ARM] status monitor body
 RESOURCE_STATE: Final = "/properties/provisioningState"  # [ARM] resource body
 RESOURCE_LOCATION: Final = "/resourceLocation"  # [LRO] "target resource location"
@@ -332,17 +320,3 @@ def final_result(contract: ProviderContract, tracked: Tracked, body: object) -> 
     if body is None:
         return FinalResult(source=FinalSource.none, url=None, rule="done without a body")
     return FinalResult(source=FinalSource.body, url=None, rule="the final answer's body")
-
-
-def with_convention_defaults(contract: ProviderContract, *, states_given: bool) -> ProviderContract:
-    """The contract with what its convention supplies where the file said nothing.
-
-    Azure: the state table is [ARM]'s (three terminal states, every other state pending,
-    compared without case) unless the file has ``[states]``, and a result is read as JSON
-    from where the final state lives when the file has no ``[result]``.
-    """
-    if contract.convention not in AZURE:
-        return contract
-    states = contract.states if states_given else _AZURE_STATES
-    result = contract.result or ResultSpec(fetch="url", content_type="application/json")
-    return replace(contract, states=states, result=result)

@@ -297,10 +297,13 @@ def after_create(
             now=now,
             deadline=create_by,
         )
+        # The provider holds our request, so a job may come of it: the create's outcome
+        # is unknown, and a deadline that passes now is reconciliation's to escalate,
+        # never a quiet `failed` that would orphan the job the provider then creates.
         retry = Retry(
             wait=wait,
             event=EventKind.create_ambiguous,
-            to=None,
+            to=None if reconciling else S.create_unknown,
             detail=outcome.detail,
             counts_transport_failure=False,
         )

@@ -499,7 +499,9 @@ def test_a_409_in_flight_retries_the_same_token_later_until_the_create_deadline(
     op = operation(state, create_attempts=1, last_event_kind=EventKind.create_sent)
     answer = reply(409, {"error": {"code": "idempotency_key_in_use"}}, headers={"retry-after": "3"})
     decided = after_create(op, SANDBOX, create_request(SANDBOX, op), answer, NOW, 1.0)
-    assert isinstance(decided.action, Retry) and decided.action.to is None
+    assert isinstance(decided.action, Retry)
+    # The provider holds the request: the outcome is unknown until the same token learns it.
+    assert decided.action.to is (None if state is S.reconciling else S.create_unknown)
     assert decided.action.event is EventKind.create_ambiguous
     assert decided.action.wait.delay_source is DelaySource.provider_retry_after
     assert decided.action.wait.until == NOW + timedelta(seconds=3)
@@ -511,6 +513,24 @@ def test_a_409_in_flight_retries_the_same_token_later_until_the_create_deadline(
     late = operation(state, create_attempts=9, create_deadline=NOW + timedelta(seconds=1))
     clipped = after_create(late, SANDBOX, create_request(SANDBOX, late), answer, NOW, 1.0)
     assert isinstance(clipped.action, Retry) and clipped.action.wait.clipped_to_deadline
+
+
+def test_a_create_still_in_flight_at_its_deadline_escalates_and_never_fails_quietly() -> None:
+    # A job may still come of the request the provider holds: `failed` would orphan it.
+    op = operation(S.create_pending, create_attempts=3, last_event_kind=EventKind.create_sent)
+    answer = reply(409, {"error": {"code": "idempotency_key_in_use"}}, headers={"retry-after": "9"})
+    waited = after_create(op, SANDBOX, create_request(SANDBOX, op), answer, NOW, 1.0)
+    assert walked(op.state, planned(op, waited, answer=answer)) == [S.create_unknown]
+    late = operation(
+        S.create_unknown,
+        create_attempts=3,
+        last_event_kind=EventKind.create_ambiguous,
+        create_deadline=NOW - timedelta(seconds=1),
+    )
+    decided = before_reconcile(late, SANDBOX, NOW)
+    assert isinstance(decided.action, Escalate)
+    assert decided.action.reason is R.deadline_exceeded
+    assert "create deadline passed while reconciling" in decided.action.detail
 
 
 def test_a_conflict_status_in_flight_only_with_the_body_value_the_contract_names() -> None:
