@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import textwrap
 import zipfile
 from collections.abc import Iterator
@@ -98,19 +99,49 @@ def _run(
     return done.stdout
 
 
+def _build_floor() -> str:
+    """The lowest setuptools pyproject.toml's [build-system] admits (``setuptools>=X``)."""
+    text = (REPO / "pyproject.toml").read_text()
+    found = re.search(r'"setuptools>=([0-9.]+)"', text)
+    assert found is not None, "[build-system] requires names no setuptools floor"
+    return found.group(1)
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = tmp_path_factory.mktemp("wheel")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist, and the wheel built from that sdist (python -m build), from a fresh clone
+    of the committed tree, in an isolated build environment holding exactly the lowest
+    setuptools the build floor admits: a floor that does not build fails here."""
+    work = tmp_path_factory.mktemp("dist")
     clone = work / "clone"
     _run(["git", "clone", "--quiet", REPO, clone])
-    # Built in pip's isolated environment: .venv's own setuptools (from ensurepip) is older
-    # than the `setuptools>=69` pyproject.toml asks for and cannot read its SPDX license.
-    _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", work / "dist", clone],
-        timeout=180,
+    constraint = work / "build-constraint.txt"
+    constraint.write_text(f"setuptools=={_build_floor()}\n")
+    # build installs the build requirements with pip, which reads PIP_CONSTRAINT.
+    env = {**os.environ, "PIP_CONSTRAINT": str(constraint)}
+    out = _run(
+        [sys.executable, "-m", "build", "--outdir", work / "dist", clone], timeout=300, env=env
     )
-    (built,) = (work / "dist").glob("jobwarden-*.whl")
+    assert f"setuptools=={_build_floor()}" in out, out[-2000:]
+    return work / "dist"
+
+
+@pytest.fixture(scope="module")
+def wheel(dist: Path) -> Path:
+    (built,) = dist.glob("jobwarden-*.whl")
     return built
+
+
+def test_the_sdist_holds_the_package_once_and_no_top_level_links(dist: Path) -> None:
+    (sdist,) = dist.glob("jobwarden-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = [name.split("/", 1)[1] for name in archive.getnames() if "/" in name]
+        links = [m.name for m in archive.getmembers() if m.issym() or m.islnk()]
+    assert links == []
+    for module in ("models/effects.py", "tasks/steps.py", "config/providers/sandbox.toml"):
+        assert f"jobwarden/{module}" in names, module
+    # The repository's top-level links (models -> jobwarden/models) are not packaged.
+    assert not any(name.split("/")[0] in ("models", "tasks", "config") for name in names)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
+MODELS = Path(__file__).resolve().parents[2] / "jobwarden" / "models"
 PERSISTENCE = {
     "db.py",
     "store.py",
