@@ -119,10 +119,17 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     constraint.write_text(f"setuptools=={_build_floor()}\n")
     # build installs the build requirements with pip, which reads PIP_CONSTRAINT.
     env = {**os.environ, "PIP_CONSTRAINT": str(constraint)}
-    out = _run(
-        [sys.executable, "-m", "build", "--outdir", work / "dist", clone], timeout=300, env=env
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(work / "dist"), str(clone)],
+        env=env,
+        timeout=300,
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    assert f"setuptools=={_build_floor()}" in out, out[-2000:]
+    assert done.returncode == 0, done.stderr[-3000:]
+    # build lists the build environment's versions on stderr, once per sdist and wheel.
+    assert done.stderr.count(f"setuptools=={_build_floor()}") == 2, done.stderr[-3000:]
     return work / "dist"
 
 
