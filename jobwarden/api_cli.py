@@ -56,8 +56,8 @@ def tokens_list(
 ) -> None:
     """Every token: id, name, tenant, scopes, created, last used, revoked (never the secret)."""
     from jobwarden.config.settings import get_settings
-    from jobwarden.models import api_store
-    from jobwarden.models.db import snapshot
+    from jobwarden.models.persistence import api_store
+    from jobwarden.models.persistence.db import snapshot
 
     with snapshot(get_settings().database_url) as session:
         records = api_store.list_tokens(session)
@@ -90,8 +90,8 @@ def tokens_list(
 def tokens_revoke(token_id: str) -> None:
     """Revoke a token: its next request is 401. Exit 1 if no live token has this id."""
     from jobwarden.config.settings import get_settings
-    from jobwarden.models import api_store
-    from jobwarden.models.db import transaction
+    from jobwarden.models.persistence import api_store
+    from jobwarden.models.persistence.db import transaction
     from jobwarden.tasks.runtime import utcnow
 
     try:
@@ -115,8 +115,8 @@ def tenants_allow_self_approval(
 ) -> None:
     """Let a tenant's tokens approve operations their own name submitted (or stop it)."""
     from jobwarden.config.settings import get_settings
-    from jobwarden.models import api_store
-    from jobwarden.models.db import transaction
+    from jobwarden.models.persistence import api_store
+    from jobwarden.models.persistence.db import transaction
     from jobwarden.tasks.runtime import utcnow
 
     with transaction(get_settings().database_url) as session:

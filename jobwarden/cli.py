@@ -101,7 +101,7 @@ def db_upgrade(
     ] = True,
 ) -> None:
     """Apply migrations to JOBWARDEN_DATABASE_URL."""
-    from jobwarden.models.migrate import ensure_database, upgrade
+    from jobwarden.models.persistence.migrate import ensure_database, upgrade
 
     url = get_settings().database_url
     if create:
@@ -125,8 +125,8 @@ def _say(line: str) -> None:
 
 
 def _row_and_events(operation_id: str) -> tuple[Operation, list[ChainedEvent]]:
-    from jobwarden.models import store
-    from jobwarden.models.db import transaction
+    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence.db import transaction
 
     op_id = _operation_id(operation_id)
     with transaction(get_settings().database_url) as session:
@@ -215,9 +215,9 @@ def verify(
 
 
 def _verify_one(operation_id: str) -> None:
-    from jobwarden.models import store
-    from jobwarden.models.db import transaction
     from jobwarden.models.history import row_bound
+    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence.db import transaction
 
     op_id = _operation_id(operation_id)
     with transaction(get_settings().database_url) as session:
@@ -234,8 +234,8 @@ def _verify_one(operation_id: str) -> None:
 
 
 def _export_heads() -> None:
-    from jobwarden.models import store
-    from jobwarden.models.db import transaction
+    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence.db import transaction
 
     with transaction(get_settings().database_url) as session:
         for op_id, count, head in store.heads(session):
@@ -265,8 +265,8 @@ def _read_heads(path: Path) -> list[tuple[uuid.UUID, int, str]]:
 
 
 def _compare_heads(path: Path) -> None:
-    from jobwarden.models import store
-    from jobwarden.models.db import transaction
+    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence.db import transaction
 
     anchors = _read_heads(path)
     failed = 0

@@ -117,9 +117,9 @@ def _run(console: Console, sandbox: Any, token: str) -> int:
     }
     os.environ.update(env)
     from jobwarden.config.settings import get_settings
-    from jobwarden.models import store
-    from jobwarden.models.db import transaction
-    from jobwarden.models.migrate import ensure_database, upgrade
+    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence.db import transaction
+    from jobwarden.models.persistence.migrate import ensure_database, upgrade
     from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
     from jobwarden.tasks import runtime
     from jobwarden.tasks.intake import submit_operation

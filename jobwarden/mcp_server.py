@@ -45,10 +45,10 @@ from jobwarden.api.queries import operation_view as http_operation_view
 from jobwarden.api.views import EscalationCounts, OperationView, WaitingOperation, operation_links
 from jobwarden.config.settings import Settings
 from jobwarden.logs import uvicorn_log_config
-from jobwarden.models import query_store
-from jobwarden.models.db import snapshot, transaction
 from jobwarden.models.errors import LostRaceError, RefusedInputError, SettingsError
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence import query_store
+from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.states import TERMINAL
 from jobwarden.tasks import interventions
 from jobwarden.tasks.intake import Caller, SubmitOutcome, submit_operation

@@ -1,6 +1,6 @@
 """/metrics for Prometheus: a collector that asks Postgres at scrape time.
 
-The figures come from aggregate queries (jobwarden.models.metrics_store), never from
+The figures come from aggregate queries (jobwarden.models.persistence.metrics_store), never from
 a process's memory, so every API process answers the same numbers whichever worker
 did the work. A scrape reuses the last answer for ``cache_seconds``: Prometheus (or
 several of them) scraping often costs the database one round of queries per period.
@@ -24,8 +24,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from jobwarden.models import metrics_store
-from jobwarden.models.db import snapshot
+from jobwarden.models.persistence import metrics_store
+from jobwarden.models.persistence.db import snapshot
 
 # The early-request and detection-delay figures read this many most recent events.
 DEFAULT_EVENT_WINDOW = 100_000

@@ -120,9 +120,9 @@ def list_command(
     from jobwarden.api.problems import ProblemError
     from jobwarden.api.queries import MAX_LIMIT, decode_cursor, encode_cursor
     from jobwarden.config.settings import get_settings
-    from jobwarden.models import query_store
     from jobwarden.models.actions import EscalationReason
-    from jobwarden.models.db import snapshot
+    from jobwarden.models.persistence import query_store
+    from jobwarden.models.persistence.db import snapshot
     from jobwarden.models.states import OperationState
     from jobwarden.story import shown
 
@@ -214,8 +214,8 @@ def view(row: Operation, story: Sequence[str]) -> Group:
 
 def _read(url: str, op_id: uuid.UUID, known: int) -> tuple[Operation | None, list[ChainedEvent]]:
     """The row, and its events only when the row says there are new ones (two reads at most)."""
-    from jobwarden.models import store
-    from jobwarden.models.db import snapshot
+    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence.db import snapshot
 
     with snapshot(url) as session:
         row = store.load(session, op_id)

@@ -42,8 +42,8 @@ def in_process_mode(args: argparse.Namespace) -> int:
     from sqlalchemy import text as sql
 
     from jobwarden.config.settings import get_settings
-    from jobwarden.models.db import engine_for, transaction
-    from jobwarden.models.migrate import ensure_database, upgrade
+    from jobwarden.models.persistence.db import engine_for, transaction
+    from jobwarden.models.persistence.migrate import ensure_database, upgrade
     from jobwarden.models.states import OperationState as S
     from jobwarden.models.steps import CREATE, POLL
     from jobwarden.tasks.intake import submit_operation

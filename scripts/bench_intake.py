@@ -364,7 +364,7 @@ def main() -> int:
     try:
         from jobwarden.api.auth import Scope, create_token
         from jobwarden.config.settings import get_settings
-        from jobwarden.models.migrate import upgrade
+        from jobwarden.models.persistence.migrate import upgrade
 
         upgrade(url)
         args.token = create_token(url, tenant=TENANT, name="bench", scopes=[Scope.submit]).token
@@ -392,7 +392,7 @@ def main() -> int:
             _stop(server)
         from redis import Redis
 
-        from jobwarden.models.db import dispose_all
+        from jobwarden.models.persistence.db import dispose_all
 
         dispose_all()
         with admin.connect() as conn:

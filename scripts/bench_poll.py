@@ -177,8 +177,8 @@ def _workers_mode(args: argparse.Namespace) -> int:
 def _set_up_jobwarden(bench: Bench) -> None:
     """Operations created in this process, each parked an hour by the bench contract."""
     from jobwarden.config.settings import get_settings
-    from jobwarden.models.db import dispose_all
-    from jobwarden.models.migrate import ensure_database, upgrade
+    from jobwarden.models.persistence.db import dispose_all
+    from jobwarden.models.persistence.migrate import ensure_database, upgrade
     from jobwarden.models.steps import CREATE
     from jobwarden.tasks.intake import submit_operation
     from jobwarden.tasks.pipeline import run_step
@@ -457,7 +457,7 @@ def _report(
 def _clean_up(bench: Bench) -> None:
     import psycopg
 
-    from jobwarden.models.db import dispose_all
+    from jobwarden.models.persistence.db import dispose_all
     from jobwarden.tasks import runtime
 
     for worker in bench.workers:

@@ -3,7 +3,7 @@
 Creates a scratch database of its own (dropped at the end, whatever happens),
 applies the migrations, fills it with ``--rows`` operations in one
 INSERT … SELECT generate_series per chunk (no Python per row), ANALYZEs, then
-times the real query functions of models/query_store.py: the first page and a
+times the real query functions of models/persistence/query_store.py: the first page and a
 deep page (a cursor ~90 % into the tenant's rows) for each filter, plus the
 escalations list and its counts. Prints p50/p99 in ms and the indexes each
 plan uses. A benchmark prints figures; no test times anything.
@@ -106,7 +106,7 @@ def _write_cost(engine: Any, writes: int, rows: int) -> None:
     """
     from sqlalchemy import text
 
-    from jobwarden.models.tables import QUERY_INDEXES
+    from jobwarden.models.persistence.tables import QUERY_INDEXES
 
     def run() -> tuple[float, float]:
         samples = []
@@ -156,11 +156,11 @@ def main() -> int:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     try:
         os.environ["JOBWARDEN_DATABASE_URL"] = url
-        from jobwarden.models import query_store
-        from jobwarden.models.db import dispose_all, engine_for
-        from jobwarden.models.migrate import upgrade
+        from jobwarden.models.persistence import query_store
+        from jobwarden.models.persistence.db import dispose_all, engine_for
+        from jobwarden.models.persistence.migrate import upgrade
+        from jobwarden.models.persistence.tables import NEEDS_A_HUMAN
         from jobwarden.models.states import OperationState as S
-        from jobwarden.models.tables import NEEDS_A_HUMAN
 
         upgrade(url)
         engine = engine_for(url)

@@ -62,7 +62,7 @@ def _clone(database_url: str, prototype: str, count: int, due: bool) -> None:
     a day (or due an hour ago). No events: the sweeper reads operations only."""
     from sqlalchemy import text
 
-    from jobwarden.models.db import transaction
+    from jobwarden.models.persistence.db import transaction
 
     with transaction(database_url) as session:
         columns = session.scalars(
@@ -140,8 +140,8 @@ def main() -> int:
     from sqlalchemy import create_engine, text
 
     from jobwarden.config.settings import get_settings
-    from jobwarden.models.db import dispose_all
-    from jobwarden.models.migrate import ensure_database, upgrade
+    from jobwarden.models.persistence.db import dispose_all
+    from jobwarden.models.persistence.migrate import ensure_database, upgrade
 
     settings = get_settings()
     ensure_database(settings.database_url)
@@ -167,7 +167,7 @@ def main() -> int:
 def _run(args: argparse.Namespace, env: dict[str, str], settings: Any) -> int:
     from sqlalchemy import text
 
-    from jobwarden.models.db import transaction
+    from jobwarden.models.persistence.db import transaction
     from jobwarden.tasks.intake import submit_operation
     from jobwarden.tasks.pipeline import sweep_once
     from jobwarden.tasks.runtime import current

@@ -69,8 +69,8 @@ ADMIN_URL, REDIS_URL = _configure_environment()
 def database_url() -> Iterator[str]:
     from sqlalchemy import create_engine, text
 
-    from jobwarden.models.db import dispose_all
-    from jobwarden.models.migrate import upgrade
+    from jobwarden.models.persistence.db import dispose_all
+    from jobwarden.models.persistence.migrate import upgrade
 
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:

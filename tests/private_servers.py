@@ -173,8 +173,8 @@ class PrivateRun:
 @contextlib.contextmanager
 def private_run(worker_env: dict[str, str]) -> Iterator[PrivateRun]:
     """Start private Postgres and Redis, migrate, start the stack; remove all of it after."""
-    from jobwarden.models.db import dispose_all
-    from jobwarden.models.migrate import upgrade
+    from jobwarden.models.persistence.db import dispose_all
+    from jobwarden.models.persistence.migrate import upgrade
 
     postgres = PrivatePostgres()
     redis = PrivateRedis()

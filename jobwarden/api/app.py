@@ -24,7 +24,7 @@ from jobwarden.api.token_cache import TokenCache
 from jobwarden.config.settings import Settings, get_settings
 from jobwarden.console import install as install_console
 from jobwarden.metrics import PostgresCollector, exposition, registry_for
-from jobwarden.models.db import snapshot
+from jobwarden.models.persistence.db import snapshot
 from jobwarden.tasks.runtime import Runtime, build_runtime, current
 
 

@@ -22,8 +22,8 @@ from starlette.concurrency import run_in_threadpool
 
 from jobwarden.api.context import settings_of
 from jobwarden.api.problems import ProblemError
-from jobwarden.models import api_store
-from jobwarden.models.db import snapshot, transaction
+from jobwarden.models.persistence import api_store
+from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.tasks.runtime import utcnow
 
 TOKEN_PREFIX = "jw_"

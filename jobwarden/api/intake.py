@@ -24,10 +24,10 @@ from starlette.concurrency import run_in_threadpool
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of, settings_of
 from jobwarden.api.problems import ProblemError, problem_responses
-from jobwarden.models import api_store
-from jobwarden.models.api_store import IntakeEntry
-from jobwarden.models.db import snapshot
 from jobwarden.models.errors import InvalidCommandError, RefusedInputError
+from jobwarden.models.persistence import api_store
+from jobwarden.models.persistence.api_store import IntakeEntry
+from jobwarden.models.persistence.db import snapshot
 from jobwarden.models.states import OperationState
 from jobwarden.models.trace_context import traceparent
 from jobwarden.tasks.intake import Caller, SubmitOutcome, SubmitResult, submit_operation

@@ -47,10 +47,10 @@ from jobwarden.api.views import (
     WaitingOperation,
     operation_links,
 )
-from jobwarden.models import api_store, query_store, store
 from jobwarden.models.actions import EscalationReason
-from jobwarden.models.db import snapshot, transaction
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence import api_store, query_store, store
+from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.states import HUMAN_ONLY_SOURCES, OperationState
 from jobwarden.tasks.interventions import escalation_options
 from jobwarden.tasks.runtime import Runtime

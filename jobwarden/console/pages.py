@@ -13,12 +13,12 @@ from typing import Any
 
 from jobwarden.api.auth import Principal
 from jobwarden.console.timeline import build_timeline, render_svg
-from jobwarden.models import query_store, store
-from jobwarden.models.db import transaction
 from jobwarden.models.escalation import Option
 from jobwarden.models.excerpts import REDACTED, names_a_secret, scrub_text
 from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence import query_store, store
+from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import AUTOMATION_STOPPED, HUMAN_ONLY_SOURCES, TERMINAL
 from jobwarden.models.states import OperationState as S
 from jobwarden.story import event_line, shown

@@ -33,9 +33,9 @@ from jobwarden.console.pages import (
     operation_page,
     refuses_self_approval,
 )
-from jobwarden.models import query_store, store
-from jobwarden.models.db import snapshot
 from jobwarden.models.errors import LostRaceError, RefusedInputError
+from jobwarden.models.persistence import query_store, store
+from jobwarden.models.persistence.db import snapshot
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks import interventions

@@ -30,13 +30,13 @@ from jobwarden.console.routes import (
     page,
     router,
 )
-from jobwarden.models import query_store
 from jobwarden.models.actions import EscalationReason
-from jobwarden.models.db import snapshot
 from jobwarden.models.errors import LostRaceError, RefusedInputError
 from jobwarden.models.escalation import OptionKind
+from jobwarden.models.persistence import query_store
+from jobwarden.models.persistence.db import snapshot
+from jobwarden.models.persistence.tables import NEEDS_A_HUMAN
 from jobwarden.models.states import OperationState
-from jobwarden.models.tables import NEEDS_A_HUMAN
 from jobwarden.tasks import interventions
 
 PAGE = 50

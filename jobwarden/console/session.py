@@ -26,8 +26,8 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from jobwarden.api.auth import Principal, Scope
 from jobwarden.api.context import settings_of
-from jobwarden.models import api_store
-from jobwarden.models.db import snapshot
+from jobwarden.models.persistence import api_store
+from jobwarden.models.persistence.db import snapshot
 
 COOKIE = "jw_console"
 LOGIN_COOKIE = "jw_console_login"

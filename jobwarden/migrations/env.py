@@ -8,8 +8,8 @@ from sqlalchemy import create_engine, pool
 from jobwarden.config.settings import get_settings
 
 # Every module that declares tables, so autogenerate and `alembic check` see them all.
-from jobwarden.models import api_tables, webhook_tables  # noqa: F401
-from jobwarden.models.tables import Base
+from jobwarden.models.persistence import webhook_tables  # noqa: F401
+from jobwarden.models.persistence.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

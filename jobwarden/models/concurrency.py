@@ -8,7 +8,7 @@ a deploy stopped half-way still occupies its target. The others wait in
 ``queued``, durably and in submission order, holding no worker and no lease.
 
 Pure: counts and frozen snapshots in, decisions out. The store
-(models/concurrency_store.py) reads under a per-key lock; the shell
+(models/persistence/concurrency_store.py) reads under a per-key lock; the shell
 (tasks/concurrency.py) writes what these functions decide.
 """
 

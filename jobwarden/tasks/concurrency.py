@@ -1,7 +1,7 @@
 """The hand-over: when a holder of a concurrency key ends, the next queued operation starts.
 
 Runs after the commit that ended the holder, in a transaction of its own under the
-key's lock (models/concurrency_store.py ``lock_key``), so intake's admission and
+key's lock (models/persistence/concurrency_store.py ``lock_key``), so intake's admission and
 every hand-over of one key are serialised. If the process dies between the
 holder's last commit and this, nothing is lost: the sweeper's pass
 (``admit_stranded``) finds the key with room and a queue and admits the same way.
@@ -14,7 +14,6 @@ import uuid
 
 from sqlalchemy.orm import Session
 
-from jobwarden.models import concurrency_store, store
 from jobwarden.models.concurrency import (
     Waiting,
     admission,
@@ -22,9 +21,10 @@ from jobwarden.models.concurrency import (
     hand_over_event,
     next_to_admit,
 )
-from jobwarden.models.db import transaction
 from jobwarden.models.errors import StaleVersionError
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence import concurrency_store, store
+from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import TERMINAL, OperationState
 from jobwarden.tasks import faults
 from jobwarden.tasks.dispatch import enqueue

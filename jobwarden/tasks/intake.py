@@ -19,19 +19,19 @@ from sqlalchemy import String
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from jobwarden.models import api_store, concurrency_store, intake_store, store
-from jobwarden.models.api_store import IntakeEntry
 from jobwarden.models.business_deadline import resolve
 from jobwarden.models.concurrency import admits_now, key_limit
 from jobwarden.models.contract import ProviderContract
-from jobwarden.models.db import transaction
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.fingerprint import request_fingerprint, show_key
 from jobwarden.models.history import GENESIS_HASH, ChainedEvent, EventDraft, EventKind, chain
+from jobwarden.models.persistence import api_store, concurrency_store, intake_store, store
+from jobwarden.models.persistence.api_store import IntakeEntry
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.tables import Base, EventRow, OperationRow
 from jobwarden.models.requests import provider_token
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.submission import ACTOR_PREFIX, FieldLimits, Submission, check_submission
-from jobwarden.models.tables import Base, EventRow, OperationRow
 from jobwarden.models.trace_context import trace_id_from
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.runtime import Runtime, current, utcnow

@@ -14,11 +14,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from jobwarden.models import store
 from jobwarden.models.actions import EscalationReason
 from jobwarden.models.business_deadline import passed
 from jobwarden.models.cancel_requests import decide_cancel_request
-from jobwarden.models.db import transaction
 from jobwarden.models.errors import LeaseNotAcquiredError, RefusedInputError, StaleVersionError
 from jobwarden.models.escalation import (
     Bounds,
@@ -30,6 +28,8 @@ from jobwarden.models.escalation import (
 )
 from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence import store
+from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.concurrency import after_end
 from jobwarden.tasks.dispatch import enqueue

@@ -15,14 +15,14 @@ from sqlalchemy.exc import DBAPIError
 
 from jobwarden.config.celery_app import app
 from jobwarden.logs import bind, bound, get_logger
-from jobwarden.models import store
 from jobwarden.models.actions import EscalationReason
-from jobwarden.models.db import step_session, transaction
 from jobwarden.models.errors import (
     GiveUpError,
     LostRaceError,
     StaleVersionError,
 )
+from jobwarden.models.persistence import store
+from jobwarden.models.persistence.db import step_session, transaction
 from jobwarden.models.steps import CANCEL, COLLECT, CREATE, POLL, RECONCILE, StepKind
 from jobwarden.tasks import faults
 from jobwarden.tasks.concurrency import admit_stranded, after_end

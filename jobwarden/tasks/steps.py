@@ -17,7 +17,6 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from jobwarden.models import store
 from jobwarden.models.actions import (
     Accept,
     Decided,
@@ -27,11 +26,12 @@ from jobwarden.models.actions import (
     Send,
     escalate,
 )
-from jobwarden.models.db import snapshot, transaction
 from jobwarden.models.effects import Plan, as_sent, plan, release, unspent_reservation
 from jobwarden.models.errors import LeaseNotAcquiredError
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence import store
+from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.rate_limits import rate_limited
 from jobwarden.models.signals import RawResponse
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState

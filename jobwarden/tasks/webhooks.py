@@ -21,10 +21,8 @@ from pathlib import Path
 from redis import Redis
 
 from jobwarden.logs import get_logger
-from jobwarden.models import store
 from jobwarden.models.actions import DelaySource
 from jobwarden.models.contract import ProviderContract, WebhookSpec
-from jobwarden.models.db import snapshot, transaction
 from jobwarden.models.effects import wake_changes
 from jobwarden.models.errors import (
     GiveUpError,
@@ -34,7 +32,13 @@ from jobwarden.models.errors import (
     StaleVersionError,
 )
 from jobwarden.models.history import EventDraft, EventKind
-from jobwarden.models.webhook_store import DeliveryRecord, operation_for_job, record_delivery
+from jobwarden.models.persistence import store
+from jobwarden.models.persistence.db import snapshot, transaction
+from jobwarden.models.persistence.webhook_store import (
+    DeliveryRecord,
+    operation_for_job,
+    record_delivery,
+)
 from jobwarden.models.webhooks import (
     REFUSAL_STATUS,
     Delivery,

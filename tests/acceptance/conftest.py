@@ -335,15 +335,15 @@ class Pipeline:
         return result.operation_id
 
     def row(self, op_id: str) -> Any:
-        from jobwarden.models import store
-        from jobwarden.models.db import transaction
+        from jobwarden.models.persistence import store
+        from jobwarden.models.persistence.db import transaction
 
         with transaction(self.database_url) as session:
             return store.load(session, uuid.UUID(op_id))
 
     def events(self, op_id: str) -> list[Any]:
-        from jobwarden.models import store
-        from jobwarden.models.db import transaction
+        from jobwarden.models.persistence import store
+        from jobwarden.models.persistence.db import transaction
 
         with transaction(self.database_url) as session:
             return store.events_for(session, uuid.UUID(op_id))
@@ -404,8 +404,8 @@ class Pipeline:
         """The result rows stored for the operation (bytes and integrity data)."""
         from sqlalchemy import select
 
-        from jobwarden.models.db import transaction
-        from jobwarden.models.tables import ResultRow
+        from jobwarden.models.persistence.db import transaction
+        from jobwarden.models.persistence.tables import ResultRow
 
         with transaction(self.database_url) as session:
             found = session.scalars(
@@ -414,8 +414,8 @@ class Pipeline:
             return [(bytes(r.content), r.sha256, r.record_count) for r in found]
 
     def verify_all(self) -> None:
-        from jobwarden.models import store
-        from jobwarden.models.db import transaction
+        from jobwarden.models.persistence import store
+        from jobwarden.models.persistence.db import transaction
 
         with transaction(self.database_url) as session:
             for op_id in self.created:

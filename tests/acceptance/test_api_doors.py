@@ -19,8 +19,8 @@ import pytest
 from jobwarden.api.app import create_app
 from jobwarden.api.auth import Scope, create_token
 from jobwarden.harness import Stack
-from jobwarden.models import api_store
-from jobwarden.models.db import transaction
+from jobwarden.models.persistence import api_store
+from jobwarden.models.persistence.db import transaction
 from jobwarden.models.trace_context import trace_id_from
 from tests.acceptance.conftest import Pipeline
 from tests.api_server import serving

@@ -204,8 +204,8 @@ def test_result_with_two_failed_items_of_500_succeeds_with_per_item_outcomes_and
 
 
 def _stored_result(pipeline: Pipeline, op: str) -> tuple[Any, ...] | None:
-    from jobwarden.models.db import transaction
-    from jobwarden.models.tables import ResultRow
+    from jobwarden.models.persistence.db import transaction
+    from jobwarden.models.persistence.tables import ResultRow
 
     with transaction(pipeline.database_url) as session:
         found = session.get(ResultRow, uuid.UUID(op))

@@ -103,8 +103,8 @@ def submit(tenant: str, behaviour: dict[str, Any], **limits: Any) -> str:
 
 
 def state_of(database_url: str, op_id: str) -> str:
-    from jobwarden.models import store
-    from jobwarden.models.db import transaction
+    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence.db import transaction
 
     with transaction(database_url) as session:
         row = store.load(session, uuid.UUID(op_id))
@@ -113,8 +113,8 @@ def state_of(database_url: str, op_id: str) -> str:
 
 
 def remote_job_of(database_url: str, op_id: str) -> str:
-    from jobwarden.models import store
-    from jobwarden.models.db import transaction
+    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence.db import transaction
 
     with transaction(database_url) as session:
         row = store.load(session, uuid.UUID(op_id))

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import func, select
 
 from jobwarden.harness import wait_for
-from jobwarden.models.db import transaction
-from jobwarden.models.tables import EventRow, OperationRow
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.tables import EventRow, OperationRow
 from jobwarden.tasks.interventions import escalation_options
 from tests.acceptance.conftest import STOPPED, Pipeline
 

@@ -92,8 +92,8 @@ class World:
 @pytest.fixture(scope="module")
 def world(worker_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     from jobwarden.config.settings import get_settings
-    from jobwarden.models.db import dispose_all
-    from jobwarden.models.migrate import upgrade
+    from jobwarden.models.persistence.db import dispose_all
+    from jobwarden.models.persistence.migrate import upgrade
     from jobwarden.tasks import runtime
 
     name = f"{TEST_DB}_hostile"

@@ -83,8 +83,8 @@ def test_a_second_key_for_the_same_source_event_is_a_duplicate_event(
 def test_invalid_submissions_are_refused_clearly_and_record_nothing(
     pipeline: Pipeline, database_url: str, change: dict[str, Any], message: str
 ) -> None:
-    from jobwarden.models.db import transaction
-    from jobwarden.models.tables import OperationRow
+    from jobwarden.models.persistence.db import transaction
+    from jobwarden.models.persistence.tables import OperationRow
     from jobwarden.tasks.intake import submit_operation
 
     tenant = f"invalid-{secrets.token_hex(4)}"

@@ -31,7 +31,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from jobwarden.harness import wait_for
-from jobwarden.models.migrate import upgrade
+from jobwarden.models.persistence.migrate import upgrade
 from tests.acceptance.conftest import STOPPED
 from tests.conftest import ADMIN_URL
 

@@ -108,9 +108,9 @@ def test_a_reservation_marked_as_spent_is_never_sent_again_unclaimed(
     # whose reserved request an earlier attempt marked (and may have sent) claims a fresh
     # one. The sweeper's redispatch would retire the reservation too; it never runs here.
     from jobwarden.config.settings import get_settings
-    from jobwarden.models.db import step_session
+    from jobwarden.models.persistence.db import step_session
+    from jobwarden.models.persistence.store import load
     from jobwarden.models.steps import CREATE, POLL
-    from jobwarden.models.store import load
     from jobwarden.tasks.leases import spend_once
     from jobwarden.tasks.runtime import build_runtime, utcnow
     from jobwarden.tasks.steps import run
@@ -161,9 +161,9 @@ def test_a_poll_spends_the_reservation_its_lease_marked_with_no_redis_call_befor
     # commit reserves request 1 and its lease announces it; the poll's lease marks it as it
     # is acquired, so between the lease and the send nothing else goes to Redis.
     from jobwarden.config.settings import get_settings
-    from jobwarden.models.db import step_session
+    from jobwarden.models.persistence.db import step_session
+    from jobwarden.models.persistence.store import load
     from jobwarden.models.steps import CREATE, POLL
-    from jobwarden.models.store import load
     from jobwarden.tasks import leases
     from jobwarden.tasks.runtime import build_runtime, utcnow
     from jobwarden.tasks.steps import marker_ttl, run

@@ -9,8 +9,8 @@ import uuid
 import pytest
 from sqlalchemy import update
 
-from jobwarden.models.db import transaction
-from jobwarden.models.tables import OperationRow
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.tables import OperationRow
 from tests.acceptance.conftest import Pipeline
 
 pytestmark = pytest.mark.usefixtures("stack")

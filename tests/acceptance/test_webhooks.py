@@ -24,8 +24,8 @@ from redis import Redis
 
 from jobwarden.api.app import create_app
 from jobwarden.harness import Stack, wait_for
-from jobwarden.models.db import transaction
-from jobwarden.models.webhook_store import deliveries
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.webhook_store import deliveries
 from jobwarden.sandbox.webhooks import signed_delivery
 from jobwarden.tasks.webhooks import refused_count
 from tests.acceptance.conftest import WEBHOOK_SECRET, Pipeline

@@ -15,12 +15,12 @@ from typing import Any
 import httpx
 
 from jobwarden.api.auth import new_token, secret_hash
-from jobwarden.models import api_store, store
-from jobwarden.models.db import transaction
 from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence import api_store, store
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.tables import OperationRow
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 

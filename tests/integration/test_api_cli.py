@@ -14,8 +14,8 @@ import httpx
 from sqlalchemy import text
 
 from jobwarden.api.auth import secret_hash
-from jobwarden.models import api_store
-from jobwarden.models.db import transaction
+from jobwarden.models.persistence import api_store
+from jobwarden.models.persistence.db import transaction
 from tests.integration.test_cli import REPO, _cli
 
 

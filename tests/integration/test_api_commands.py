@@ -17,7 +17,7 @@ from sqlalchemy import text
 
 from jobwarden.api.app import create_app
 from jobwarden.api.auth import Scope, create_token
-from jobwarden.models.db import transaction
+from jobwarden.models.persistence.db import transaction
 from tests.api_server import serving
 from tests.integration.test_command_intake import MINIMAL, SPELLED_OUT, VALIDATED
 

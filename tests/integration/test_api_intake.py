@@ -22,8 +22,8 @@ from sqlalchemy.exc import DBAPIError
 
 from jobwarden.api.app import create_app
 from jobwarden.api.auth import Scope, create_token
-from jobwarden.models import api_store
-from jobwarden.models.db import transaction
+from jobwarden.models.persistence import api_store
+from jobwarden.models.persistence.db import transaction
 from tests.api_server import serving
 
 COMMAND = {"kind": "export", "behaviour": {"polls_to_finish": 1}}

@@ -15,11 +15,11 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from jobwarden.models import api_store
-from jobwarden.models.api_store import IntakeEntry
-from jobwarden.models.db import engine_for, transaction
+from jobwarden.models.persistence import api_store
+from jobwarden.models.persistence.api_store import IntakeEntry
+from jobwarden.models.persistence.db import engine_for, transaction
+from jobwarden.models.persistence.tables import NEEDS_A_HUMAN
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.tables import NEEDS_A_HUMAN
 from jobwarden.tasks.interventions import escalation_options
 from tests.api_server import serving
 from tests.integration.api_helpers import NOW, insert_operation, make_token, pages, tenant_name

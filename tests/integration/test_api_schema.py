@@ -1,4 +1,4 @@
-"""The HTTP door's ORM tables (models/api_tables.py) and migration 0008 agree."""
+"""The HTTP door's ORM tables (models/persistence/api_tables.py) and migration 0008 agree."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 from sqlalchemy import Table, create_engine
 
-from jobwarden.models import api_tables
-from jobwarden.models.tables import Base
+from jobwarden.models.persistence import api_tables
+from jobwarden.models.persistence.tables import Base
 
 OURS = {
     api_tables.ApiTokenRow.__tablename__,

@@ -17,8 +17,8 @@ from jobwarden.api.app import create_app
 from jobwarden.api.auth import Principal, Scope, create_token
 from jobwarden.api.token_cache import TokenCache
 from jobwarden.config.settings import get_settings
-from jobwarden.models import api_store
-from jobwarden.models.db import transaction
+from jobwarden.models.persistence import api_store
+from jobwarden.models.persistence.db import transaction
 from jobwarden.tasks.runtime import utcnow
 from tests.api_server import serving
 

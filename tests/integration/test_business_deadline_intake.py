@@ -15,10 +15,10 @@ import pytest
 from jobwarden.api.app import create_app
 from jobwarden.api.auth import Scope, create_token
 from jobwarden.config.settings import get_settings
-from jobwarden.models import store
-from jobwarden.models.db import transaction
 from jobwarden.models.errors import InvalidSubmissionError
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence import store
+from jobwarden.models.persistence.db import transaction
 from jobwarden.tasks.intake import SubmitOutcome, submit_from_message, submit_operation
 from tests.api_server import serving
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from sqlalchemy import select
 
 from jobwarden.models.contract_loader import contract_json_schema
-from jobwarden.models.db import transaction
-from jobwarden.models.tables import OperationRow
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.tables import OperationRow
 from tests.integration.test_store import _insert, _new_row
 
 REPO = Path(__file__).resolve().parents[2]

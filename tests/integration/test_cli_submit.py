@@ -6,8 +6,8 @@ import json
 import secrets
 import uuid
 
-from jobwarden.models import store
-from jobwarden.models.db import transaction
+from jobwarden.models.persistence import store
+from jobwarden.models.persistence.db import transaction
 from tests.integration.test_cli import _cli
 
 

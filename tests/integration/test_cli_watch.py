@@ -13,9 +13,9 @@ from datetime import timedelta
 import pexpect
 
 from jobwarden.harness import REPO
-from jobwarden.models import store
-from jobwarden.models.db import transaction
 from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.persistence import store
+from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import OperationState as S
 from tests.integration.api_helpers import NOW, insert_operation, load, tenant_name
 

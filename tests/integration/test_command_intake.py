@@ -15,10 +15,10 @@ import pytest
 from sqlalchemy import select
 
 from jobwarden.config.settings import get_settings
-from jobwarden.models.db import transaction
 from jobwarden.models.errors import InvalidCommandError
 from jobwarden.models.fingerprint import request_fingerprint
-from jobwarden.models.tables import EventRow, OperationRow
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.tables import EventRow, OperationRow
 from jobwarden.tasks.intake import SubmitOutcome, submit_from_message, submit_operation
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from tests.integration.test_cli import _cli

@@ -17,10 +17,10 @@ import pytest
 
 from jobwarden.api.app import create_app
 from jobwarden.api.auth import Scope, create_token
-from jobwarden.models import concurrency_store, store
-from jobwarden.models.db import transaction
 from jobwarden.models.errors import InvalidSubmissionError
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence import concurrency_store, store
+from jobwarden.models.persistence.db import transaction
 from jobwarden.tasks.concurrency import admit_stranded
 from jobwarden.tasks.intake import (
     SubmitOutcome,

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from jobwarden.models import store
-from jobwarden.models.db import transaction
+from jobwarden.models.persistence import store
+from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import OperationState as S
 from tests.api_server import serving
 from tests.integration.api_helpers import NOW, insert_operation, load, make_token, tenant_name
@@ -128,7 +128,7 @@ def test_an_unknown_token_or_a_login_without_its_form_token_is_refused(
 
 def test_a_revoked_token_ends_its_console_session(database_url: str, base_url: str) -> None:
     from jobwarden.api.auth import secret_hash
-    from jobwarden.models import api_store
+    from jobwarden.models.persistence import api_store
 
     token = _token(database_url, tenant_name(), "reader", ["read"])
     with login(base_url, token) as client:

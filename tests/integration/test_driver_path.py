@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from jobwarden.models import store
-from jobwarden.models.db import driver_execute, step_session
+from jobwarden.models.persistence import store
+from jobwarden.models.persistence.db import driver_execute, step_session
 from tests.integration.test_store import _insert, _new_row
 
 

@@ -1,4 +1,4 @@
-"""The intake's one-statement claim (models/intake_store.py) against the real Postgres:
+"""The intake's one-statement claim (models/persistence/intake_store.py) against the real Postgres:
 a new key writes the operation, its first event and the ``created`` intake entry, and
 the chain verifies with the row's digest; a taken key writes nothing at all.
 """
@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import text
 
 from jobwarden.config.settings import get_settings
-from jobwarden.models import api_store, intake_store, store
-from jobwarden.models.db import transaction
 from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain
+from jobwarden.models.persistence import api_store, intake_store, store
+from jobwarden.models.persistence.db import transaction
 from jobwarden.tasks.intake import SubmitOutcome, submit_operation
 from jobwarden.tasks.runtime import Runtime, build_runtime, utcnow
 

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from jobwarden.config.settings import get_settings
-from jobwarden.models.db import transaction
 from jobwarden.models.errors import InvalidSubmissionError
 from jobwarden.models.fingerprint import EXACT_INTEGER, canonical_command
-from jobwarden.models.tables import EventRow, OperationRow
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.tables import EventRow, OperationRow
 from jobwarden.tasks.intake import (
     SubmitOutcome,
     SubmitResult,

@@ -35,8 +35,8 @@ from mcp_types import CallToolResult, JSONRPCResponse, TextContent
 from jobwarden.api.auth import new_token, secret_hash
 from jobwarden.config.settings import Settings
 from jobwarden.mcp_server import RETRY_RULE, build_server
-from jobwarden.models import api_store, store
-from jobwarden.models.db import transaction
+from jobwarden.models.persistence import api_store, store
+from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import OperationState as S
 from tests.integration.api_helpers import NOW, insert_operation, tenant_name
 from tests.integration.test_cli import REPO, _cli

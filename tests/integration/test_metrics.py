@@ -21,11 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobwarden.harness import REPO
 from jobwarden.metrics import PostgresCollector, collect_families
-from jobwarden.models import store
-from jobwarden.models.db import transaction
 from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.persistence import store
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.tables import OperationRow
 from tests.api_server import serving
 
 NOW = datetime.now(UTC).replace(microsecond=0)

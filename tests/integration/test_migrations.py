@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, create_engine, text
 
+from jobwarden.models.persistence.tables import ACTIVE_STATES
 from jobwarden.models.states import OperationState
-from jobwarden.models.tables import ACTIVE_STATES
 
 VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
 VERSION_FILES = sorted(VERSIONS.glob("*.py"))
@@ -87,7 +87,7 @@ def test_a_migration_imports_no_live_project_code(script: Path) -> None:
     "source",
     [
         "from jobwarden.models.states import OperationState",
-        "import jobwarden.models.tables as t",
+        "import jobwarden.models.persistence.tables as t",
         "from models.tables import ACTIVE_STATE_VALUES",
         "from . import helpers",
         "def upgrade():\n    from jobwarden.models import states",

@@ -10,13 +10,13 @@ import pytest
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.exc import DBAPIError
 
-from jobwarden.models import store
-from jobwarden.models.db import engine_for, transaction
 from jobwarden.models.errors import StaleVersionError, TransitionRefusedError
 from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence import store
+from jobwarden.models.persistence.db import engine_for, transaction
+from jobwarden.models.persistence.tables import EventRow, OperationRow
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.tables import EventRow, OperationRow
 
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 
@@ -264,8 +264,8 @@ def test_models_and_migrations_are_in_step(database_url: str) -> None:
     from alembic.migration import MigrationContext
 
     # Every module that declares tables, so the metadata holds the whole schema.
-    from jobwarden.models import api_tables, webhook_tables  # noqa: F401
-    from jobwarden.models.tables import Base
+    from jobwarden.models.persistence import webhook_tables  # noqa: F401
+    from jobwarden.models.persistence.tables import Base
 
     engine = create_engine(database_url)
     with engine.connect() as conn:

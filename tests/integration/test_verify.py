@@ -25,8 +25,6 @@ import rfc8785
 from sqlalchemy import insert, select, text
 
 from jobwarden.config.settings import get_settings
-from jobwarden.models import store
-from jobwarden.models.db import engine_for, transaction
 from jobwarden.models.effects import Plan, StoredResult
 from jobwarden.models.history import (
     GENESIS_HASH,
@@ -38,9 +36,11 @@ from jobwarden.models.history import (
     row_digest,
 )
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence import store
+from jobwarden.models.persistence.db import engine_for, transaction
+from jobwarden.models.persistence.tables import EventRow
 from jobwarden.models.results import ResultVerdict
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.tables import EventRow
 from jobwarden.tasks.intake import submit_operation
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from tests.integration.test_store import _new_row

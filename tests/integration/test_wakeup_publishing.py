@@ -22,9 +22,9 @@ from redis import Redis
 from sqlalchemy import select, update
 
 from jobwarden.config.celery_app import app
-from jobwarden.models.db import transaction
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.tables import OperationRow
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.pipeline import sweep_once
 from jobwarden.tasks.runtime import Runtime, current

@@ -22,12 +22,12 @@ from jobwarden.api.app import create_app
 from jobwarden.api.webhooks import MAX_WEBHOOK_BYTES
 from jobwarden.config.settings import Settings
 from jobwarden.harness import REPO
-from jobwarden.models import store
-from jobwarden.models.db import transaction
 from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.persistence import store
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.tables import OperationRow
+from jobwarden.models.persistence.webhook_tables import WebhookDeliveryRow
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.tables import OperationRow
-from jobwarden.models.webhook_tables import WebhookDeliveryRow
 from jobwarden.models.webhooks import WebhookOutcome
 from jobwarden.sandbox.webhooks import signed_delivery
 from jobwarden.tasks import runtime as runtime_module
@@ -319,7 +319,7 @@ def test_the_webhook_table_its_index_and_migration_0009_are_in_step(database_url
     from alembic.migration import MigrationContext
     from sqlalchemy import create_engine
 
-    from jobwarden.models.tables import Base
+    from jobwarden.models.persistence.tables import Base
 
     engine = create_engine(database_url)
     with engine.connect() as conn:

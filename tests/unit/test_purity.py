@@ -1,7 +1,7 @@
 """An AST lint: the pure core in models/ does no I/O and never reads the clock.
 
-Persistence modules the lead owns are exempt. Anything else in models/ that
-imports a driver or reads the time breaks determinism of the decision core.
+models/persistence/ is exempt: it is where Postgres is spoken to. Anything else in
+models/ that imports a driver or reads the time breaks determinism of the decision core.
 """
 
 from __future__ import annotations
@@ -12,21 +12,11 @@ from pathlib import Path
 import pytest
 
 MODELS = Path(__file__).resolve().parents[2] / "jobwarden" / "models"
-PERSISTENCE = {
-    "db.py",
-    "store.py",
-    "tables.py",
-    "events_store.py",
-    "migrate.py",
-    "api_tables.py",
-    "api_store.py",
-    "intake_store.py",
-    "query_store.py",
-    "metrics_store.py",
-    "webhook_tables.py",
-    "webhook_store.py",
-    "concurrency_store.py",
-}
+# The folder rule: every module under models/ is pure but those in models/persistence/,
+# which alone may speak to Postgres. No list of file names to keep up to date.
+PERSISTENCE = MODELS / "persistence"
+# ... and a pure module importing one of those is no longer pure.
+PERSISTENCE_PACKAGE = "jobwarden.models.persistence"
 FORBIDDEN_IMPORTS = {"sqlalchemy", "httpx", "redis", "celery", "psycopg", "psycopg2"}
 # Attribute chains that read the clock, matched on their last two names.
 CLOCK_CALLS = {
@@ -42,7 +32,7 @@ CLOCK_CALLS = {
 }
 CLOCK_NAMES = {"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "utcnow"}
 
-PURE_MODULES = sorted(p for p in MODELS.glob("*.py") if p.name not in PERSISTENCE)
+PURE_MODULES = sorted(p for p in MODELS.rglob("*.py") if PERSISTENCE not in p.parents)
 
 
 def _dotted(node: ast.expr) -> list[str]:
@@ -62,9 +52,16 @@ def violations(source: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
+                if alias.name.startswith(PERSISTENCE_PACKAGE):
+                    found.append(f"line {node.lineno}: import {alias.name} (persistence)")
                 if alias.name.split(".")[0] in FORBIDDEN_IMPORTS:
                     found.append(f"line {node.lineno}: import {alias.name}")
         elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            if node.module.startswith(PERSISTENCE_PACKAGE) or (
+                node.module == "jobwarden.models"
+                and any(a.name == "persistence" for a in node.names)
+            ):
+                found.append(f"line {node.lineno}: from {node.module} import ... (persistence)")
             if node.module.split(".")[0] in FORBIDDEN_IMPORTS:
                 found.append(f"line {node.lineno}: from {node.module} import ...")
             if node.module == "time":
@@ -103,6 +100,10 @@ def test_pure_modules_import_no_drivers_and_never_read_the_clock(module: Path) -
         "import time\nx = time.monotonic()",
         "from time import time\nx = time()",
         "from time import perf_counter as pc\nx = pc()",
+        "from jobwarden.models.persistence import store",
+        "from jobwarden.models.persistence.db import transaction",
+        "from jobwarden.models import persistence",
+        "import jobwarden.models.persistence.tables",
     ],
 )
 def test_the_lint_catches_each_forbidden_pattern(source: str) -> None:

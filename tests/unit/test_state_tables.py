@@ -15,6 +15,7 @@ from jobwarden.models.escalation import (
     apply_option,
     options_for,
 )
+from jobwarden.models.persistence.tables import ACTIVE_STATES
 from jobwarden.models.states import (
     AUTOMATION_STOPPED,
     HUMAN_ONLY_SOURCES,
@@ -25,7 +26,6 @@ from jobwarden.models.states import (
     is_allowed,
 )
 from jobwarden.models.steps import STEPS
-from jobwarden.models.tables import ACTIVE_STATES
 from jobwarden.tasks.dispatch import TASK_FOR_STATE
 from tests.unit.factories import NOW
 

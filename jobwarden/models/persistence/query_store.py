@@ -20,8 +20,8 @@ from sqlalchemy import Table, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence.tables import NEEDS_A_HUMAN, EventRow, OperationRow
 from jobwarden.models.states import OperationState
-from jobwarden.models.tables import NEEDS_A_HUMAN, EventRow, OperationRow
 
 OPERATIONS = cast(Table, OperationRow.__table__)
 EVENTS = cast(Table, EventRow.__table__)

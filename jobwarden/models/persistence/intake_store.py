@@ -1,9 +1,10 @@
 """The intake's claim as one statement: the operation, its first event, its intake entry.
 
-``store.claim_key`` followed by ``api_store.append_intake`` took four statements (lock
-timeout, operation, event, entry) and composed a SQLAlchemy construct per call, which
-cost more CPU than the database work. Here the three inserts are data-modifying CTEs of
-one statement, built as text once per shape (which operation columns are given):
+Inserting the operation, then its event, then ``api_store.append_intake`` took four
+statements (lock timeout, operation, event, entry) and composed a SQLAlchemy construct
+per call, which cost more CPU than the database work. Here the three inserts are
+data-modifying CTEs of one statement, built as text once per shape (which operation
+columns are given):
 
     WITH claimed AS (INSERT INTO operations ... ON CONFLICT DO NOTHING RETURNING ...),
          first_event AS (INSERT INTO operation_events SELECT ... FROM claimed),
@@ -29,10 +30,10 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from jobwarden.models.api_store import IntakeEntry
-from jobwarden.models.api_tables import IntakeLogRow
 from jobwarden.models.history import GENESIS_HASH, ROW_FACTS, ChainedEvent, chain, row_digest
-from jobwarden.models.tables import EventRow, OperationRow
+from jobwarden.models.persistence.api_store import IntakeEntry
+from jobwarden.models.persistence.api_tables import IntakeLogRow
+from jobwarden.models.persistence.tables import EventRow, OperationRow
 
 OPERATIONS = cast(Table, OperationRow.__table__)
 EVENTS = cast(Table, EventRow.__table__)
@@ -108,8 +109,8 @@ def claim(
     """Insert a new operation, its first event and the ``created`` intake entry, unless
     (tenant, key) or its source event is taken; True when this call recorded them.
 
-    ``first`` is chained again with the digest of the row being inserted, as
-    ``store.claim_key`` does, and the head in ``values`` replaced to match. A concurrent
+    ``first`` is chained again with the digest of the row being inserted, and the head
+    in ``values`` replaced to match. A concurrent
     submission of the same key still uncommitted makes this wait on the unique index
     for ``lock_timeout``, then raise lock_not_available (55P03).
     """

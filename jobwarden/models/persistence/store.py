@@ -25,15 +25,12 @@ from sqlalchemy import (
     insert,
     or_,
     select,
-    text,
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.orm import Session
 
-from jobwarden.models.db import driver_execute
 from jobwarden.models.effects import Plan
 from jobwarden.models.errors import StaleVersionError, TransitionRefusedError
 from jobwarden.models.history import (
@@ -51,8 +48,9 @@ from jobwarden.models.history import (
     verify_chain,
 )
 from jobwarden.models.operation import COLUMNS, Operation
+from jobwarden.models.persistence.db import driver_execute
+from jobwarden.models.persistence.tables import ACTIVE_STATES, EventRow, OperationRow, ResultRow
 from jobwarden.models.states import OperationState, check_transition
-from jobwarden.models.tables import ACTIVE_STATES, EventRow, OperationRow, ResultRow
 
 # Core statements: history rows need no ORM identity, and this runs on every poll.
 EVENTS = cast(Table, EventRow.__table__)
@@ -296,40 +294,6 @@ def write(session: Session, op: Operation, plan: Plan, *, now: datetime) -> Oper
             )
         )
     return stored
-
-
-def claim_key(
-    session: Session, values: Mapping[str, Any], first: ChainedEvent, *, lock_timeout: str
-) -> bool:
-    """Insert a new operation unless (tenant, key) or its source event is taken.
-
-    The unique constraints decide atomically; a concurrent submission of the same
-    key holding its row lock longer than ``lock_timeout`` raises lock_not_available.
-    ``first`` is chained again here with the digest of the row being inserted, and
-    the head in ``values`` replaced to match. Returns True when this call recorded
-    the operation (and its first event).
-    """
-    if first.seq != 1 or first.prev_hash != GENESIS_HASH:
-        raise ValueError("claim_key records an operation's first event only")
-    row = {name: values[name] if name in values else _default(name) for name in ROW_FACTS}
-    (bound,) = chain(
-        first.operation_id,
-        [first.draft],
-        last_seq=0,
-        last_hash=GENESIS_HASH,
-        row_digest=row_digest(row),
-    )
-    session.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
-    inserted = session.scalar(
-        pg_insert(OperationRow)
-        .values(**{**values, **row, "event_count": 1, "last_event_hash": bound.hash})
-        .on_conflict_do_nothing()
-        .returning(OperationRow.operation_id)
-    )
-    if inserted is None:
-        return False
-    session.execute(insert(EVENTS), _event_rows([bound]))
-    return True
 
 
 def find_by_key(session: Session, tenant: str, key: str) -> Operation | None:

@@ -16,8 +16,8 @@ from sqlalchemy import Table, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from jobwarden.models.tables import OperationRow
-from jobwarden.models.webhook_tables import WebhookDeliveryRow
+from jobwarden.models.persistence.tables import OperationRow
+from jobwarden.models.persistence.webhook_tables import WebhookDeliveryRow
 from jobwarden.models.webhooks import WebhookOutcome
 
 DELIVERIES = cast(Table, WebhookDeliveryRow.__table__)

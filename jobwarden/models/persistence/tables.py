@@ -54,8 +54,9 @@ TERMINAL_STATE_VALUES = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 
 # What the escalations list shows: stopped automation, and operations awaiting approval.
 NEEDS_A_HUMAN = tuple(sorted(AUTOMATION_STOPPED | {OperationState.awaiting_approval}))
-# The HTTP API's keyset lists (models/query_store.py, migration 0010): each filter walks an
-# index in (created_at, operation_id) order within one tenant; partial where rows are few.
+# The HTTP API's keyset lists (models/persistence/query_store.py, migration 0010): each
+# filter walks an index in (created_at, operation_id) order within one tenant; partial
+# where rows are few.
 QUERY_INDEXES = (
     Index("ix_operations_tenant_created", "tenant", "created_at", "operation_id"),
     Index("ix_operations_tenant_state", "tenant", "state", "created_at", "operation_id"),

@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from jobwarden.models.tables import Base
+from jobwarden.models.persistence.tables import Base
 from jobwarden.models.webhooks import WebhookOutcome
 
 TZ = DateTime(timezone=True)

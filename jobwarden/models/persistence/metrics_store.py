@@ -21,8 +21,8 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from jobwarden.models.actions import DelaySource
+from jobwarden.models.persistence.tables import ACTIVE_STATES
 from jobwarden.models.states import AUTOMATION_STOPPED, OperationState
-from jobwarden.models.tables import ACTIVE_STATES
 
 # A remote job is seen to end when a status answer moves the operation from watching it
 # to what follows the job's end (collection, or a terminal state the provider named).
@@ -95,7 +95,7 @@ def waiting_escalations(session: Session) -> list[WaitingEscalations]:
     """Operations whose automation stopped, by provider and reason, with the oldest stop.
 
     A stopped row is written again only when a human moves it, so updated_at is when it
-    stopped (the same reading as the escalations list, models/query_store.py).
+    stopped (the same reading as the escalations list, models/persistence/query_store.py).
     """
     stopped = _in(sorted(s.value for s in AUTOMATION_STOPPED))
     rows = session.execute(

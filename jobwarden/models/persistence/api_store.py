@@ -15,7 +15,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from jobwarden.models.api_tables import ApiTenantRow, ApiTokenRow, IntakeLogRow
+from jobwarden.models.persistence.api_tables import ApiTenantRow, ApiTokenRow, IntakeLogRow
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from jobwarden.models.tables import Base
+from jobwarden.models.persistence.tables import Base
 
 TZ = DateTime(timezone=True)
 # Written out rather than imported from jobwarden.api so models/ never imports the shell.

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 
 from jobwarden.models.concurrency import Occupancy
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.states import TERMINAL, WAITING_FOR_ROOM, OperationState
-from jobwarden.models.tables import OperationRow
 
 OPERATIONS = OperationRow.__table__
 _QUEUED = OperationState.queued.value
