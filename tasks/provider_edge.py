@@ -23,10 +23,11 @@ import math
 import os
 import re
 import secrets
+import socket
 import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -273,17 +274,32 @@ def parse_json(data: bytes) -> tuple[object | None, str | None]:
 # -- the client ------------------------------------------------------------------------
 
 
-def _failure(exc: Exception) -> TransportFailure:
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from, outermost first (a cycle ends the walk)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def transport_failure(exc: Exception) -> TransportFailure:
+    """What a request's exception says about the exchange, judged by type, never by text.
+
+    httpx raises ConnectError from httpcore's, raised from the socket's own error: the
+    resolver's ``socket.gaierror`` (any code, "temporary failure" included) is ``dns``,
+    an ``ssl.SSLError`` (certificate or handshake) is ``tls``, anything else refused.
+    """
     if isinstance(exc, httpx.ConnectTimeout):
         return TransportFailure.connect_timeout
     if isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout | httpx.PoolTimeout):
         return TransportFailure.read_timeout
     if isinstance(exc, httpx.ConnectError):
-        text = str(exc).lower()
-        cause = exc.__cause__ or exc.__context__
-        if isinstance(cause, ssl.SSLError) or "ssl" in text or "certificate" in text:
+        causes = list(_causes(exc))
+        if any(isinstance(cause, ssl.SSLError) for cause in causes):
             return TransportFailure.tls
-        if "name or service not known" in text or "nodename" in text or "getaddrinfo" in text:
+        if any(isinstance(cause, socket.gaierror) for cause in causes):
             return TransportFailure.dns
         return TransportFailure.connect_refused
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
@@ -429,7 +445,7 @@ class ProviderClient:
         except DeadlinePassedError:
             return _lost(TransportFailure.read_timeout)
         except _REQUEST_ERRORS as exc:
-            return _lost(_failure(exc))
+            return _lost(transport_failure(exc))
         body: object | None = None
         if request.purpose is not RequestPurpose.result and problem is None:
             # A result is bytes of the contract's type, judged by the core's validation.
