@@ -146,10 +146,9 @@ class _DeadlineHTTPTransport(httpx.HTTPTransport):
 class DeadlineTransport(httpx.BaseTransport):
     """httpx's HTTP transport with the whole-request deadline, routed through a proxy or not.
 
-    Proxies come from HTTP_PROXY / HTTPS_PROXY / ALL_PROXY / NO_PROXY, read once; the
-    client runs with ``trust_env=False`` so that .netrc is not read (credentials go only
-    where the contract says), and this transport, not httpx's own proxy mounts, picks the
-    route, so a proxied connection is bounded by the same deadline as a direct one.
+    Proxies come from HTTP_PROXY / HTTPS_PROXY / ALL_PROXY / NO_PROXY, read once, and
+    this transport, not httpx's own proxy mounts, picks the route, so a proxied
+    connection is bounded by the same deadline as a direct one.
     """
 
     def __init__(self, limits: httpx.Limits) -> None:
@@ -177,7 +176,10 @@ class DeadlineTransport(httpx.BaseTransport):
 
 
 def new_client(limits: httpx.Limits, user_agent: str) -> httpx.Client:
-    """A pooled client for one provider: no redirects followed, no cookie jar, no .netrc."""
+    """A pooled client for one provider: no redirect followed, no cookie kept.
+
+    ``trust_env=False``: the proxy variables are read by DeadlineTransport alone.
+    """
     return httpx.Client(
         transport=DeadlineTransport(limits),
         follow_redirects=False,
