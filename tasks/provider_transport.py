@@ -6,9 +6,9 @@ second never trips it. The edge sends with an ``httpx.Client`` on httpx's own
 stay httpx's); the one thing changed is the network backend under its httpcore pool
 (httpcore's public extension point), which cuts every socket operation to what is
 left of the current request's deadline: connect, TLS, headers and body together.
-Sending on httpcore's pool directly saved no measurable CPU per poll (issue 19,
-item 4: scripts/bench_poll.py ratios in the commit) and re-implemented httpx.
-Only tasks.provider_edge uses it; nothing above the edge sees httpx or httpcore.
+Why not httpcore's pool directly (issue 12): it saved 0.2-0.6 ms CPU per send, a few
+per cent of a poll, and scripts/bench_poll.py held its targets either way (issue 19,
+item 4), while it re-implemented httpx. Only tasks.provider_edge uses this module.
 """
 
 from __future__ import annotations
