@@ -23,10 +23,11 @@ import math
 import os
 import re
 import secrets
+import socket
 import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -40,8 +41,7 @@ from jobwarden.models.plugins import OutboundRequest, ProviderPlugin
 from jobwarden.models.signals import HttpObservation, RawResponse, TransportFailure
 from jobwarden.tasks.provider_transport import (
     DeadlinePassedError,
-    DeadlineTransport,
-    decoded_headers,
+    new_client,
     read_body,
     request_deadline,
 )
@@ -274,17 +274,32 @@ def parse_json(data: bytes) -> tuple[object | None, str | None]:
 # -- the client ------------------------------------------------------------------------
 
 
-def _failure(exc: Exception) -> TransportFailure:
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from, outermost first (a cycle ends the walk)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def transport_failure(exc: Exception) -> TransportFailure:
+    """What a request's exception says about the exchange, judged by type, never by text.
+
+    httpx raises ConnectError from httpcore's, raised from the socket's own error: the
+    resolver's ``socket.gaierror`` (any code, "temporary failure" included) is ``dns``,
+    an ``ssl.SSLError`` (certificate or handshake) is ``tls``, anything else refused.
+    """
     if isinstance(exc, httpx.ConnectTimeout):
         return TransportFailure.connect_timeout
     if isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout | httpx.PoolTimeout):
         return TransportFailure.read_timeout
     if isinstance(exc, httpx.ConnectError):
-        text = str(exc).lower()
-        cause = exc.__cause__ or exc.__context__
-        if isinstance(cause, ssl.SSLError) or "ssl" in text or "certificate" in text:
+        causes = list(_causes(exc))
+        if any(isinstance(cause, ssl.SSLError) for cause in causes):
             return TransportFailure.tls
-        if "name or service not known" in text or "nodename" in text or "getaddrinfo" in text:
+        if any(isinstance(cause, socket.gaierror) for cause in causes):
             return TransportFailure.dns
         return TransportFailure.connect_refused
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
@@ -325,34 +340,9 @@ def _lost(failure: TransportFailure) -> RawResponse:
     )
 
 
-# What httpx.Client added to every request, added here (the edge sends on httpcore's pool).
+# httpx.Client adds Host, Content-Length (0 for a bodiless POST, PUT or PATCH) and
+# keep-alive itself; the edge names itself and sets Accept and Accept-Encoding per request.
 USER_AGENT: Final = f"jobwarden (httpx/{httpx.__version__})"
-_BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
-
-
-def wire_headers(
-    url: httpx.URL, method: str, headers: Mapping[str, str], content: bytes | None
-) -> list[tuple[bytes, bytes]]:
-    """The request's header lines as httpx.Client would send them.
-
-    Host from the URL, Content-Length for a body (0 for a bodiless POST, PUT or PATCH),
-    keep-alive and a User-Agent, unless ``headers`` sets one of them (case-insensitively).
-    Values must be ASCII: a UnicodeEncodeError is a request nothing usable could send.
-    """
-    given = {name.lower() for name in headers}
-    auto: list[tuple[bytes, bytes]] = []
-    if "host" not in given:
-        auto.append((b"Host", url.netloc))
-    if "content-length" not in given and "transfer-encoding" not in given:
-        if content is not None:
-            auto.append((b"Content-Length", str(len(content)).encode("ascii")))
-        elif method in _BODY_METHODS:
-            auto.append((b"Content-Length", b"0"))
-    if "connection" not in given:
-        auto.append((b"Connection", b"keep-alive"))
-    if "user-agent" not in given:
-        auto.append((b"User-Agent", USER_AGENT.encode("ascii")))
-    return auto + [(name.encode("ascii"), value.encode("ascii")) for name, value in headers.items()]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -375,21 +365,21 @@ class ProviderClient:
         *,
         answer_limit: int = MAX_ANSWER_BYTES,
     ) -> None:
-        self._transports: dict[str, DeadlineTransport] = {}
+        self._clients: dict[str, httpx.Client] = {}
         self.plugins = plugins or {}
         self.answer_limit = answer_limit
 
-    def _transport(self, contract: ProviderContract) -> DeadlineTransport:
-        transport = self._transports.get(contract.name)
-        if transport is None:
+    def _client(self, contract: ProviderContract) -> httpx.Client:
+        client = self._clients.get(contract.name)
+        if client is None:
             limits = httpx.Limits(max_connections=20, max_keepalive_connections=10)
-            transport = self._transports[contract.name] = DeadlineTransport(limits)
-        return transport
+            client = self._clients[contract.name] = new_client(limits, USER_AGENT)
+        return client
 
     def close(self) -> None:
-        for transport in self._transports.values():
-            transport.close()
-        self._transports.clear()
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
 
     def _limit(self, contract: ProviderContract, request: ProviderRequest) -> int:
         if request.purpose is RequestPurpose.result and contract.result is not None:
@@ -432,26 +422,30 @@ class ProviderClient:
                 prepared.body,
             )
         timeout = contract.limits.request_timeout_seconds
+        client = self._client(contract)
         try:
             # httpx.URL validates and normalises (a tab or a newline in a provider's
             # reference is InvalidURL); no redirect is ever followed.
-            target = _parsed(url)
-            lines = wire_headers(target, method, all_headers, content)
-            with (
-                request_deadline(timeout) as deadline,
-                self._transport(contract).exchange(method, target, lines, content, timeout) as (
-                    status_code,
-                    raw_headers,
-                    chunks,
-                ),
-            ):
-                lowered = decoded_headers(raw_headers)
-                encoding = lowered.get("content-encoding", "")
-                raw, problem = read_body(encoding, chunks, self._limit(contract, request), deadline)
+            outgoing = client.build_request(
+                method, _parsed(url), headers=all_headers, content=content, timeout=timeout
+            )
+            with request_deadline(timeout) as deadline:
+                response = client.send(outgoing, stream=True)
+                try:
+                    status_code = response.status_code
+                    lowered = dict(response.headers.items())
+                    raw, problem = read_body(
+                        lowered.get("content-encoding", ""),
+                        response.iter_raw(),
+                        self._limit(contract, request),
+                        deadline,
+                    )
+                finally:
+                    response.close()
         except DeadlinePassedError:
             return _lost(TransportFailure.read_timeout)
         except _REQUEST_ERRORS as exc:
-            return _lost(_failure(exc))
+            return _lost(transport_failure(exc))
         body: object | None = None
         if request.purpose is not RequestPurpose.result and problem is None:
             # A result is bytes of the contract's type, judged by the core's validation.

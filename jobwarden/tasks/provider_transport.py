@@ -1,22 +1,25 @@
 """The edge's transport: one wall-clock deadline per request, bodies read with a bound.
 
 httpx bounds each socket read by its timeout, so a provider dripping one byte per
-second never trips it. This module rebuilds httpx's HTTP transport on httpcore's
-public API (ConnectionPool, NetworkBackend) with a backend whose every socket
-operation is cut to what is left of the current request's deadline: connect, TLS,
-headers and body together. Only tasks.provider_edge uses it; nothing above the edge
-sees httpx or httpcore.
+second never trips it. The edge sends with an ``httpx.Client`` on httpx's own
+``HTTPTransport`` (request framing, header decoding, exception mapping and proxies
+stay httpx's); the one thing changed is the network backend under its httpcore pool
+(httpcore's public extension point), which cuts every socket operation to what is
+left of the current request's deadline: connect, TLS, headers and body together.
+Why not httpcore's pool directly (issue 12): it saved 0.2-0.6 ms CPU per send, a few
+per cent of a poll, and scripts/bench_poll.py held its targets either way (issue 19,
+item 4), while it re-implemented httpx. Only tasks.provider_edge uses this module.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import http.cookiejar
 import io
 import logging
 import ssl
 import time
-import urllib.parse
 import urllib.request
 import zlib
 from collections.abc import Iterator
@@ -123,150 +126,71 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-# httpcore's exceptions as httpx's, most specific first (the transport contract).
-_MAPPED: tuple[tuple[type[Exception], type[httpx.HTTPError]], ...] = (
-    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
-    (httpcore.ReadTimeout, httpx.ReadTimeout),
-    (httpcore.WriteTimeout, httpx.WriteTimeout),
-    (httpcore.PoolTimeout, httpx.PoolTimeout),
-    (httpcore.ConnectError, httpx.ConnectError),
-    (httpcore.ReadError, httpx.ReadError),
-    (httpcore.WriteError, httpx.WriteError),
-    (httpcore.ProxyError, httpx.ProxyError),
-    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
-    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
-    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
-    (httpcore.ProtocolError, httpx.ProtocolError),
-    (httpcore.TimeoutException, httpx.TimeoutException),
-    (httpcore.NetworkError, httpx.NetworkError),
-)
+class _DeadlineHTTPTransport(httpx.HTTPTransport):
+    """httpx's own HTTP transport, its pool's connections opened on the deadline backend."""
+
+    def __init__(self, limits: httpx.Limits, proxy: httpx.Proxy | None) -> None:
+        super().__init__(limits=limits, proxy=proxy)
+        # httpx builds its pool without a network_backend argument. Its pools (ConnectionPool
+        # and the HTTPProxy / SOCKSProxy subclasses) open every connection through this one
+        # attribute, so replacing it here is the whole change; the guard fails loudly at
+        # start-up if httpx or httpcore ever rename it (test_provider_transport pins it).
+        pool = getattr(self, "_pool", None)
+        if not isinstance(pool, httpcore.ConnectionPool) or not isinstance(
+            getattr(pool, "_network_backend", None), httpcore.NetworkBackend
+        ):
+            raise RuntimeError("httpx.HTTPTransport no longer holds an httpcore pool we can bound")
+        pool._network_backend = _DeadlineBackend()
 
 
-def _as_httpx(exc: Exception) -> Exception:
-    for source, target in _MAPPED:
-        if isinstance(exc, source):
-            mapped = target(str(exc))
-            mapped.__cause__ = exc
-            return mapped
-    return exc
+class DeadlineTransport(httpx.BaseTransport):
+    """httpx's HTTP transport with the whole-request deadline, routed through a proxy or not.
 
-
-def _chunks(stream: Any) -> Iterator[bytes]:
-    """A response body's raw chunks, httpcore's errors raised as httpx's."""
-    try:
-        yield from stream
-    except Exception as exc:
-        raise _as_httpx(exc) from exc
-
-
-class DeadlineTransport:
-    """httpx's HTTP transport, rebuilt on httpcore's public API with the deadline backend.
-
-    The edge sends through ``exchange`` on httpcore's pool directly: it needs the status,
-    the headers and the raw body, and httpx's request and response models around them
-    cost more CPU than the exchange itself (issue 12). What httpx.Client added is added by
-    the edge (Host, Content-Length, keep-alive, a User-Agent); there is no cookie jar, so a
-    provider cannot plant a cookie for later requests.
-
-    Proxies come from HTTP_PROXY / HTTPS_PROXY / ALL_PROXY / NO_PROXY, read once,
-    as httpx would; .netrc is not read (credentials go only where the contract says).
+    Proxies come from HTTP_PROXY / HTTPS_PROXY / ALL_PROXY / NO_PROXY, read once, and
+    this transport, not httpx's own proxy mounts, picks the route, so a proxied
+    connection is bounded by the same deadline as a direct one.
     """
 
     def __init__(self, limits: httpx.Limits) -> None:
         self._limits = limits
-        self._ssl = httpx.create_ssl_context()
         self._proxies = urllib.request.getproxies()
-        self._pools: dict[str | None, httpcore.ConnectionPool] = {}
+        self._routes: dict[str | None, _DeadlineHTTPTransport] = {}
 
-    def _pool(self, url: httpx.URL) -> httpcore.ConnectionPool:
+    def _route(self, url: httpx.URL) -> _DeadlineHTTPTransport:
         proxy_url = None
         if self._proxies and not urllib.request.proxy_bypass(url.host):
             proxy_url = self._proxies.get(url.scheme) or self._proxies.get("all")
-        pool = self._pools.get(proxy_url)
-        if pool is None:
-            proxy = None
-            if proxy_url is not None:
-                parts = urllib.parse.urlsplit(proxy_url)
-                auth = None
-                if parts.username is not None:
-                    user = urllib.parse.unquote(parts.username)
-                    auth = (user, urllib.parse.unquote(parts.password or ""))
-                bare = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-                proxy = httpcore.Proxy(url=bare, auth=auth)
-            pool = httpcore.ConnectionPool(
-                ssl_context=self._ssl,
-                proxy=proxy,
-                max_connections=self._limits.max_connections,
-                max_keepalive_connections=self._limits.max_keepalive_connections,
-                keepalive_expiry=self._limits.keepalive_expiry,
-                network_backend=_DeadlineBackend(),
-            )
-            self._pools[proxy_url] = pool
-        return pool
+        route = self._routes.get(proxy_url)
+        if route is None:
+            proxy = None if proxy_url is None else httpx.Proxy(proxy_url)
+            route = self._routes[proxy_url] = _DeadlineHTTPTransport(self._limits, proxy)
+        return route
 
-    @contextlib.contextmanager
-    def exchange(
-        self,
-        method: str,
-        url: httpx.URL,
-        headers: list[tuple[bytes, bytes]],
-        content: bytes | None,
-        timeout: float,
-    ) -> Iterator[tuple[int, list[tuple[bytes, bytes]], Iterator[bytes]]]:
-        """Send one request; yields (status, raw headers, raw body chunks) until closed.
-
-        Raises httpx's exceptions for httpcore's (the edge classifies those).
-        """
-        core = httpcore.Request(
-            method=method,
-            url=httpcore.URL(
-                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
-            ),
-            headers=headers,
-            content=content or b"",
-            extensions={
-                "timeout": {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
-            },
-        )
-        try:
-            answer = self._pool(url).handle_request(core)
-        except Exception as exc:
-            raise _as_httpx(exc) from exc
-        try:
-            yield answer.status, answer.headers, _chunks(answer.stream)
-        finally:
-            answer.close()
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self._route(request.url).handle_request(request)
 
     def close(self) -> None:
-        for pool in self._pools.values():
-            pool.close()
-        self._pools.clear()
+        for route in self._routes.values():
+            route.close()
+        self._routes.clear()
+
+
+def new_client(limits: httpx.Limits, user_agent: str) -> httpx.Client:
+    """A pooled client for one provider: no redirect followed, no cookie kept.
+
+    ``trust_env=False``: the proxy variables are read by DeadlineTransport alone.
+    """
+    return httpx.Client(
+        transport=DeadlineTransport(limits),
+        follow_redirects=False,
+        trust_env=False,
+        # A provider cannot plant a cookie for later requests: the jar refuses every one.
+        cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
+        headers={"User-Agent": user_agent},
+    )
 
 
 # -- reading answers ---------------------------------------------------------------------
-
-
-def decoded_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
-    """Lower-cased names to values, a repeated header joined with ", ", as httpx reads them.
-
-    One encoding for all of them, as httpx chooses it: ASCII, else UTF-8, else ISO-8859-1
-    (which decodes any byte, so a hostile header never raises here).
-    """
-    encoding = "iso-8859-1"
-    for candidate in ("ascii", "utf-8"):
-        try:
-            for name, value in raw:
-                name.decode(candidate)
-                value.decode(candidate)
-        except UnicodeDecodeError:
-            continue
-        encoding = candidate
-        break
-    out: dict[str, str] = {}
-    for name, value in raw:
-        key, text = name.lower().decode(encoding), value.decode(encoding)
-        out[key] = f"{out[key]}, {text}" if key in out else text
-    return out
 
 
 class DeadlinePassedError(Exception):

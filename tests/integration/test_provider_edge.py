@@ -535,11 +535,12 @@ def test_an_http_proxy_from_the_environment_is_honoured_and_no_proxy_bypasses_it
 
 
 def test_the_edge_frames_requests_as_httpx_did_and_reads_headers_as_httpx_does() -> None:
-    # The edge sends on httpcore's pool itself (issue 12), so what httpx.Client added is
-    # its job: Host with the port, Content-Length (0 for a bodiless POST), keep-alive.
+    # What leaves is httpx.Client's framing (issue 19, item 4; on httpcore's pool directly,
+    # issue 12, it was the edge's own): Host with the port, Content-Length (0 for a
+    # bodiless POST), keep-alive, and the edge's User-Agent.
     # Answers: a repeated header joined with ", " (RFC 9110 section 5.3), names
     # lower-cased, one decoding for all (ASCII, else UTF-8, else ISO-8859-1), and a
-    # Set-Cookie never sent back: there is no cookie jar.
+    # Set-Cookie never sent back: the cookie jar refuses every cookie.
     seen: list[tuple[str, str, dict[str, str], bytes]] = []
 
     class Recorder(BaseHTTPRequestHandler):
