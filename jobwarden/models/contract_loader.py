@@ -32,17 +32,15 @@ from jobwarden.models.concurrency import ConcurrencyTable
 from jobwarden.models.contract import Convention, ProviderContract
 from jobwarden.models.contract_command import CommandTable
 from jobwarden.models.contract_fields import literal_secret, toml_type
+from jobwarden.models.contract_job import CreateTable, StatesTable, StatusTable
+from jobwarden.models.contract_result import ResultTable
 from jobwarden.models.contract_sections import (
     AuthTable,
     CancelTable,
     ContractTable,
-    CreateTable,
     LimitsTable,
     PollTable,
     ReconciliationTable,
-    ResultTable,
-    StatesTable,
-    StatusTable,
     TopLevel,
     WebhookTable,
     check_extra_headers,
