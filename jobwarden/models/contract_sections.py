@@ -3,8 +3,10 @@
 One model per TOML table (``[auth]``, ``[poll]``, ...) and one for the top-level keys;
 the job's own tables are in ``models.contract_job`` (``[create]``, ``[status]``,
 ``[states]``) and ``models.contract_result`` (``[result]``). This module holds what they
-share: ``ContractTable``, ``default`` and the validation context's readers. A model's fields are the TOML keys, spelt as the fields of the dataclass it
-builds (``spec()``), typed with the vocabulary of ``models.contract_fields``; unknown
+share: ``ContractTable``, ``default`` and the validation context's readers.
+
+A model's fields are the TOML keys, spelt as the fields of the dataclass it builds
+(``spec()``), typed with the vocabulary of ``models.contract_fields``; unknown
 keys are refused (a typo must never fall back to a default). Rules that span keys are
 the model's ``after`` validator; a rule that spans tables reads the neighbour already
 built from the validation context (absent when that table was missing or broken) and
