@@ -33,7 +33,8 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from jobwarden.sandbox.state import Reply, SandboxState, error_reply, json_reply
+from jobwarden.sandbox.replies import Reply, error_reply, json_reply
+from jobwarden.sandbox.state import SandboxState
 
 __all__ = ["SandboxServer", "serve"]
 

@@ -1,4 +1,7 @@
-"""Job table, request log and scripted job behaviour of the sandbox provider.
+"""Job table and request log of the sandbox provider, and its API methods.
+
+A job and its scripted behaviour are ``sandbox/jobs.py``; what an answer is,
+``sandbox/replies.py``.
 
 Everything here is transport-free: each API method takes what the HTTP layer
 parsed and returns a :class:`Reply` saying what to send (or to drop the
@@ -10,185 +13,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from email.utils import format_datetime, parsedate_to_datetime
+from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
 
 from jobwarden.sandbox import conventions, hostile
 from jobwarden.sandbox.behaviour import Behaviour, BehaviourError, parse_behaviour
+from jobwarden.sandbox.jobs import (
+    FINAL_STATUSES,
+    Job,
+    build_result,
+    repeatability_problem,
+)
+from jobwarden.sandbox.replies import (
+    Reply,
+    error_reply,
+    iso_utc,
+    json_reply,
+    retry_after_value,
+    transport_mode,
+)
 from jobwarden.sandbox.webhooks import WebhookSender
-
-FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
-_JSON = "application/json"
-
-
-def iso_utc(moment: datetime) -> str:
-    """RFC 3339 / ISO-8601 UTC with microseconds and a ``Z`` suffix."""
-    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def http_date_in(seconds: int) -> str:
-    """IMF-fixdate ``seconds`` from now, rounded UP to a whole second."""
-    moment = datetime.fromtimestamp(math.ceil(time.time() + seconds), UTC)
-    return format_datetime(moment, usegmt=True)
-
-
-def retry_after_value(seconds: int | None, date_seconds: int | None) -> str | None:
-    """The Retry-After header value: delay-seconds wins over the HTTP-date form."""
-    if seconds is not None:
-        return str(seconds)
-    if date_seconds is not None:
-        return http_date_in(date_seconds)
-    return None
-
-
-@dataclass
-class Reply:
-    """What the HTTP layer must do for one request."""
-
-    status: int = 200
-    body: bytes = b""
-    headers: dict[str, str] = field(default_factory=dict)
-    drop: bool = False  # close the socket without sending a byte
-    hold_seconds: float = 0.0  # sleep (lock released) before acting
-    reprocess_status: bool = False  # after the hold, ask status(..., after_hold=True)
-    stream: hostile.Generator | None = None  # a body generated while written (not held)
-    length: int = 0  # the Content-Length of a streamed body
-    drip_seconds: float = 0.0  # write one byte per interval
-    drip_headers: bool = False  # drip the status line and headers too, not just the body
-
-
-def _transport_mode(reply: Reply, mode: str, b: Behaviour, fields: dict[str, Any]) -> Reply:
-    """Apply a huge or dripping hostile mode to an answer; other modes leave it as is."""
-    if mode == "huge":
-        reply.stream, reply.length = hostile.generated_json(fields, b.huge_bytes)
-        reply.body = b""
-    elif mode in ("drip", "drip_headers"):
-        reply.body = hostile.padded(reply.body)
-        reply.drip_seconds = b.drip_interval_seconds
-        reply.drip_headers = mode == "drip_headers"
-    return reply
-
-
-def json_reply(status: int, payload: Any, headers: dict[str, str] | None = None) -> Reply:
-    merged = {"Content-Type": _JSON, **(headers or {})}
-    return Reply(status=status, body=json.dumps(payload).encode(), headers=merged)
-
-
-def error_reply(status: int, code: str, message: str, **headers: str) -> Reply:
-    return json_reply(status, {"error": code, "message": message}, headers)
-
-
-@dataclass
-class Job:
-    id: str
-    key: str
-    canonical: str
-    command: dict[str, Any]
-    behaviour: Behaviour
-    created_at: datetime
-    created_mono: float
-    create_body: bytes
-    result_bytes: bytes
-    result_sha256: str
-    result_stream: hostile.Generator | None = None  # a huge result, generated per download
-    result_length: int = 0
-    create_requests: int = 1
-    status_calls: int = 0  # normal status calls (scripted error calls excluded)
-    error_calls: int = 0  # status calls consumed by status_errors
-    cancel_requested: bool = False
-    final: str | None = None
-    last_status: str = "queued"
-    last_progress: int = 0
-    first_sent: str | None = None  # Repeatability-First-Sent of the first create
-    notified: str = "queued"  # the status the last webhook announced
-    late_event_sent: bool = False  # behaviour.webhook.out_of_order: sent once, after the result
-
-    @property
-    def expires_at(self) -> datetime | None:
-        seconds = self.behaviour.expires_in_seconds
-        return None if seconds is None else self.created_at + timedelta(seconds=seconds)
-
-    def create_headers(self) -> dict[str, str]:
-        # Quoted: a hostile id must reach the client in the body, not split this header.
-        headers = {"Content-Type": _JSON, "Location": f"/v1/jobs/{quote(self.id, safe='')}"}
-        b = self.behaviour
-        foreign = f"{b.foreign_origin}/v1/jobs/{self.id}"
-        if b.hostile_create == "foreign_location":
-            headers["Location"] = foreign
-        elif b.hostile_create == "foreign_operation_location":
-            headers["Operation-Location"] = foreign
-        if b.create_retry_after is not None:
-            headers["Retry-After"] = str(b.create_retry_after)
-        return headers
-
-    def create_fields(self) -> dict[str, Any]:
-        """The create answer's fields, for a hostile mode that rewrites its body."""
-        loaded = json.loads(self.create_body)
-        return loaded if isinstance(loaded, dict) else {}
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "idempotency_key": self.key,
-            "status": self.final or ("cancelling" if self.cancel_requested else self.last_status),
-            "created_at": iso_utc(self.created_at),
-            "command": self.command,
-            "create_requests": self.create_requests,
-            "status_calls": self.status_calls,
-            "error_calls": self.error_calls,
-            "cancel_requested": self.cancel_requested,
-        }
-
-
-def _repeatability_problem(behaviour: Behaviour, key: str, first_sent: str | None) -> Reply | None:
-    """OASIS Repeatable Requests 1.0 as Azure applies it: a GUID key, an IMF-fixdate."""
-    if not behaviour.require_repeatability:
-        return None
-    try:
-        uuid.UUID(key)
-    except ValueError:
-        return error_reply(400, "invalid_request_id", "Repeatability-Request-ID must be a GUID")
-    try:
-        parsed = parsedate_to_datetime(first_sent or "")
-    except (TypeError, ValueError):
-        parsed = None
-    if parsed is None or not (first_sent or "").endswith("GMT"):
-        return error_reply(
-            400, "invalid_first_sent", "Repeatability-First-Sent must be an IMF-fixdate"
-        )
-    return None
-
-
-def _result_document(job_id: str, behaviour: Behaviour) -> dict[str, Any]:
-    """`result_items` records in all, the last `result_failed_items` of them failed."""
-    total = behaviour.result_items
-    ok = max(0, total - behaviour.result_failed_items)
-    items = [{"ref": f"item-{i}", "value": f"{job_id}:{i}"} for i in range(1, ok + 1)]
-    failed = [
-        {"ref": f"item-{i}", "error": "item rejected by the sandbox"}
-        for i in range(ok + 1, total + 1)
-    ]
-    return {"record_count": total, "items": items, "failed_items": failed}
-
-
-def _build_result(job_id: str, behaviour: Behaviour) -> bytes:
-    b = behaviour
-    shaped = conventions.result_body(b.result_shape, job_id, b.result_items, b.result_failed_items)
-    if shaped is not None:
-        return shaped[0]
-    document = _result_document(job_id, behaviour)
-    if behaviour.hostile_result == "deep_json":
-        return hostile.dumps_with_deep(document, "nested", behaviour.deep_json_depth)
-    if behaviour.hostile_result == "drip":
-        return hostile.padded(json.dumps(document).encode())  # the checksum covers the padding
-    return json.dumps(document).encode()
 
 
 class SandboxState:
@@ -320,7 +167,7 @@ class SandboxState:
             behaviour = parse_behaviour(command.get("behaviour"))
         except BehaviourError as exc:
             return error_reply(400, "invalid_behaviour", str(exc))
-        refused = _repeatability_problem(behaviour, key, first_sent)
+        refused = repeatability_problem(behaviour, key, first_sent)
         if refused is not None:
             return refused
         canonical = json.dumps(command, sort_keys=True)
@@ -354,7 +201,7 @@ class SandboxState:
                 self._note(seq, job_id=existing.id, replayed=True)
                 headers = {**existing.create_headers(), "Idempotent-Replayed": "true"}
                 replay = Reply(status=202, body=existing.create_body, headers=headers)
-                return _transport_mode(
+                return transport_mode(
                     replay, behaviour.hostile_create, behaviour, existing.create_fields()
                 )
             job = self._new_job(key, canonical, command, behaviour, huge)
@@ -370,7 +217,7 @@ class SandboxState:
             timer.daemon = True
             timer.start()
         reply = Reply(status=202, body=job.create_body, headers=job.create_headers())
-        _transport_mode(reply, behaviour.hostile_create, behaviour, job.create_fields())
+        transport_mode(reply, behaviour.hostile_create, behaviour, job.create_fields())
         if behaviour.create_response == "drop":
             reply.drop = True
         elif behaviour.create_response == "hold":
@@ -392,7 +239,7 @@ class SandboxState:
         body: dict[str, Any] = {"id": job_id, "status": "queued", "created_at": iso_utc(created)}
         if behaviour.hostile_create == "big_numbers":
             body.update(hostile.BIG_NUMBERS)
-        result = _build_result(job_id, behaviour)
+        result = build_result(job_id, behaviour)
         stream, length, digest = huge or (None, 0, hashlib.sha256(result).hexdigest())
         job = Job(
             id=job_id,
@@ -550,7 +397,7 @@ class SandboxState:
         reply = json_reply(200, body, headers)
         if mode == "deep_json":
             reply.body = hostile.dumps_with_deep(body, "detail", b.deep_json_depth)
-        return _transport_mode(reply, mode, b, body)
+        return transport_mode(reply, mode, b, body)
 
     def cancel(self, seq: int, job_id: str) -> Reply:
         with self._lock:

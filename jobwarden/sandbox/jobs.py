@@ -1,0 +1,126 @@
+"""A sandbox job: its scripted behaviour, what its create answer carries, its public
+status body, and the result document it serves."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import quote
+
+from jobwarden.sandbox import conventions, hostile
+from jobwarden.sandbox.behaviour import Behaviour
+from jobwarden.sandbox.replies import JSON_TYPE, Reply, error_reply, iso_utc
+
+__all__ = ["FINAL_STATUSES", "Job", "build_result", "repeatability_problem", "result_document"]
+
+FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
+
+
+@dataclass
+class Job:
+    id: str
+    key: str
+    canonical: str
+    command: dict[str, Any]
+    behaviour: Behaviour
+    created_at: datetime
+    created_mono: float
+    create_body: bytes
+    result_bytes: bytes
+    result_sha256: str
+    result_stream: hostile.Generator | None = None  # a huge result, generated per download
+    result_length: int = 0
+    create_requests: int = 1
+    status_calls: int = 0  # normal status calls (scripted error calls excluded)
+    error_calls: int = 0  # status calls consumed by status_errors
+    cancel_requested: bool = False
+    final: str | None = None
+    last_status: str = "queued"
+    last_progress: int = 0
+    first_sent: str | None = None  # Repeatability-First-Sent of the first create
+    notified: str = "queued"  # the status the last webhook announced
+    late_event_sent: bool = False  # behaviour.webhook.out_of_order: sent once, after the result
+
+    @property
+    def expires_at(self) -> datetime | None:
+        seconds = self.behaviour.expires_in_seconds
+        return None if seconds is None else self.created_at + timedelta(seconds=seconds)
+
+    def create_headers(self) -> dict[str, str]:
+        # Quoted: a hostile id must reach the client in the body, not split this header.
+        headers = {"Content-Type": JSON_TYPE, "Location": f"/v1/jobs/{quote(self.id, safe='')}"}
+        b = self.behaviour
+        foreign = f"{b.foreign_origin}/v1/jobs/{self.id}"
+        if b.hostile_create == "foreign_location":
+            headers["Location"] = foreign
+        elif b.hostile_create == "foreign_operation_location":
+            headers["Operation-Location"] = foreign
+        if b.create_retry_after is not None:
+            headers["Retry-After"] = str(b.create_retry_after)
+        return headers
+
+    def create_fields(self) -> dict[str, Any]:
+        """The create answer's fields, for a hostile mode that rewrites its body."""
+        loaded = json.loads(self.create_body)
+        return loaded if isinstance(loaded, dict) else {}
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "idempotency_key": self.key,
+            "status": self.final or ("cancelling" if self.cancel_requested else self.last_status),
+            "created_at": iso_utc(self.created_at),
+            "command": self.command,
+            "create_requests": self.create_requests,
+            "status_calls": self.status_calls,
+            "error_calls": self.error_calls,
+            "cancel_requested": self.cancel_requested,
+        }
+
+
+def repeatability_problem(behaviour: Behaviour, key: str, first_sent: str | None) -> Reply | None:
+    """OASIS Repeatable Requests 1.0 as Azure applies it: a GUID key, an IMF-fixdate."""
+    if not behaviour.require_repeatability:
+        return None
+    try:
+        uuid.UUID(key)
+    except ValueError:
+        return error_reply(400, "invalid_request_id", "Repeatability-Request-ID must be a GUID")
+    try:
+        parsed = parsedate_to_datetime(first_sent or "")
+    except (TypeError, ValueError):
+        parsed = None
+    if parsed is None or not (first_sent or "").endswith("GMT"):
+        return error_reply(
+            400, "invalid_first_sent", "Repeatability-First-Sent must be an IMF-fixdate"
+        )
+    return None
+
+
+def result_document(job_id: str, behaviour: Behaviour) -> dict[str, Any]:
+    """`result_items` records in all, the last `result_failed_items` of them failed."""
+    total = behaviour.result_items
+    ok = max(0, total - behaviour.result_failed_items)
+    items = [{"ref": f"item-{i}", "value": f"{job_id}:{i}"} for i in range(1, ok + 1)]
+    failed = [
+        {"ref": f"item-{i}", "error": "item rejected by the sandbox"}
+        for i in range(ok + 1, total + 1)
+    ]
+    return {"record_count": total, "items": items, "failed_items": failed}
+
+
+def build_result(job_id: str, behaviour: Behaviour) -> bytes:
+    b = behaviour
+    shaped = conventions.result_body(b.result_shape, job_id, b.result_items, b.result_failed_items)
+    if shaped is not None:
+        return shaped[0]
+    document = result_document(job_id, behaviour)
+    if behaviour.hostile_result == "deep_json":
+        return hostile.dumps_with_deep(document, "nested", behaviour.deep_json_depth)
+    if behaviour.hostile_result == "drip":
+        return hostile.padded(json.dumps(document).encode())  # the checksum covers the padding
+    return json.dumps(document).encode()
