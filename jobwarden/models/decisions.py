@@ -1,6 +1,8 @@
-"""The decision core: what to do after each status answer, and before each request.
+"""The poll's decision tables: what a status answer means, and the wait before a request.
 
-Pure functions of a ``PollView`` (the row's bounds and counters), the
+Part of the decision core, whose every step's decisions are in ``models/steps.py``
+(which calls these for the poll), ``create_decisions`` and ``result_decisions``. Pure
+functions of a ``PollView`` (the row's bounds and counters), the
 contract's ``PollPolicy``, a classified ``HttpSignal`` / ``StatusReading``,
 the time ``now`` and a random draw ``u`` in [0, 1]. The Celery shell persists
 the returned counters and action; it never second-guesses them. All datetimes
