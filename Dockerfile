@@ -3,10 +3,7 @@
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY models ./models
-COPY tasks ./tasks
-COPY config ./config
-COPY migrations ./migrations
+# All the code is under jobwarden/ (the top-level models/, tasks/ ... are links into it).
 COPY jobwarden ./jobwarden
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
