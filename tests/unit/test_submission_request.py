@@ -11,25 +11,10 @@ from typing import Any
 import pytest
 
 from jobwarden.models.errors import InvalidSubmissionError
-from jobwarden.models.submission import FieldLimits, SubmissionRequest, check_submission
+from jobwarden.models.submission import SubmissionRequest, check_submission
 from jobwarden.tasks.intake import MESSAGE_FIELDS, REQUIRED_FIELDS
+from tests.unit.test_submission_rules import LIMITS, VALID
 
-LIMITS = FieldLimits(
-    tenant=200,
-    provider=200,
-    idempotency_key=255,
-    source_event_id=255,
-    requested_by=190,
-    method=10,
-    route=500,
-)
-VALID: dict[str, Any] = {
-    "tenant": "acme",
-    "requested_by": "svc",
-    "provider": "sandbox",
-    "command": {"kind": "export"},
-    "idempotency_key": "k-1",
-}
 PACKAGE = Path(__file__).resolve().parents[2] / "jobwarden"
 # Where a submission comes in: each builds one SubmissionRequest and calls submit_request.
 DOORS = {
