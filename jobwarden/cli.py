@@ -350,7 +350,8 @@ def submit(
     ] = None,
 ) -> None:
     """Submit an operation; prints created / replayed / in_progress / conflict / duplicate_event."""
-    from jobwarden.tasks.intake import submit_operation
+    from jobwarden.models.submission import SubmissionRequest
+    from jobwarden.tasks.intake import submit_request
 
     try:
         parsed = json.loads(command)
@@ -359,12 +360,12 @@ def submit(
         problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         err.print(f"error: command is not usable JSON: {problem}", highlight=False)
         raise typer.Exit(2) from None
-    result = submit_operation(
+    wanted = SubmissionRequest(
         tenant=tenant,
-        provider=provider,
-        idempotency_key=key,
-        command=parsed,
         requested_by=requested_by,
+        provider=provider,
+        command=parsed,
+        idempotency_key=key,
         source_event_id=source_event_id,
         max_status_requests=max_status_requests,
         max_transport_failures=max_transport_failures,
@@ -373,6 +374,8 @@ def submit(
         concurrency_key=concurrency_key,
         business_deadline=_seconds_or_time(business_deadline),
     )
+    # The CLI has always logged as the Python door (it is the Python call from a shell).
+    result = submit_request(wanted, door="python")
     console.print_json(json.dumps(result.as_dict()))
     # Exit codes a script can branch on: 0 recorded (created, replayed, duplicate_event),
     # 3 conflict (same key, different request: nothing was touched), 4 in progress.

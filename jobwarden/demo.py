@@ -121,8 +121,9 @@ def _run(console: Console, sandbox: Any, token: str) -> int:
     from jobwarden.models.persistence.db import transaction
     from jobwarden.models.persistence.migrate import ensure_database, upgrade
     from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
+    from jobwarden.models.submission import SubmissionRequest
     from jobwarden.tasks import runtime
-    from jobwarden.tasks.intake import submit_operation
+    from jobwarden.tasks.intake import submit_request
     from jobwarden.tasks.interventions import request_cancel
 
     get_settings.cache_clear()
@@ -145,13 +146,14 @@ def _run(console: Console, sandbox: Any, token: str) -> int:
         stack.wait_ready("demo-worker")
         ops: list[tuple[str, str, str]] = []
         for title, behaviour, expected in SCENARIOS:
-            answer = submit_operation(
+            wanted = SubmissionRequest(
                 tenant="demo",
-                provider="sandbox",
-                idempotency_key=f"demo-{run}-{len(ops)}",
-                command={"kind": "report_export", "behaviour": behaviour},
                 requested_by="demo",
+                provider="sandbox",
+                command={"kind": "report_export", "behaviour": behaviour},
+                idempotency_key=f"demo-{run}-{len(ops)}",
             )
+            answer = submit_request(wanted, door="python")
             assert answer.operation_id is not None
             ops.append((title, answer.operation_id, expected))
             console.print(f"submitted {title}: {answer.outcome.value} {answer.operation_id}")

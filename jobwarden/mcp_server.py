@@ -1,10 +1,11 @@
 """The MCP door for agents (issue 13): ``jobwarden mcp`` over stdio or streamable HTTP.
 
 Built on the official SDK (``mcp.server.mcpserver.MCPServer``). Four tools call the
-functions every other door calls: ``start_operation`` is tasks/intake.py
-``submit_operation`` with ``door="mcp"``, so it fingerprints, claims the key and
-writes the intake log exactly as the Python call, the Celery task and the HTTP API
-do; reads and the cancel go through the same store queries and intervention.
+functions every other door calls: ``start_operation`` builds the HTTP door's
+``SubmissionRequest`` and calls tasks/intake.py ``submit_request`` with ``door="mcp"``,
+so it fingerprints, claims the key and writes the intake log exactly as the Python
+call, the Celery task and the HTTP API do; reads and the cancel go through the same
+store queries and intervention.
 
 The tenant comes from an API token (jobwarden/api/auth.py ``principal_of``), never
 from a tool argument. Over stdio the token is read once from an environment
@@ -38,7 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from jobwarden.api.actions import Text
 from jobwarden.api.auth import TOKEN_PREFIX, Principal, principal_of
 from jobwarden.api.auth import Scope as TokenScope
-from jobwarden.api.intake import Bounds
+from jobwarden.api.intake import Bounds, SubmissionBody, caller_of, submission_request
 from jobwarden.api.problems import ProblemError, problem_response
 from jobwarden.api.queries import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor
 from jobwarden.api.queries import operation_view as http_operation_view
@@ -51,7 +52,7 @@ from jobwarden.models.persistence import query_store
 from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.states import TERMINAL
 from jobwarden.tasks import interventions
-from jobwarden.tasks.intake import Caller, SubmitOutcome, submit_operation
+from jobwarden.tasks.intake import SubmitOutcome, submit_request
 from jobwarden.tasks.runtime import Runtime, build_runtime
 
 RETRY_RULE = (
@@ -192,29 +193,24 @@ def _start(
     business_deadline: str | float | None,
 ) -> StartAnswer:
     principal = _principal(backend, ctx, TokenScope.submit)
-    limits = bounds or Bounds()
+    # The tool's own schema validated these; SubmissionBody's stricter HTTP rules do not apply.
+    body = SubmissionBody.model_construct(
+        provider=provider,
+        command=command,
+        source_event_id=source_event_id,
+        bounds=bounds,
+        concurrency_key=concurrency_key,
+        business_deadline=business_deadline,
+    )
     # SEP-414: W3C trace context travels in the request's _meta (not a tool argument); a
     # valid traceparent gives the operation its trace id, as the header does over HTTP.
-    meta = ctx.request_context.meta or {}
-    trace_parent = meta.get("traceparent")
+    trace_parent = (ctx.request_context.meta or {}).get("traceparent")
+    wanted = submission_request(
+        principal, operation_key, body, trace_parent if isinstance(trace_parent, str) else None
+    )
     try:
-        result = submit_operation(
-            tenant=principal.tenant,
-            provider=provider,
-            idempotency_key=operation_key,
-            command=command,
-            requested_by=principal.name,
-            source_event_id=source_event_id,
-            max_status_requests=limits.max_status_requests,
-            result_deadline_seconds=limits.result_deadline_seconds,
-            max_transport_failures=limits.max_transport_failures,
-            cancel_deadline_seconds=limits.cancel_deadline_seconds,
-            concurrency_key=concurrency_key,
-            business_deadline=business_deadline,
-            trace_parent=trace_parent if isinstance(trace_parent, str) else None,
-            door="mcp",
-            caller=Caller(actor=principal.actor, token_id=principal.token_id),
-            runtime=backend.runtime(),
+        result = submit_request(
+            wanted, door="mcp", caller=caller_of(principal), runtime=backend.runtime()
         )
     except RefusedInputError as exc:
         raise _refusal(exc) from None

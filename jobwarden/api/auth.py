@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from jobwarden.api.context import settings_of
 from jobwarden.api.problems import ProblemError
 from jobwarden.models.persistence import api_store
+from jobwarden.models.persistence.api_store import TokenRecord
 from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.tasks.runtime import utcnow
 
@@ -54,6 +55,20 @@ class Principal:
     def actor(self) -> str:
         """The actor in events and the intake log."""
         return f"token:{self.name}"
+
+
+def principal_from(record: TokenRecord) -> Principal:
+    """The principal a live token record names (scopes this version does not know are dropped).
+
+    The caller has checked that the token exists and is not revoked.
+    """
+    return Principal(
+        tenant=record.tenant,
+        token_id=record.token_id,
+        name=record.name,
+        scopes=frozenset(Scope(s) for s in record.scopes if s in Scope.__members__),
+        allows_self_approval=record.allows_self_approval,
+    )
 
 
 def new_token() -> str:
@@ -154,13 +169,7 @@ def principal_of(url: str, token: str) -> Principal | None:
     if record.last_used_at is None or record.last_used_at <= cutoff:
         with transaction(url) as session:
             api_store.touch_token(session, record.token_id, now=now, unless_after=cutoff)
-    return Principal(
-        tenant=record.tenant,
-        token_id=record.token_id,
-        name=record.name,
-        scopes=frozenset(Scope(s) for s in record.scopes if s in Scope.__members__),
-        allows_self_approval=record.allows_self_approval,
-    )
+    return principal_from(record)
 
 
 def _cached(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal | None:

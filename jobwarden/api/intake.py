@@ -1,7 +1,7 @@
 """POST /v1/operations: the HTTP door of intake (issue 10, items 3, 7, 8, 9).
 
-The route calls tasks/intake.py ``submit_operation``, the same function behind the
-Python call and the Celery task, so all three doors fingerprint, claim and log alike.
+The route builds one ``SubmissionRequest`` and calls tasks/intake.py ``submit_request``,
+the same function behind every door, so they all fingerprint, claim and log alike.
 
 Idempotency follows draft-ietf-httpapi-idempotency-key-header (section 2.7, error
 scenarios): a missing key is 400, a key reused with another fingerprint is 422
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -28,11 +29,10 @@ from jobwarden.models.errors import InvalidCommandError, RefusedInputError
 from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.db import snapshot
-from jobwarden.models.states import OperationState
+from jobwarden.models.submission import SubmissionRequest
 from jobwarden.models.trace_context import traceparent
-from jobwarden.tasks.intake import Caller, SubmitOutcome, SubmitResult, submit_operation
+from jobwarden.tasks.intake import Caller, SubmitOutcome, SubmitResult, submit_request
 from jobwarden.tasks.provider_edge import json_depth, parse_json
-from jobwarden.tasks.runtime import Runtime
 
 router = APIRouter(tags=["operations"])
 
@@ -209,6 +209,33 @@ def _submission(parsed: object) -> SubmissionBody:
         ) from None
 
 
+def submission_request(
+    principal: Principal, key: str, body: SubmissionBody, trace_parent: str | None
+) -> SubmissionRequest:
+    """What a token's caller asked for, as the HTTP and MCP doors both say it."""
+    bounds = body.bounds or Bounds()
+    return SubmissionRequest(
+        tenant=principal.tenant,
+        requested_by=principal.name,
+        provider=body.provider,
+        command=body.command,
+        idempotency_key=key,
+        source_event_id=body.source_event_id,
+        max_status_requests=bounds.max_status_requests,
+        result_deadline_seconds=bounds.result_deadline_seconds,
+        max_transport_failures=bounds.max_transport_failures,
+        cancel_deadline_seconds=bounds.cancel_deadline_seconds,
+        concurrency_key=body.concurrency_key,
+        business_deadline=body.business_deadline,
+        trace_parent=trace_parent,
+    )
+
+
+def caller_of(principal: Principal, http_statuses: Mapping[str, int] | None = None) -> Caller:
+    """The intake log's who for a token's caller (the HTTP door adds its status codes)."""
+    return Caller(actor=principal.actor, token_id=principal.token_id, http_statuses=http_statuses)
+
+
 def links(operation_id: str) -> dict[str, str]:
     return {
         "self": f"/v1/operations/{operation_id}",
@@ -228,27 +255,14 @@ def _answer(result: SubmitResult, *, outcome: str, state: str) -> dict[str, Any]
     }
 
 
-def _created_state(rt: Runtime, result: SubmitResult, provider: str) -> str:
-    """The state the creating answer named, so a replay repeats that answer exactly."""
-    assert result.operation_id is not None
-    with snapshot(rt.settings.database_url) as session:
-        state = api_store.created_state(session, uuid.UUID(result.operation_id))
-    if state is not None:
-        return state
-    # Created before the intake log existed: the initial state its contract implies.
-    contract = rt.contracts.get(provider)
-    approval = contract is not None and contract.requires_approval
-    return (OperationState.awaiting_approval if approval else OperationState.create_pending).value
-
-
 def _trace_headers(trace_id: str | None) -> dict[str, str]:
     if trace_id is None:
         return {}
     return {"traceparent": traceparent(trace_id, secrets.token_hex(8))}
 
 
-def _respond(result: SubmitResult, created_state: str | None) -> JSONResponse:
-    """The answer for ``result``; a replay names ``created_state``, its original state."""
+def _respond(result: SubmitResult) -> JSONResponse:
+    """The answer for ``result``; a replay names its creating answer's state again."""
     outcome = result.outcome
     if outcome is SubmitOutcome.conflict:
         raise ProblemError(
@@ -275,7 +289,7 @@ def _respond(result: SubmitResult, created_state: str | None) -> JSONResponse:
         body = _answer(result, outcome=outcome.value, state=str(result.state))
     elif outcome is SubmitOutcome.replayed:
         created = SubmitOutcome.created.value
-        body = _answer(result, outcome=created, state=str(created_state))
+        body = _answer(result, outcome=created, state=str(result.created_state))
         headers[REPLAY_HEADER] = "true"
     else:  # duplicate_event: another key already holds this source event's operation
         body = _answer(result, outcome=outcome.value, state=str(result.state))
@@ -342,45 +356,19 @@ async def submit(
     # BodyLimit stops the read at api_max_body_bytes, before any parsing.
     raw = await request.body()
     body = _submission(_read_json(raw, settings.api_max_json_depth))
-    rt = runtime_of(request)
-    bounds = body.bounds or Bounds()
-
-    def submitted() -> tuple[SubmitResult, str | None]:
-        result = submit_operation(
-            tenant=principal.tenant,
-            provider=body.provider,
-            idempotency_key=key,
-            command=body.command,
-            requested_by=principal.name,
-            source_event_id=body.source_event_id,
-            max_status_requests=bounds.max_status_requests,
-            result_deadline_seconds=bounds.result_deadline_seconds,
-            max_transport_failures=bounds.max_transport_failures,
-            cancel_deadline_seconds=bounds.cancel_deadline_seconds,
-            concurrency_key=body.concurrency_key,
-            business_deadline=body.business_deadline,
-            trace_parent=request.headers.get("traceparent"),
-            door="http",
-            caller=Caller(
-                actor=principal.actor,
-                token_id=principal.token_id,
-                http_statuses=HTTP_STATUSES,
-            ),
-            runtime=rt,
-        )
-        # A replay repeats its original answer's state: read it on the same worker thread.
-        replayed = result.outcome is SubmitOutcome.replayed
-        return result, _created_state(rt, result, body.provider) if replayed else None
-
+    caller = caller_of(principal, http_statuses=HTTP_STATUSES)
+    wanted = submission_request(principal, key, body, request.headers.get("traceparent"))
     try:
-        result, created_state = await run_in_threadpool(submitted)
+        result = await run_in_threadpool(
+            submit_request, wanted, door="http", caller=caller, runtime=runtime_of(request)
+        )
     except RefusedInputError as exc:
         extensions: dict[str, Any] = {}
         if isinstance(exc, InvalidCommandError):
             # RFC 6901: a key holding "/" or "~" is escaped, so the pointer resolves.
             extensions["errors"] = [{"path": exc.pointer, "message": str(exc)}]
         raise ProblemError(422, "invalid_submission", str(exc), **extensions) from None
-    return _respond(result, created_state)
+    return _respond(result)
 
 
 def entry_json(entry: IntakeEntry) -> dict[str, Any]:

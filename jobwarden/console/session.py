@@ -24,7 +24,7 @@ from typing import Any
 from fastapi import Request, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-from jobwarden.api.auth import Principal, Scope
+from jobwarden.api.auth import Principal, principal_from
 from jobwarden.api.context import settings_of
 from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence.db import snapshot
@@ -78,13 +78,7 @@ def principal_for_hash(request: Request, digest: str) -> Principal | None:
         record = api_store.token_by_hash(session, digest)
     if record is None or record.revoked_at is not None:
         return None
-    return Principal(
-        tenant=record.tenant,
-        token_id=record.token_id,
-        name=record.name,
-        scopes=frozenset(Scope(s) for s in record.scopes if s in Scope.__members__),
-        allows_self_approval=record.allows_self_approval,
-    )
+    return principal_from(record)
 
 
 def start(request: Request, response: Response, digest: str) -> None:

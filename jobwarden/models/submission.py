@@ -202,61 +202,90 @@ def check_provider_command(value: object, contract: ProviderContract | None) -> 
     return command
 
 
-# Keyword-only, one parameter per submission field, as submit_operation's own signature.
-def check_submission(  # noqa: PLR0913
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubmissionRequest:
+    """What a door was asked to submit, before any rule: the one value every door builds.
+
+    Unchecked on purpose: a door passes what its caller sent (a Celery message may hold
+    any value), and ``check`` applies every rule, so a refusal can still be logged.
+    The field names are the Python call's keywords and the Celery task's arguments.
+    """
+
+    tenant: str
+    requested_by: str
+    provider: str
+    command: dict[str, Any]
+    idempotency_key: str
+    source_event_id: str | None = None
+    max_status_requests: int | None = None
+    result_deadline_seconds: float | None = None
+    max_transport_failures: int | None = None
+    cancel_deadline_seconds: float | None = None
+    concurrency_key: str | None = None
+    # An absolute time, seconds from now, or either as text (models/business_deadline.py).
+    business_deadline: datetime | float | str | None = None
+    method: str = "POST"
+    route: str | None = None  # None: /providers/<provider>/operations
+    # W3C Trace Context: a valid one gives the operation its trace id, an invalid one is ignored.
+    trace_parent: str | None = None
+
+    def check(
+        self, *, limits: FieldLimits, providers: Mapping[str, ProviderContract] | Collection[str]
+    ) -> Submission:
+        """Every intake rule, in the order a caller would fix them; the first failure raises.
+
+        ``providers`` are the contracts by name (the command is then checked against its
+        provider's command schema, see check_provider_command), or only the known names.
+        """
+        tenant = check_text("tenant", self.tenant, max_length=limits.tenant)
+        provider = check_text("provider", self.provider, max_length=limits.provider)
+        if provider not in providers:
+            known = ", ".join(sorted(providers))
+            raise InvalidSubmissionError(f"unknown provider {provider!r}; known: {known}")
+        key = check_text("idempotency_key", self.idempotency_key, max_length=limits.idempotency_key)
+        by = check_text("requested_by", self.requested_by, max_length=limits.requested_by)
+        event = check_optional_text(
+            "source_event_id", self.source_event_id, max_length=limits.source_event_id
+        )
+        method = check_method(self.method, max_length=limits.method)
+        route = check_route(
+            f"/providers/{provider}/operations" if self.route is None else self.route,
+            max_length=limits.route,
+        )
+        return Submission(
+            tenant=tenant,
+            provider=provider,
+            idempotency_key=key,
+            requested_by=by,
+            source_event_id=event,
+            method=method,
+            route=route,
+            max_status_requests=check_count("max_status_requests", self.max_status_requests),
+            max_transport_failures=check_count(
+                "max_transport_failures", self.max_transport_failures
+            ),
+            result_deadline_seconds=check_seconds(
+                "result_deadline_seconds", self.result_deadline_seconds
+            ),
+            cancel_deadline_seconds=check_seconds(
+                "cancel_deadline_seconds", self.cancel_deadline_seconds
+            ),
+            concurrency_key=check_concurrency_key(
+                self.concurrency_key, max_length=limits.concurrency_key
+            ),
+            business_deadline=check_business_deadline(self.business_deadline),
+            command=check_provider_command(
+                self.command, providers[provider] if isinstance(providers, Mapping) else None
+            ),
+        )
+
+
+def check_submission(
     *,
     limits: FieldLimits,
     providers: Mapping[str, ProviderContract] | Collection[str],
-    tenant: object,
-    provider: object,
-    idempotency_key: object,
-    command: object,
-    requested_by: object,
-    source_event_id: object = None,
-    method: object = "POST",
-    route: object = None,
-    max_status_requests: object = None,
-    result_deadline_seconds: object = None,
-    max_transport_failures: object = None,
-    cancel_deadline_seconds: object = None,
-    concurrency_key: object = None,
-    business_deadline: object = None,
+    **fields: Any,
 ) -> Submission:
-    """Every intake rule, in the order a caller would fix them; the first failure raises.
-
-    ``providers`` are the contracts by name (the command is then checked against its
-    provider's command schema, see check_provider_command), or only the known names.
-    """
-    checked_tenant = check_text("tenant", tenant, max_length=limits.tenant)
-    checked_provider = check_text("provider", provider, max_length=limits.provider)
-    if checked_provider not in providers:
-        known = ", ".join(sorted(providers))
-        raise InvalidSubmissionError(f"unknown provider {checked_provider!r}; known: {known}")
-    key = check_text("idempotency_key", idempotency_key, max_length=limits.idempotency_key)
-    by = check_text("requested_by", requested_by, max_length=limits.requested_by)
-    event = check_optional_text(
-        "source_event_id", source_event_id, max_length=limits.source_event_id
-    )
-    checked_method = check_method(method, max_length=limits.method)
-    checked_route = check_route(
-        f"/providers/{checked_provider}/operations" if route is None else route,
-        max_length=limits.route,
-    )
-    return Submission(
-        tenant=checked_tenant,
-        provider=checked_provider,
-        idempotency_key=key,
-        requested_by=by,
-        source_event_id=event,
-        method=checked_method,
-        route=checked_route,
-        max_status_requests=check_count("max_status_requests", max_status_requests),
-        max_transport_failures=check_count("max_transport_failures", max_transport_failures),
-        result_deadline_seconds=check_seconds("result_deadline_seconds", result_deadline_seconds),
-        cancel_deadline_seconds=check_seconds("cancel_deadline_seconds", cancel_deadline_seconds),
-        concurrency_key=check_concurrency_key(concurrency_key, max_length=limits.concurrency_key),
-        business_deadline=check_business_deadline(business_deadline),
-        command=check_provider_command(
-            command, providers[checked_provider] if isinstance(providers, Mapping) else None
-        ),
-    )
+    """``SubmissionRequest(**fields).check(...)``, spelt with keywords; TypeError for a
+    keyword that is no field or a missing required one."""
+    return SubmissionRequest(**fields).check(limits=limits, providers=providers)

@@ -6,11 +6,11 @@ happens; the intent row is committed before any message is published.
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import secrets
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -31,7 +31,7 @@ from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import Base, EventRow, OperationRow
 from jobwarden.models.requests import provider_token
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.submission import ACTOR_PREFIX, FieldLimits, Submission, check_submission
+from jobwarden.models.submission import ACTOR_PREFIX, FieldLimits, Submission, SubmissionRequest
 from jobwarden.models.trace_context import trace_id_from
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.runtime import Runtime, current, utcnow
@@ -78,6 +78,8 @@ class SubmitResult:
     fingerprint: str
     # The operation's trace id (a caller's traceparent, else ours); None when in progress.
     trace_id: str | None = None
+    # A replay's: the state the creating answer named (the HTTP door repeats that answer).
+    created_state: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -101,26 +103,27 @@ class Caller:
 
 def submit_operation(
     *,
-    tenant: str,
-    provider: str,
-    idempotency_key: str,
-    command: dict[str, Any],
-    requested_by: str,
-    source_event_id: str | None = None,
-    method: str = "POST",
-    route: str | None = None,
-    max_status_requests: int | None = None,
-    result_deadline_seconds: float | None = None,
-    max_transport_failures: int | None = None,
-    cancel_deadline_seconds: float | None = None,
-    concurrency_key: str | None = None,
-    business_deadline: datetime | float | str | None = None,
-    trace_parent: str | None = None,
     door: str = "python",
     caller: Caller | None = None,
     runtime: Runtime | None = None,
+    **fields: Any,
 ) -> SubmitResult:
-    """Record an operation's intent and hand it to the workers.
+    """The Python door (``jobwarden.submit``): its keywords are SubmissionRequest's fields.
+
+    TypeError for a keyword that is no field or a missing required one; otherwise
+    exactly submit_request.
+    """
+    return submit_request(SubmissionRequest(**fields), door=door, caller=caller, runtime=runtime)
+
+
+def submit_request(
+    request: SubmissionRequest,
+    *,
+    door: str,
+    caller: Caller | None = None,
+    runtime: Runtime | None = None,
+) -> SubmitResult:
+    """Record an operation's intent and hand it to the workers: every door's one call.
 
     Raises InvalidSubmissionError naming the field and the rule for any input the
     rules in models/submission.py refuse; nothing but an intake-log entry is recorded
@@ -131,28 +134,13 @@ def submit_operation(
     rt = runtime or current()
     who = caller or Caller()
     try:
-        sub = check_submission(
-            limits=LIMITS,
-            providers=rt.contracts,
-            tenant=tenant,
-            provider=provider,
-            idempotency_key=idempotency_key,
-            command=command,
-            requested_by=requested_by,
-            source_event_id=source_event_id,
-            method=method,
-            route=route,
-            max_status_requests=max_status_requests,
-            result_deadline_seconds=result_deadline_seconds,
-            max_transport_failures=max_transport_failures,
-            cancel_deadline_seconds=cancel_deadline_seconds,
-            concurrency_key=concurrency_key,
-            business_deadline=business_deadline,
-        )
+        sub = request.check(limits=LIMITS, providers=rt.contracts)
     except RefusedInputError as exc:
-        _log_invalid(rt, door, who, tenant, idempotency_key, requested_by, str(exc))
+        _log_invalid(
+            rt, door, who, request.tenant, request.idempotency_key, request.requested_by, str(exc)
+        )
         raise
-    return _submit(rt, sub, door, who, trace_id_from(trace_parent))
+    return _submit(rt, sub, door, who, trace_id_from(request.trace_parent))
 
 
 def _log_invalid(
@@ -243,7 +231,7 @@ def _submit(
             if intake_store.claim(session, values, first, entry, lock_timeout="5s"):
                 result = created
             else:
-                result = _existing(session, sub, fingerprint)
+                result = _existing(session, sub, fingerprint, contract)
                 api_store.append_intake(session, _logged(door, who, actor, sub, result))
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
@@ -360,21 +348,20 @@ def _logged(door: str, who: Caller, actor: str, sub: Submission, r: SubmitResult
     )
 
 
-def _existing(session: Session, sub: Submission, fingerprint: str) -> SubmitResult:
+def _existing(
+    session: Session, sub: Submission, fingerprint: str, contract: ProviderContract
+) -> SubmitResult:
     row = store.find_by_key(session, sub.tenant, sub.idempotency_key)
     if row is not None:
         # Conflict is checked before anything else, and the stored operation is not touched.
-        outcome = (
-            SubmitOutcome.replayed
-            if row.request_fingerprint == fingerprint
-            else SubmitOutcome.conflict
-        )
+        replayed = row.request_fingerprint == fingerprint
         return SubmitResult(
-            outcome=outcome,
+            outcome=SubmitOutcome.replayed if replayed else SubmitOutcome.conflict,
             operation_id=str(row.operation_id),
             state=row.state,
             fingerprint=fingerprint,
             trace_id=row.trace_id,
+            created_state=_created_state(session, row.operation_id, contract) if replayed else None,
         )
     if sub.source_event_id is not None:
         row = store.find_by_source_event(session, sub.tenant, sub.provider, sub.source_event_id)
@@ -391,11 +378,23 @@ def _existing(session: Session, sub: Submission, fingerprint: str) -> SubmitResu
     )
 
 
-_PARAMETERS = inspect.signature(submit_operation).parameters
+def _created_state(session: Session, operation_id: uuid.UUID, contract: ProviderContract) -> str:
+    """The state the answer that created the operation named, so a replay can repeat it."""
+    state = api_store.created_state(session, operation_id)
+    if state is not None:
+        return state
+    # Created before the intake log existed: the initial state its contract implies.
+    return (S.awaiting_approval if contract.requires_approval else S.create_pending).value
+
+
 # The caller's fields; runtime is the process's own and never comes from a message.
 # door and caller are the door's to say: a Celery message is the celery door.
-MESSAGE_FIELDS = frozenset(_PARAMETERS) - {"runtime", "door", "caller"}
-REQUIRED_FIELDS = frozenset(n for n, p in _PARAMETERS.items() if p.default is p.empty)
+MESSAGE_FIELDS = frozenset(f.name for f in dataclasses.fields(SubmissionRequest))
+REQUIRED_FIELDS = frozenset(
+    f.name
+    for f in dataclasses.fields(SubmissionRequest)
+    if f.default is MISSING and f.default_factory is MISSING
+)
 
 
 def _name(key: object) -> str:
@@ -436,6 +435,6 @@ def submit_from_message(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     if problem is not None:
         return {"outcome": "invalid", "error": problem}
     try:
-        return submit_operation(**kwargs, door="celery").as_dict()
+        return submit_request(SubmissionRequest(**kwargs), door="celery").as_dict()
     except RefusedInputError as exc:
         return {"outcome": "invalid", "error": str(exc)}
