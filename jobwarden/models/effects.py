@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from jobwarden.models.actions import (
     STOP_VIA,
@@ -31,7 +31,7 @@ from jobwarden.models.actions import (
 )
 from jobwarden.models.excerpts import excerpt, scrub_text
 from jobwarden.models.history import EventDraft, EventKind
-from jobwarden.models.operation import Operation
+from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.results import ResultVerdict
 from jobwarden.models.signals import RawResponse
 from jobwarden.models.states import POLLED, is_allowed
@@ -49,7 +49,7 @@ class StoredResult:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
-    changes: Mapping[str, Any] = field(default_factory=dict)
+    changes: RowChanges = field(default_factory=RowChanges)
     events: tuple[EventDraft, ...] = ()
     next_at: datetime | None = None  # publish a wake-up for this time (None: nothing)
     result: StoredResult | None = None
@@ -59,7 +59,7 @@ class Plan:
         return not self.changes and not self.events
 
 
-def wake_changes(at: datetime | None, now: datetime, max_countdown: float) -> dict[str, Any]:
+def wake_changes(at: datetime | None, now: datetime, max_countdown: float) -> RowChanges:
     """next_poll_at is the timer; a short wait also gets a countdown message (dispatched_at)."""
     if at is None:
         return {"next_poll_at": None, "dispatched_at": None}
@@ -116,7 +116,7 @@ class _Draft:
             **extra,
         )
 
-    def wake(self, at: datetime | None) -> dict[str, Any]:
+    def wake(self, at: datetime | None) -> RowChanges:
         return wake_changes(at, self.now, self.max_countdown)
 
     def wait(self, wait: Wait) -> EventDraft:
@@ -132,6 +132,12 @@ def _carries_answer(action: Action) -> bool:
         isinstance(action, Finish)
         and action.event in (EventKind.create_refused, EventKind.result_rejected)
     )
+
+
+def _row(changes: Mapping[str, Any]) -> RowChanges:
+    # The boundary of the typing: a decision's own fields (Decided.changes, Send's counters
+    # and changes) are still keyed by plain strings; store.write refuses an unknown column.
+    return cast(RowChanges, dict(changes))
 
 
 def as_sent(op: Operation, send: Send) -> Operation:
@@ -179,7 +185,7 @@ def plan(
         max_countdown=max_countdown,
         carried=_answer_fields(answer, decided.seen, secrets),
     )
-    changes: dict[str, Any] = dict(decided.changes)
+    changes = _row(decided.changes)
     events: list[EventDraft] = []
     own = _PLANNERS[type(action)](d, action)
     if answer is not None:
@@ -291,7 +297,7 @@ def _send(d: _Draft, action: Send) -> Plan:
     # The claim: committed before the request leaves, so a crash after it leaves unused
     # reserve (invariant 3) and a create_sent that a later step reads as a lost send.
     to = action.move_to if action.move_to is not d.op.state else None
-    changes = {**action.counters, **action.changes}
+    changes = _row({**action.counters, **action.changes})
     if to is not None:
         changes["state"] = to.value
     if action.wake_at is not None:
@@ -320,7 +326,7 @@ def _move(d: _Draft, action: Move) -> Plan:
 
 
 def _accept(d: _Draft, action: Accept) -> Plan:
-    changes = {
+    changes: RowChanges = {
         "state": S.accepted.value,
         "remote_job_id": action.job_id,
         "status_url": action.status_url,
@@ -383,7 +389,7 @@ def _retry(d: _Draft, action: Retry) -> Plan:
 
 
 def _collect(d: _Draft, action: Collect) -> Plan:
-    changes = {
+    changes: RowChanges = {
         "state": S.result_collecting.value,
         "result_reference": action.result_ref,
         "validation_summary": {"expected": dict(action.expected)},
@@ -397,7 +403,7 @@ def _collect(d: _Draft, action: Collect) -> Plan:
 
 def _finish(d: _Draft, action: Finish) -> Plan:
     # Terminal: no timer survives it, so the sweeper never wakes an ended operation.
-    changes = {"state": action.state.value, **d.wake(None)}
+    changes: RowChanges = {"state": action.state.value, **d.wake(None)}
     extra: dict[str, Any] = dict(d.carried) if _carries_answer(action) else {}
     if action.summary is not None:
         changes["validation_summary"] = dict(action.summary)
@@ -411,7 +417,11 @@ def _succeed(d: _Draft, action: Succeed) -> Plan:
     summary = (
         verdict.summary() if verdict else {"valid": True, "problem": None, "note": action.note}
     )
-    changes = {"state": S.succeeded.value, "validation_summary": summary, **d.wake(None)}
+    changes: RowChanges = {
+        "state": S.succeeded.value,
+        "validation_summary": summary,
+        **d.wake(None),
+    }
     ev = d.event(EventKind.result_collected, S.succeeded, **{**d.carried, "excerpt": summary})
     stored = None
     if verdict is not None and action.content is not None:
@@ -437,7 +447,7 @@ def _stop(d: _Draft, action: Escalate) -> Plan:
         src = via
     detail = {"detail": action.detail}
     events.append(hop(EventKind.escalated, action.state, cause=action.reason.value, excerpt=detail))
-    changes: dict[str, Any] = {
+    changes: RowChanges = {
         "state": action.state.value,
         "escalation_reason": action.reason.value,
         "escalation_detail": action.detail,

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from jobwarden.models.history import EventKind
 from jobwarden.models.states import OperationState
@@ -92,11 +92,76 @@ class Operation:
         values["last_event_kind"] = EventKind(kind) if kind else None
         return cls(**values)
 
-    def with_changes(self, changes: Mapping[str, Any]) -> Operation:
+    def with_changes(self, changes: Mapping[str, Any] | RowChanges) -> Operation:
         values = dict(changes)
         if "state" in values:
             values["state"] = OperationState(values["state"])
         return replace(self, **values)
+
+
+class RowChanges(TypedDict, total=False):
+    """The columns one write may change, each typed as the snapshot holds it.
+
+    ``Plan.changes`` and every planner build this, so a misspelt column is a mypy
+    error (``typeddict-unknown-key``), not a silent no-op or a failed UPDATE at run
+    time; tests/unit/test_row_changes_typing.py holds that line.
+    """
+
+    tenant: str
+    provider: str
+    idempotency_key: str
+    source_event_id: str | None
+    provider_token: str
+    request_fingerprint: str
+    method: str
+    route: str
+    command: Mapping[str, Any]
+    remote_job_id: str | None
+    status_url: str | None
+    state: str  # an OperationState (a StrEnum, so its value is one too)
+    version: int
+    trace_id: str
+    requested_by: str
+    authorised_by: str | None
+    approval_expires_at: datetime | None
+    created_at: datetime
+    accepted_at: datetime | None
+    create_deadline: datetime
+    result_deadline: datetime
+    cancel_deadline: datetime | None
+    cancel_window_seconds: float | None
+    next_poll_at: datetime | None
+    dispatched_at: datetime | None
+    create_attempts: int
+    status_requests_used: int
+    max_status_requests: int
+    transport_failures_used: int
+    max_transport_failures: int
+    consecutive_rate_limited: int
+    poll_attempt: int
+    extensions_used: int
+    step_failures: int
+    poll_not_before: datetime | None
+    result_fetch_attempts: int
+    collect_deadline: datetime | None
+    first_sent_at: datetime | None
+    business_deadline: datetime | None
+    reserved_request: int | None
+    concurrency_key: str | None
+    concurrency_limit: int | None
+    polling_mode: str | None
+    last_remote_state: str | None
+    last_http_status: int | None
+    progress: float | None
+    escalation_reason: str | None
+    escalation_detail: str | None
+    cancel_requested_by: str | None
+    cancel_reason: str | None
+    result_reference: str | None
+    validation_summary: Mapping[str, Any] | None
+    event_count: int
+    last_event_hash: str
+    updated_at: datetime
 
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Operation))

@@ -203,7 +203,7 @@ def stop_automation(
     rt: Runtime, operation_id: uuid.UUID, reason: EscalationReason, detail: str
 ) -> OperationState | None:
     """Escalate from whatever active state the row is in; returns the state reached."""
-    return _under_lease(
+    return under_lease(
         rt, operation_id, lambda op: Decided(action=escalate(op.state, reason, detail))
     )
 
@@ -241,12 +241,19 @@ def record_step_failure(
             move = Move(to=op.state, event=EventKind.decision, cause=cause, wake_at=op.next_poll_at)
         return Decided(action=move, changes={"step_failures": failures})
 
-    return _under_lease(rt, operation_id, count)
+    return under_lease(rt, operation_id, count)
 
 
-def _under_lease(
+def under_lease(
     rt: Runtime, operation_id: uuid.UUID, decide: Callable[[Operation], Decided]
 ) -> OperationState | None:
+    """The one shape of a write outside a step: lease, reload, decide (pure), plan, persist.
+
+    ``decide`` sees a fresh snapshot of an operation automation still drives and
+    returns what ``plan()`` turns into changes and events; the write is fenced on the
+    version it read. Returns the state reached; None when the lease is held (its owner
+    meets the same condition) or there is no such operation. StaleVersionError passes.
+    """
     try:
         with operation_lease(
             rt.redis, rt.settings.key_prefix, operation_id, rt.settings.lease_ttl_seconds

@@ -1,0 +1,68 @@
+"""Plan.changes is typed over Operation's columns: a misspelt column is a mypy error.
+
+The typing half runs mypy itself (``mypy.api``) on two small snippets, so the check
+is part of pytest and cannot rot into a comment nobody runs.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from mypy import api
+
+from jobwarden.models.effects import Plan
+from jobwarden.models.operation import COLUMNS, RowChanges
+
+_ROOT = Path(__file__).resolve().parents[2]
+_SNIPPET = """\
+from datetime import datetime, timezone
+
+from jobwarden.models.effects import Plan
+from jobwarden.models.operation import RowChanges
+
+at = datetime.now(timezone.utc)
+changes: RowChanges = {{"{key}": at}}
+plan = Plan(changes={{"state": "observing", "{key}": at}})
+"""
+
+
+def _mypy(tmp_path: Path, key: str) -> tuple[str, int]:
+    snippet = tmp_path / "snippet.py"
+    snippet.write_text(textwrap.dedent(_SNIPPET.format(key=key)), encoding="utf-8")
+    out, err, status = api.run(
+        [
+            # The project's settings and cache (a warm cache keeps this to seconds); the
+            # imported package is checked by the project's own mypy run, not reported here.
+            "--config-file",
+            str(_ROOT / "pyproject.toml"),
+            "--follow-imports",
+            "silent",
+            "--no-error-summary",
+            str(snippet),
+        ]
+    )
+    return out + err, status
+
+
+def test_a_misspelt_change_key_is_a_type_error(tmp_path: Path) -> None:
+    out, status = _mypy(tmp_path, "next_pol_at")
+    assert status == 1, out
+    assert out.count("[typeddict-unknown-key]") == 2, out
+    assert '"next_pol_at"' in out
+
+
+def test_a_real_column_type_checks(tmp_path: Path) -> None:
+    out, status = _mypy(tmp_path, "next_poll_at")
+    assert status == 0, out
+
+
+def test_row_changes_name_every_column_but_the_identity() -> None:
+    # Kept in step with the snapshot: a new column is writable only once it is typed here.
+    assert set(RowChanges.__optional_keys__) == COLUMNS - {"operation_id"}
+    assert not RowChanges.__required_keys__
+
+
+def test_an_empty_plan_has_no_changes() -> None:
+    assert Plan().changes == {}
+    assert Plan().empty
