@@ -211,7 +211,34 @@ def escalate(
     )
 
 
-Action = Wait | NotYet | Send | Move | Accept | Retry | Collect | Finish | Succeed | Escalate
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Record:
+    """A fact from outside a step, with the one event that says it: a person's cancel
+    request, approval or decision, a verified webhook delivery.
+
+    ``to`` is the transition (None: the state stays). ``wake_at`` is the next timer
+    (None: the timer stays as it is); no timer survives a terminal ``to``.
+    """
+
+    event: EventKind
+    to: OperationState | None = None
+    cause: str | None = None
+    excerpt: Mapping[str, Any] = field(default_factory=dict)
+    wake_at: datetime | None = None
+    delay_source: DelaySource | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Open:
+    """The intake's first event: the operation exists, in the state its snapshot holds."""
+
+    cause: str | None = None
+    excerpt: Mapping[str, Any] = field(default_factory=dict)
+
+
+StepAction = Wait | NotYet | Send | Move | Accept | Retry | Collect | Finish | Succeed | Escalate
+# A step's actions, and the two recorded from outside a step (a person, a delivery, intake).
+Action = StepAction | Record | Open
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

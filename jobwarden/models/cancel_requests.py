@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from jobwarden.models.actions import Decided, Record
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
@@ -33,6 +34,17 @@ class CancelMove:
     changes: dict[str, Any]
     cause: str
     due: bool  # a worker must look at the operation now
+
+    def decided(self, now: datetime) -> Decided:
+        """The write this move makes: the intent, its event, and a wake-up if due."""
+        # Due at once: if the wake-up message is lost, the sweeper re-sends it.
+        record = Record(
+            event=EventKind.cancel_requested,
+            to=self.to,
+            cause=self.cause,
+            wake_at=now if self.due else None,
+        )
+        return Decided(action=record, changes=self.changes)
 
 
 def create_in_flight(op: Operation) -> bool:

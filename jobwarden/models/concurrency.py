@@ -19,13 +19,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
+from jobwarden.models.actions import Decided, Record
 from jobwarden.models.contract import ConcurrencySpec
 from jobwarden.models.contract_fields import count
 from jobwarden.models.contract_sections import ContractTable
 from jobwarden.models.errors import InvalidSubmissionError
-from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import TERMINAL, WAITING_FOR_ROOM, OperationState
 
@@ -129,9 +130,9 @@ def admitted_state(requires_approval: bool) -> OperationState:
 
 
 def admission(
-    op: Operation, *, to: OperationState, after: uuid.UUID | None, actor: str, now: datetime
-) -> tuple[dict[str, Any], EventDraft]:
-    """The fenced write that admits queued ``op``: its changes and its event.
+    op: Operation, *, to: OperationState, after: uuid.UUID | None, now: datetime
+) -> Decided:
+    """The write that admits queued ``op``: into ``to``, with the deadlines it waited off.
 
     The provider's create and result deadlines bound the remote job, not the wait for
     the key, so both move by the time spent queued (the history records both).
@@ -139,44 +140,35 @@ def admission(
     if op.state is not S.queued:
         raise ValueError(f"only a queued operation is admitted, not {op.state.value}")
     waited = now - op.created_at
-    changes: dict[str, Any] = {
-        "state": to.value,
+    deadlines = {
         "create_deadline": op.create_deadline + waited,
         "result_deadline": op.result_deadline + waited,
-        # create_pending is due at once (the sweeper re-sends a lost wake-up); a human's
-        # approval has no timer.
-        "next_poll_at": now if to is S.create_pending else None,
-        "dispatched_at": now if to is S.create_pending else None,
     }
-    event = EventDraft(
-        kind=EventKind.admitted,
-        actor=actor,
-        at=now,
-        from_state=S.queued.value,
-        to_state=to.value,
+    record = Record(
+        event=EventKind.admitted,
+        to=to,
         cause=f"concurrency key {op.concurrency_key} had room",
         excerpt={
             "concurrency_key": op.concurrency_key,
             "after": str(after) if after is not None else None,
             "waited_seconds": round(waited.total_seconds(), 3),
-            "create_deadline": changes["create_deadline"].isoformat(),
-            "result_deadline": changes["result_deadline"].isoformat(),
+            **{name: at.isoformat() for name, at in deadlines.items()},
         },
+        # create_pending is due at once (the sweeper re-sends a lost wake-up); a human's
+        # approval has no timer (a queued operation has none to keep).
+        wake_at=now if to is S.create_pending else None,
     )
-    return changes, event
+    return Decided(action=record, changes=deadlines)
 
 
-def hand_over_event(
-    ended: Operation, admitted: Sequence[uuid.UUID], *, actor: str, now: datetime
-) -> EventDraft:
+def handed_over(ended: Operation, admitted: Sequence[uuid.UUID]) -> Decided:
     """The event on an ended holder naming who got its key (no state change)."""
-    return EventDraft(
-        kind=EventKind.key_handed_over,
-        actor=actor,
-        at=now,
+    record = Record(
+        event=EventKind.key_handed_over,
         cause=f"concurrency key {ended.concurrency_key} handed over",
         excerpt={
             "concurrency_key": ended.concurrency_key,
             "to": [str(a) for a in admitted],
         },
     )
+    return Decided(action=record)

@@ -24,6 +24,8 @@ from jobwarden.models.actions import (
     Finish,
     Move,
     NotYet,
+    Open,
+    Record,
     Retry,
     Send,
     Succeed,
@@ -34,7 +36,7 @@ from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.results import ResultVerdict
 from jobwarden.models.signals import RawResponse
-from jobwarden.models.states import POLLED, is_allowed
+from jobwarden.models.states import POLLED, TERMINAL, is_allowed
 from jobwarden.models.states import OperationState as S
 
 
@@ -459,6 +461,39 @@ def _stop(d: _Draft, action: Escalate) -> Plan:
     return Plan(changes=changes, events=tuple(events))
 
 
+def _record(d: _Draft, action: Record) -> Plan:
+    """A fact from outside a step: the state and the timer change only where it says so."""
+    to = action.to if action.to is not d.op.state else None
+    changes: RowChanges = {}
+    if to is not None:
+        changes["state"] = to.value
+    ends = to is not None and to in TERMINAL
+    if ends or action.wake_at is not None:
+        # An ending stops the timer, as every ending does; a wake-up sets it (both fields).
+        changes |= d.wake(None if ends else action.wake_at)
+    ev = d.event(
+        action.event,
+        to,
+        cause=action.cause,
+        delay_source=action.delay_source.value if action.delay_source else None,
+        excerpt=dict(action.excerpt) if action.excerpt else None,
+    )
+    return Plan(changes=changes, events=(ev,), next_at=None if ends else action.wake_at)
+
+
+def _open(d: _Draft, action: Open) -> Plan:
+    """The intent's first event: it enters the snapshot's state from no state at all."""
+    ev = EventDraft(
+        kind=EventKind.intent_recorded,
+        actor=d.actor,
+        at=d.now,
+        to_state=d.op.state.value,
+        cause=action.cause,
+        excerpt=dict(action.excerpt),
+    )
+    return Plan(events=(ev,))
+
+
 # One planner per action: adding an action without one fails at the first plan() call
 # and in tests/unit/test_effects.py, never silently.
 _PLANNERS: dict[type[Any], Callable[[_Draft, Any], Plan]] = {
@@ -471,4 +506,6 @@ _PLANNERS: dict[type[Any], Callable[[_Draft, Any], Plan]] = {
     Finish: _finish,
     Succeed: _succeed,
     Escalate: _stop,
+    Record: _record,
+    Open: _open,
 }

@@ -11,8 +11,11 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from jobwarden.models.actions import Decided, Record
 from jobwarden.models.decisions import EscalationReason
 from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.history import EventKind
+from jobwarden.models.operation import Operation
 from jobwarden.models.states import OperationState as S
 
 EXTEND_BY = timedelta(minutes=15)
@@ -155,3 +158,48 @@ def apply_option(
         "next_poll_at": now,
         "dispatched_at": now,
     }
+
+
+def decide_option(  # noqa: PLR0913 - the pick, what it is picked for, and the time
+    op: Operation,
+    view: EscalationView,
+    kind: OptionKind,
+    *,
+    note: str,
+    now: datetime,
+    cancel_window: timedelta,
+) -> Decided:
+    """A human's pick as the write it makes; RefusedInputError if it is not on offer.
+
+    The event carries the new bounds, so the history shows what a human widened and by
+    how much; counters are never reset (a decision raises limits instead).
+    """
+    bounds = Bounds(
+        result_deadline=op.result_deadline,
+        max_status_requests=op.max_status_requests,
+        max_transport_failures=op.max_transport_failures,
+        cancel_deadline=op.cancel_deadline,
+    )
+    changes = apply_option(view, kind, bounds, now=now, cancel_window=cancel_window)
+    shown = {
+        k: (v.isoformat() if hasattr(v, "isoformat") else v)
+        for k, v in changes.items()
+        if k not in ("state", "dispatched_at")
+    }
+    to = S(changes.pop("state"))
+    # The timer is the plan's to set (an ending clears it, a resumption wakes it now).
+    wake = changes.pop("next_poll_at", None)
+    changes.pop("dispatched_at", None)
+    record = Record(
+        event=EventKind.human_decision,
+        to=to,
+        cause=kind.value,
+        excerpt={
+            "option": kind.value,
+            "note": note,
+            "escalation_reason": op.escalation_reason,
+            "new_bounds": shown,
+        },
+        wake_at=wake,
+    )
+    return Decided(action=record, changes=changes)

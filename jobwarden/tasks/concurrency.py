@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from jobwarden.models.actions import Decided
 from jobwarden.models.concurrency import (
     Waiting,
     admission,
     admitted_state,
-    hand_over_event,
+    handed_over,
     next_to_admit,
 )
+from jobwarden.models.effects import plan
 from jobwarden.models.errors import StaleVersionError
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import concurrency_store, store
@@ -73,20 +76,28 @@ def hand_over(
         after = holder.operation_id if holder is not None else None
         for w in chosen:
             to = admitted_state(w.requires_approval)
-            changes, event = admission(
-                by_id[w.operation_id], to=to, after=after, actor=rt.actor, now=now
-            )
-            store.fenced_update(
-                session, by_id[w.operation_id], changes=changes, drafts=[event], now=now
-            )
+            queued = by_id[w.operation_id]
+            _write(rt, session, queued, admission(queued, to=to, after=after, now=now), now)
             admitted.append((w.operation_id, to))
         if holder is not None:
-            draft = hand_over_event(holder, [a for a, _ in admitted], actor=rt.actor, now=now)
-            store.fenced_update(session, holder, changes={}, drafts=[draft], now=now)
+            _write(rt, session, holder, handed_over(holder, [a for a, _ in admitted]), now)
     for op_id, state in admitted:
         log.info("key_handed_over key=%s operation_id=%s after=%s", key, op_id, after)
         enqueue(rt, op_id, state)
     return [op_id for op_id, _ in admitted]
+
+
+def _write(rt: Runtime, session: Session, op: Operation, decided: Decided, now: datetime) -> None:
+    # Several rows in the key lock's one transaction, each fenced on the version read.
+    p = plan(
+        op,
+        decided,
+        actor=rt.actor,
+        now=now,
+        answer=None,
+        max_countdown=rt.settings.max_countdown_seconds,
+    )
+    store.write(session, op, p, now=now)
 
 
 def _holder(session: Session, tenant: str, key: str, ended: uuid.UUID | None) -> Operation | None:

@@ -11,7 +11,6 @@ import secrets
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, replace
-from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -19,17 +18,17 @@ from sqlalchemy import String
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from jobwarden.models.business_deadline import resolve
 from jobwarden.models.concurrency import admits_now, key_limit
 from jobwarden.models.contract import ProviderContract
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.fingerprint import request_fingerprint, show_key
-from jobwarden.models.history import GENESIS_HASH, ChainedEvent, EventDraft, EventKind, chain
+from jobwarden.models.history import GENESIS_HASH, ChainedEvent, chain
+from jobwarden.models.intent import Intake, intent_event, opening
+from jobwarden.models.operation import COLUMNS
 from jobwarden.models.persistence import api_store, concurrency_store, intake_store, store
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import Base, EventRow, OperationRow
-from jobwarden.models.requests import provider_token
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.submission import ACTOR_PREFIX, FieldLimits, Submission, SubmissionRequest
 from jobwarden.models.trace_context import trace_id_from
@@ -216,7 +215,10 @@ def _submit(
                 room = concurrency_store.occupancy(session, sub.tenant, key)
                 if not admits_now(room, key_limit(contract.concurrency)):
                     state = S.queued
-            values, first = _intent(sub, contract, op_id, state, fingerprint, now, trace_id, actor)
+            intake = Intake(
+                operation_id=op_id, state=state, fingerprint=fingerprint, trace_id=trace_id, now=now
+            )
+            values, first = _intent(sub, contract, intake, actor)
             created = SubmitResult(
                 outcome=SubmitOutcome.created,
                 operation_id=str(op_id),
@@ -251,86 +253,18 @@ def _submit(
     return result
 
 
-# The intent row's columns and first event, one parameter per fact they hold.
 def _intent(
-    sub: Submission,
-    contract: ProviderContract,
-    op_id: uuid.UUID,
-    state: S,
-    fingerprint: str,
-    now: datetime,
-    trace_id: str,
-    actor: str,
+    sub: Submission, contract: ProviderContract, intake: Intake, actor: str
 ) -> tuple[dict[str, Any], ChainedEvent]:
-    limits = contract.limits
-    excerpt: dict[str, Any] = {
-        "fingerprint": fingerprint,
-        "idempotency_key": sub.idempotency_key,
-        "source_event_id": sub.source_event_id,
-    }
-    if sub.concurrency_key is not None:
-        excerpt["concurrency_key"] = sub.concurrency_key
-    # Not fingerprinted: "in 600 s" repeated a moment later is the same request.
-    business_deadline = resolve(sub.business_deadline, now)
-    if business_deadline is not None:
-        excerpt["business_deadline"] = business_deadline.isoformat()
-    first = [
-        EventDraft(
-            kind=EventKind.intent_recorded,
-            actor=actor,
-            at=now,
-            to_state=state.value,
-            # queued: the wait for the concurrency key starts here (admitted ends it).
-            cause="queued behind the holders of its concurrency key" if state is S.queued else None,
-            excerpt=excerpt,
-        )
-    ]
-    chained = chain(str(op_id), first, last_seq=0, last_hash=GENESIS_HASH)
-    result_seconds = sub.result_deadline_seconds or limits.result_deadline_seconds
-    values = {
-        "operation_id": op_id,
-        "tenant": sub.tenant,
-        "provider": sub.provider,
-        "idempotency_key": sub.idempotency_key,
-        "source_event_id": sub.source_event_id,
-        # Ours, generated with the row, never the caller's key and never regenerated.
-        "provider_token": provider_token(contract.create.token_format, op_id),
-        "request_fingerprint": fingerprint,
-        "method": sub.method,
-        "route": sub.route,
-        "command": sub.command,
-        "state": state.value,
-        "version": 1,
-        "trace_id": trace_id,
-        "requested_by": sub.requested_by,
-        # Invariant 1 names who authorised the create: without an approval step the
-        # submitter's request is the authority; with one, the approver fills this in.
-        "authorised_by": None if contract.requires_approval else sub.requested_by,
-        "created_at": now,
-        "create_deadline": now + timedelta(seconds=limits.create_deadline_seconds),
-        "result_deadline": now + timedelta(seconds=result_seconds),
-        "cancel_deadline": None,
-        "next_poll_at": now if state is S.create_pending else None,
-        "dispatched_at": now if state is S.create_pending else None,
-        "create_attempts": 0,
-        "status_requests_used": 0,
-        "max_status_requests": sub.max_status_requests or limits.max_status_requests,
-        "transport_failures_used": 0,
-        "max_transport_failures": sub.max_transport_failures or limits.max_transport_failures,
-        "consecutive_rate_limited": 0,
-        "poll_attempt": 0,
-        "event_count": 1,
-        "last_event_hash": chained[-1].hash,
-        "updated_at": now,
-    }
-    if sub.cancel_deadline_seconds is not None:
-        values["cancel_window_seconds"] = sub.cancel_deadline_seconds
-    if business_deadline is not None:
-        values["business_deadline"] = business_deadline
-    if sub.concurrency_key is not None:
-        values["concurrency_key"] = sub.concurrency_key
-        values["concurrency_limit"] = key_limit(contract.concurrency)
-    return values, chained[0]
+    """The intent row's columns and its first event, as ``claim`` inserts them."""
+    op = opening(sub, contract, intake)
+    # A column left unset takes its default (NULL for every one the snapshot has None).
+    values = {name: getattr(op, name) for name in COLUMNS if getattr(op, name) is not None}
+    values["state"] = op.state.value
+    (first,) = chain(
+        str(op.operation_id), [intent_event(op, actor)], last_seq=0, last_hash=GENESIS_HASH
+    )
+    return values, first
 
 
 def _logged(door: str, who: Caller, actor: str, sub: Submission, r: SubmitResult) -> IntakeEntry:

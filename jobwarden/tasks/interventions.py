@@ -1,40 +1,64 @@
 """Interventions on a recorded operation: cancel requests, approvals, human decisions.
 
-Each records the intent as a fenced write with its event first; a worker then
-acts on it. None of them sends anything to the provider itself.
+Each records the intent through ``steps.under_lease``: a pure decision in
+``models/`` (``cancel_requests``, ``approvals``, ``escalation``), planned by
+``plan()`` and written fenced with its event first; a worker then acts on it.
+None of them sends anything to the provider itself.
 """
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
 
-from sqlalchemy.orm import Session
-
-from jobwarden.models.actions import EscalationReason
+from jobwarden.models.actions import Decided, EscalationReason
+from jobwarden.models.approvals import decide_approval
 from jobwarden.models.business_deadline import passed
 from jobwarden.models.cancel_requests import decide_cancel_request
-from jobwarden.models.errors import LeaseNotAcquiredError, RefusedInputError, StaleVersionError
+from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.escalation import (
-    Bounds,
     EscalationView,
     Option,
     OptionKind,
-    apply_option,
+    decide_option,
     options_for,
 )
-from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
-from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.concurrency import after_end
 from jobwarden.tasks.dispatch import enqueue
-from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, current, utcnow
+from jobwarden.tasks.steps import Decide, Writer, Written, under_lease
+
+# One prefix for every person's act in the history (the submitter's is the intake's).
+HUMAN = "human:"
+# A person's write retries this many lost fenced races, then the caller may ask again.
+HUMAN_ATTEMPTS = 5
+
+
+def _as_person(
+    rt: Runtime, operation_id: str, who: str, decide: Decide, *, missing: str | None = None
+) -> Written:
+    """Write a person's intervention: it waits for a step in flight to finish so that
+    step's observation is not lost; if the step keeps the lease, the fenced write
+    still refuses to overwrite it. RefusedInputError(``missing``) when there is no
+    such operation."""
+    writer = Writer(
+        actor=f"{HUMAN}{who}",
+        wait_seconds=rt.settings.lease_ttl_seconds,
+        lease_required=False,
+        attempts=HUMAN_ATTEMPTS,
+    )
+    written = under_lease(rt, uuid.UUID(operation_id), decide, writer)
+    if written is None:
+        raise RefusedInputError(missing or f"no operation {operation_id}")
+    return written
+
+
+def _cancel_window(rt: Runtime, op: Operation) -> timedelta:
+    seconds = op.cancel_window_seconds or rt.contract(op.provider).limits.cancel_deadline_seconds
+    return timedelta(seconds=seconds)
 
 
 def request_cancel(
@@ -46,81 +70,18 @@ def request_cancel(
     Raises RefusedInputError only when the operation has ended.
     """
     rt = runtime or current()
-    op_id = uuid.UUID(operation_id)
-    last_version = 0
-    for _ in range(5):
-        # Wait briefly for an in-flight poll to finish so its observation is not lost; if
-        # it does not, the fenced write below still refuses to overwrite it.
-        try:
-            with contextlib.ExitStack() as held, transaction(rt.settings.database_url) as session:
-                with contextlib.suppress(LeaseNotAcquiredError):
-                    held.enter_context(
-                        operation_lease(
-                            rt.redis,
-                            rt.settings.key_prefix,
-                            op_id,
-                            rt.settings.lease_ttl_seconds,
-                            wait_seconds=rt.settings.lease_ttl_seconds,
-                        )
-                    )
-                now = utcnow()
-                row = store.load(session, op_id)
-                if row is None:
-                    raise RefusedInputError(f"no operation {operation_id}")
-                window = (
-                    row.cancel_window_seconds
-                    or rt.contract(row.provider).limits.cancel_deadline_seconds
-                )
-                move = decide_cancel_request(
-                    row,
-                    now=now,
-                    window=timedelta(seconds=window),
-                    requested_by=requested_by,
-                    reason=reason,
-                )
-                if move is None:
-                    return row.state.value
-                last_version = row.version
-                requested = EventDraft(
-                    kind=EventKind.cancel_requested,
-                    actor=f"user:{requested_by}",
-                    at=now,
-                    from_state=row.state.value if move.to else None,
-                    to_state=move.to.value if move.to else None,
-                    cause=move.cause,
-                )
-                changes = dict(move.changes)
-                if move.to is S.abandoned:
-                    changes |= {"next_poll_at": None, "dispatched_at": None}
-                elif move.due:
-                    changes |= _due_now(now)
-                if move.to is None:
-                    stored = store.fenced_update(
-                        session, row, changes=changes, drafts=[requested], now=now
-                    )
-                else:
-                    stored = _intervene(session, row, requested, changes)
-        except StaleVersionError:
-            continue
-        if move.due:
-            enqueue(rt, op_id, stored.state)
-        after_end(rt, stored)
-        return stored.state.value
-    # Five lost races in a row: the operation is busy; the caller may simply ask again.
-    raise StaleVersionError(operation_id, last_version)
 
+    def cancel(op: Operation, now: datetime) -> Decided | None:
+        move = decide_cancel_request(
+            op, now=now, window=_cancel_window(rt, op), requested_by=requested_by, reason=reason
+        )
+        return move.decided(now) if move is not None else None
 
-def _intervene(
-    session: Session, row: Operation, draft: EventDraft, changes: Mapping[str, Any]
-) -> Operation:
-    """Record a person's intervention as one fenced move, explained by ``draft``."""
-    move = {**changes, "state": draft.to_state}
-    return store.fenced_update(session, row, changes=move, drafts=[draft], now=draft.at)
-
-
-def _due_now(now: datetime) -> dict[str, Any]:
-    # Due at once: if the wake-up message is lost, the sweeper re-sends it.
-    return {"next_poll_at": now, "dispatched_at": now}
+    written = _as_person(rt, operation_id, requested_by, cancel)
+    if written.plan.next_at is not None:
+        enqueue(rt, written.stored.operation_id, written.stored.state)
+    after_end(rt, written.stored)
+    return written.stored.state.value
 
 
 def escalation_options(operation_id: str, runtime: Runtime | None = None) -> list[Option]:
@@ -159,49 +120,14 @@ def decide_escalation(
         raise RefusedInputError(
             f"unknown option {option!r}; options are {', '.join(OptionKind.__members__)}"
         )
-    now = utcnow()
-    with transaction(rt.settings.database_url) as session:
-        row = store.load(session, uuid.UUID(operation_id))
-        if row is None:
-            raise RefusedInputError(f"no operation {operation_id}")
-        view = _escalation_view(rt, row)
-        limits = rt.contract(row.provider).limits
-        changes = apply_option(
-            view,
-            kind,
-            Bounds(
-                result_deadline=row.result_deadline,
-                max_status_requests=row.max_status_requests,
-                max_transport_failures=row.max_transport_failures,
-                cancel_deadline=row.cancel_deadline,
-            ),
-            now=now,
-            cancel_window=timedelta(
-                seconds=row.cancel_window_seconds or limits.cancel_deadline_seconds
-            ),
+
+    def pick(op: Operation, now: datetime) -> Decided:
+        view = _escalation_view(rt, op)
+        return decide_option(
+            op, view, kind, note=note, now=now, cancel_window=_cancel_window(rt, op)
         )
-        # The event carries the new bounds, so the history shows what a human widened and
-        # by how much; counters are never reset (a decision raises limits instead).
-        bounds = {
-            k: (v.isoformat() if hasattr(v, "isoformat") else v)
-            for k, v in changes.items()
-            if k not in ("state", "dispatched_at")
-        }
-        decided = EventDraft(
-            kind=EventKind.human_decision,
-            actor=f"human:{approver}",
-            at=now,
-            from_state=row.state,
-            to_state=changes["state"],
-            cause=kind.value,
-            excerpt={
-                "option": kind.value,
-                "note": note,
-                "escalation_reason": row.escalation_reason,
-                "new_bounds": bounds,
-            },
-        )
-        stored = _intervene(session, row, decided, changes)
+
+    stored = _as_person(rt, operation_id, approver, pick).stored
     enqueue(rt, stored.operation_id, stored.state)
     after_end(rt, stored)
     return stored.state.value
@@ -220,28 +146,17 @@ def approve(
     fingerprint differs (a changed payload needs a new approval).
     """
     rt = runtime or current()
-    now = utcnow()
-    with transaction(rt.settings.database_url) as session:
-        row = store.load(session, uuid.UUID(operation_id))
-        if row is None or row.state is not S.awaiting_approval:
-            raise RefusedInputError(f"operation {operation_id} is not awaiting approval")
-        if row.request_fingerprint != fingerprint:
-            raise RefusedInputError(
-                "the approval names a different fingerprint than the "
-                "operation's; a changed payload needs a new approval"
-            )
-        # An approval expires: the create step refuses to send under a stale one, so an
-        # approval given today cannot authorise a create a week from now.
-        expires = now + timedelta(seconds=valid_for_seconds)
-        approved = EventDraft(
-            kind=EventKind.approved,
-            actor=f"human:{approver}",
-            at=now,
-            from_state=row.state,
-            to_state=S.create_pending.value,
-            excerpt={"fingerprint": fingerprint, "expires_at": expires.isoformat()},
+
+    def approval(op: Operation, now: datetime) -> Decided:
+        return decide_approval(
+            op,
+            fingerprint=fingerprint,
+            approver=approver,
+            now=now,
+            valid_for=timedelta(seconds=valid_for_seconds),
         )
-        changes = {"authorised_by": approver, "approval_expires_at": expires, **_due_now(now)}
-        stored = _intervene(session, row, approved, changes)
+
+    missing = f"operation {operation_id} is not awaiting approval"
+    stored = _as_person(rt, operation_id, approver, approval, missing=missing).stored
     enqueue(rt, stored.operation_id, stored.state)
     return stored.state.value

@@ -11,8 +11,10 @@ see a session and never read the clock.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.orm import Session
@@ -27,7 +29,7 @@ from jobwarden.models.actions import (
     escalate,
 )
 from jobwarden.models.effects import Plan, as_sent, plan, release, unspent_reservation
-from jobwarden.models.errors import LeaseNotAcquiredError
+from jobwarden.models.errors import LeaseNotAcquiredError, StaleVersionError
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
@@ -49,7 +51,7 @@ MAX_SENDS_PER_STEP = MAX_REQUESTS_PER_LEASE
 
 
 def read(rt: Runtime, operation_id: uuid.UUID) -> Operation | None:
-    """A fresh snapshot for writers outside a step (step failures, stops); fenced later."""
+    """A fresh snapshot of one operation, read outside a step (nothing is fenced on it)."""
     with snapshot(rt.settings.database_url) as session:
         return store.load(session, operation_id)
 
@@ -191,20 +193,37 @@ def run(
 MAX_STEP_FAILURES = 3
 
 
-def _stoppable(op: Operation | None) -> bool:
-    return op is not None and (
+def _stoppable(op: Operation) -> bool:
+    return (
         op.state not in TERMINAL
         and op.state not in AUTOMATION_STOPPED
         and op.state is not OperationState.awaiting_approval
     )
 
 
+def _automation_write(
+    rt: Runtime, operation_id: uuid.UUID, decide: Callable[[Operation, datetime], Decided]
+) -> OperationState | None:
+    """A write of automation's own outside a step, only while automation drives ``op``.
+
+    Returns the state reached; None when the lease is held (its owner meets the same
+    condition) or there is no such operation. StaleVersionError passes.
+    """
+    try:
+        written = under_lease(
+            rt, operation_id, lambda op, now: decide(op, now) if _stoppable(op) else None
+        )
+    except LeaseNotAcquiredError:
+        return None
+    return written.stored.state if written is not None else None
+
+
 def stop_automation(
     rt: Runtime, operation_id: uuid.UUID, reason: EscalationReason, detail: str
 ) -> OperationState | None:
     """Escalate from whatever active state the row is in; returns the state reached."""
-    return under_lease(
-        rt, operation_id, lambda op: Decided(action=escalate(op.state, reason, detail))
+    return _automation_write(
+        rt, operation_id, lambda op, _: Decided(action=escalate(op.state, reason, detail))
     )
 
 
@@ -218,7 +237,7 @@ def record_step_failure(
     """
     name = type(exc).__name__
 
-    def count(op: Operation) -> Decided:
+    def count(op: Operation, now: datetime) -> Decided:
         failures = op.step_failures + 1
         if failures >= MAX_STEP_FAILURES:
             detail = f"the {step.name} step crashed {failures} times; last: {name}"
@@ -235,34 +254,112 @@ def record_step_failure(
                 to=OperationState.create_unknown,
                 event=EventKind.create_ambiguous,
                 cause=cause,
-                wake_at=utcnow(),
+                wake_at=now,
             )
         else:
             move = Move(to=op.state, event=EventKind.decision, cause=cause, wake_at=op.next_poll_at)
         return Decided(action=move, changes={"step_failures": failures})
 
-    return under_lease(rt, operation_id, count)
+    return _automation_write(rt, operation_id, count)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Writer:
+    """Who writes outside a step, and on what terms it waits for the lease.
+
+    A worker's own write (a stop, a counted crash) never waits: a held lease means its
+    owner is on it. A person's intervention waits for a step in flight to let go, so
+    that step's observation is not lost, and then writes fenced even without the lease
+    (``lease_required=False``): the row version still refuses to overwrite a newer
+    write. A webhook delivery waits a little and otherwise is asked to deliver again.
+    """
+
+    actor: str | None = None  # None: this runtime's worker actor
+    wait_seconds: float = 0.0
+    lease_required: bool = True
+    attempts: int = 1  # fenced races lost in a row before StaleVersionError passes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Written:
+    """What one write outside a step found and left (``stored is found``: nothing written)."""
+
+    found: Operation
+    stored: Operation
+    plan: Plan
+    now: datetime
+
+
+Decide = Callable[[Operation, datetime], Decided | None]
+Alongside = Callable[[Session, Operation, datetime], None]
 
 
 def under_lease(
-    rt: Runtime, operation_id: uuid.UUID, decide: Callable[[Operation], Decided]
-) -> OperationState | None:
+    rt: Runtime,
+    operation_id: uuid.UUID,
+    decide: Decide,
+    writer: Writer | None = None,
+    alongside: Alongside | None = None,
+) -> Written | None:
     """The one shape of a write outside a step: lease, reload, decide (pure), plan, persist.
 
-    ``decide`` sees a fresh snapshot of an operation automation still drives and
-    returns what ``plan()`` turns into changes and events; the write is fenced on the
-    version it read. Returns the state reached; None when the lease is held (its owner
-    meets the same condition) or there is no such operation. StaleVersionError passes.
+    ``decide`` sees a fresh snapshot and the time and returns what ``plan()`` turns into
+    changes and events (None: nothing to write); it may raise to refuse. ``alongside``
+    writes in the same transaction before the fenced write (a webhook's dedup row) and
+    may raise to abort both. Returns None when there is no such operation; raises
+    LeaseNotAcquiredError when the writer needs the lease and its holder keeps it, and
+    StaleVersionError when the fenced write lost ``writer.attempts`` races in a row.
     """
+    terms = writer or Writer()
+    for attempt in range(terms.attempts):
+        try:
+            with contextlib.ExitStack() as held, transaction(rt.settings.database_url) as tx:
+                leased = _take_lease(rt, operation_id, terms, held)
+                op = store.load(tx, operation_id)
+                if op is None:
+                    return None
+                now = utcnow()
+                decided = decide(op, now)
+                if decided is None:
+                    return Written(found=op, stored=op, plan=Plan(), now=now)
+                p = plan(
+                    op,
+                    decided,
+                    actor=terms.actor or rt.actor,
+                    now=now,
+                    answer=None,
+                    max_countdown=rt.settings.max_countdown_seconds,
+                )
+                if leased and ("state" in p.changes or "next_poll_at" in p.changes):
+                    # Only the lease holder may return a reservation: without it a step
+                    # may be about to send it. A plan that changes neither the state
+                    # nor the timer cannot strand one (a webhook that only records).
+                    p = _settled(rt, op, p)
+                if alongside is not None:
+                    alongside(tx, op, now)
+                stored = store.write(tx, op, p, now=now) if not p.empty else op
+                return Written(found=op, stored=stored, plan=p, now=now)
+        except StaleVersionError:
+            if attempt == terms.attempts - 1:
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
+
+
+def _take_lease(
+    rt: Runtime, operation_id: uuid.UUID, terms: Writer, held: contextlib.ExitStack
+) -> bool:
+    """Enter the operation's lease on ``held``; False when it is not required and busy."""
+    lease = operation_lease(
+        rt.redis,
+        rt.settings.key_prefix,
+        operation_id,
+        rt.settings.lease_ttl_seconds,
+        wait_seconds=terms.wait_seconds,
+    )
     try:
-        with operation_lease(
-            rt.redis, rt.settings.key_prefix, operation_id, rt.settings.lease_ttl_seconds
-        ):
-            op = read(rt, operation_id)
-            if op is None or not _stoppable(op):
-                return op.state if op is not None else None
-            now = utcnow()
-            p = _settled(rt, op, _plan(rt, op, decide(op), now, None))
-            return persist(rt, None, op, p, now).state
+        held.enter_context(lease)
     except LeaseNotAcquiredError:
-        return None  # its owner meets the same condition and stops it
+        if terms.lease_required:
+            raise
+        return False
+    return True

@@ -19,11 +19,11 @@ from datetime import datetime
 from pathlib import Path
 
 from redis import Redis
+from sqlalchemy.orm import Session
 
 from jobwarden.logs import get_logger
-from jobwarden.models.actions import DelaySource
+from jobwarden.models.actions import Decided, DelaySource, Record
 from jobwarden.models.contract import ProviderContract, WebhookSpec
-from jobwarden.models.effects import wake_changes
 from jobwarden.models.errors import (
     GiveUpError,
     LeaseNotAcquiredError,
@@ -31,8 +31,8 @@ from jobwarden.models.errors import (
     RetryLaterError,
     StaleVersionError,
 )
-from jobwarden.models.history import EventDraft, EventKind
-from jobwarden.models.persistence import store
+from jobwarden.models.history import EventKind
+from jobwarden.models.operation import Operation
 from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.persistence.webhook_store import (
     DeliveryRecord,
@@ -51,8 +51,8 @@ from jobwarden.models.webhooks import (
     verify_delivery,
 )
 from jobwarden.tasks.dispatch import schedule
-from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, utcnow
+from jobwarden.tasks.steps import Decide, Writer, under_lease
 
 log = get_logger("jobwarden.webhooks")
 
@@ -160,77 +160,79 @@ def receive(rt: Runtime, provider: str, headers: Mapping[str, str], body: bytes)
     return _record(rt, provider, verified)
 
 
+class _DuplicateDeliveryError(Exception):
+    """This delivery's event id has its dedup row: nothing is written twice."""
+
+
+def _delivery_write(delivery: Delivery) -> Decide:
+    def record(op: Operation, now: datetime) -> Decided:
+        decision = after_webhook(op, now)
+        held = decision.wake_at is not None and decision.wake_at > now
+        action = Record(
+            event=EventKind.webhook_received,
+            cause=decision.cause,
+            delay_source=DelaySource.provider_retry_after if held else None,
+            excerpt=delivery_excerpt(delivery, decision),
+            wake_at=decision.wake_at,
+        )
+        return Decided(action=action)
+
+    return record
+
+
 def _record(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:
-    url = rt.settings.database_url
-    with snapshot(url) as session:
+    with snapshot(rt.settings.database_url) as session:
         op_id = operation_for_job(session, provider, delivery.remote_job_id)
     if op_id is None:
         return _unknown_job(rt, provider, delivery)
-    wait = min(LEASE_WAIT_SECONDS, rt.settings.lease_ttl_seconds)
-    for _ in range(MAX_ATTEMPTS):
-        try:
-            with (
-                operation_lease(
-                    rt.redis,
-                    rt.settings.key_prefix,
-                    op_id,
-                    rt.settings.lease_ttl_seconds,
-                    wait_seconds=wait,
-                ),
-                transaction(url) as session,
-            ):
-                op = store.load(session, op_id)
-                if op is None:  # pragma: no cover - operations are never deleted
-                    return _unknown_job(rt, provider, delivery)
-                now = utcnow()
-                decision = after_webhook(op, now)
-                record = DeliveryRecord(
-                    provider=provider,
-                    event_id=delivery.event_id,
-                    job_id=delivery.remote_job_id,
-                    received_at=now,
-                    operation_id=op_id,
-                    outcome=decision.outcome,
-                )
-                if not record_delivery(session, record):
-                    return _duplicate(provider, delivery)
-                held = decision.wake_at is not None and decision.wake_at > now
-                draft = EventDraft(
-                    kind=EventKind.webhook_received,
-                    actor=f"webhook:{provider}",
-                    at=now,
-                    cause=decision.cause,
-                    delay_source=DelaySource.provider_retry_after.value if held else None,
-                    excerpt=delivery_excerpt(delivery, decision),
-                )
-                changes = (
-                    wake_changes(decision.wake_at, now, rt.settings.max_countdown_seconds)
-                    if decision.wake_at is not None
-                    else {}
-                )
-                stored = store.fenced_update(session, op, changes=changes, drafts=[draft], now=now)
-        except StaleVersionError:
-            continue  # rolled back, dedup row included: reload and decide again
-        except LeaseNotAcquiredError:
-            raise WebhookBusyError("the operation is busy; deliver again later", 1.0) from None
-        if decision.wake_at is not None:
-            schedule(rt, op_id, stored.state, decision.wake_at)
-        log.info(
-            "webhook_recorded",
+
+    def dedup(session: Session, op: Operation, now: datetime) -> None:
+        # In the event's transaction: a lost fenced race rolls the dedup row back too,
+        # and the reloaded operation is decided again.
+        record = DeliveryRecord(
             provider=provider,
             event_id=delivery.event_id,
-            operation_id=str(op_id),
-            outcome=decision.outcome.value,
-        )
-        return Receipt(
-            status=200,
-            outcome=decision.outcome.value,
-            detail=decision.cause,
-            event_id=delivery.event_id,
+            job_id=delivery.remote_job_id,
+            received_at=now,
             operation_id=op_id,
-            wake_at=decision.wake_at,
+            outcome=after_webhook(op, now).outcome,
         )
-    raise WebhookBusyError("the operation kept changing; deliver again later", 1.0)
+        if not record_delivery(session, record):
+            raise _DuplicateDeliveryError
+
+    writer = Writer(
+        actor=f"webhook:{provider}",
+        wait_seconds=min(LEASE_WAIT_SECONDS, rt.settings.lease_ttl_seconds),
+        attempts=MAX_ATTEMPTS,
+    )
+    try:
+        written = under_lease(rt, op_id, _delivery_write(delivery), writer, dedup)
+    except _DuplicateDeliveryError:
+        return _duplicate(provider, delivery)
+    except StaleVersionError:
+        raise WebhookBusyError("the operation kept changing; deliver again later", 1.0) from None
+    except LeaseNotAcquiredError:
+        raise WebhookBusyError("the operation is busy; deliver again later", 1.0) from None
+    if written is None:  # pragma: no cover - operations are never deleted
+        return _unknown_job(rt, provider, delivery)
+    decision = after_webhook(written.found, written.now)
+    if decision.wake_at is not None:
+        schedule(rt, op_id, written.stored.state, decision.wake_at)
+    log.info(
+        "webhook_recorded",
+        provider=provider,
+        event_id=delivery.event_id,
+        operation_id=str(op_id),
+        outcome=decision.outcome.value,
+    )
+    return Receipt(
+        status=200,
+        outcome=decision.outcome.value,
+        detail=decision.cause,
+        event_id=delivery.event_id,
+        operation_id=op_id,
+        wake_at=decision.wake_at,
+    )
 
 
 def _unknown_job(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:

@@ -121,7 +121,7 @@ def test_a_cancel_is_recorded_with_the_principal_as_actor_and_answers_202(
     row = load(database_url, op)
     assert (row.state, row.cancel_reason) == (S.cancel_requested, "customer withdrew")
     last = _events(client, op, headers)[-1]
-    assert (last["kind"], last["actor"]) == ("cancel_requested", "user:token:ops-bot")
+    assert (last["kind"], last["actor"]) == ("cancel_requested", "human:token:ops-bot")
 
 
 @pytest.mark.parametrize("body", [{}, {"reason": ""}, {"reason": "   "}, {"why": "x"}])

@@ -31,6 +31,7 @@ from jobwarden.models.states import OperationState as S
 from jobwarden.models.webhooks import WebhookOutcome
 from jobwarden.sandbox.webhooks import signed_delivery
 from jobwarden.tasks import runtime as runtime_module
+from jobwarden.tasks.interventions import request_cancel
 from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, build_runtime, utcnow
 from jobwarden.tasks.webhooks import WebhookBusyError, receive, refused_count
@@ -331,3 +332,50 @@ def test_the_webhook_table_its_index_and_migration_0009_are_in_step(database_url
         if "webhook_deliveries" in repr(entry) or "ix_operations_provider_remote_job" in repr(entry)
     ]
     assert ours == []
+
+
+# --- the reservation rule for writers outside a step (tasks/steps.py under_lease) --------
+
+
+def test_a_delivery_that_only_records_keeps_the_reserved_status_request(
+    rt: Runtime, database_url: str
+) -> None:
+    # The poll is already due and holds a reserved, counted request: the delivery changes
+    # neither the state nor the timer, so the reservation its poll will spend stays.
+    op_id, job_id = _operation(
+        database_url,
+        "sandbox_hooks",
+        next_poll_at=utcnow() - timedelta(seconds=1),
+        status_requests_used=2,
+        reserved_request=2,
+    )
+    receipt = receive(
+        rt,
+        "sandbox_hooks",
+        *signed_delivery("hmac", HMAC_SECRET, "evt_due_" + job_id, job_id, "running"),
+    )
+    assert receipt.outcome == WebhookOutcome.poll_already_due.value
+    with transaction(database_url) as session:
+        row = store.load(session, op_id)
+    assert row is not None
+    assert (row.reserved_request, row.status_requests_used) == (2, 2)
+
+
+def test_a_cancel_request_under_the_lease_returns_the_unsent_reservation(
+    rt: Runtime, database_url: str
+) -> None:
+    # The cancel takes the operation out of polling: the request reserved for its next
+    # poll will never leave, so x of N goes back to counting sends only.
+    op_id, _ = _operation(database_url, "sandbox_hooks", status_requests_used=2, reserved_request=2)
+    assert request_cancel(str(op_id), "ann", "not needed", runtime=rt) == "cancel_requested"
+    with transaction(database_url) as session:
+        row = store.load(session, op_id)
+        events = store.events_for(session, op_id)
+    assert row is not None
+    assert (row.reserved_request, row.status_requests_used) == (None, 1)
+    assert (events[-1].draft.kind, events[-1].draft.actor) == (
+        EventKind.cancel_requested,
+        "human:ann",
+    )
+    with transaction(database_url) as session:
+        assert store.verify(session, op_id) == []

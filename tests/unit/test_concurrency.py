@@ -16,7 +16,7 @@ from jobwarden.models.concurrency import (
     admits_now,
     admitted_state,
     check_concurrency_key,
-    hand_over_event,
+    handed_over,
     holds_key,
     key_limit,
     next_to_admit,
@@ -27,7 +27,7 @@ from jobwarden.models.errors import ContractError, InvalidSubmissionError
 from jobwarden.models.fingerprint import request_fingerprint
 from jobwarden.models.history import EventKind
 from jobwarden.models.states import TERMINAL, OperationState, is_allowed
-from tests.unit.factories import NOW, operation
+from tests.unit.factories import NOW, operation, planned
 
 S = OperationState
 
@@ -98,11 +98,13 @@ def test_admission_moves_the_provider_deadlines_by_the_time_spent_queued() -> No
     queued = operation(S.queued, concurrency_key="deploy:x", concurrency_limit=1)
     later = queued.created_at + timedelta(minutes=7)
     holder = uuid.uuid4()
-    changes, event = admission(queued, to=S.create_pending, after=holder, actor="w", now=later)
+    p = planned(queued, admission(queued, to=S.create_pending, after=holder, now=later), now=later)
+    changes = p.changes
     assert changes["state"] == "create_pending"
     assert changes["create_deadline"] == queued.create_deadline + timedelta(minutes=7)
     assert changes["result_deadline"] == queued.result_deadline + timedelta(minutes=7)
     assert changes["next_poll_at"] == later == changes["dispatched_at"]
+    (event,) = p.events
     assert (event.kind, event.from_state, event.to_state) == (
         EventKind.admitted,
         "queued",
@@ -113,22 +115,26 @@ def test_admission_moves_the_provider_deadlines_by_the_time_spent_queued() -> No
 
 
 def test_an_operation_admitted_to_approval_has_no_timer() -> None:
-    queued = operation(S.queued, concurrency_key="k", concurrency_limit=1)
-    changes, _ = admission(queued, to=S.awaiting_approval, after=None, actor="w", now=NOW)
-    assert changes["next_poll_at"] is None and changes["dispatched_at"] is None
+    queued = operation(S.queued, concurrency_key="k", concurrency_limit=1, next_poll_at=None)
+    p = planned(queued, admission(queued, to=S.awaiting_approval, after=None, now=NOW))
+    assert queued.with_changes(p.changes).next_poll_at is None
+    assert queued.with_changes(p.changes).dispatched_at is None
+    assert p.next_at is None
 
 
 def test_only_a_queued_operation_is_admitted() -> None:
     with pytest.raises(ValueError, match="only a queued operation"):
-        admission(operation(S.observing), to=S.create_pending, after=None, actor="w", now=NOW)
+        admission(operation(S.observing), to=S.create_pending, after=None, now=NOW)
 
 
 def test_the_ended_holder_records_whom_its_key_went_to_without_moving() -> None:
     ended = operation(S.succeeded, concurrency_key="deploy:x", concurrency_limit=1)
     nxt = uuid.uuid4()
-    event = hand_over_event(ended, [nxt], actor="w", now=NOW)
+    p = planned(ended, handed_over(ended, [nxt]))
+    (event,) = p.events
     assert event.kind is EventKind.key_handed_over and event.to_state is None
     assert event.excerpt == {"concurrency_key": "deploy:x", "to": [str(nxt)]}
+    assert p.changes == {}
 
 
 @pytest.mark.parametrize(
