@@ -197,7 +197,7 @@ def decide_option(  # noqa: PLR0913 - the pick, what it is picked for, and the t
         excerpt={
             "option": kind.value,
             "note": note,
-            "escalation_reason": op.escalation_reason,
+            "escalation_reason": reason.value if (reason := op.escalation_reason) else None,
             "new_bounds": shown,
         },
         wake_at=wake,

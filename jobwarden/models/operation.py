@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any, TypedDict
 
+from jobwarden.models.actions import EscalationReason
 from jobwarden.models.history import EventKind
 from jobwarden.models.states import OperationState
 
@@ -71,7 +72,7 @@ class Operation:
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
-    escalation_reason: str | None
+    escalation_reason: EscalationReason | None
     escalation_detail: str | None
     cancel_requested_by: str | None
     cancel_reason: str | None
@@ -88,6 +89,8 @@ class Operation:
     def from_mapping(cls, row: Mapping[str, Any]) -> Operation:
         values = {name: row[name] for name in _FIELD_NAMES if name in row}
         values["state"] = OperationState(values["state"])
+        reason = values.get("escalation_reason")
+        values["escalation_reason"] = EscalationReason(reason) if reason else None
         kind = values.get("last_event_kind")
         values["last_event_kind"] = EventKind(kind) if kind else None
         return cls(**values)
@@ -96,6 +99,8 @@ class Operation:
         values = dict(changes)
         if "state" in values:
             values["state"] = OperationState(values["state"])
+        if values.get("escalation_reason") is not None:
+            values["escalation_reason"] = EscalationReason(values["escalation_reason"])
         return replace(self, **values)
 
 
@@ -153,7 +158,7 @@ class RowChanges(TypedDict, total=False):
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
-    escalation_reason: str | None
+    escalation_reason: str | None  # an EscalationReason (a StrEnum, so its value is one too)
     escalation_detail: str | None
     cancel_requested_by: str | None
     cancel_reason: str | None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
-from jobwarden.models.actions import Decided, EscalationReason
+from jobwarden.models.actions import Decided
 from jobwarden.models.approvals import decide_approval
 from jobwarden.models.business_deadline import passed
 from jobwarden.models.cancel_requests import decide_cancel_request
@@ -95,10 +95,9 @@ def escalation_options(operation_id: str, runtime: Runtime | None = None) -> lis
 
 
 def _escalation_view(rt: Runtime, row: Operation) -> EscalationView:
-    reason = row.escalation_reason
     return EscalationView(
         state=row.state,
-        reason=EscalationReason(reason) if reason else None,
+        reason=row.escalation_reason,
         has_remote_job=row.remote_job_id is not None and row.status_url is not None,
         contract_has_cancel=rt.contract(row.provider).cancel is not None,
         extensions_used=row.extensions_used,

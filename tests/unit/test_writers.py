@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from jobwarden.models.actions import Decided, DelaySource, EscalationReason, Open, Record
+from jobwarden.models.actions import (
+    Decided,
+    DelaySource,
+    EscalationReason,
+    Open,
+    Record,
+    escalate,
+)
 from jobwarden.models.approvals import decide_approval
 from jobwarden.models.cancel_requests import decide_cancel_request
 from jobwarden.models.errors import RefusedInputError
@@ -306,3 +313,15 @@ def test_no_task_module_builds_an_event_or_a_fenced_write_by_hand() -> None:
         if re.search(r"\bEventDraft\(|\bfenced_update\(", line)
     ]
     assert found == []
+
+
+def test_the_snapshot_holds_the_escalation_reason_typed() -> None:
+    # Stored as text; read back (and written by a plan) as the closed set of reasons.
+    stopped = operation(S.escalated).with_changes({"escalation_reason": "rate_limited"})
+    assert stopped.escalation_reason is EscalationReason.rate_limited
+    p = planned(
+        operation(S.observing),
+        Decided(action=escalate(S.observing, EscalationReason.unknown_state, "x")),
+    )
+    after = operation(S.observing).with_changes(p.changes)
+    assert after.escalation_reason is EscalationReason.unknown_state
