@@ -30,7 +30,8 @@ class EventKind(StrEnum):
     create_accepted = "create_accepted"  # the provider answered with a remote job
     create_replayed = "create_replayed"  # the provider replayed an earlier create for our token
     create_ambiguous = "create_ambiguous"  # the create outcome is unknown
-    create_refused = "create_refused"  # the provider refused the create; nothing was created
+    create_refused = "create_refused"  # refused for good (a 4xx); nothing was created
+    create_rate_limited = "create_rate_limited"  # a 429: nothing created; same token, later
     reconcile_sent = "reconcile_sent"  # asking what became of the token
     reconciled = "reconciled"  # the provider told us what became of the token
     poll_sent = "poll_sent"  # a status request is about to leave (counter committed)

@@ -138,7 +138,7 @@ def test_a_lost_create_response_moves_to_create_unknown_and_never_resends(
         ),
         # A 429 created nothing: its retry may give up at the deadline.
         (
-            {"create_attempts": 2, "last_event_kind": EventKind.create_refused},
+            {"create_attempts": 2, "last_event_kind": EventKind.create_rate_limited},
             CREATE_DEADLINE,
             "create_deadline_exceeded",
         ),
@@ -154,7 +154,9 @@ def test_a_create_with_nothing_in_flight_fails_once_its_deadline_or_approval_has
 
 
 def test_a_create_retried_after_a_429_is_sent_again_with_the_same_token() -> None:
-    op = operation(S.create_pending, create_attempts=1, last_event_kind=EventKind.create_refused)
+    op = operation(
+        S.create_pending, create_attempts=1, last_event_kind=EventKind.create_rate_limited
+    )
     action = before_create(op, SANDBOX, NOW + timedelta(seconds=30)).action
     assert isinstance(action, Send)
     assert action.counters == {"create_attempts": 2}
@@ -169,7 +171,7 @@ def test_a_create_retried_after_a_429_is_sent_again_with_the_same_token() -> Non
             operation(
                 S.create_pending,
                 create_attempts=1,
-                last_event_kind=EventKind.create_refused,  # a 429 with Retry-After: 30
+                last_event_kind=EventKind.create_rate_limited,  # a 429 with Retry-After: 30
                 next_poll_at=NOW + timedelta(seconds=30),
             ),
         ),
@@ -501,7 +503,7 @@ def test_a_429_on_create_retries_the_same_token_no_earlier_than_retry_after(
     decided = after_create(op, SANDBOX, create_request(SANDBOX, op), answer, NOW, 1.0)
     assert decided.action == Retry(
         wait=wait,
-        event=EventKind.create_refused,
+        event=EventKind.create_rate_limited,
         to=None,  # a 429 created nothing: the state stays
         detail="rate_limited",
         counts_transport_failure=False,
@@ -510,6 +512,23 @@ def test_a_429_on_create_retries_the_same_token_no_earlier_than_retry_after(
     assert walked(op.state, p) == []
     assert p.changes["next_poll_at"] == wait.until
     assert p.next_at == wait.until
+
+
+@pytest.mark.parametrize(
+    ("answer", "kind"),
+    [
+        (reply(429, headers={"retry-after": "3"}), "create_rate_limited"),  # try again later
+        (reply(400, {"error": "bad request"}), "create_refused"),  # refused for good
+    ],
+)
+def test_a_rate_limited_create_is_recorded_apart_from_a_refused_one(
+    answer: RawResponse, kind: str
+) -> None:
+    op, send = sent_create()
+    decided = after_create(op, SANDBOX, send.request, answer, NOW, 1.0)
+    assert isinstance(decided.action, Retry | Finish)
+    assert decided.action.event.value == kind
+    assert [e.kind.value for e in planned(op, decided, answer=answer).events] == [kind]
 
 
 def test_a_5xx_with_retry_after_on_create_waits_for_the_provider() -> None:
