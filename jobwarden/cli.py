@@ -17,8 +17,9 @@ from jobwarden.models.errors import JobwardenError
 from jobwarden.watch_cli import dated_line, list_command, show_lines, watch_command
 
 if TYPE_CHECKING:
-    from jobwarden.models.history import ChainedEvent, ChainProblem
+    from jobwarden.models.history import ChainedEvent
     from jobwarden.models.operation import Operation
+    from jobwarden.models.verification import ChainProblem
 
 app = typer.Typer(
     add_completion=False,
@@ -215,9 +216,9 @@ def verify(
 
 
 def _verify_one(operation_id: str) -> None:
-    from jobwarden.models.history import row_bound
     from jobwarden.models.persistence import store
     from jobwarden.models.persistence.db import transaction
+    from jobwarden.models.verification import row_bound
 
     op_id = _operation_id(operation_id)
     with transaction(get_settings().database_url) as session:

@@ -88,7 +88,7 @@ def event_line(ev: ChainedEvent) -> str:
     elif kind in ("create_accepted", "create_replayed", "reconciled"):
         job = shown(ex.get("job_id"))
         text = f"{kind.replace('_', ' ')}, {_http(ex, d.http_status)}, remote job {job}"
-    elif kind in ("create_ambiguous", "create_refused"):
+    elif kind in ("create_ambiguous", "create_rate_limited", "create_refused"):
         nxt = ex.get("next_attempt_at")
         text = f"{kind.replace('_', ' ')}: {d.cause}, {_http(ex, d.http_status)}"
         if nxt:

@@ -25,6 +25,7 @@ ANSWER_KINDS = frozenset(
         "create_accepted",
         "create_replayed",
         "create_ambiguous",
+        "create_rate_limited",
         "create_refused",
         "reconciled",
         "cancel_confirmed",

@@ -154,11 +154,13 @@ class Retry:
     """The create (or reconciliation) must be sent again with the same token, at ``wait``.
 
     ``to`` is the state it waits in (create_unknown or reconciling when the outcome is
-    ambiguous; unchanged after a 429, which created nothing).
+    ambiguous; unchanged after a 429, which created nothing). ``event`` says which:
+    ``create_ambiguous`` (the provider may hold the job) or ``create_rate_limited`` (a
+    429: try again later), never ``create_refused``, which is a create refused for good.
     """
 
     wait: Wait
-    event: EventKind  # create_ambiguous or create_refused
+    event: EventKind  # create_ambiguous or create_rate_limited
     to: OperationState | None
     detail: str
     counts_transport_failure: bool

@@ -51,7 +51,9 @@ def create_in_flight(op: Operation) -> bool:
     """Whether a create may exist at the provider: any attempt was sent, and the latest
     answer was not a 429 (which created nothing). A claim with no recorded outcome, or a
     409 "still processing our token", both count: only reconciliation can tell."""
-    return op.create_attempts > 0 and op.last_event_kind is not EventKind.create_refused
+    # create_refused too: histories from before create_rate_limited recorded a 429 so.
+    nothing_created = (EventKind.create_rate_limited, EventKind.create_refused)
+    return op.create_attempts > 0 and op.last_event_kind not in nothing_created
 
 
 def decide_cancel_request(

@@ -2,7 +2,7 @@
 
 ``models/conventions.py`` reads each answer as the convention says; this module turns
 that reading into the same closed set of actions every other step returns, through
-the same core decisions (``decide_after_status``, ``first_poll``), so Retry-After, the
+the same core decisions (``decide_status_answer``, ``first_poll``), so Retry-After, the
 deadline, the budget and the transport-failure bound hold exactly as for any contract.
 Every URL a provider names here (a monitor, a new Location, a final-result location)
 passes the origin check before it is stored, so no later request can send the
@@ -12,7 +12,7 @@ credential elsewhere (invariant 10).
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from jobwarden.models.actions import (
@@ -38,11 +38,10 @@ from jobwarden.models.conventions import (
 )
 from jobwarden.models.decisions import (
     action_for_reading,
-    decide_after_status,
+    decide_status_answer,
     first_poll,
     poll_view,
 )
-from jobwarden.models.excerpts import storable
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.origins import on_allowed_origin, shown_url, usable_url
@@ -225,26 +224,10 @@ def after_monitor_poll(
         )
         if reading.contradiction in _REF_CONTRADICTIONS:
             reading = replace(reading, contradiction=None)
-    grace = timedelta(seconds=contract.status.not_found_grace_seconds)
-    decision = decide_after_status(
-        view,
-        contract.poll,
-        signal,
-        reading,
-        now=now,
-        u=u,
-        not_found_allowed=now < view.accepted_at + grace,
-    )
-    changes |= {
-        "transport_failures_used": decision.transport_failures_used,
-        "consecutive_rate_limited": decision.consecutive_rate_limited,
-        "poll_attempt": decision.poll_attempt,
-    }
+    decision, answered = decide_status_answer(view, contract, signal, reading, now=now, u=u)
+    changes |= answered
     seen: dict[str, Any] = {"signal": signal.kind.value, "monitor": monitor.value}
     if reading is not None:
-        changes["last_remote_state"] = storable(reading.raw_state or "")[:200] or None
-        if reading.progress is not None:
-            changes["progress"] = reading.progress
         seen |= {
             "remote_state": reading.raw_state,
             "remote_status": reading.remote_status.value,

@@ -337,7 +337,7 @@ def after_create(
         # A 429 means the provider did not take the request: same token, later.
         retry = Retry(
             wait=wait,
-            event=EventKind.create_refused,
+            event=EventKind.create_rate_limited,
             to=None,
             detail="rate_limited",
             counts_transport_failure=False,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from jobwarden.models.actions import (
     Collect,
@@ -27,7 +28,8 @@ from jobwarden.models.actions import (
 )
 from jobwarden.models.backoff import backoff_ceiling, backoff_delay, clamp, progress_estimate
 from jobwarden.models.business_deadline import earlier
-from jobwarden.models.contract import PollPolicy, RemoteStatus
+from jobwarden.models.contract import PollPolicy, ProviderContract, RemoteStatus
+from jobwarden.models.excerpts import storable
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.signals import HttpSignal, SignalKind, StatusReading
@@ -49,6 +51,7 @@ __all__ = [
     "action_for_reading",
     "decide_after_create",
     "decide_after_status",
+    "decide_status_answer",
     "first_poll",
     "guard_before_status_request",
     "poll_view",
@@ -453,6 +456,44 @@ def decide_after_status(
         consecutive_rate_limited=rate_limited,
         poll_attempt=attempt,
     )
+
+
+def decide_status_answer(
+    view: PollView,
+    contract: ProviderContract,
+    signal: HttpSignal,
+    reading: StatusReading | None,
+    *,
+    now: datetime,
+    u: float,
+) -> tuple[Decision, dict[str, Any]]:
+    """``decide_after_status`` under the contract, with the row changes the answer implies.
+
+    Every status step (a plain poll, a convention's monitor) persists exactly these: the
+    decision's counters and, when the answer was read, the remote state and progress it
+    reported. A 404 is waited out only within the contract's not-found grace after
+    acceptance.
+    """
+    grace = timedelta(seconds=contract.status.not_found_grace_seconds)
+    decision = decide_after_status(
+        view,
+        contract.poll,
+        signal,
+        reading,
+        now=now,
+        u=u,
+        not_found_allowed=now < view.accepted_at + grace,
+    )
+    changes: dict[str, Any] = {
+        "transport_failures_used": decision.transport_failures_used,
+        "consecutive_rate_limited": decision.consecutive_rate_limited,
+        "poll_attempt": decision.poll_attempt,
+    }
+    if reading is not None:
+        changes["last_remote_state"] = storable(reading.raw_state or "")[:200] or None
+        if reading.progress is not None:
+            changes["progress"] = reading.progress
+    return decision, changes
 
 
 class CreateOutcomeKind(StrEnum):

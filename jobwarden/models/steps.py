@@ -43,12 +43,11 @@ from jobwarden.models.create_decisions import (
     create_too_late,
 )
 from jobwarden.models.decisions import (
-    decide_after_status,
+    decide_status_answer,
     guard_before_status_request,
     poll_view,
     wait_within,
 )
-from jobwarden.models.excerpts import storable
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.origins import on_allowed_origin, shown_url, usable_url
@@ -184,26 +183,9 @@ def after_poll(
     body = ctx.status_body(raw.observation.body)
     if signal.kind in (SignalKind.ok, SignalKind.accepted) and isinstance(body, dict):
         reading = read_status(contract, body, now=now, deadline=view.deadline)
-    grace = timedelta(seconds=contract.status.not_found_grace_seconds)
-    decision = decide_after_status(
-        view,
-        contract.poll,
-        signal,
-        reading,
-        now=now,
-        u=u,
-        not_found_allowed=now < view.accepted_at + grace,
-    )
-    changes: dict[str, Any] = {
-        "transport_failures_used": decision.transport_failures_used,
-        "consecutive_rate_limited": decision.consecutive_rate_limited,
-        "poll_attempt": decision.poll_attempt,
-    }
+    decision, changes = decide_status_answer(view, contract, signal, reading, now=now, u=u)
     seen: dict[str, Any] = {"signal": signal.kind.value}
     if reading is not None:
-        changes["last_remote_state"] = storable(reading.raw_state or "")[:200] or None
-        if reading.progress is not None:
-            changes["progress"] = reading.progress
         seen |= {
             "remote_state": reading.raw_state,
             "remote_status": reading.remote_status.value,

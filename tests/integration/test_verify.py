@@ -26,20 +26,13 @@ from sqlalchemy import insert, select, text
 
 from jobwarden.config.settings import get_settings
 from jobwarden.models.effects import Plan, StoredResult
-from jobwarden.models.history import (
-    GENESIS_HASH,
-    ROW_FACTS,
-    EventDraft,
-    EventKind,
-    chain,
-    draft_fields,
-    row_digest,
-)
+from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain, draft_fields
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import engine_for, transaction
 from jobwarden.models.persistence.tables import EventRow
 from jobwarden.models.results import ResultVerdict
+from jobwarden.models.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.intake import submit_operation
 from jobwarden.tasks.runtime import Runtime, build_runtime

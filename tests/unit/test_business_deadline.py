@@ -21,7 +21,8 @@ from jobwarden.models.decisions import (
 )
 from jobwarden.models.errors import InvalidSubmissionError
 from jobwarden.models.escalation import EscalationView, OptionKind, options_for
-from jobwarden.models.history import LATER_FACTS, ROW_FACTS, _fact, canonical, row_digest
+from jobwarden.models.hash_form import canonical
+from jobwarden.models.row_facts import LATER_FACTS, ROW_FACTS, _fact, row_digest
 from jobwarden.models.signals import HttpSignal, SignalKind, StatusReading
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.steps import before_create, before_poll, before_reconcile

@@ -30,6 +30,13 @@ def decide(state: S, **overrides: object) -> object:
         # A 429 created nothing: still nothing to cancel remotely.
         (
             S.create_pending,
+            {"create_attempts": 1, "last_event_kind": EventKind.create_rate_limited},
+            S.abandoned,
+            False,
+        ),
+        # ... as a history from before create_rate_limited recorded it.
+        (
+            S.create_pending,
             {"create_attempts": 1, "last_event_kind": EventKind.create_refused},
             S.abandoned,
             False,

@@ -63,6 +63,23 @@ def test_a_503_with_retry_after_is_a_shaded_window_with_no_request_inside_it() -
     ]
 
 
+def test_a_rate_limited_create_is_a_throttled_request_with_its_retry_after_window() -> None:
+    retry = _ev(
+        1,
+        EventKind.create_rate_limited,
+        0,
+        http_status=429,
+        cause="rate_limited",
+        delay_source="provider_retry_after",
+        excerpt={"headers": {"retry-after": "3"}},
+    )
+    tl = build_timeline(
+        [retry], deadline=T0 + timedelta(hours=1), budget_used=0, budget_max=1, now=T0
+    )
+    assert [(t.outcome, t.label) for t in tl.ticks] == [("throttled", "429")]
+    assert [(w.start, w.end) for w in tl.windows] == [(T0, T0 + timedelta(seconds=3))]
+
+
 def test_a_request_sent_inside_a_retry_after_window_would_show_inside_it() -> None:
     events = [*_met_a_503()[:3], _ev(4, EventKind.polled, 10, http_status=200)]
     tl = build_timeline(

@@ -24,6 +24,7 @@ from jobwarden.models.decisions import (
     Wait,
     decide_after_create,
     decide_after_status,
+    decide_status_answer,
     first_poll,
     guard_before_status_request,
 )
@@ -36,6 +37,7 @@ from jobwarden.models.signals import (
     read_status,
 )
 from jobwarden.models.states import TRANSITIONS, OperationState
+from tests.unit.factories import contract
 from tests.unit.test_signals import AIP151
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -407,6 +409,44 @@ def test_5xx_with_retry_after_waits_for_the_provider() -> None:
     assert isinstance(action, Wait)
     assert action.delay_source is DelaySource.provider_retry_after
     assert action.until == NOW + timedelta(seconds=12)
+
+
+# The contract's grace, as decide_status_answer applies it for every status step.
+GRACE = replace(contract(), status=replace(contract().status, not_found_grace_seconds=30))
+
+
+@pytest.mark.parametrize(("accepted_ago", "waits"), [(29.999, True), (30, False)])
+def test_a_404_waits_only_within_the_contracts_grace_after_acceptance(
+    accepted_ago: float, waits: bool
+) -> None:
+    v = view(accepted_at=NOW - timedelta(seconds=accepted_ago))
+    decision, _ = decide_status_answer(
+        v, GRACE, signal(SignalKind.not_found, 404), None, now=NOW, u=1.0
+    )
+    assert isinstance(decision.action, Wait) is waits
+    if not waits:
+        assert isinstance(decision.action, Escalate)
+        assert decision.action.reason is EscalationReason.unknown_state
+
+
+def test_a_status_answer_changes_its_counters_and_the_reported_state_and_progress() -> None:
+    read = replace(reading(RemoteStatus.pending, raw_state="running"), progress=40.0)
+    _, changes = decide_status_answer(view(), GRACE, OK, read, now=NOW, u=1.0)
+    assert changes == {
+        "transport_failures_used": 0,
+        "consecutive_rate_limited": 0,
+        "poll_attempt": 1,
+        "last_remote_state": "running",
+        "progress": 40.0,
+    }
+    _, unread = decide_status_answer(
+        view(), GRACE, signal(SignalKind.server_error, 503), None, now=NOW, u=1.0
+    )
+    assert unread == {
+        "transport_failures_used": 1,
+        "consecutive_rate_limited": 0,
+        "poll_attempt": 1,
+    }
 
 
 # --- waiting ------------------------------------------------------------------------

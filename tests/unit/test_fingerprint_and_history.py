@@ -17,27 +17,20 @@ from hypothesis import strategies as st
 
 from jobwarden.models.errors import InvalidSubmissionError
 from jobwarden.models.fingerprint import canonical_command, request_fingerprint
+from jobwarden.models.hash_form import NUMBER_TAG, canonical, exact_decimal, hashable
 from jobwarden.models.history import (
     GENESIS_HASH,
-    NUMBER_TAG,
-    ROW_FACTS,
-    UNBOUND_COLUMNS,
     ChainedEvent,
     EventDraft,
     EventKind,
     StoredEvent,
-    canonical,
     chain,
-    check_result,
     draft_fields,
-    exact_decimal,
-    hashable,
-    row_bound,
-    row_digest,
-    verify_chain,
 )
 from jobwarden.models.operation import COLUMNS
+from jobwarden.models.row_facts import ROW_FACTS, UNBOUND_COLUMNS, row_digest
 from jobwarden.models.states import OperationState as S
+from jobwarden.models.verification import check_result, row_bound, verify_chain
 from tests.unit import factories
 
 BASE = {"method": "POST", "route": "/r", "tenant": "t", "provider": "p"}

@@ -30,10 +30,11 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from jobwarden.models.history import GENESIS_HASH, ROW_FACTS, ChainedEvent, chain, row_digest
+from jobwarden.models.history import GENESIS_HASH, ChainedEvent, chain
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.api_tables import IntakeLogRow
 from jobwarden.models.persistence.tables import EventRow, OperationRow
+from jobwarden.models.row_facts import ROW_FACTS, row_digest
 
 OPERATIONS = cast(Table, OperationRow.__table__)
 EVENTS = cast(Table, EventRow.__table__)

@@ -3,7 +3,7 @@
 Every write to an operation is a compare-and-set on its version and appends
 its events to the hash chain in the same transaction; the last event of each
 write commits to the digest of the row the write produced (``ROW_FACTS`` in
-history), computed from values already in hand, so it costs no round trip.
+row_facts), computed from values already in hand, so it costs no round trip.
 Reads return frozen ``Operation`` snapshots, never ORM rows; helpers take the
 session and never commit (the task wrapper does).
 """
@@ -35,22 +35,19 @@ from jobwarden.models.effects import Plan
 from jobwarden.models.errors import StaleVersionError, TransitionRefusedError
 from jobwarden.models.history import (
     GENESIS_HASH,
-    ROW_FACTS,
     ChainedEvent,
-    ChainProblem,
     EventDraft,
     EventKind,
     StoredEvent,
     chain,
-    check_result,
     recorded_fields,
-    row_digest,
-    verify_chain,
 )
 from jobwarden.models.operation import COLUMNS, Operation
 from jobwarden.models.persistence.db import driver_execute
 from jobwarden.models.persistence.tables import ACTIVE_STATES, EventRow, OperationRow, ResultRow
+from jobwarden.models.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.states import OperationState, check_transition
+from jobwarden.models.verification import ChainProblem, check_result, verify_chain
 
 # Core statements: history rows need no ORM identity, and this runs on every poll.
 EVENTS = cast(Table, EventRow.__table__)

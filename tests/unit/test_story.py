@@ -1,0 +1,39 @@
+"""The history's story (``jobwarden history OP``), read from the events a step records."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobwarden.models.create_decisions import after_create
+from jobwarden.models.history import ChainedEvent
+from jobwarden.models.signals import RawResponse
+from jobwarden.story import event_line
+from tests.unit.factories import NOW, planned, reply
+from tests.unit.step_helpers import SANDBOX, sent_create
+
+
+def recorded(answer: RawResponse) -> list[ChainedEvent]:
+    """The events a create answered with ``answer`` records, as the history reads them."""
+    op, send = sent_create()
+    p = planned(op, after_create(op, SANDBOX, send.request, answer, NOW, 1.0), answer=answer)
+    return [
+        ChainedEvent(operation_id="op", seq=op.event_count + i, draft=e, prev_hash="", hash="")
+        for i, e in enumerate(p.events, start=1)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("answer", "line"),
+    [
+        (
+            reply(429, headers={"retry-after": "3"}),
+            "12:00:00 create rate limited: rate_limited, 429, Retry-After 3, "
+            "next attempt 12:00:03 (provider_retry_after)",
+        ),
+        (reply(400, {"error": "bad request"}), "12:00:00 create refused: http_400, 400 -> failed"),
+    ],
+)
+def test_the_story_tells_a_create_to_try_again_later_from_one_refused_for_good(
+    answer: RawResponse, line: str
+) -> None:
+    assert [event_line(ev) for ev in recorded(answer)] == [line]
