@@ -79,7 +79,7 @@ def show_lines(row: Operation) -> list[str]:
         f"request          {row.method} {shown(row.route)}",
         f"command          {shown(command, limit=None)}",
         f"requested by     {row.requested_by}"
-        + (f", authorised by {row.authorised_by}" if row.authorised_by else ""),
+        + (f", authorized by {row.authorized_by}" if row.authorized_by else ""),
     ]
 
 

@@ -125,7 +125,7 @@ def operation(contract: ProviderContract, job: Job) -> Operation:
         "version": 1,
         "trace_id": "a" * 32,
         "requested_by": "bench",
-        "authorised_by": "bench",
+        "authorized_by": "bench",
         "approval_expires_at": None,
         "created_at": EPOCH,
         "accepted_at": EPOCH,

@@ -36,7 +36,7 @@ FILL = """
 INSERT INTO operations (
     operation_id, tenant, provider, idempotency_key, provider_token, request_fingerprint,
     method, route, command, remote_job_id, status_url, state, version, trace_id,
-    requested_by, authorised_by, created_at, create_deadline, result_deadline,
+    requested_by, authorized_by, created_at, create_deadline, result_deadline,
     create_attempts, status_requests_used, max_status_requests, transport_failures_used,
     max_transport_failures, consecutive_rate_limited, poll_attempt, extensions_used,
     step_failures, result_fetch_attempts, escalation_reason, event_count, last_event_hash,

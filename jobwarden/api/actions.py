@@ -32,7 +32,7 @@ router = APIRouter(tags=["actions"])
 NOT_JSON = "the body is not JSON"
 
 # An approval lives at least a minute (time to act on it) and at most a week: an approval
-# given long before the create would authorise a payload nobody looked at recently.
+# given long before the create would authorize a payload nobody looked at recently.
 MIN_APPROVAL_SECONDS = 60
 MAX_APPROVAL_SECONDS = 7 * 24 * 3600
 
@@ -140,7 +140,7 @@ def approve_operation(
         raise ProblemError(
             409, "conflict", f"the operation is not awaiting approval ({row.state.value})"
         )
-    # Four eyes: whoever submitted an operation does not also authorise it, unless the tenant
+    # Four eyes: whoever submitted an operation does not also authorize it, unless the tenant
     # chose to allow it (jobwarden tenants allow-self-approval).
     if row.requested_by in (principal.name, principal.actor) and not principal.allows_self_approval:
         raise ProblemError(

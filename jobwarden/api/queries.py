@@ -155,7 +155,7 @@ def operation_view(rt: Runtime, row: Operation) -> OperationView:
         fingerprint=row.request_fingerprint,
         trace_id=row.trace_id,
         requested_by=row.requested_by,
-        authorised_by=row.authorised_by,
+        authorized_by=row.authorized_by,
         approval_expires_at=row.approval_expires_at,
         created_at=row.created_at,
         accepted_at=row.accepted_at,

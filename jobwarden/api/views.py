@@ -86,7 +86,7 @@ class OperationView(BaseModel):
     fingerprint: str
     trace_id: str
     requested_by: str
-    authorised_by: str | None
+    authorized_by: str | None
     approval_expires_at: datetime | None
     created_at: datetime
     accepted_at: datetime | None

@@ -43,7 +43,7 @@ def time_left(deadline: datetime | None, now: datetime) -> str:
 
 def redacted(value: Any, secrets: tuple[str, ...], depth: int = 0) -> Any:
     """``value`` with secret-named keys and configured secret values replaced (whole, not
-    cut: an approver reads the command they authorise)."""
+    cut: an approver reads the command they authorize)."""
     if depth > 20:
         return "…"
     if isinstance(value, dict):

@@ -30,7 +30,7 @@ def decide_approval(
             "operation's; a changed payload needs a new approval"
         )
     # An approval expires: the create step refuses to send under a stale one, so an
-    # approval given today cannot authorise a create a week from now.
+    # approval given today cannot authorize a create a week from now.
     expires = now + valid_for
     record = Record(
         event=EventKind.approved,
@@ -39,5 +39,5 @@ def decide_approval(
         wake_at=now,
     )
     return Decided(
-        action=record, changes={"authorised_by": approver, "approval_expires_at": expires}
+        action=record, changes={"authorized_by": approver, "approval_expires_at": expires}
     )

@@ -60,9 +60,9 @@ def opening(sub: Submission, contract: ProviderContract, intake: Intake) -> Oper
         version=1,
         trace_id=intake.trace_id,
         requested_by=sub.requested_by,
-        # Invariant 1 names who authorised the create: without an approval step the
+        # Invariant 1 names who authorized the create: without an approval step the
         # submitter's request is the authority; with one, the approver fills this in.
-        authorised_by=None if contract.requires_approval else sub.requested_by,
+        authorized_by=None if contract.requires_approval else sub.requested_by,
         approval_expires_at=None,
         created_at=now,
         accepted_at=None,

@@ -36,7 +36,7 @@ class Operation:
     version: int
     trace_id: str
     requested_by: str
-    authorised_by: str | None
+    authorized_by: str | None
     approval_expires_at: datetime | None
     created_at: datetime
     accepted_at: datetime | None
@@ -127,7 +127,7 @@ class RowChanges(TypedDict, total=False):
     version: int
     trace_id: str
     requested_by: str
-    authorised_by: str | None
+    authorized_by: str | None
     approval_expires_at: datetime | None
     created_at: datetime
     accepted_at: datetime | None

@@ -31,7 +31,7 @@ ROW_FACTS: Final[Mapping[str, str]] = {
     "command": "json",
     "trace_id": "text",
     "requested_by": "text",
-    "authorised_by": "text",
+    "authorized_by": "text",
     "approval_expires_at": "time",
     "created_at": "time",
     # what is known about the remote job
@@ -110,10 +110,15 @@ def _fact(kind: str, value: Any) -> Any:
     return value  # json
 
 
+# Columns renamed after rows were digested keep the name they were digested under, so a
+# history written before the rename still verifies (0014: authorised_by -> authorized_by).
+DIGESTED_AS: Final[Mapping[str, str]] = {"authorized_by": "authorised_by"}
+
+
 def row_digest(facts: Mapping[str, Any]) -> str:
     """sha256 over the row's ``ROW_FACTS`` (every one must be present, None when unset)."""
     material = {
-        name: _fact(kind, facts[name])
+        DIGESTED_AS.get(name, name): _fact(kind, facts[name])
         for name, kind in ROW_FACTS.items()
         if facts[name] is not None or name not in LATER_FACTS
     }

@@ -260,7 +260,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _authorization(self) -> str | None:
         return self.headers.get("Authorization")
 
-    def _authorised(self) -> bool:
+    def _authorized(self) -> bool:
         token = self.server.token
         if token is None:
             return True
@@ -278,7 +278,7 @@ class _Handler(BaseHTTPRequestHandler):
         body: bytes,
     ) -> Reply:
         state = self.server.state
-        if path.startswith("/v1") and not self._authorised():
+        if path.startswith("/v1") and not self._authorized():
             return error_reply(
                 401,
                 "unauthorized",

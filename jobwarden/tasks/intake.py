@@ -49,10 +49,10 @@ LIMITS = FieldLimits(
     provider=_length(OperationRow, "provider"),
     idempotency_key=_length(OperationRow, "idempotency_key"),
     source_event_id=_length(OperationRow, "source_event_id"),
-    # requested_by is also authorised_by and, prefixed, the intent event's actor.
+    # requested_by is also authorized_by and, prefixed, the intent event's actor.
     requested_by=min(
         _length(OperationRow, "requested_by"),
-        _length(OperationRow, "authorised_by"),
+        _length(OperationRow, "authorized_by"),
         _length(EventRow, "actor") - len(ACTOR_PREFIX),
     ),
     method=_length(OperationRow, "method"),

@@ -27,7 +27,7 @@ def test_happy_path_succeeds_only_after_the_result_is_collected_and_validated(
     ]
     assert any(p is not None and 0 < p < 100 for p in progress)
     assert len(pipeline.remote_jobs(op)) == 1
-    assert row.authorised_by == "pytest"
+    assert row.authorized_by == "pytest"
     statuses = pipeline.job_requests(op, "status")
     assert len(statuses) == row.status_requests_used == 4
     assert [r["kind"] for r in pipeline.job_requests(op, "result")] == ["result"]

@@ -47,5 +47,5 @@ def test_an_operation_needing_approval_sends_nothing_until_its_fingerprint_is_ap
     assert pipeline.creates(op) == []
     assert approve(op, row.request_fingerprint, "bob") == "create_pending"
     done = pipeline.wait_state(op)
-    assert done.state == "succeeded" and done.authorised_by == "bob"
+    assert done.state == "succeeded" and done.authorized_by == "bob"
     assert len(pipeline.creates(op)) == 1

@@ -78,7 +78,7 @@ def insert_operation(
         state=state.value,
         trace_id=secrets.token_hex(16),
         requested_by="submitter",
-        authorised_by=None if state is S.awaiting_approval else "submitter",
+        authorized_by=None if state is S.awaiting_approval else "submitter",
         created_at=at,
         create_deadline=at + timedelta(minutes=5),
         result_deadline=NOW + timedelta(hours=1),

@@ -179,7 +179,7 @@ def test_the_submitter_may_not_approve_its_own_operation(
     assert answer.status_code == 200, answer.text
     assert answer.json()["state"] == "create_pending"
     row = load(database_url, op)
-    assert row.authorised_by == "token:bob" and row.approval_expires_at is not None
+    assert row.authorized_by == "token:bob" and row.approval_expires_at is not None
     approved = [e for e in _events(client, op, bob) if e["kind"] == "approved"]
     assert [e["actor"] for e in approved] == ["human:token:bob"]
 

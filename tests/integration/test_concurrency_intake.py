@@ -240,7 +240,7 @@ def test_a_contract_demanding_approval_queues_unapproved_and_admits_to_approval(
     # A submission awaiting approval already holds the key; the one behind it has no
     # approver yet, which the database allows only before approval or in the queue.
     assert (waiting_for_a_human.state, queued.state) == ("awaiting_approval", "queued")
-    assert _row(database_url, queued.operation_id).authorised_by is None
+    assert _row(database_url, queued.operation_id).authorized_by is None
     assert waiting_for_a_human.operation_id is not None and queued.operation_id is not None
     request_cancel(waiting_for_a_human.operation_id, "alice", "not tonight")
     admitted = _row(database_url, queued.operation_id)

@@ -245,7 +245,7 @@ def test_the_submitter_cannot_approve_its_own_operation_and_another_approver_can
         )
         assert answer.status_code == 303, answer.text
     row = load(database_url, op)
-    assert (row.state, row.authorised_by) == (S.create_pending, "token:carol")
+    assert (row.state, row.authorized_by) == (S.create_pending, "token:carol")
 
 
 def test_the_queue_groups_what_needs_a_human_by_reason_with_counts_oldest_first(

@@ -111,7 +111,7 @@ def test_a_taken_key_inserts_no_row_no_event_and_no_entry_through_the_claim(
         "version": 1,
         "trace_id": secrets.token_hex(16),
         "requested_by": "pytest",
-        "authorised_by": "pytest",
+        "authorized_by": "pytest",
         "created_at": now,
         "create_deadline": now,
         "result_deadline": now,

@@ -66,7 +66,7 @@ def _insert(
         state=state.value,
         trace_id=secrets.token_hex(16),
         requested_by="submitter",
-        authorised_by=None if state is S.awaiting_approval else "submitter",
+        authorized_by=None if state is S.awaiting_approval else "submitter",
         created_at=T0,
         create_deadline=T0 + timedelta(minutes=5),
         result_deadline=NOW + timedelta(hours=1),

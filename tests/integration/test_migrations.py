@@ -125,7 +125,7 @@ def test_the_due_index_covers_exactly_the_active_states(connection: Connection) 
 
 
 def test_every_state_a_constraint_names_is_a_state_of_the_enum(connection: Connection) -> None:
-    # A renamed state would leave constraints such as authorised_before_create naming a ghost.
+    # A renamed state would leave constraints such as authorized_before_create naming a ghost.
     rows = connection.execute(
         text(
             "SELECT c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c "
@@ -134,7 +134,7 @@ def test_every_state_a_constraint_names_is_a_state_of_the_enum(connection: Conne
         )
     ).all()
     on_state = {name: string_literals(sql) for name, sql in rows if "state" in sql}
-    assert any(name.endswith("authorised_before_create") for name in on_state), on_state
+    assert any(name.endswith("authorized_before_create") for name in on_state), on_state
     live = {s.value for s in OperationState}
     assert {name: sorted(v - live) for name, v in on_state.items() if v - live} == {}
 

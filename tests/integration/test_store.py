@@ -36,7 +36,7 @@ def _new_row(state: S = S.create_pending, **overrides: object) -> OperationRow:
         state=state.value,
         trace_id="a" * 32,
         requested_by="tester",
-        authorised_by="tester",
+        authorized_by="tester",
         created_at=NOW,
         create_deadline=NOW + timedelta(minutes=5),
         result_deadline=NOW + timedelta(hours=1),
@@ -343,13 +343,13 @@ def test_fenced_update_returns_the_row_as_stored_even_within_the_loading_session
         assert stored.last_event_kind is EventKind.create_accepted
 
 
-def test_the_database_refuses_an_operation_past_approval_without_an_authoriser(
+def test_the_database_refuses_an_operation_past_approval_without_an_authorizer(
     database_url: str,
 ) -> None:
     with pytest.raises(DBAPIError) as caught, transaction(database_url) as session:
-        store.insert_operation(session, _new_row(authorised_by=None), [])
+        store.insert_operation(session, _new_row(authorized_by=None), [])
     assert isinstance(caught.value.orig, psycopg.errors.CheckViolation)
-    waiting = _insert(database_url, _new_row(state=S.awaiting_approval, authorised_by=None))
+    waiting = _insert(database_url, _new_row(state=S.awaiting_approval, authorized_by=None))
     with pytest.raises(DBAPIError), transaction(database_url) as session:
         row = store.load(session, waiting)
         assert row is not None

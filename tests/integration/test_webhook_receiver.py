@@ -102,7 +102,7 @@ def _operation(
         status_url=f"http://127.0.0.1:8765/v1/jobs/{job_id}",
         trace_id="a" * 32,
         requested_by="tester",
-        authorised_by="tester",
+        authorized_by="tester",
         created_at=now,
         accepted_at=now,
         create_deadline=now + timedelta(minutes=5),

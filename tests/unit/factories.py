@@ -58,7 +58,7 @@ def operation(state: OperationState = OperationState.create_pending, **overrides
         "version": 3,
         "trace_id": "a" * 32,
         "requested_by": "svc",
-        "authorised_by": "svc",
+        "authorized_by": "svc",
         "approval_expires_at": None,
         "created_at": NOW - timedelta(minutes=1),
         "accepted_at": None,

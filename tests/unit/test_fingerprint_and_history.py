@@ -28,7 +28,7 @@ from jobwarden.models.history import (
     draft_fields,
 )
 from jobwarden.models.operation import COLUMNS
-from jobwarden.models.row_facts import ROW_FACTS, UNBOUND_COLUMNS, row_digest
+from jobwarden.models.row_facts import LATER_FACTS, ROW_FACTS, UNBOUND_COLUMNS, _fact, row_digest
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.verification import check_result, row_bound, verify_chain
 from tests.unit import factories
@@ -295,7 +295,7 @@ EDITS: dict[str, Any] = {
     "command": {"a": 2},
     "trace_id": "b" * 32,
     "requested_by": "mallory",
-    "authorised_by": "mallory",
+    "authorized_by": "mallory",
     "approval_expires_at": T0,
     "created_at": T0,
     "state": S.succeeded,
@@ -463,3 +463,16 @@ def test_result_bytes_no_event_records_are_named() -> None:
     assert [p.problem for p in problems] == [
         "result bytes are stored, but no result_collected event records them"
     ]
+
+
+def test_a_row_digested_before_the_authorized_by_rename_still_digests_alike() -> None:
+    # 0014 renamed the column; the digest keeps the fact's old name, so the row digest
+    # every event written before the rename committed to is still what the row gives.
+    facts = _facts()
+    material = {
+        ("authorised_by" if name == "authorized_by" else name): _fact(kind, facts[name])
+        for name, kind in ROW_FACTS.items()
+        if facts[name] is not None or name not in LATER_FACTS
+    }
+    assert row_digest(facts) == hashlib.sha256(canonical(material)).hexdigest()
+    assert row_digest({**facts, "authorized_by": "mallory"}) != row_digest(facts)

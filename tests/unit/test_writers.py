@@ -147,7 +147,7 @@ def test_an_approval_moves_to_create_pending_due_now_and_expires() -> None:
     )
     p = planned(op, decided)
     assert p.changes == {
-        "authorised_by": "bo",
+        "authorized_by": "bo",
         "approval_expires_at": NOW + WINDOW,
         "state": S.create_pending.value,
         "next_poll_at": NOW,

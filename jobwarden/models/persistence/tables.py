@@ -105,10 +105,10 @@ class OperationRow(Base):
             "reserved_request IS NULL OR reserved_request BETWEEN 1 AND status_requests_used",
             name="reserved_request_counted",
         ),
-        # Invariant 1 at the database: past approval, every operation names who authorised it.
+        # Invariant 1 at the database: past approval, every operation names who authorized it.
         CheckConstraint(
-            "authorised_by IS NOT NULL OR state IN ('awaiting_approval', 'abandoned', 'queued')",
-            name="authorised_before_create",
+            "authorized_by IS NOT NULL OR state IN ('awaiting_approval', 'abandoned', 'queued')",
+            name="authorized_before_create",
         ),
         CheckConstraint(
             "(concurrency_key IS NULL AND concurrency_limit IS NULL) "
@@ -172,7 +172,7 @@ class OperationRow(Base):
     version: Mapped[int] = mapped_column(BigInteger, default=1)
     trace_id: Mapped[str] = mapped_column(String(32))
     requested_by: Mapped[str] = mapped_column(String(200))
-    authorised_by: Mapped[str | None] = mapped_column(String(200))
+    authorized_by: Mapped[str | None] = mapped_column(String(200))
     approval_expires_at: Mapped[datetime | None] = mapped_column(TZ)
     created_at: Mapped[datetime] = mapped_column(TZ)
     accepted_at: Mapped[datetime | None] = mapped_column(TZ)
