@@ -26,16 +26,22 @@ from jobwarden.models.actions import (
     Send,
     escalate,
 )
-from jobwarden.models.effects import Plan, as_sent, plan, release, unspent_reservation
+from jobwarden.models.effects import Plan, plan
 from jobwarden.models.errors import LeaseNotAcquiredError
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.rate_limits import rate_limited
+from jobwarden.models.reservations import (
+    as_sent,
+    reserved_send,
+    unused_reservation,
+    with_reservation_returned,
+)
 from jobwarden.models.signals import RawResponse
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
-from jobwarden.models.steps import StepKind, spend_reservation, unsent
+from jobwarden.models.steps import StepKind, unsent
 from jobwarden.tasks import faults
 from jobwarden.tasks.leases import StepLease, operation_lease, spend_once, spent
 from jobwarden.tasks.provider_edge import MAX_REQUESTS_PER_LEASE, secret_forms
@@ -96,7 +102,7 @@ def _settled(rt: Runtime, op: Operation, p: Plan, lease: StepLease | None = None
     Under the lease, so no other attempt can mark it between the check and the write.
     A reservation this step's own lease marked is known unsent unless the step spent it.
     """
-    ordinal = unspent_reservation(op, p)
+    ordinal = unused_reservation(op, p)
     if ordinal is None:
         return p
     if lease is not None and lease.marked == ordinal:
@@ -104,12 +110,12 @@ def _settled(rt: Runtime, op: Operation, p: Plan, lease: StepLease | None = None
             return p
     elif spent(rt.redis, rt.settings.key_prefix, op.operation_id, ordinal):
         return p
-    return release(op, p)
+    return with_reservation_returned(op, p)
 
 
 def _spendable(rt: Runtime, op: Operation, send: Send, lease: StepLease | None) -> Send | None:
     """The reserved request as ``send``, if this is the first attempt to spend it."""
-    spent = spend_reservation(op, send)
+    spent = reserved_send(op, send)
     if spent is None or op.reserved_request is None:
         return None
     if lease is not None and lease.spend(op.reserved_request):
