@@ -18,15 +18,8 @@ from redis import Redis
 
 from jobwarden.harness import wait_for
 from jobwarden.models.errors import LeaseNotAcquiredError
-from jobwarden.tasks.leases import (
-    StepLease,
-    announced_key,
-    lease_key,
-    operation_lease,
-    spend_once,
-    spent,
-    step_lease,
-)
+from jobwarden.tasks.leases import lease_key, operation_lease, step_lease
+from jobwarden.tasks.reservations import Marking, announced_key, spend_once, spent
 
 MARKER_TTL = 60
 
@@ -52,7 +45,7 @@ def _announce(redis: Redis, prefix: str, op: uuid.UUID, ordinal: int) -> None:
         lease.announce = ordinal
 
 
-def _expired(redis: Redis, prefix: str, op: uuid.UUID) -> AbstractContextManager[StepLease]:
+def _expired(redis: Redis, prefix: str, op: uuid.UUID) -> AbstractContextManager[Marking]:
     """A step lease that marked request 1 and was held past its TTL, never let go."""
     held = step_lease(redis, prefix, op, 0.05, MARKER_TTL)
     assert held.__enter__().marked == 1
