@@ -1,19 +1,29 @@
-"""Operation leases: a Redis lock with a TTL, never waited for.
+"""Operation leases: a Redis key with a TTL and a random token, one mechanism for all.
 
 The lease only keeps two workers from working one operation at the same
 time; correctness comes from the row version every write is fenced by (a
 lease can expire while its holder is paused).
+
+A holder takes the lease with ``SET NX PX`` of its own token and lets go with a
+compare-and-delete, both in Lua, so a release after expiry (perhaps another holder's
+lease by then) changes nothing. ``operation_lease`` serves writers outside a step (no
+wait) and humans' interventions (a bounded wait); ``step_lease`` is a worker step's, and
+its acquire also marks the announced reservation (``tasks/reservations.py``) in the same
+round trip. Both take the same key through the same two scripts, so they exclude each
+other.
 """
 
 from __future__ import annotations
 
+import math
 import secrets
+import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
+from typing import Any
 
 from redis import Redis
-from redis.exceptions import LockError
 
 from jobwarden.models.errors import LeaseNotAcquiredError
 from jobwarden.tasks.reservations import Marking, announced_key, marker_key
@@ -22,6 +32,66 @@ from jobwarden.tasks.runtime import script
 
 def lease_key(prefix: str, operation_id: uuid.UUID) -> str:
     return f"{prefix}:lease:{operation_id}"
+
+
+# KEYS[1] is the lease. A step lease also passes the reservation's marker and announced
+# ordinal (KEYS[2], KEYS[3]); a plain lease passes the lease alone and stops there.
+# The acquire raises the marker to the announced ordinal: {marked (0: none), marker before}.
+_ACQUIRE = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+if #KEYS == 1 then return {0, 0} end
+local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
+local want = tonumber(redis.call('GET', KEYS[3]) or '0')
+if want > seen then
+  redis.call('SET', KEYS[2], want, 'EX', ARGV[3])
+  return {want, seen}
+end
+return {0, seen}
+"""
+
+# Only the holder lets go. A step lease then lowers the marker it raised unless its step
+# sent the request (ARGV[3], '' keeps it), and announces its commit's reservation (ARGV[4]).
+_RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if #KEYS == 1 then return 1 end
+if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) == ARGV[2] then
+  if ARGV[3] == '0' then redis.call('DEL', KEYS[2])
+  else redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[5]) end
+end
+if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[5]) end
+return 1
+"""
+
+# How often a waiting intervention tries again: redis-py's Lock, used here before, polled
+# at the same interval.
+RETRY_SECONDS = 0.1
+
+
+def _take(redis: Redis, keys: list[str], token: str, ttl_seconds: float, *args: object) -> Any:
+    """One attempt at the lease: the acquire script's reply, None while another holds it."""
+    acquire = script(redis, _ACQUIRE)
+    return acquire(keys=keys, args=[token, max(1, int(ttl_seconds * 1000)), *args])
+
+
+def _let_go(redis: Redis, keys: list[str], token: str, *args: object) -> None:
+    script(redis, _RELEASE)(keys=keys, args=[token, *args])
+
+
+def _taken_within(
+    redis: Redis, keys: list[str], token: str, ttl_seconds: float, wait_seconds: float
+) -> bool:
+    """Try until the lease is taken or ``wait_seconds`` passed (0: one attempt)."""
+    give_up_at = time.monotonic() + wait_seconds
+    # Bounded by the attempts the wait allows as well as by the clock.
+    for _ in range(1 + math.ceil(wait_seconds / RETRY_SECONDS)):
+        if _take(redis, keys, token, ttl_seconds) is not None:
+            return True
+        left = give_up_at - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(RETRY_SECONDS, left))
+    return False
 
 
 @contextmanager
@@ -36,50 +106,18 @@ def operation_lease(
     """Hold the operation's lease for the block, or raise LeaseNotAcquiredError.
 
     Workers never wait (``wait_seconds=0``): a busy lease means another owner is on
-    it. A human's intervention may wait briefly for an in-flight step to finish.
+    it. A human's intervention may wait briefly for an in-flight step to finish, trying
+    again every ``RETRY_SECONDS`` until ``wait_seconds`` passed.
     """
-    lock = redis.lock(
-        lease_key(prefix, operation_id),
-        timeout=ttl_seconds,
-        blocking=wait_seconds > 0,
-        blocking_timeout=wait_seconds or None,
-        thread_local=False,
-    )
-    if not lock.acquire():
+    keys = [lease_key(prefix, operation_id)]
+    token = secrets.token_hex(16)
+    if not _taken_within(redis, keys, token, ttl_seconds, wait_seconds):
         raise LeaseNotAcquiredError(str(operation_id))
     try:
         yield
     finally:
         # Expired and perhaps taken by another worker: its fence protects the row.
-        with suppress(LockError):
-            lock.release()
-
-
-# A step lease's acquire also marks the announced reservation, and its release lowers
-# the mark again or announces the next one (the rules: tasks/reservations.py).
-
-_ACQUIRE = """
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
-local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
-local want = tonumber(redis.call('GET', KEYS[3]) or '0')
-if want > seen then
-  redis.call('SET', KEYS[2], want, 'EX', ARGV[3])
-  return {want, seen}
-end
-return {0, seen}
-"""
-
-# Only the holder lets go; past its TTL (another holder, perhaps) it changes nothing.
-_RELEASE = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) == ARGV[2] then
-  if ARGV[3] == '0' then redis.call('DEL', KEYS[2])
-  else redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[5]) end
-end
-if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[5]) end
-return 1
-"""
+        _let_go(redis, keys, token)
 
 
 @contextmanager
@@ -88,8 +126,8 @@ def step_lease(
 ) -> Iterator[Marking]:
     """A worker step's lease (never waited for), marking the announced reservation.
 
-    Raises LeaseNotAcquiredError when another owner holds it. The same key and token
-    discipline as ``operation_lease``, so the two exclude each other.
+    Raises LeaseNotAcquiredError when another owner holds it. The step records on the
+    ``Marking`` what it spent and what its commit reserved; letting go says so to Redis.
     """
     keys = [
         lease_key(prefix, operation_id),
@@ -97,9 +135,7 @@ def step_lease(
         announced_key(prefix, operation_id),
     ]
     token = secrets.token_hex(16)
-    got = script(redis, _ACQUIRE)(
-        keys=keys, args=[token, max(1, int(ttl_seconds * 1000)), marker_ttl]
-    )
+    got = _take(redis, keys, token, ttl_seconds, marker_ttl)
     if got is None:
         raise LeaseNotAcquiredError(str(operation_id))
     want, seen = int(got[0]), int(got[1])
@@ -108,13 +144,12 @@ def step_lease(
         yield marking
     finally:
         lowered, announce = marking.lowered_to, marking.announce
-        script(redis, _RELEASE)(
-            keys=keys,
-            args=[
-                token,
-                marking.marked or "",
-                "" if lowered is None else lowered,
-                "" if announce is None else announce,
-                marker_ttl,
-            ],
+        _let_go(
+            redis,
+            keys,
+            token,
+            marking.marked or "",
+            "" if lowered is None else lowered,
+            "" if announce is None else announce,
+            marker_ttl,
         )
