@@ -10,7 +10,9 @@ lease by then) changes nothing. ``operation_lease`` serves writers outside a ste
 wait) and humans' interventions (a bounded wait); ``step_lease`` is a worker step's, and
 its acquire also marks the announced reservation (``tasks/reservations.py``) in the same
 round trip. Both take the same key through the same two scripts, so they exclude each
-other.
+other. redis-py's ``Lock``, which held operation leases before, takes the same key the
+same way, so an older worker's lock still excludes them during a rolling deploy (pinned
+by a test against the library's own ``Lock``).
 """
 
 from __future__ import annotations

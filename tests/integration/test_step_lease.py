@@ -250,3 +250,22 @@ def test_an_operation_lease_let_go_after_its_ttl_leaves_the_next_holder_alone(
         slow.__exit__(None, None, None)  # wakes up and lets go: changes nothing
         assert token is not None and redis.get(lease_key(prefix, op)) == token
     assert redis.get(lease_key(prefix, op)) is None
+
+
+def test_both_leases_exclude_a_redis_py_lock_on_the_same_key_and_it_them(
+    redis: Redis, prefix: str
+) -> None:
+    # redis-py's Lock held operation leases before: during a rolling deploy an older
+    # worker's lock and a newer one's lease must still exclude each other.
+    op = uuid.uuid4()
+    lock = redis.lock(lease_key(prefix, op), timeout=30, blocking=False, thread_local=False)
+    assert lock.acquire()
+    with pytest.raises(LeaseNotAcquiredError), operation_lease(redis, prefix, op, 30):
+        pass
+    with pytest.raises(LeaseNotAcquiredError), step_lease(redis, prefix, op, 30, MARKER_TTL):
+        pass
+    lock.release()
+    with operation_lease(redis, prefix, op, 30):
+        assert not lock.acquire()
+    with step_lease(redis, prefix, op, 30, MARKER_TTL):
+        assert not lock.acquire()
