@@ -34,9 +34,10 @@ from jobwarden.models.actions import (
 from jobwarden.models.excerpts import excerpt, scrub_text
 from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.operation import Operation, RowChanges
+from jobwarden.models.reservations import as_sent, folded_claim, with_next_poll_reserved
 from jobwarden.models.results import ResultVerdict
 from jobwarden.models.signals import RawResponse
-from jobwarden.models.states import POLLED, TERMINAL, is_allowed
+from jobwarden.models.states import TERMINAL, is_allowed
 from jobwarden.models.states import OperationState as S
 
 
@@ -142,14 +143,6 @@ def _row(changes: Mapping[str, Any]) -> RowChanges:
     return cast(RowChanges, dict(changes))
 
 
-def as_sent(op: Operation, send: Send) -> Operation:
-    """The snapshot as the claim of ``send`` leaves it (counters, changes, the move)."""
-    changes: dict[str, Any] = {**send.counters, **send.changes}
-    if send.move_to is not None and send.move_to is not op.state:
-        changes["state"] = send.move_to.value
-    return op.with_changes(changes) if changes else op
-
-
 def plan(
     op: Operation,
     decided: Decided,
@@ -199,7 +192,7 @@ def plan(
             events.append(d.event(EventKind.observed, None, cause=decided.answered, **d.carried))
     events.extend(own.events)
     if claim is not None:
-        events[:1] = _fold_claim(claim.events[0], events[0]) if events else list(claim.events)
+        events[:1] = folded_claim(claim.events[0], events[0]) if events else list(claim.events)
         changes = {**claim.changes, **changes}
     if not isinstance(action, Wait | Accept):
         # Only a decision to wait for a status read reserves it; a recorded step failure
@@ -210,7 +203,7 @@ def plan(
             next_at=own.next_at,
             result=own.result,
         )
-    return _reserve(
+    return with_next_poll_reserved(
         op,
         Plan(
             changes={**changes, **own.changes},
@@ -218,26 +211,6 @@ def plan(
             next_at=own.next_at,
             result=own.result,
         ),
-    )
-
-
-def unspent_reservation(op: Operation, p: Plan) -> int | None:
-    """The reservation ``p`` leaves behind unused, if it would: the plan takes the
-    operation out of polling (or ends its timer) without spending or replacing it.
-
-    The shell returns it (``release``) unless an earlier attempt may have sent it.
-    """
-    if op.reserved_request is None or p.empty or "reserved_request" in p.changes:
-        return None
-    state = S(p.changes.get("state", op.state))
-    return op.reserved_request if state not in POLLED or p.next_at is None else None
-
-
-def release(op: Operation, p: Plan) -> Plan:
-    """``p`` with the unspent reservation returned to the budget, so x of N counts sends."""
-    used = p.changes.get("status_requests_used", op.status_requests_used)
-    return replace(
-        p, changes={**p.changes, "status_requests_used": used - 1, "reserved_request": None}
     )
 
 
@@ -249,49 +222,6 @@ def _polled(d: _Draft, wait: Wait) -> EventDraft:
         cause=wait.cause,
         delay_source=wait.delay_source.value,
         **{**d.carried, "excerpt": {**d.carried.get("excerpt", {}), **(decision.excerpt or {})}},
-    )
-
-
-def _fold_claim(claim: EventDraft, first: EventDraft) -> list[EventDraft]:
-    """The claim a reserved request never committed, carried by the answer's first event.
-
-    The ordinal joins the excerpt; a move the claim made (accepted -> observing) becomes
-    the event's transition. An answer event with a transition of its own (a first poll
-    that escalates) keeps the claim as an event before it instead.
-    """
-    if first.to_state is not None and claim.to_state is not None:
-        return [claim, first]
-    return [
-        replace(
-            first,
-            from_state=claim.from_state if claim.to_state is not None else first.from_state,
-            to_state=claim.to_state if claim.to_state is not None else first.to_state,
-            excerpt={**(claim.excerpt or {}), **(first.excerpt or {})},
-        )
-    ]
-
-
-def _reserve(op: Operation, p: Plan) -> Plan:
-    """Count the next status request on this commit when the plan leaves the operation
-    waiting for a poll, so that poll sends without a claim commit of its own.
-
-    Invariant 3 holds: the request is counted before it can leave; one that never does
-    (the operation moved on, or the step died) stays counted, an unused reservation.
-    """
-    state = S(p.changes.get("state", op.state))
-    used = p.changes.get("status_requests_used", op.status_requests_used)
-    reserved = p.changes.get("reserved_request", op.reserved_request)
-    if state not in POLLED or p.next_at is None or reserved is not None:
-        return p
-    if used >= op.max_status_requests or not p.events:
-        return p  # the budget's last request is spent: the next poll's guard escalates
-    # Said in the history, so a reservation never spent (its step died) is still explained.
-    *earlier, last = p.events
-    told = replace(last, excerpt={**(last.excerpt or {}), "reserved_request": used + 1})
-    return replace(
-        p,
-        changes={**p.changes, "status_requests_used": used + 1, "reserved_request": used + 1},
-        events=(*earlier, told),
     )
 
 

@@ -79,7 +79,6 @@ __all__ = [
     "before_create",
     "before_poll",
     "before_reconcile",
-    "spend_reservation",
     "unsent",
 ]
 
@@ -141,7 +140,7 @@ def before_poll(op: Operation, ctx: StepContext, now: datetime) -> Decided:
         return Decided(action=move)
     used = op.status_requests_used + 1
     # As written, this Send claims a fresh request with a commit of its own; the shell
-    # spends the reservation instead when it may (``spend_reservation``).
+    # spends the reservation instead when it may (``reservations.reserved_send``).
     return Decided(
         action=Send(
             request=ProviderRequest(
@@ -264,28 +263,6 @@ def after_cancel(
         ),
     )
     return Decided(action=wait, answered="cancel response")
-
-
-# --- the reserved status request ------------------------------------------------------
-
-
-def spend_reservation(op: Operation, send: Send) -> Send | None:
-    """``send`` as the request the last decision reserved, or None when none may be spent.
-
-    The reservation was counted by the commit that decided this poll, so sending it
-    needs no claim commit: its record (the ordinal, a move to observing) rides on the
-    commit that records the answer. The shell spends it only once per reservation (a
-    marker it sets before the send), so a redelivered message never reuses one.
-    """
-    if send.request.purpose is not RequestPurpose.status or op.reserved_request is None:
-        return None
-    return replace(
-        send,
-        counters={},
-        changes={"reserved_request": None},
-        cause=None,
-        excerpt={"request": op.reserved_request, "of": op.max_status_requests},
-    )
 
 
 # --- a reserved request whose deadline passed before it left ----------------------------

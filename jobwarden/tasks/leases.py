@@ -1,27 +1,99 @@
-"""Operation leases: a Redis lock with a TTL, never waited for.
+"""Operation leases: a Redis key with a TTL and a random token, one mechanism for all.
 
 The lease only keeps two workers from working one operation at the same
 time; correctness comes from the row version every write is fenced by (a
 lease can expire while its holder is paused).
+
+A holder takes the lease with ``SET NX PX`` of its own token and lets go with a
+compare-and-delete, both in Lua, so a release after expiry (perhaps another holder's
+lease by then) changes nothing. ``operation_lease`` serves writers outside a step (no
+wait) and humans' interventions (a bounded wait); ``step_lease`` is a worker step's, and
+its acquire also marks the announced reservation (``tasks/reservations.py``) in the same
+round trip. Both take the same key through the same two scripts, so they exclude each
+other. redis-py's ``Lock``, which held operation leases before, takes the same key the
+same way, so an older worker's lock still excludes them during a rolling deploy (pinned
+by a test against the library's own ``Lock``).
 """
 
 from __future__ import annotations
 
+import math
 import secrets
+import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from contextlib import contextmanager
 from typing import Any
 
 from redis import Redis
-from redis.exceptions import LockError
 
 from jobwarden.models.errors import LeaseNotAcquiredError
+from jobwarden.tasks.reservations import Marking, announced_key, marker_key
+from jobwarden.tasks.runtime import script
 
 
 def lease_key(prefix: str, operation_id: uuid.UUID) -> str:
     return f"{prefix}:lease:{operation_id}"
+
+
+# KEYS[1] is the lease. A step lease also passes the reservation's marker and announced
+# ordinal (KEYS[2], KEYS[3]); a plain lease passes the lease alone and stops there.
+# The acquire raises the marker to the announced ordinal: {marked (0: none), marker before}.
+_ACQUIRE = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+if #KEYS == 1 then return {0, 0} end
+local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
+local want = tonumber(redis.call('GET', KEYS[3]) or '0')
+if want > seen then
+  redis.call('SET', KEYS[2], want, 'EX', ARGV[3])
+  return {want, seen}
+end
+return {0, seen}
+"""
+
+# Only the holder lets go. A step lease then lowers the marker it raised unless its step
+# sent the request (ARGV[3], '' keeps it), and announces its commit's reservation (ARGV[4]).
+_RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if #KEYS == 1 then return 1 end
+if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) == ARGV[2] then
+  if ARGV[3] == '0' then redis.call('DEL', KEYS[2])
+  else redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[5]) end
+end
+if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[5]) end
+return 1
+"""
+
+# How often a waiting intervention tries again: redis-py's Lock, used here before, polled
+# at the same interval.
+RETRY_SECONDS = 0.1
+
+
+def _take(redis: Redis, keys: list[str], token: str, ttl_seconds: float, *args: object) -> Any:
+    """One attempt at the lease: the acquire script's reply, None while another holds it."""
+    acquire = script(redis, _ACQUIRE)
+    return acquire(keys=keys, args=[token, max(1, int(ttl_seconds * 1000)), *args])
+
+
+def _let_go(redis: Redis, keys: list[str], token: str, *args: object) -> None:
+    script(redis, _RELEASE)(keys=keys, args=[token, *args])
+
+
+def _taken_within(
+    redis: Redis, keys: list[str], token: str, ttl_seconds: float, wait_seconds: float
+) -> bool:
+    """Try until the lease is taken or ``wait_seconds`` passed (0: one attempt)."""
+    give_up_at = time.monotonic() + wait_seconds
+    # Bounded by the attempts the wait allows as well as by the clock.
+    for _ in range(1 + math.ceil(wait_seconds / RETRY_SECONDS)):
+        if _take(redis, keys, token, ttl_seconds) is not None:
+            return True
+        left = give_up_at - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(RETRY_SECONDS, left))
+    return False
 
 
 @contextmanager
@@ -36,162 +108,50 @@ def operation_lease(
     """Hold the operation's lease for the block, or raise LeaseNotAcquiredError.
 
     Workers never wait (``wait_seconds=0``): a busy lease means another owner is on
-    it. A human's intervention may wait briefly for an in-flight step to finish.
+    it. A human's intervention may wait briefly for an in-flight step to finish, trying
+    again every ``RETRY_SECONDS`` until ``wait_seconds`` passed.
     """
-    lock = redis.lock(
-        lease_key(prefix, operation_id),
-        timeout=ttl_seconds,
-        blocking=wait_seconds > 0,
-        blocking_timeout=wait_seconds or None,
-        thread_local=False,
-    )
-    if not lock.acquire():
+    keys = [lease_key(prefix, operation_id)]
+    token = secrets.token_hex(16)
+    if not _taken_within(redis, keys, token, ttl_seconds, wait_seconds):
         raise LeaseNotAcquiredError(str(operation_id))
     try:
         yield
     finally:
         # Expired and perhaps taken by another worker: its fence protects the row.
-        with suppress(LockError):
-            lock.release()
-
-
-# Compare-and-raise: the marker holds the highest reserved request ordinal whose send was
-# attempted; a lower or equal one is refused, so each reservation is spent at most once.
-_SPEND_ONCE = """
-local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
-if seen >= tonumber(ARGV[1]) then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-return 1
-"""
-
-
-def reservation_key(prefix: str, operation_id: uuid.UUID) -> str:
-    return f"{prefix}:reserved:{operation_id}"
-
-
-def announced_key(prefix: str, operation_id: uuid.UUID) -> str:
-    return f"{prefix}:reserved-next:{operation_id}"
-
-
-def spend_once(
-    redis: Redis, prefix: str, operation_id: uuid.UUID, ordinal: int, ttl_seconds: int
-) -> bool:
-    """Mark reserved request ``ordinal`` as about to be sent; False if it already was.
-
-    Set under the lease and before the send, so a redelivered message, which finds the
-    same reservation on the row, knows its request may have left and claims a fresh one.
-    The marker must outlive any redelivery of the message (the broker's visibility
-    timeout); if Redis loses it, the sweeper's redispatch drops the reservation anyway.
-    """
-    script = _script(redis, _SPEND_ONCE)
-    return bool(script(keys=[reservation_key(prefix, operation_id)], args=[ordinal, ttl_seconds]))
-
-
-# One registered script per (client, script): registering hashes the script text each time.
-_scripts: dict[tuple[int, str], Any] = {}
-
-
-def _script(redis: Redis, text: str) -> Any:
-    script = _scripts.get((id(redis), text))
-    if script is None or script.registered_client is not redis:
-        script = _scripts[(id(redis), text)] = redis.register_script(text)
-    return script
-
-
-def spent(redis: Redis, prefix: str, operation_id: uuid.UUID, ordinal: int) -> bool:
-    """Whether an attempt to send reserved request ``ordinal`` was ever marked."""
-    seen = redis.get(reservation_key(prefix, operation_id))
-    return seen is not None and int(seen) >= ordinal
-
-
-# --- a worker step's lease, which also marks the announced reservation ----------------
-#
-# A poll's decision reserves the next status request in its commit, and the step that
-# made it announces the ordinal when it lets the lease go. The next step's acquire raises
-# the spend marker to that ordinal in the same round trip, so the reserved request leaves
-# with no Redis call between the lease and the send. Marking before the row is read is
-# conservative: a step that does not send what it marked lowers the marker again as it
-# lets go, and one that dies before that leaves the reservation spent-looking, so the
-# next attempt claims a fresh, counted request (what a crash after spend_once did).
-
-_ACQUIRE = """
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
-local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
-local want = tonumber(redis.call('GET', KEYS[3]) or '0')
-if want > seen then
-  redis.call('SET', KEYS[2], want, 'EX', ARGV[3])
-  return {want, seen}
-end
-return {0, seen}
-"""
-
-# Only the holder lets go; past its TTL (another holder, perhaps) it changes nothing.
-_RELEASE = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) == ARGV[2] then
-  if ARGV[3] == '0' then redis.call('DEL', KEYS[2])
-  else redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[5]) end
-end
-if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[5]) end
-return 1
-"""
-
-
-@dataclass(slots=True)
-class StepLease:
-    """A held step lease: the reservation its acquire marked, and what the step did."""
-
-    marked: int | None  # the reserved request ordinal marked as about to be sent
-    marked_over: int  # the marker's value before (0: none)
-    spent_marked: bool = False  # the step sent, or may have sent, the marked request
-    announce: int | None = None  # the reservation the step's commit left on the row
-
-    def spend(self, ordinal: int) -> bool:
-        """Whether ``ordinal`` is the request this lease marked; if so it is now spent."""
-        if self.marked is None or self.marked != ordinal:
-            return False
-        self.spent_marked = True
-        return True
-
-    def unspent_mark(self, ordinal: int) -> bool:
-        """Whether ``ordinal`` is the marked request and this step has not sent it."""
-        return self.marked == ordinal and not self.spent_marked
+        _let_go(redis, keys, token)
 
 
 @contextmanager
 def step_lease(
     redis: Redis, prefix: str, operation_id: uuid.UUID, ttl_seconds: float, marker_ttl: int
-) -> Iterator[StepLease]:
+) -> Iterator[Marking]:
     """A worker step's lease (never waited for), marking the announced reservation.
 
-    Raises LeaseNotAcquiredError when another owner holds it. The same key and token
-    discipline as ``operation_lease``, so the two exclude each other.
+    Raises LeaseNotAcquiredError when another owner holds it. The step records on the
+    ``Marking`` what it spent and what its commit reserved; letting go says so to Redis.
     """
     keys = [
         lease_key(prefix, operation_id),
-        reservation_key(prefix, operation_id),
+        marker_key(prefix, operation_id),
         announced_key(prefix, operation_id),
     ]
     token = secrets.token_hex(16)
-    got = _script(redis, _ACQUIRE)(
-        keys=keys, args=[token, max(1, int(ttl_seconds * 1000)), marker_ttl]
-    )
+    got = _take(redis, keys, token, ttl_seconds, marker_ttl)
     if got is None:
         raise LeaseNotAcquiredError(str(operation_id))
     want, seen = int(got[0]), int(got[1])
-    lease = StepLease(marked=want or None, marked_over=seen)
+    marking = Marking(marked=want or None, marked_over=seen)
     try:
-        yield lease
+        yield marking
     finally:
-        restore = lease.marked is not None and not lease.spent_marked
-        _script(redis, _RELEASE)(
-            keys=keys,
-            args=[
-                token,
-                lease.marked or "",
-                lease.marked_over if restore else "",
-                lease.announce if lease.announce is not None else "",
-                marker_ttl,
-            ],
+        lowered, announce = marking.lowered_to, marking.announce
+        _let_go(
+            redis,
+            keys,
+            token,
+            marking.marked or "",
+            "" if lowered is None else lowered,
+            "" if announce is None else announce,
+            marker_ttl,
         )

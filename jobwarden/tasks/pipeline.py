@@ -30,8 +30,9 @@ from jobwarden.tasks.dispatch import enqueue_many, republish, schedule
 from jobwarden.tasks.intake import submit_from_message
 from jobwarden.tasks.leases import step_lease
 from jobwarden.tasks.outcomes import AutomationStoppedError, task_answer
+from jobwarden.tasks.reservations import marker_ttl
 from jobwarden.tasks.runtime import Runtime, current, utcnow
-from jobwarden.tasks.steps import marker_ttl, record_step_failure, run, stop_automation
+from jobwarden.tasks.steps import record_step_failure, run, stop_automation
 
 log = get_logger("jobwarden.tasks")
 

@@ -11,6 +11,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from redis import Redis
 
@@ -109,3 +110,15 @@ def reset() -> None:
     if _runtime is not None:
         _runtime.http.close()
     _runtime = None
+
+
+# One registered script per (client, script): registering hashes the script text each time.
+_scripts: dict[tuple[int, str], Any] = {}
+
+
+def script(redis: Redis, text: str) -> Any:
+    """``text`` registered on ``redis`` once (EVALSHA, falling back to EVAL on a miss)."""
+    registered = _scripts.get((id(redis), text))
+    if registered is None or registered.registered_client is not redis:
+        registered = _scripts[(id(redis), text)] = redis.register_script(text)
+    return registered

@@ -28,20 +28,22 @@ from jobwarden.models.actions import (
     Send,
     escalate,
 )
-from jobwarden.models.effects import Plan, as_sent, plan, release, unspent_reservation
+from jobwarden.models.effects import Plan, plan
 from jobwarden.models.errors import LeaseNotAcquiredError, StaleVersionError
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.rate_limits import rate_limited
+from jobwarden.models.reservations import as_sent
 from jobwarden.models.signals import RawResponse
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
-from jobwarden.models.steps import StepKind, spend_reservation, unsent
+from jobwarden.models.steps import StepKind, unsent
 from jobwarden.tasks import faults
-from jobwarden.tasks.leases import StepLease, operation_lease, spend_once, spent
+from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.provider_edge import MAX_REQUESTS_PER_LEASE, secret_forms
 from jobwarden.tasks.rate_limits import take
+from jobwarden.tasks.reservations import Marking, settled, spendable
 from jobwarden.tasks.runtime import Runtime, utcnow
 
 # A step sends one request, except reconciliation by lookup, which may follow an empty
@@ -92,53 +94,18 @@ def _plan(  # noqa: PLR0913 - plan()'s own inputs, each named at every call
     )
 
 
-def _settled(rt: Runtime, op: Operation, p: Plan, lease: StepLease | None = None) -> Plan:
-    """``p``, returning a reservation it leaves unused unless an attempt may have sent it.
-
-    Under the lease, so no other attempt can mark it between the check and the write.
-    A reservation this step's own lease marked is known unsent unless the step spent it.
-    """
-    ordinal = unspent_reservation(op, p)
-    if ordinal is None:
-        return p
-    if lease is not None and lease.marked == ordinal:
-        if not lease.unspent_mark(ordinal):
-            return p
-    elif spent(rt.redis, rt.settings.key_prefix, op.operation_id, ordinal):
-        return p
-    return release(op, p)
-
-
-def _spendable(rt: Runtime, op: Operation, send: Send, lease: StepLease | None) -> Send | None:
-    """The reserved request as ``send``, if this is the first attempt to spend it."""
-    spent = spend_reservation(op, send)
-    if spent is None or op.reserved_request is None:
-        return None
-    if lease is not None and lease.spend(op.reserved_request):
-        return spent  # marked by the lease's acquire: no round trip before the send
-    ttl = marker_ttl(rt)
-    if not spend_once(rt.redis, rt.settings.key_prefix, op.operation_id, op.reserved_request, ttl):
-        return None  # an earlier attempt may have sent it: claim a fresh, counted request
-    return spent
-
-
-def marker_ttl(rt: Runtime) -> int:
-    """How long a spend marker lives: past any redelivery of the message that set it."""
-    return 2 * rt.settings.visibility_timeout_seconds
-
-
 def run(
     rt: Runtime,
     op: Operation,
     step: StepKind,
     session: Session | None = None,
-    lease: StepLease | None = None,
+    marking: Marking | None = None,
 ) -> tuple[Operation, datetime | None]:
     """Drive ``op`` through one step; returns the stored snapshot and the next wake-up.
 
     A status request the last decision reserved is sent without a claim commit; any
     other request is claimed (counted, with its ``*_sent`` event) in a commit first.
-    ``lease``: the worker's step lease, which may have marked the reservation already.
+    ``marking``: what the worker's step lease marked, perhaps the reservation already.
     """
     ctx = rt.context(op.provider)
     fault_scope = op.idempotency_key
@@ -157,11 +124,11 @@ def run(
         if not token.granted:
             decided = rate_limited(decided, send, retry_after=token.retry_after, now=now)
             break
-        spent = _spendable(rt, op, send, lease) if sent is None and answer is None else None
-        if spent is None:
-            claim = _settled(rt, op, _plan(rt, op, decided, now, answer, sent=sent), lease)
+        reserved = spendable(rt, op, send, marking) if sent is None and answer is None else None
+        if reserved is None:
+            claim = settled(rt, op, _plan(rt, op, decided, now, answer, sent=sent), marking)
             op = persist(rt, session, op, claim, now)
-        sent = spent
+        sent = reserved
         faults.fault_point(rt.redis, rt.settings.key_prefix, step.claim_point, fault_scope)
         now = utcnow()
         late = unsent(op, send, now)
@@ -178,7 +145,7 @@ def run(
         if isinstance(decided.action, Send):
             detail = f"{step.name} asked for more than {MAX_SENDS_PER_STEP} requests in one step"
             decided = Decided(action=escalate(op.state, EscalationReason.internal_error, detail))
-    p = _settled(rt, op, _plan(rt, op, decided, now, answer, sent=sent), lease)
+    p = settled(rt, op, _plan(rt, op, decided, now, answer, sent=sent), marking)
     if p.empty:
         return op, None
     op = persist(rt, session, op, p, now)
@@ -334,7 +301,7 @@ def under_lease(
                     # Only the lease holder may return a reservation: without it a step
                     # may be about to send it. A plan that changes neither the state
                     # nor the timer cannot strand one (a webhook that only records).
-                    p = _settled(rt, op, p)
+                    p = settled(rt, op, p)
                 if alongside is not None:
                     alongside(tx, op, now)
                 stored = store.write(tx, op, p, now=now) if not p.empty else op

@@ -111,7 +111,7 @@ def test_a_reservation_marked_as_spent_is_never_sent_again_unclaimed(
     from jobwarden.models.persistence.db import step_session
     from jobwarden.models.persistence.store import load
     from jobwarden.models.steps import CREATE, POLL
-    from jobwarden.tasks.leases import spend_once
+    from jobwarden.tasks.reservations import spend_once
     from jobwarden.tasks.runtime import build_runtime, utcnow
     from jobwarden.tasks.steps import run
 
@@ -164,9 +164,10 @@ def test_a_poll_spends_the_reservation_its_lease_marked_with_no_redis_call_befor
     from jobwarden.models.persistence.db import step_session
     from jobwarden.models.persistence.store import load
     from jobwarden.models.steps import CREATE, POLL
-    from jobwarden.tasks import leases
+    from jobwarden.tasks import leases, reservations
+    from jobwarden.tasks.reservations import marker_ttl
     from jobwarden.tasks.runtime import build_runtime, utcnow
-    from jobwarden.tasks.steps import marker_ttl, run
+    from jobwarden.tasks.steps import run
 
     settings = get_settings().model_copy(update={"queue": f"unread-{secrets.token_hex(4)}"})
     counting = cast(_CountingRedis, _CountingRedis.from_url(settings.redis_url))
@@ -193,7 +194,7 @@ def test_a_poll_spends_the_reservation_its_lease_marked_with_no_redis_call_befor
     counting.sent.clear()
     lease, op = step(POLL)
     assert (lease.marked, lease.spent_marked) == (1, True)
-    spend_once = f"EVALSHA {hashlib.sha1(leases._SPEND_ONCE.encode()).hexdigest()}"
+    spend_once = f"EVALSHA {hashlib.sha1(reservations._SPEND_ONCE.encode()).hexdigest()}"
     assert spend_once not in counting.sent
     acquire, release = (
         f"EVALSHA {hashlib.sha1(script.encode()).hexdigest()}"
@@ -204,7 +205,7 @@ def test_a_poll_spends_the_reservation_its_lease_marked_with_no_redis_call_befor
     assert (op.status_requests_used, op.reserved_request) == (2, 2)
     assert pipeline.recorded_status_requests(str(op_id)) == [1]
     assert len(pipeline.job_requests(str(op_id), "status")) == 1
-    assert leases.spent(rt.redis, settings.key_prefix, op_id, 1)
+    assert reservations.spent(rt.redis, settings.key_prefix, op_id, 1)
     counting.close()
     rt.http.close()
 

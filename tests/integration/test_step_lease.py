@@ -1,6 +1,9 @@
 """A worker step's lease against the real Redis: it marks the announced reservation as it
 is acquired, so the reserved status request leaves with no Redis call before the send
 (issue 12), and it never lets a request that may have left be spent again (invariant 3).
+It is the same lease as ``operation_lease`` (one mechanism, issue 19): each excludes the
+other, an operation lease may wait for a step's to be let go, and a holder past its TTL
+changes nothing as it lets go.
 
 Keys live under a private prefix per test and are deleted afterwards.
 """
@@ -9,24 +12,21 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from typing import Any
 
 import pytest
 from redis import Redis
 
 from jobwarden.harness import wait_for
 from jobwarden.models.errors import LeaseNotAcquiredError
-from jobwarden.tasks.leases import (
-    StepLease,
-    announced_key,
-    lease_key,
-    operation_lease,
-    spend_once,
-    spent,
-    step_lease,
-)
+from jobwarden.tasks import leases
+from jobwarden.tasks.leases import lease_key, operation_lease, step_lease
+from jobwarden.tasks.reservations import Marking, announced_key, spend_once, spent
 
 MARKER_TTL = 60
 
@@ -52,7 +52,7 @@ def _announce(redis: Redis, prefix: str, op: uuid.UUID, ordinal: int) -> None:
         lease.announce = ordinal
 
 
-def _expired(redis: Redis, prefix: str, op: uuid.UUID) -> AbstractContextManager[StepLease]:
+def _expired(redis: Redis, prefix: str, op: uuid.UUID) -> AbstractContextManager[Marking]:
     """A step lease that marked request 1 and was held past its TTL, never let go."""
     held = step_lease(redis, prefix, op, 0.05, MARKER_TTL)
     assert held.__enter__().marked == 1
@@ -139,3 +139,133 @@ def test_a_busy_lease_marks_nothing_and_an_expired_holder_changes_nothing_as_it_
         other.announce = 2
     assert spent(redis, prefix, op, 1)
     assert redis.get(announced_key(prefix, op)) == b"2"
+
+
+def test_an_operation_lease_and_a_step_lease_exclude_each_other_in_both_orders(
+    redis: Redis, prefix: str
+) -> None:
+    op = uuid.uuid4()
+    with operation_lease(redis, prefix, op, 30):
+        assert 0 < redis.pttl(lease_key(prefix, op)) <= 30_000  # always with a TTL
+        with pytest.raises(LeaseNotAcquiredError), step_lease(redis, prefix, op, 30, MARKER_TTL):
+            pass
+        with pytest.raises(LeaseNotAcquiredError), operation_lease(redis, prefix, op, 30):
+            pass
+    with (
+        step_lease(redis, prefix, op, 30, MARKER_TTL),
+        pytest.raises(LeaseNotAcquiredError),
+        operation_lease(redis, prefix, op, 30),
+    ):
+        pass
+    with operation_lease(redis, prefix, op, 30):  # each let go: free again
+        pass
+    assert redis.get(lease_key(prefix, op)) is None
+
+
+def _counting_attempts(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list[bool]]:
+    """Every attempt at a lease from now on, True if it took it; the event: one was refused."""
+    refused, attempts = threading.Event(), []
+    take = leases._take
+
+    def counted(*args: Any) -> Any:
+        got = take(*args)
+        attempts.append(got is not None)
+        if got is None:
+            refused.set()
+        return got
+
+    monkeypatch.setattr(leases, "_take", counted)
+    return refused, attempts
+
+
+def test_a_waiting_operation_lease_acquires_once_the_step_lease_is_let_go(
+    redis: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    op = uuid.uuid4()
+    took, done = threading.Event(), threading.Event()
+    failed: list[BaseException] = []
+
+    def intervene() -> None:
+        try:
+            with operation_lease(redis, prefix, op, 30, wait_seconds=30):
+                took.set()
+                done.wait(timeout=10)
+        except BaseException as exc:  # handed to the test's thread, which fails on it
+            failed.append(exc)
+
+    held = step_lease(redis, prefix, op, 30, MARKER_TTL)
+    held.__enter__()
+    refused, attempts = _counting_attempts(monkeypatch)
+    person = threading.Thread(target=intervene)
+    person.start()
+    try:
+        assert refused.wait(timeout=10), "the intervention never found the lease held"
+        assert not took.is_set()
+    finally:
+        held.__exit__(None, None, None)
+    assert took.wait(timeout=10), failed
+    assert attempts[0] is False and attempts[-1] is True
+    # The intervention holds it now.
+    with pytest.raises(LeaseNotAcquiredError), step_lease(redis, prefix, op, 30, MARKER_TTL):
+        pass
+    done.set()
+    person.join(timeout=10)
+    assert not person.is_alive() and failed == []
+    assert redis.get(lease_key(prefix, op)) is None
+
+
+def test_a_waiting_operation_lease_gives_up_once_its_wait_passed(
+    redis: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    op = uuid.uuid4()
+    with step_lease(redis, prefix, op, 30, MARKER_TTL):
+        _, attempts = _counting_attempts(monkeypatch)
+        started = time.monotonic()
+        with (
+            pytest.raises(LeaseNotAcquiredError),
+            operation_lease(redis, prefix, op, 30, wait_seconds=0.3),
+        ):
+            pass
+        assert time.monotonic() - started >= 0.3
+        # Tried again every RETRY_SECONDS, bounded: never a busy loop, never one attempt.
+        assert 2 <= len(attempts) <= 1 + 0.3 / leases.RETRY_SECONDS + 1
+        assert not any(attempts)
+        del attempts[:]
+        with pytest.raises(LeaseNotAcquiredError), operation_lease(redis, prefix, op, 30):
+            pass
+        assert attempts == [False]  # no wait: one attempt
+
+
+def test_an_operation_lease_let_go_after_its_ttl_leaves_the_next_holder_alone(
+    redis: Redis, prefix: str
+) -> None:
+    op = uuid.uuid4()
+    slow = operation_lease(redis, prefix, op, 0.05)
+    slow.__enter__()
+    wait_for(
+        lambda: redis.get(lease_key(prefix, op)) is None, timeout=5, what="the lease to expire"
+    )
+    with operation_lease(redis, prefix, op, 30):
+        token = redis.get(lease_key(prefix, op))
+        slow.__exit__(None, None, None)  # wakes up and lets go: changes nothing
+        assert token is not None and redis.get(lease_key(prefix, op)) == token
+    assert redis.get(lease_key(prefix, op)) is None
+
+
+def test_both_leases_exclude_a_redis_py_lock_on_the_same_key_and_it_them(
+    redis: Redis, prefix: str
+) -> None:
+    # redis-py's Lock held operation leases before: during a rolling deploy an older
+    # worker's lock and a newer one's lease must still exclude each other.
+    op = uuid.uuid4()
+    lock = redis.lock(lease_key(prefix, op), timeout=30, blocking=False, thread_local=False)
+    assert lock.acquire()
+    with pytest.raises(LeaseNotAcquiredError), operation_lease(redis, prefix, op, 30):
+        pass
+    with pytest.raises(LeaseNotAcquiredError), step_lease(redis, prefix, op, 30, MARKER_TTL):
+        pass
+    lock.release()
+    with operation_lease(redis, prefix, op, 30):
+        assert not lock.acquire()
+    with step_lease(redis, prefix, op, 30, MARKER_TTL):
+        assert not lock.acquire()

@@ -22,11 +22,11 @@ from jobwarden.models.actions import (
     Send,
     Wait,
 )
-from jobwarden.models.effects import as_sent
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
+from jobwarden.models.reservations import as_sent, reserved_send
 from jobwarden.models.states import POLLED, OperationState
-from jobwarden.models.steps import POLL, after_poll, before_cancel, before_poll, spend_reservation
+from jobwarden.models.steps import POLL, after_poll, before_cancel, before_poll
 from tests.unit.factories import BASE, NOW, context, operation, planned, reply, walked
 
 S = OperationState
@@ -68,7 +68,7 @@ def test_the_poll_states_are_the_states_a_reservation_is_made_in() -> None:
 @pytest.mark.parametrize("state", sorted(POLLED))
 def test_a_reserved_request_is_sent_and_recorded_with_its_answer_in_one_event(state: S) -> None:
     op = polled(state)
-    spent = spend_reservation(op, status_send(op))
+    spent = reserved_send(op, status_send(op))
     assert spent is not None
     assert spent.counters == {}  # counted already, by the commit that reserved it
     p = planned(op, pending_answer(op, spent), answer=reply(200, PENDING), sent=spent)
@@ -85,7 +85,7 @@ def test_a_reserved_request_is_sent_and_recorded_with_its_answer_in_one_event(st
 
 def test_a_first_poll_from_accepted_moves_to_observing_on_the_answers_commit() -> None:
     op = polled(S.accepted)
-    spent = spend_reservation(op, status_send(op))
+    spent = reserved_send(op, status_send(op))
     assert spent is not None
     p = planned(op, pending_answer(op, spent), answer=reply(200, PENDING), sent=spent)
     assert p.changes["state"] == "observing"
@@ -94,7 +94,7 @@ def test_a_first_poll_from_accepted_moves_to_observing_on_the_answers_commit() -
 
 def test_a_first_poll_that_escalates_records_the_move_to_observing_on_its_observation() -> None:
     op = polled(S.accepted)
-    spent = spend_reservation(op, status_send(op))
+    spent = reserved_send(op, status_send(op))
     assert spent is not None
     decided = after_poll(as_sent(op, spent), SANDBOX, spent.request, reply(401), NOW, 1.0)
     p = planned(op, decided, answer=reply(401), sent=spent)
@@ -108,7 +108,7 @@ def test_a_first_poll_that_escalates_records_the_move_to_observing_on_its_observ
 
 def test_an_answer_event_with_a_transition_of_its_own_keeps_the_claim_before_it() -> None:
     op = polled(S.accepted)
-    spent = spend_reservation(op, status_send(op))
+    spent = reserved_send(op, status_send(op))
     assert spent is not None
     ending = Finish(state=S.failed, reason="refused", event=K.create_refused)
     p = planned(op, Decided(action=ending), answer=reply(400), sent=spent)
@@ -121,7 +121,7 @@ def test_an_answer_event_with_a_transition_of_its_own_keeps_the_claim_before_it(
 def test_without_a_reservation_the_poll_claims_a_fresh_counted_request() -> None:
     op = polled(S.observing, reserved_request=None)
     send = status_send(op)
-    assert spend_reservation(op, send) is None
+    assert reserved_send(op, send) is None
     assert send.counters == {"status_requests_used": 5}
     assert send.changes == {}
 
@@ -144,7 +144,7 @@ def test_only_a_status_request_spends_a_reservation() -> None:
     send = before_cancel(op, SANDBOX, NOW).action
     assert isinstance(send, Send)
     assert send.request.purpose is RequestPurpose.cancel
-    assert spend_reservation(op, send) is None
+    assert reserved_send(op, send) is None
 
 
 def wait(seconds: float = 5.0) -> Wait:
