@@ -1,8 +1,11 @@
-"""The closed set of actions a decision may return, for every step.
+"""The closed set of actions a decision may return, for every writer.
 
-A decision (``models/decisions.py`` for polls, ``models/steps.py`` for create,
-reconcile, cancel and collect) returns one of these; ``models/effects.py``
-turns it into the row changes and events to write. No action does I/O.
+A step's decision (``models/steps.py`` for poll and cancel, ``create_decisions``,
+``result_decisions``, ``decisions.py`` for the poll's tables) returns one of the
+step actions; a write from outside a step (a person's cancel, approval or decision,
+a webhook delivery, the key hand-over, intake's intent) returns ``Record`` or
+``Open``. ``models/effects.py`` turns any of them into the row changes and events
+to write. No action does I/O.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobwarden.models.history import EventKind
 from jobwarden.models.results import ResultVerdict
 from jobwarden.models.states import OperationState
+
+if TYPE_CHECKING:  # operation.py imports EscalationReason from here
+    from jobwarden.models.operation import RowChanges
 
 S = OperationState
 
@@ -109,9 +115,9 @@ class Send:
 
     request: ProviderRequest
     event: EventKind
-    counters: Mapping[str, int] = field(default_factory=dict)
+    counters: RowChanges = field(default_factory=dict)  # type: ignore[assignment]
     move_to: OperationState | None = None
-    changes: Mapping[str, Any] = field(default_factory=dict)
+    changes: RowChanges = field(default_factory=dict)  # type: ignore[assignment]
     wake_at: datetime | None = None  # the timer if the step dies after the claim
     cause: str | None = None
     excerpt: Mapping[str, Any] = field(default_factory=dict)
@@ -252,6 +258,6 @@ class Decided:
     """
 
     action: Action
-    changes: Mapping[str, Any] = field(default_factory=dict)
+    changes: RowChanges = field(default_factory=dict)  # type: ignore[assignment]
     seen: Mapping[str, Any] = field(default_factory=dict)
     answered: str | None = None

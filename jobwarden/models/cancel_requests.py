@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from jobwarden.models.actions import Decided, Record
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.history import EventKind
-from jobwarden.models.operation import Operation
+from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
 
 S = OperationState
@@ -31,7 +30,7 @@ class CancelMove:
     """``to`` None records the intent without a transition (it is carried out later)."""
 
     to: S | None
-    changes: dict[str, Any]
+    changes: RowChanges
     cause: str
     due: bool  # a worker must look at the operation now
 
@@ -68,7 +67,7 @@ def decide_cancel_request(
         raise RefusedInputError(f"operation {op.operation_id} is {state.value}: it has ended")
     if state in (S.cancel_requested, S.cancelling):
         return None
-    intent = {"cancel_requested_by": requested_by, "cancel_reason": reason}
+    intent: RowChanges = {"cancel_requested_by": requested_by, "cancel_reason": reason}
     if state in (S.awaiting_approval, S.queued) or (
         state is S.create_pending and not create_in_flight(op)
     ):
@@ -76,7 +75,7 @@ def decide_cancel_request(
         cause = f"{reason} (cancelled before the create was sent)"
         return CancelMove(to=S.abandoned, changes=intent, cause=cause, due=False)
     if state in CANCELLABLE:
-        changes = {**intent, "cancel_deadline": now + window}
+        changes: RowChanges = {**intent, "cancel_deadline": now + window}
         return CancelMove(to=S.cancel_requested, changes=changes, cause=reason, due=True)
     if state is S.create_pending:
         # The create may exist: its outcome becomes an explicit unknown now, so no later

@@ -140,10 +140,7 @@ def admission(
     if op.state is not S.queued:
         raise ValueError(f"only a queued operation is admitted, not {op.state.value}")
     waited = now - op.created_at
-    deadlines = {
-        "create_deadline": op.create_deadline + waited,
-        "result_deadline": op.result_deadline + waited,
-    }
+    create_by, result_by = op.create_deadline + waited, op.result_deadline + waited
     record = Record(
         event=EventKind.admitted,
         to=to,
@@ -152,13 +149,16 @@ def admission(
             "concurrency_key": op.concurrency_key,
             "after": str(after) if after is not None else None,
             "waited_seconds": round(waited.total_seconds(), 3),
-            **{name: at.isoformat() for name, at in deadlines.items()},
+            "create_deadline": create_by.isoformat(),
+            "result_deadline": result_by.isoformat(),
         },
         # create_pending is due at once (the sweeper re-sends a lost wake-up); a human's
         # approval has no timer (a queued operation has none to keep).
         wake_at=now if to is S.create_pending else None,
     )
-    return Decided(action=record, changes=deadlines)
+    return Decided(
+        action=record, changes={"create_deadline": create_by, "result_deadline": result_by}
+    )
 
 
 def handed_over(ended: Operation, admitted: Sequence[uuid.UUID]) -> Decided:

@@ -43,7 +43,7 @@ from jobwarden.models.decisions import (
     poll_view,
 )
 from jobwarden.models.history import EventKind
-from jobwarden.models.operation import Operation
+from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.origins import on_allowed_origin, shown_url, usable_url
 from jobwarden.models.pointers import MISSING, resolve_pointer
 from jobwarden.models.requests import StepContext, create_url, job_id_problem
@@ -197,7 +197,7 @@ def after_monitor_poll(
     # A Location's final answer may be any JSON (an array, [ARM] exportArray): not judged here.
     signal = classify_http(obs, now=now, json_body=monitor is not Monitor.location)
     reading = None
-    changes: dict[str, Any] = {}
+    changes: RowChanges = {}
     final_url = op.result_reference
     readable = isinstance(obs.body, dict) or (
         monitor is not Monitor.status_monitor and obs.body_problem is None

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
 
 from jobwarden.models.actions import (
     Collect,
@@ -31,7 +30,7 @@ from jobwarden.models.business_deadline import earlier
 from jobwarden.models.contract import PollPolicy, ProviderContract, RemoteStatus
 from jobwarden.models.excerpts import storable
 from jobwarden.models.history import EventKind
-from jobwarden.models.operation import Operation
+from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.signals import HttpSignal, SignalKind, StatusReading
 from jobwarden.models.states import OperationState
 
@@ -466,7 +465,7 @@ def decide_status_answer(
     *,
     now: datetime,
     u: float,
-) -> tuple[Decision, dict[str, Any]]:
+) -> tuple[Decision, RowChanges]:
     """``decide_after_status`` under the contract, with the row changes the answer implies.
 
     Every status step (a plain poll, a convention's monitor) persists exactly these: the
@@ -484,7 +483,7 @@ def decide_status_answer(
         u=u,
         not_found_allowed=now < view.accepted_at + grace,
     )
-    changes: dict[str, Any] = {
+    changes: RowChanges = {
         "transport_failures_used": decision.transport_failures_used,
         "consecutive_rate_limited": decision.consecutive_rate_limited,
         "poll_attempt": decision.poll_attempt,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from jobwarden.models.actions import (
     STOP_VIA,
@@ -137,12 +137,6 @@ def _carries_answer(action: Action) -> bool:
     )
 
 
-def _row(changes: Mapping[str, Any]) -> RowChanges:
-    # The boundary of the typing: a decision's own fields (Decided.changes, Send's counters
-    # and changes) are still keyed by plain strings; store.write refuses an unknown column.
-    return cast(RowChanges, dict(changes))
-
-
 def plan(
     op: Operation,
     decided: Decided,
@@ -180,7 +174,7 @@ def plan(
         max_countdown=max_countdown,
         carried=_answer_fields(answer, decided.seen, secrets),
     )
-    changes = _row(decided.changes)
+    changes: RowChanges = {**decided.changes}
     events: list[EventDraft] = []
     own = _PLANNERS[type(action)](d, action)
     if answer is not None:
@@ -229,7 +223,7 @@ def _send(d: _Draft, action: Send) -> Plan:
     # The claim: committed before the request leaves, so a crash after it leaves unused
     # reserve (invariant 3) and a create_sent that a later step reads as a lost send.
     to = action.move_to if action.move_to is not d.op.state else None
-    changes = _row({**action.counters, **action.changes})
+    changes: RowChanges = {**action.counters, **action.changes}
     if to is not None:
         changes["state"] = to.value
     if action.wake_at is not None:

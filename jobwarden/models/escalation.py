@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
 
 from jobwarden.models.actions import Decided, Record
 from jobwarden.models.decisions import EscalationReason
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.history import EventKind
-from jobwarden.models.operation import Operation
+from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.states import OperationState as S
 
 EXTEND_BY = timedelta(minutes=15)
@@ -112,12 +111,12 @@ def apply_option(
     *,
     now: datetime,
     cancel_window: timedelta,
-) -> dict[str, Any]:
+) -> RowChanges:
     """Row changes for a picked option; RefusedInputError if it is not on offer."""
     if kind not in {o.kind for o in options_for(view)}:
         offered = ", ".join(o.kind.value for o in options_for(view)) or "none"
         raise RefusedInputError(f"option {kind.value} is not offered here; offered: {offered}")
-    cleared = {"escalation_reason": None, "escalation_detail": None}
+    cleared: RowChanges = {"escalation_reason": None, "escalation_detail": None}
     if kind is OptionKind.abandon:
         return {"state": S.abandoned.value, "next_poll_at": None, "dispatched_at": None}
     if kind is OptionKind.extend:

@@ -23,7 +23,6 @@ from jobwarden.models.concurrency import (
     handed_over,
     next_to_admit,
 )
-from jobwarden.models.effects import plan
 from jobwarden.models.errors import StaleVersionError
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import concurrency_store, store
@@ -32,6 +31,7 @@ from jobwarden.models.states import TERMINAL, OperationState
 from jobwarden.tasks import faults
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.runtime import Runtime, utcnow
+from jobwarden.tasks.steps import planned
 
 log = logging.getLogger("jobwarden.tasks")
 
@@ -89,15 +89,7 @@ def hand_over(
 
 def _write(rt: Runtime, session: Session, op: Operation, decided: Decided, now: datetime) -> None:
     # Several rows in the key lock's one transaction, each fenced on the version read.
-    p = plan(
-        op,
-        decided,
-        actor=rt.actor,
-        now=now,
-        answer=None,
-        max_countdown=rt.settings.max_countdown_seconds,
-    )
-    store.write(session, op, p, now=now)
+    store.write(session, op, planned(rt, op, decided, now), now=now)
 
 
 def _holder(session: Session, tenant: str, key: str, ended: uuid.UUID | None) -> Operation | None:

@@ -72,19 +72,21 @@ def persist(
     return store.write(session, op, p, now=now)
 
 
-def _plan(  # noqa: PLR0913 - plan()'s own inputs, each named at every call
+def planned(  # noqa: PLR0913 - plan()'s own inputs, each named at every call
     rt: Runtime,
     op: Operation,
     decided: Decided,
     now: datetime,
-    answer: RawResponse | None,
+    answer: RawResponse | None = None,
     *,
     sent: Send | None = None,
+    actor: str | None = None,
 ) -> Plan:
+    """``plan()`` with this runtime's settings; ``actor`` None: its worker actor."""
     return plan(
         op,
         decided,
-        actor=rt.actor,
+        actor=actor or rt.actor,
         now=now,
         answer=answer,
         max_countdown=rt.settings.max_countdown_seconds,
@@ -126,7 +128,7 @@ def run(
             break
         reserved = spendable(rt, op, send, marking) if sent is None and answer is None else None
         if reserved is None:
-            claim = settled(rt, op, _plan(rt, op, decided, now, answer, sent=sent), marking)
+            claim = settled(rt, op, planned(rt, op, decided, now, answer, sent=sent), marking)
             op = persist(rt, session, op, claim, now)
         sent = reserved
         faults.fault_point(rt.redis, rt.settings.key_prefix, step.claim_point, fault_scope)
@@ -145,7 +147,7 @@ def run(
         if isinstance(decided.action, Send):
             detail = f"{step.name} asked for more than {MAX_SENDS_PER_STEP} requests in one step"
             decided = Decided(action=escalate(op.state, EscalationReason.internal_error, detail))
-    p = settled(rt, op, _plan(rt, op, decided, now, answer, sent=sent), marking)
+    p = settled(rt, op, planned(rt, op, decided, now, answer, sent=sent), marking)
     if p.empty:
         return op, None
     op = persist(rt, session, op, p, now)
@@ -289,14 +291,7 @@ def under_lease(
                 decided = decide(op, now)
                 if decided is None:
                     return Written(found=op, stored=op, plan=Plan(), now=now)
-                p = plan(
-                    op,
-                    decided,
-                    actor=terms.actor or rt.actor,
-                    now=now,
-                    answer=None,
-                    max_countdown=rt.settings.max_countdown_seconds,
-                )
+                p = planned(rt, op, decided, now, actor=terms.actor)
                 if leased and ("state" in p.changes or "next_poll_at" in p.changes):
                     # Only the lease holder may return a reservation: without it a step
                     # may be about to send it. A plan that changes neither the state

@@ -1,4 +1,5 @@
-"""Plan.changes is typed over Operation's columns: a misspelt column is a mypy error.
+"""Plan.changes and a decision's changes are typed over Operation's columns: a misspelt
+column is a mypy error.
 
 The typing half runs mypy itself (``mypy.api``) on two small snippets, so the check
 is part of pytest and cannot rot into a comment nobody runs.
@@ -18,12 +19,17 @@ _ROOT = Path(__file__).resolve().parents[2]
 _SNIPPET = """\
 from datetime import datetime, timezone
 
+from jobwarden.models.actions import Decided, Move
 from jobwarden.models.effects import Plan
+from jobwarden.models.history import EventKind
 from jobwarden.models.operation import RowChanges
+from jobwarden.models.states import OperationState
 
 at = datetime.now(timezone.utc)
 changes: RowChanges = {{"{key}": at}}
 plan = Plan(changes={{"state": "observing", "{key}": at}})
+move = Move(to=OperationState.observing, event=EventKind.decision, cause="c", wake_at=at)
+decided = Decided(action=move, changes={{"{key}": at}})
 """
 
 
@@ -48,7 +54,8 @@ def _mypy(tmp_path: Path, key: str) -> tuple[str, int]:
 def test_a_misspelt_change_key_is_a_type_error(tmp_path: Path) -> None:
     out, status = _mypy(tmp_path, "next_pol_at")
     assert status == 1, out
-    assert out.count("[typeddict-unknown-key]") == 2, out
+    # The plan's changes, and a decision's own (Decided.changes), are both checked.
+    assert out.count("[typeddict-unknown-key]") == 3, out
     assert '"next_pol_at"' in out
 
 
