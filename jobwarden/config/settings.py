@@ -27,6 +27,10 @@ class Settings(BaseSettings):
     # request_timeout_seconds (tasks.provider_edge.check_request_bounds): 150 s covers the
     # longest shipped timeout (60 s) twice with room to spare.
     lease_ttl_seconds: float = Field(default=150.0, gt=0)
+    # How long a person's intervention (cancel, approval, decision) waits for a step in
+    # flight to let go of the lease, so its observation is not lost, before it writes
+    # fenced without the lease; unset: the lease TTL (a step cannot hold it longer).
+    intervention_wait_seconds: float | None = Field(default=None, gt=0)
     # Waits longer than this are parked in Postgres (next_poll_at) instead of a countdown.
     max_countdown_seconds: float = Field(default=120.0, gt=0)
     sweep_interval_seconds: float = Field(default=5.0, gt=0)

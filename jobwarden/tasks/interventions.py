@@ -46,7 +46,7 @@ def _as_person(
     such operation."""
     writer = Writer(
         actor=f"{HUMAN}{who}",
-        wait_seconds=rt.settings.lease_ttl_seconds,
+        wait_seconds=rt.settings.intervention_wait_seconds or rt.settings.lease_ttl_seconds,
         lease_required=False,
         attempts=HUMAN_ATTEMPTS,
     )

@@ -9,8 +9,10 @@ from datetime import timedelta
 
 import pytest
 
+from jobwarden.config.settings import get_settings
 from jobwarden.harness import wait_for
 from jobwarden.tasks.interventions import request_cancel
+from jobwarden.tasks.runtime import build_runtime
 from tests.acceptance.conftest import Pipeline
 
 pytestmark = pytest.mark.usefixtures("stack")
@@ -56,7 +58,16 @@ def test_a_cancel_while_the_create_is_ambiguous_waits_for_reconciliation_then_ca
     arm("after_reconcile_claim", key, "block:8")
     op = pipeline.submit(NEVER_FINISHES, key=key)
     wait_for(lambda: fired("after_reconcile_claim", key), timeout=20, what="the stall")
-    assert request_cancel(op, "pytest", "stop it") == "reconciling"
+    # The stalled step holds the lease; once its TTL passes, a redispatched step may take
+    # it and reconcile. A person's cancel waits for the lease at most the intervention
+    # wait, then writes fenced without it: a short wait records the cancel while the
+    # create is still ambiguous, instead of racing the redispatch for the lease.
+    short = get_settings().model_copy(update={"intervention_wait_seconds": 0.5})
+    impatient = build_runtime(short)
+    try:
+        assert request_cancel(op, "pytest", "stop it", runtime=impatient) == "reconciling"
+    finally:
+        impatient.http.close()
     row = pipeline.wait_state(op, timeout=40)
     kinds = pipeline.kinds(op)
     assert row.state == "cancelled", kinds

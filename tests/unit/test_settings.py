@@ -35,6 +35,7 @@ def test_defaults_point_at_local_postgres_and_redis() -> None:
     [
         ("JOBWARDEN_LEASE_TTL_SECONDS", "soon"),
         ("JOBWARDEN_LEASE_TTL_SECONDS", "-1"),
+        ("JOBWARDEN_INTERVENTION_WAIT_SECONDS", "0"),
         ("JOBWARDEN_SWEEP_BATCH_SIZE", "0"),
         ("JOBWARDEN_VISIBILITY_TIMEOUT_SECONDS", "1.5"),
     ],
