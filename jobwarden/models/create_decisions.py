@@ -31,11 +31,10 @@ from jobwarden.models.collection import collection
 from jobwarden.models.contract import ReconciliationPath, RemoteStatus
 from jobwarden.models.convention_steps import convention_create
 from jobwarden.models.conventions import AZURE
+from jobwarden.models.create_outcomes import CreateOutcomeKind, decide_after_create
 from jobwarden.models.decisions import (
-    CreateOutcomeKind,
     PollView,
     action_for_reading,
-    decide_after_create,
     first_poll,
     poll_view,
     retry_wait,

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from jobwarden.models.backoff import PollHint, RetryAfter
 from jobwarden.models.contract import PollPolicy, RemoteStatus
+from jobwarden.models.create_outcomes import CreateOutcomeKind, decide_after_create
 from jobwarden.models.decisions import (
     Collect,
-    CreateOutcomeKind,
     DelaySource,
     Escalate,
     EscalationReason,
@@ -22,7 +22,6 @@ from jobwarden.models.decisions import (
     Phase,
     PollView,
     Wait,
-    decide_after_create,
     decide_after_status,
     decide_status_answer,
     first_poll,
