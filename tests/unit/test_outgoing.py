@@ -19,7 +19,11 @@ from tests.unit.factories import TOKEN, context, operation
 
 SECRET = "sk-live-0123456789abcdefghij"
 UA = "jobwarden (httpx/test)"
-BATCH = {"input_file_id": "file-abc", "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+BATCH = {
+    "input_file_id": "file-abc",
+    "endpoint": "/v1/chat/completions",
+    "completion_window": "24h",
+}
 
 
 def test_the_openai_batch_create_is_shown_as_the_provider_route_with_its_body_as_sent() -> None:
@@ -94,6 +98,7 @@ def test_a_first_sent_header_is_shown_as_set_at_the_first_send_and_a_user_agent_
 
 def test_a_header_credential_keeps_its_name_and_hides_its_value() -> None:
     ctx = context("sandbox")
+    assert ctx.contract.auth is not None
     auth = replace(ctx.contract.auth, scheme="header", header="X-Secret-Key")
     ctx = replace(ctx, contract=replace(ctx.contract, auth=auth))
     headers = dict(shown_create(ctx, operation(), user_agent=UA).headers)
