@@ -359,7 +359,8 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
     @server.tool(
         description=(
             "One operation of your tenant: state, counters, deadlines, escalation and the "
-            "options a human may pick. Safe to call as often as needed."
+            "options a human may pick, and the create request as it leaves (credential "
+            "redacted). Safe to call as often as needed."
         ),
         annotations=ToolAnnotations(read_only_hint=True),
     )

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console, Group
@@ -23,6 +23,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from jobwarden.models.history import ChainedEvent
     from jobwarden.models.operation import Operation
+    from jobwarden.models.outgoing import ShownRequest
 
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -40,43 +41,45 @@ def _fail(line: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def redacted_command(row: Operation) -> Any:
-    """The command as the approver reads it: secret-named keys and the provider's
-    credential (every form of it, by value) replaced, nothing cut."""
-    from jobwarden.models.excerpts import REDACTED, names_a_secret, scrub_text
-
-    secrets: tuple[str, ...] = ()
+def _secrets_and_request(row: Operation) -> tuple[tuple[str, ...], ShownRequest | None]:
+    """The credential's forms and the create as it leaves; nothing where the provider is
+    no longer configured (the command is then redacted by key name only)."""
     try:
-        from jobwarden.tasks.provider_edge import secret_forms
+        from jobwarden.tasks.provider_edge import secret_forms, shown_create_request
         from jobwarden.tasks.runtime import current
 
-        secrets = secret_forms(current().contract(row.provider))
-    except Exception:  # a provider no longer configured: redact by key name only
-        secrets = ()
+        ctx = current().context(row.provider)
+    except Exception:  # a provider no longer configured (or no settings): nothing to build
+        return (), None
+    return secret_forms(ctx.contract), shown_create_request(ctx, row)
 
-    def walk(value: Any, depth: int = 0) -> Any:
-        if depth > 20:
-            return "…"
-        if isinstance(value, dict):
-            return {
-                str(k): REDACTED if names_a_secret(str(k)) else walk(v, depth + 1)
-                for k, v in value.items()
-            }
-        if isinstance(value, list):
-            return [walk(v, depth + 1) for v in value]
-        return scrub_text(value, secrets) if isinstance(value, str) else value
 
-    return walk(dict(row.command))
+def request_lines(shown: ShownRequest | None) -> list[str]:
+    """The create as `show` prints it: request line, every header, the body as sent."""
+    from jobwarden.story import shown as printable
+
+    if shown is None:
+        return ["request          (provider not configured here: cannot be shown)"]
+    return [
+        f"request          {shown.method} {printable(shown.url, limit=None)}",
+        *(
+            f"  header         {name}: {printable(value, limit=None)}"
+            for name, value in shown.headers
+        ),
+        "  body           " + (printable(shown.body, limit=None) if shown.body else "(none)"),
+    ]
 
 
 def show_lines(row: Operation) -> list[str]:
     """What `show` adds to the summary: what an approver checks before approving."""
+    from jobwarden.models.excerpts import redacted
     from jobwarden.story import shown
 
-    command = json.dumps(redacted_command(row), ensure_ascii=False, sort_keys=True)
+    secrets, request = _secrets_and_request(row)
+    command = json.dumps(redacted(dict(row.command), secrets), ensure_ascii=False, sort_keys=True)
     return [
         f"fingerprint      {row.request_fingerprint}",
-        f"request          {row.method} {shown(row.route)}",
+        *request_lines(request),
         f"command          {shown(command, limit=None)}",
         f"requested by     {row.requested_by}"
         + (f", authorized by {row.authorized_by}" if row.authorized_by else ""),

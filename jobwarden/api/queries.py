@@ -30,6 +30,7 @@ from jobwarden.api.views import (
     ChainProblemView,
     ChainView,
     Counter,
+    CreateRequest,
     Deadlines,
     Escalation,
     EscalationCounts,
@@ -53,6 +54,7 @@ from jobwarden.models.persistence import api_store, query_store, store
 from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.states import HUMAN_ONLY_SOURCES, OperationState
 from jobwarden.tasks.interventions import escalation_options
+from jobwarden.tasks.provider_edge import shown_create_request
 from jobwarden.tasks.runtime import Runtime
 
 router = APIRouter(tags=["operations"])
@@ -185,7 +187,23 @@ def operation_view(rt: Runtime, row: Operation) -> OperationView:
         escalation=escalation,
         cancel=cancel,
         validation_summary=dict(row.validation_summary) if row.validation_summary else None,
+        create_request=_create_request(rt, row),
         links=operation_links(row.operation_id),
+    )
+
+
+def _create_request(rt: Runtime, row: Operation) -> CreateRequest | None:
+    ctx = rt.contexts.get(row.provider)
+    if ctx is None:
+        return None
+    shown = shown_create_request(ctx, row)
+    return CreateRequest(
+        method=shown.method,
+        url=shown.url,
+        headers=dict(shown.headers),
+        body=shown.body,
+        fingerprint=shown.fingerprint,
+        transport_headers=list(shown.transport_headers),
     )
 
 

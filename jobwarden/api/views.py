@@ -75,6 +75,17 @@ class OperationLinks(BaseModel):
     events: str
 
 
+class CreateRequest(BaseModel):
+    """The create as it leaves (or left): what an approver approves (models/outgoing.py)."""
+
+    method: str
+    url: str
+    headers: dict[str, str]  # in the order sent; the credential's value is "[redacted]"
+    body: str | None  # the body bytes as sent, as text
+    fingerprint: str
+    transport_headers: list[str]  # added by the HTTP client: Host, Content-Length, ...
+
+
 class OperationView(BaseModel):
     operation_id: uuid.UUID
     tenant: str
@@ -101,6 +112,8 @@ class OperationView(BaseModel):
     escalation: Escalation | None
     cancel: CancelRequest | None
     validation_summary: dict[str, Any] | None
+    # None when the operation's provider is no longer configured.
+    create_request: CreateRequest | None = None
     links: OperationLinks
 
 

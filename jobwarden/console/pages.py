@@ -14,16 +14,17 @@ from typing import Any
 from jobwarden.api.auth import Principal
 from jobwarden.console.timeline import build_timeline, render_svg
 from jobwarden.models.escalation import Option
-from jobwarden.models.excerpts import REDACTED, names_a_secret, scrub_text
+from jobwarden.models.excerpts import redacted
 from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
 from jobwarden.models.operation import Operation
+from jobwarden.models.outgoing import ShownRequest
 from jobwarden.models.persistence import query_store, store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import AUTOMATION_STOPPED, HUMAN_ONLY_SOURCES, TERMINAL
 from jobwarden.models.states import OperationState as S
-from jobwarden.story import event_line, shown
+from jobwarden.story import event_line
 from jobwarden.tasks.interventions import escalation_options
-from jobwarden.tasks.provider_edge import secret_forms
+from jobwarden.tasks.provider_edge import secret_forms, shown_create_request
 from jobwarden.tasks.runtime import Runtime
 
 # What an approval is valid for when given from the console (the HTTP API's default).
@@ -39,23 +40,6 @@ def time_left(deadline: datetime | None, now: datetime) -> str:
     if amount >= 7200:
         text = f"{amount / 3600:.1f} h"
     return f"{text} left" if seconds >= 0 else f"passed {text} ago"
-
-
-def redacted(value: Any, secrets: tuple[str, ...], depth: int = 0) -> Any:
-    """``value`` with secret-named keys and configured secret values replaced (whole, not
-    cut: an approver reads the command they authorize)."""
-    if depth > 20:
-        return "…"
-    if isinstance(value, dict):
-        return {
-            str(k): REDACTED if names_a_secret(str(k)) else redacted(v, secrets, depth + 1)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [redacted(v, secrets, depth + 1) for v in value]
-    if isinstance(value, str):
-        return scrub_text(value, secrets)
-    return value
 
 
 def stopped_line(row: Any) -> str:
@@ -137,7 +121,7 @@ class OperationPage:
     approval_expires_if_now: datetime | None
     self_approval_refused: bool
     timeline_svg: str
-    target: str
+    create_request: ShownRequest | None  # None: the provider is no longer configured
 
 
 def operation_page(
@@ -165,7 +149,7 @@ def operation_page(
         budget_max=row.max_status_requests,
         now=now,
     )
-    base = shown(contract.base_url) if contract is not None else "?"
+    ctx = rt.contexts.get(row.provider)
     return OperationPage(
         row=row,
         running=row.state not in TERMINAL | AUTOMATION_STOPPED | {S.awaiting_approval},
@@ -211,7 +195,7 @@ def operation_page(
         ),
         self_approval_refused=refuses_self_approval(row, principal),
         timeline_svg=render_svg(timeline),
-        target=f"{row.provider}: {row.method} {base}{shown(row.route)}",
+        create_request=shown_create_request(ctx, row) if ctx is not None else None,
     )
 
 

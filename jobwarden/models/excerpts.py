@@ -62,6 +62,23 @@ def scrub_text(text: str, secrets: Sequence[str]) -> str:
     return storable(text)
 
 
+def redacted(value: Any, secrets: Sequence[str], depth: int = 0) -> Any:
+    """``value`` with secret-named keys and configured secret values replaced, whole and
+    uncut (unlike an excerpt): an approver reads the command and request they authorize."""
+    if depth > 20:
+        return "…"
+    if isinstance(value, dict):
+        return {
+            str(k): REDACTED if names_a_secret(str(k)) else redacted(v, secrets, depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redacted(v, secrets, depth + 1) for v in value]
+    if isinstance(value, str):
+        return scrub_text(value, secrets)
+    return value
+
+
 def _scrub(value: Any, secrets: Sequence[str], depth: int = 0) -> Any:
     if depth > 6:
         return "…"

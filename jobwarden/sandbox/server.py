@@ -21,13 +21,16 @@ The ``/_sandbox`` endpoints never need the bearer token and are not logged.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import hmac
 import re
 import signal
 import socket
 import sys
 import threading
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -40,6 +43,17 @@ __all__ = ["SandboxServer", "serve"]
 
 _JOB_PATH = re.compile(r"^/v1/jobs/(?P<id>[^/]+)(?P<action>/cancel|/result)?/?$")
 _MAX_BODY = 10 * 1024 * 1024
+
+
+def received_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The headers as received, in order; the credential only as ``sha256:<hex>`` of its
+    value, so a test can check it without the log ever holding it."""
+    return [
+        (name, "sha256:" + hashlib.sha256(value.encode()).hexdigest())
+        if name.lower() == "authorization"
+        else (name, value)
+        for name, value in items
+    ]
 
 
 def classify(method: str, path: str) -> tuple[str, str | None]:
@@ -232,6 +246,8 @@ class _Handler(BaseHTTPRequestHandler):
             authorized="Authorization" in self.headers,
             first_sent=self.headers.get("Repeatability-First-Sent"),
             accept_encoding=self.headers.get("Accept-Encoding"),
+            headers=received_headers(self.headers.items()),
+            body_b64=base64.b64encode(body).decode(),
         )
         try:
             reply = self._route(seq, kind, job_id, path=path, query=query, body=body)

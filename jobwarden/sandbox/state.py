@@ -65,6 +65,8 @@ class SandboxState:
         authorized: bool = False,
         first_sent: str | None = None,
         accept_encoding: str | None = None,
+        headers: list[tuple[str, str]] | None = None,
+        body_b64: str | None = None,
     ) -> int:
         now = datetime.now(UTC)
         with self._lock:
@@ -89,6 +91,10 @@ class SandboxState:
                 "host": host,  # whom the client thought it was talking to
                 "authorized": authorized,  # an Authorization header arrived (never its value)
                 "ended": None,  # monotonic time the exchange ended (answered, dropped, left)
+                # Every header as received (Authorization as a digest, never its value) and
+                # the body bytes: what an approval showed is compared with these.
+                "headers": headers or [],
+                "body_b64": body_b64,
             }
         return seq
 

@@ -37,7 +37,16 @@ from jobwarden.config.settings import Settings
 from jobwarden.models.actions import ProviderRequest, RequestPurpose
 from jobwarden.models.contract import ProviderContract
 from jobwarden.models.errors import GiveUpError, SettingsError
+from jobwarden.models.operation import Operation
+from jobwarden.models.outgoing import (
+    ShownRequest,
+    credential_header,
+    outgoing_body,
+    outgoing_headers,
+    shown_create,
+)
 from jobwarden.models.plugins import OutboundRequest, ProviderPlugin
+from jobwarden.models.requests import StepContext
 from jobwarden.models.signals import HttpObservation, RawResponse, TransportFailure
 from jobwarden.tasks.provider_transport import (
     DeadlinePassedError,
@@ -150,11 +159,7 @@ def secret_forms(contract: ProviderContract) -> tuple[str, ...]:
 
 def auth_headers(contract: ProviderContract) -> dict[str, str]:
     secret = _secret(contract)
-    if secret is None or contract.auth is None:
-        return {}
-    if contract.auth.scheme == "bearer":
-        return {contract.auth.header: f"Bearer {secret}"}
-    return {contract.auth.header: secret}
+    return {} if secret is None else credential_header(contract.auth, secret)
 
 
 def check_request_bounds(contracts: Mapping[str, ProviderContract], settings: Settings) -> None:
@@ -345,6 +350,12 @@ def _lost(failure: TransportFailure) -> RawResponse:
 USER_AGENT: Final = f"jobwarden (httpx/{httpx.__version__})"
 
 
+def shown_create_request(ctx: StepContext, op: Operation) -> ShownRequest:
+    """The create ``op`` will send, as an approval shows it: this edge's user agent, and
+    the credential redacted by every form it can be echoed in."""
+    return shown_create(ctx, op, user_agent=USER_AGENT, secrets=secret_forms(ctx.contract))
+
+
 @functools.lru_cache(maxsize=4096)
 def _parsed(url: str) -> httpx.URL:
     # A job's status URL is the same on every poll; parsing it was a tenth of a send.
@@ -395,20 +406,15 @@ class ProviderClient:
         cannot help, and the runner escalates ``authorization_denied``.
         """
         method, url = request.method, request.url
-        all_headers = {
-            "traceparent": traceparent(trace_id),
-            "x-jobwarden-trace-id": trace_id,
-            "accept": "application/json",
-            # Only gzip is inflated (with the body's bound); asking for it keeps others away.
-            "accept-encoding": "gzip",
-            **contract.extra_headers,
-            **auth_headers(contract),
-            **request.headers,
-        }
-        content = None
-        if request.json_body is not None:
-            content = json.dumps(request.json_body, separators=(",", ":")).encode()
-            all_headers["content-type"] = "application/json"
+        # The same two functions build what an approval shows (models/outgoing.py).
+        all_headers = outgoing_headers(
+            contract,
+            request,
+            traceparent=traceparent(trace_id),
+            trace_id=trace_id,
+            credential=auth_headers(contract),
+        )
+        content = outgoing_body(request)
         plugin = self.plugins.get(contract.name)
         if plugin is not None:
             # Signing and similar provider code sees the final request, secrets included.

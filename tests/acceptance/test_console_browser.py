@@ -10,6 +10,7 @@ Retry-After (RFC 9110 §10.2.3) windows are shaded on the timeline.
 
 from __future__ import annotations
 
+import os
 import secrets
 import uuid
 from collections.abc import Iterator
@@ -172,7 +173,12 @@ def test_an_approval_page_shows_what_is_approved_and_approves_the_operation(
     approval = page.locator("#approval")
     fingerprint = page.locator("#fingerprint").inner_text()
     text = approval.inner_text()
-    assert "sandbox_approval: POST" in page.locator("#target").inner_text()
+    # The provider's create route on its base URL, not jobwarden's own intake route.
+    create_url = os.environ["JOBWARDEN_SANDBOX_URL"] + "/v1/jobs"
+    assert page.locator("#request-line").inner_text() == f"POST {create_url}"
+    headers = page.locator("#request-headers").inner_text()
+    assert "Authorization" in headers and "Bearer [redacted]" in headers
+    assert '"kind":"export"' in page.locator("#request-body").inner_text()
     assert fingerprint in text and "expires at" in text and "once" in text
     assert '"kind": "export"' in page.locator("#command").inner_text()
     shot(page, "approval_before")

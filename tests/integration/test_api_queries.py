@@ -22,7 +22,14 @@ from jobwarden.models.persistence.tables import NEEDS_A_HUMAN
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.interventions import escalation_options
 from tests.api_server import serving
-from tests.integration.api_helpers import NOW, insert_operation, make_token, pages, tenant_name
+from tests.integration.api_helpers import (
+    NOW,
+    insert_operation,
+    load,
+    make_token,
+    pages,
+    tenant_name,
+)
 
 READ = ["read"]
 
@@ -59,6 +66,26 @@ def test_an_operation_shows_its_counters_deadlines_and_fingerprint(
     assert len(body["fingerprint"]) == 64 and len(body["trace_id"]) == 32
     assert body["deadlines"]["result"] is not None and body["escalation"] is None
     assert body["links"]["events"] == f"/v1/operations/{op}/events"
+
+
+def test_an_operation_shows_the_create_request_as_it_leaves_with_its_credential_redacted(
+    database_url: str, client: httpx.Client
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(
+        database_url, tenant, S.awaiting_approval, command={"kind": "export", "api_key": "k9"}
+    )
+    answer = client.get(f"/v1/operations/{op}", headers=make_token(database_url, tenant, "r", READ))
+    row = load(database_url, op)
+    create = answer.json()["create_request"]
+    # The provider's create route on its base URL, not jobwarden's own intake route.
+    assert (create["method"], create["url"]) == ("POST", "http://127.0.0.1:8765/v1/jobs")
+    assert create["headers"]["Authorization"] == "Bearer [redacted]"
+    assert create["headers"]["Idempotency-Key"] == row.provider_token
+    assert create["body"] == '{"kind":"export","api_key":"[redacted]"}'
+    assert create["fingerprint"] == row.request_fingerprint
+    assert create["transport_headers"] == ["host", "content-length", "connection"]
+    assert "k9" not in answer.text
 
 
 def test_an_escalated_operation_shows_its_reason_and_the_options_offered_now(

@@ -146,6 +146,17 @@ def test_show_prints_the_fingerprint_and_the_command_with_secrets_redacted(
         "note": "token [redacted]",
     }
     assert CREDENTIAL not in shown.stdout and "hidden-by-name" not in shown.stdout
+    # The create as it leaves: the provider's route, every header, the body as sent.
+    lines = shown.stdout.splitlines()
+    assert "request          POST http://127.0.0.1:8765/v1/jobs" in lines
+    assert "  header         Authorization: Bearer [redacted]" in lines
+    assert f"  header         Idempotency-Key: {row.provider_token}" in lines
+    (body,) = [ln for ln in lines if ln.startswith("  body ")]
+    assert json.loads(body.split(None, 1)[1]) == {
+        "kind": "export",
+        "api_key": "[redacted]",
+        "note": "token [redacted]",
+    }
 
 
 def test_history_prints_the_date_and_the_actor_of_every_event(database_url: str) -> None:

@@ -393,6 +393,11 @@ def test_over_streamable_http_a_bad_token_is_refused_and_tenants_never_see_each_
     assert got["replayed"]["outcome"] == "replayed"
     assert got["replayed"]["operation_id"] == got["created"]["operation_id"]
     assert got["seen"]["tenant"] == ours and got["seen"]["idempotency_key"] == key
+    # The agent reads the create as it leaves: the provider's route, the credential hidden.
+    create = got["seen"]["create_request"]
+    assert create["method"] == "POST" and create["url"].endswith("/v1/jobs")
+    assert create["headers"]["Authorization"] == "Bearer [redacted]"
+    assert json.loads(create["body"]) == COMMAND
     assert [e["operation_id"] for e in got["our_list"]["escalations"]] == [str(escalated)]
     # Another tenant's operation reads exactly like one that does not exist.
     for text in (*got["foreign"], got["cancel"]):
