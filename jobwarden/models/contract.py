@@ -364,6 +364,9 @@ class Limits:
     # reference that never answers, ends instead of being fetched forever.
     max_result_fetches: int = 5
     result_fetch_deadline_seconds: float = 900.0
+    # How long an operation may wait for a human's approval (capped by its business
+    # deadline); its create and result deadlines start only once it is approved.
+    approval_window_seconds: float = 86400.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,7 +25,8 @@ from jobwarden.models.escalation import (
 )
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
-from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.db import snapshot, transaction
+from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.concurrency import after_end
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.runtime import Runtime, current, utcnow
@@ -142,17 +143,27 @@ def approve(
     """Approve an operation waiting for approval; bound to its fingerprint, and expiring.
 
     Raises RefusedInputError when the operation is not awaiting approval or the
-    fingerprint differs (a changed payload needs a new approval).
+    fingerprint differs (a changed payload needs a new approval), and its
+    ApprovalRefusedError, naming the reason, when the approval window or the business
+    deadline has passed. The create and result deadlines start at the approval.
     """
     rt = runtime or current()
 
+    # When it began waiting (its intent, or its admission by a concurrency key): a fact in
+    # its append-only history, so reading it before the lease cannot go stale.
+    with snapshot(rt.settings.database_url) as session:
+        since = store.entered_at(session, uuid.UUID(operation_id), S.awaiting_approval)
+
     def approval(op: Operation, now: datetime) -> Decided:
+        window = timedelta(seconds=rt.contract(op.provider).limits.approval_window_seconds)
         return decide_approval(
             op,
             fingerprint=fingerprint,
             approver=approver,
             now=now,
             valid_for=timedelta(seconds=valid_for_seconds),
+            waiting_since=since or op.created_at,
+            window=window,
         )
 
     missing = f"operation {operation_id} is not awaiting approval"
