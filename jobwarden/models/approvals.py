@@ -25,6 +25,7 @@ from jobwarden.models.states import OperationState as S
 
 WINDOW_CLOSED = "approval_window_closed"
 BUSINESS_DEADLINE_PASSED = "business_deadline_passed"
+WINDOW_ENDED = "the approval window closed unapproved; the operation ended approval_expired"
 
 
 def window_end(since: datetime, window: timedelta, business: datetime | None) -> datetime:
@@ -77,6 +78,9 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     the operation began waiting for approval (its intent, or its admission by a
     concurrency key); ``window`` the contract's approval window.
     """
+    if op.state is S.approval_expired:
+        # Ended by the window's own step first: the same refusal, for the same reason.
+        raise ApprovalRefusedError(WINDOW_CLOSED, WINDOW_ENDED)
     if op.state is not S.awaiting_approval:
         raise RefusedInputError(f"operation {op.operation_id} is not awaiting approval")
     if op.request_fingerprint != fingerprint:

@@ -12,10 +12,10 @@ import uuid
 from datetime import datetime, timedelta
 
 from jobwarden.models.actions import Decided
-from jobwarden.models.approvals import decide_approval
+from jobwarden.models.approvals import decide_approval, decide_window
 from jobwarden.models.business_deadline import passed
 from jobwarden.models.cancel_requests import decide_cancel_request
-from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.errors import ApprovalRefusedError, LostRaceError, RefusedInputError
 from jobwarden.models.escalation import (
     EscalationView,
     Option,
@@ -167,6 +167,28 @@ def approve(
         )
 
     missing = f"operation {operation_id} is not awaiting approval"
-    stored = _as_person(rt, operation_id, approver, approval, missing=missing).stored
+    try:
+        stored = _as_person(rt, operation_id, approver, approval, missing=missing).stored
+    except ApprovalRefusedError:
+        # The window is over: end the operation now rather than at the next sweep, so
+        # whoever was refused sees it ended (approval_expired), not still waiting.
+        _close_window(rt, uuid.UUID(operation_id))
+        raise
     enqueue(rt, stored.operation_id, stored.state)
     return stored.state.value
+
+
+def _close_window(rt: Runtime, operation_id: uuid.UUID) -> None:
+    """Automation's own write (the worker's actor): the approval-window step's decision,
+    which ends the operation only if its window's end has come. A busy lease or a lost
+    race leaves it to the sweeper, which wakes the same step at the window's end."""
+
+    def close(op: Operation, now: datetime) -> Decided | None:
+        return decide_window(op, now) if op.state is S.awaiting_approval else None
+
+    try:
+        written = under_lease(rt, operation_id, close)
+    except LostRaceError:
+        return
+    if written is not None:
+        after_end(rt, written.stored)

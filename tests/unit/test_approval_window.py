@@ -111,6 +111,12 @@ def test_a_late_approval_is_refused_naming_the_reason(
     assert str(refused.value).startswith(reason)
 
 
+def test_an_approval_of_an_operation_its_window_already_ended_names_the_reason() -> None:
+    with pytest.raises(ApprovalRefusedError) as refused:
+        _approve(operation(S.approval_expired, authorized_by=None), DAY)
+    assert refused.value.reason == WINDOW_CLOSED
+
+
 def test_an_approval_a_moment_before_the_window_ends_is_accepted() -> None:
     decided = _approve(_waiting(), DAY - timedelta(seconds=1))
     assert isinstance(decided.action, Record) and decided.action.to is S.create_pending
