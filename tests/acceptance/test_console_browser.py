@@ -173,7 +173,8 @@ def test_an_approval_page_shows_what_is_approved_and_approves_the_operation(
     fingerprint = page.locator("#fingerprint").inner_text()
     text = approval.inner_text()
     assert "sandbox_approval: POST" in page.locator("#target").inner_text()
-    assert fingerprint in text and "expires at" in text and "once" in text
+    assert fingerprint in text and "valid until" in text and "once" in text
+    assert "left" in page.locator("#approval-window").inner_text()
     assert '"kind": "export"' in page.locator("#command").inner_text()
     shot(page, "approval_before")
     page.click("#approve")
