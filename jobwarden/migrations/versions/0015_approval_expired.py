@@ -7,6 +7,13 @@ that demands an authorizer past approval admits it as it admits ``abandoned``.
 The states are spelled out here, not imported from the live enum: a migration
 must keep meaning what it meant when it was written.
 
+An operation awaiting approval now carries its window's end as its timer
+(``next_poll_at``). One already waiting when this runs has none; it gets a full
+default window (a day, the default of ``limits.approval_window_seconds``) from the
+upgrade, capped by its business deadline, rather than being ended at once for a
+bound nobody had announced. ``next_poll_at`` is a timer, not a fact the row digest
+commits to, so the history still verifies.
+
 Revision ID: 0015
 Revises: 0014
 Create Date: 2026-12-02
@@ -79,6 +86,11 @@ def _replace_authorized_check(states: str) -> None:
 def upgrade() -> None:
     _replace_state_check(STATES)
     _replace_authorized_check(UNAUTHORIZED)
+    op.execute(
+        "UPDATE operations SET next_poll_at = LEAST(now() + interval '86400 seconds', "
+        "COALESCE(business_deadline, 'infinity'::timestamptz)), dispatched_at = NULL "
+        "WHERE state = 'awaiting_approval' AND next_poll_at IS NULL"
+    )
 
 
 def downgrade() -> None:
@@ -91,3 +103,5 @@ def downgrade() -> None:
         raise RuntimeError(f"{ended} operations are approval_expired: archive them first")
     _replace_authorized_check(UNAUTHORIZED_BEFORE)
     _replace_state_check(STATES_BEFORE)
+    # Before this revision nothing wakes an operation awaiting approval.
+    op.execute("UPDATE operations SET next_poll_at = NULL WHERE state = 'awaiting_approval'")
