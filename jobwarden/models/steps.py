@@ -347,14 +347,7 @@ def before_approval_window(op: Operation, ctx: StepContext, now: datetime) -> De
     return decide_window(op, now)
 
 
-def _sends_nothing(
-    op: Operation,
-    ctx: StepContext,
-    request: ProviderRequest,
-    raw: RawResponse,
-    now: datetime,
-    u: float,
-) -> Decided:
+def _sends_nothing(*_: object) -> Decided:
     raise AssertionError("the approval-window step sends no request")  # pragma: no cover
 
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Connection, create_engine, make_url, text
+from sqlalchemy import Connection, create_engine, text
 
 from jobwarden.models.persistence.tables import ACTIVE_STATES
 from jobwarden.models.states import OperationState
@@ -152,15 +152,10 @@ def test_an_operation_already_awaiting_approval_gets_a_full_default_window_at_00
     # Its own database: this walks the migrations from 0014, which the shared one passed.
     from jobwarden.models.persistence.db import dispose_all
     from jobwarden.models.persistence.migrate import upgrade
-    from tests.conftest import ADMIN_URL, TEST_DB
+    from tests.conftest import scratch_database
     from tests.integration.api_helpers import NOW, insert_operation, load, tenant_name
 
-    name = f"{TEST_DB}_m15"
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    try:
+    with scratch_database("jobwarden_m15") as url:
         upgrade(url, "0014")
         waiting = insert_operation(url, tenant_name(), OperationState.awaiting_approval)
         business = NOW + timedelta(hours=1)
@@ -172,8 +167,4 @@ def test_an_operation_already_awaiting_approval_gets_a_full_default_window_at_00
         end = load(url, waiting).next_poll_at
         assert end is not None and end > datetime.now(UTC) + timedelta(hours=23)
         assert load(url, capped).next_poll_at == business
-    finally:
         dispose_all()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
