@@ -23,7 +23,8 @@ from jobwarden.api.problems import ProblemError
 from jobwarden.api.queries import owned_operation
 from jobwarden.api.responses import problem_responses
 from jobwarden.api.views import NOT_FOUND, OperationId, OperationLinks, operation_links, storable
-from jobwarden.models.errors import LostRaceError, RefusedInputError
+from jobwarden.models.approvals import WINDOW_CLOSED, WINDOW_ENDED
+from jobwarden.models.errors import ApprovalRefusedError, LostRaceError, RefusedInputError
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import TERMINAL, OperationState
 from jobwarden.tasks import interventions
@@ -124,7 +125,8 @@ def cancel_operation(
             400: NOT_JSON,
             403: "the token lacks the approve scope, or submitted the operation itself",
             404: NOT_FOUND,
-            409: "not awaiting approval, or another fingerprint than the operation's",
+            409: "not awaiting approval, another fingerprint than the operation's, or "
+            "too late (approval_window_closed, business_deadline_passed)",
         }
     ),
 )
@@ -136,6 +138,8 @@ def approve_operation(
 ) -> ActionAnswer:
     """Approve the operation's fingerprint for a while; then its create may be sent."""
     row = owned_operation(request, principal, operation_id)
+    if row.state is OperationState.approval_expired:
+        raise ProblemError(409, WINDOW_CLOSED, WINDOW_ENDED)
     if row.state is not OperationState.awaiting_approval:
         raise ProblemError(
             409, "conflict", f"the operation is not awaiting approval ({row.state.value})"
@@ -163,6 +167,9 @@ def approve_operation(
             valid_for_seconds=body.valid_for_seconds,
             runtime=runtime_of(request),
         )
+    except ApprovalRefusedError as exc:
+        # Too late to be kept: refused with its reason, never accepted and then failed.
+        raise ProblemError(409, exc.reason, exc.detail) from None
     except (RefusedInputError, LostRaceError) as exc:
         raise _moved(exc) from None
     return _answer(row, state)

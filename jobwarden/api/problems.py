@@ -52,6 +52,8 @@ TITLES: dict[str, str] = {
     "conflict": "The request conflicts with the resource's state",
     "self_approval_refused": "The operation's submitter may not approve it",
     "fingerprint_mismatch": "The approval names another fingerprint than the operation's",
+    "approval_window_closed": "The operation's approval window has closed",
+    "business_deadline_passed": "The operation's business deadline has passed",
     "option_not_offered": "The option is not offered for this operation now",
     "not_ready": "A backing service does not answer",
     "internal_error": "Internal error",

@@ -13,6 +13,8 @@ from typing import Any
 
 from jobwarden.api.auth import Principal
 from jobwarden.console.timeline import build_timeline, render_svg
+from jobwarden.models.approvals import approval_window_end
+from jobwarden.models.contract import DEFAULT_APPROVAL_WINDOW_SECONDS
 from jobwarden.models.escalation import Option
 from jobwarden.models.excerpts import redacted
 from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
@@ -118,10 +120,25 @@ class OperationPage:
     chain_problems: list[str]
     command: Any
     options: list[Option]
+    # When the wait for approval ends (the earlier of the approval window and the business
+    # deadline), and what an approval given now is valid until: never past that end.
+    approval_window_ends: datetime | None
+    approval_window_left: str
     approval_expires_if_now: datetime | None
     self_approval_refused: bool
     timeline_svg: str
     create_request: ShownRequest | None  # None: the provider is no longer configured
+
+
+def _approval_window_ends(
+    row: Operation, events: list[ChainedEvent], window: timedelta
+) -> datetime | None:
+    """The end of the wait for approval; None unless the operation is awaiting one."""
+    if row.state is not S.awaiting_approval:
+        return None
+    entered = [ev.draft.at for ev in events if ev.draft.to_state == S.awaiting_approval.value]
+    since = entered[-1] if entered else row.created_at
+    return approval_window_end(row, waiting_since=since, window=window)
 
 
 def operation_page(
@@ -150,6 +167,8 @@ def operation_page(
         now=now,
     )
     ctx = rt.contexts.get(row.provider)
+    window = limits.approval_window_seconds if limits else DEFAULT_APPROVAL_WINDOW_SECONDS
+    window_ends = _approval_window_ends(row, events, timedelta(seconds=window))
     return OperationPage(
         row=row,
         running=row.state not in TERMINAL | AUTOMATION_STOPPED | {S.awaiting_approval},
@@ -190,8 +209,12 @@ def operation_page(
         chain_problems=[f"event {p.seq}: {p.problem}" for p in problems],
         command=redacted(dict(row.command), secrets),
         options=options,
+        approval_window_ends=window_ends,
+        approval_window_left=time_left(window_ends, now),
         approval_expires_if_now=(
-            now + timedelta(seconds=APPROVAL_SECONDS) if row.state is S.awaiting_approval else None
+            min(now + timedelta(seconds=APPROVAL_SECONDS), window_ends)
+            if window_ends is not None
+            else None
         ),
         self_approval_refused=refuses_self_approval(row, principal),
         timeline_svg=render_svg(timeline),

@@ -192,7 +192,6 @@ def operation(
             "session": current,
             "op": found,
             "done": done,
-            "approval_seconds": APPROVAL_SECONDS,
             "no_reason": NO_REASON,
         },
     )
@@ -315,12 +314,15 @@ def approve(request: Request, operation_id: str, current: Session, form: Form) -
         raise ConsoleError(
             409, "fingerprint: not the operation's; a changed payload needs a new approval"
         )
+    # Valid no longer than the page said: the approval window's end, at the latest.
+    expires = found.approval_expires_if_now
+    valid_for = (expires - utcnow()).total_seconds() if expires else float(APPROVAL_SECONDS)
     try:
         interventions.approve(
             str(row.operation_id),
             row.request_fingerprint,
             principal.actor,
-            valid_for_seconds=APPROVAL_SECONDS,
+            valid_for_seconds=max(valid_for, 1.0),
             runtime=runtime_of(request),
         )
     except (RefusedInputError, LostRaceError) as exc:

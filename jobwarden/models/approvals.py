@@ -1,4 +1,13 @@
-"""An approval of an operation waiting for one: bound to its fingerprint, and expiring.
+"""An approval of an operation waiting for one: bound to its fingerprint, expiring, and
+given within the approval window.
+
+A human's wait is not the provider's: the create and result deadlines start when the
+operation is approved (they move by the time spent waiting, as ``admission`` moves them
+by the time spent queued). The wait has its own bound, the contract's
+``limits.approval_window_seconds``, capped by the business deadline (which never moves).
+The window's end is the awaiting operation's timer (``next_poll_at``): when it comes the
+approval-window step ends the operation in ``approval_expired``, and an approval after it
+is refused with the reason, never accepted and then failed.
 
 Pure: the frozen operation, what the approver named and the time in, the write out.
 """
@@ -7,21 +16,71 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from jobwarden.models.actions import Decided, Record
-from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.actions import Decided, Finish, NotYet, Record
+from jobwarden.models.business_deadline import earlier, passed
+from jobwarden.models.errors import ApprovalRefusedError, RefusedInputError
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import OperationState as S
 
+WINDOW_CLOSED = "approval_window_closed"
+BUSINESS_DEADLINE_PASSED = "business_deadline_passed"
+WINDOW_ENDED = "the approval window closed unapproved; the operation ended approval_expired"
 
-def decide_approval(
-    op: Operation, *, fingerprint: str, approver: str, now: datetime, valid_for: timedelta
+
+def window_end(since: datetime, window: timedelta, business: datetime | None) -> datetime:
+    """When the wait for approval that began at ``since`` ends: the business deadline
+    comes first if it is earlier (an approval after it could never be kept)."""
+    return earlier(since + window, business)
+
+
+def approval_window_end(op: Operation, *, waiting_since: datetime, window: timedelta) -> datetime:
+    """The window's end for an operation awaiting approval.
+
+    The timer set when it began waiting is the end (fixed then, like a deadline, so a
+    contract changed meanwhile does not move it); a row written before the timer existed
+    has none, and its end is computed from when it began waiting.
+    """
+    if op.state is S.awaiting_approval and op.next_poll_at is not None:
+        return earlier(op.next_poll_at, op.business_deadline)
+    return window_end(waiting_since, window, op.business_deadline)
+
+
+def _refusal(op: Operation, end: datetime, now: datetime) -> ApprovalRefusedError | None:
+    if op.business_deadline is not None and passed(op.business_deadline, now):
+        return ApprovalRefusedError(
+            BUSINESS_DEADLINE_PASSED,
+            f"the business deadline {op.business_deadline.isoformat()} has passed; "
+            "the create could no longer be sent",
+        )
+    if now >= end:
+        return ApprovalRefusedError(
+            WINDOW_CLOSED, f"the approval window closed at {end.isoformat()}"
+        )
+    return None
+
+
+def decide_approval(  # noqa: PLR0913 - each input is named at the one call
+    op: Operation,
+    *,
+    fingerprint: str,
+    approver: str,
+    now: datetime,
+    valid_for: timedelta,
+    waiting_since: datetime,
+    window: timedelta,
 ) -> Decided:
     """The approval as the write it makes; RefusedInputError when it may not be given.
 
     Refused when the operation is not awaiting approval or the fingerprint differs (a
-    changed payload needs a new approval).
+    changed payload needs a new approval); ApprovalRefusedError, naming the reason, when
+    the approval window or the business deadline has passed. ``waiting_since`` is when
+    the operation began waiting for approval (its intent, or its admission by a
+    concurrency key); ``window`` the contract's approval window.
     """
+    if op.state is S.approval_expired:
+        # Ended by the window's own step first: the same refusal, for the same reason.
+        raise ApprovalRefusedError(WINDOW_CLOSED, WINDOW_ENDED)
     if op.state is not S.awaiting_approval:
         raise RefusedInputError(f"operation {op.operation_id} is not awaiting approval")
     if op.request_fingerprint != fingerprint:
@@ -29,15 +88,51 @@ def decide_approval(
             "the approval names a different fingerprint than the "
             "operation's; a changed payload needs a new approval"
         )
+    refused = _refusal(op, approval_window_end(op, waiting_since=waiting_since, window=window), now)
+    if refused is not None:
+        raise refused
+    # The human's wait never consumes the deadline for establishing the remote job
+    # (DESIGN invariant 13): both provider deadlines start now.
+    waited = max(now - waiting_since, timedelta(0))
+    create_by, result_by = op.create_deadline + waited, op.result_deadline + waited
     # An approval expires: the create step refuses to send under a stale one, so an
-    # approval given today cannot authorize a create a week from now.
-    expires = now + valid_for
+    # approval given today cannot authorize a create a week from now. Nor past the
+    # business deadline, which no approval can extend.
+    expires = earlier(now + valid_for, op.business_deadline)
     record = Record(
         event=EventKind.approved,
         to=S.create_pending,
-        excerpt={"fingerprint": fingerprint, "expires_at": expires.isoformat()},
+        excerpt={
+            "fingerprint": fingerprint,
+            "expires_at": expires.isoformat(),
+            "waited_seconds": round(waited.total_seconds(), 3),
+            "create_deadline": create_by.isoformat(),
+            "result_deadline": result_by.isoformat(),
+        },
         wake_at=now,
     )
     return Decided(
-        action=record, changes={"authorized_by": approver, "approval_expires_at": expires}
+        action=record,
+        changes={
+            "authorized_by": approver,
+            "approval_expires_at": expires,
+            "create_deadline": create_by,
+            "result_deadline": result_by,
+        },
     )
+
+
+def decide_window(op: Operation, now: datetime) -> Decided:
+    """The approval-window step: before its end nothing (an early message), after it the
+    operation ends in ``approval_expired`` with nothing sent."""
+    end = op.next_poll_at
+    if end is None or now < end:
+        # Early, or a row with no window timer (written before it existed): a stray
+        # message must not end what nobody scheduled to end.
+        return Decided(action=NotYet(until=end))
+    reason = (
+        "business deadline passed while awaiting approval"
+        if passed(op.business_deadline, now)
+        else "approval window closed without an approval"
+    )
+    return Decided(action=Finish(state=S.approval_expired, reason=reason))

@@ -18,16 +18,17 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Final
 
 from jobwarden.models.actions import Decided, Record
+from jobwarden.models.approvals import window_end
 from jobwarden.models.contract import ConcurrencySpec
 from jobwarden.models.contract_fields import count
 from jobwarden.models.contract_sections import ContractTable
 from jobwarden.models.errors import InvalidSubmissionError
 from jobwarden.models.history import EventKind
-from jobwarden.models.operation import Operation
+from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.states import TERMINAL, WAITING_FOR_ROOM, OperationState
 
 S = OperationState
@@ -130,17 +131,29 @@ def admitted_state(requires_approval: bool) -> OperationState:
 
 
 def admission(
-    op: Operation, *, to: OperationState, after: uuid.UUID | None, now: datetime
+    op: Operation,
+    *,
+    to: OperationState,
+    after: uuid.UUID | None,
+    now: datetime,
+    approval_window: timedelta,
 ) -> Decided:
     """The write that admits queued ``op``: into ``to``, with the deadlines it waited off.
 
     The provider's create and result deadlines bound the remote job, not the wait for
-    the key, so both move by the time spent queued (the history records both).
+    the key, so both move by the time spent queued (the history records both). Admitted
+    into awaiting_approval, its approval window (``approval_window``, the contract's)
+    starts now.
     """
     if op.state is not S.queued:
         raise ValueError(f"only a queued operation is admitted, not {op.state.value}")
     waited = now - op.created_at
     create_by, result_by = op.create_deadline + waited, op.result_deadline + waited
+    changes: RowChanges = {"create_deadline": create_by, "result_deadline": result_by}
+    if to is S.awaiting_approval:
+        # The window's end is a parked timer: the sweeper wakes the step that ends it.
+        end = window_end(now, approval_window, op.business_deadline)
+        changes |= {"next_poll_at": end, "dispatched_at": None}
     record = Record(
         event=EventKind.admitted,
         to=to,
@@ -152,13 +165,11 @@ def admission(
             "create_deadline": create_by.isoformat(),
             "result_deadline": result_by.isoformat(),
         },
-        # create_pending is due at once (the sweeper re-sends a lost wake-up); a human's
-        # approval has no timer (a queued operation has none to keep).
+        # create_pending is due at once (the sweeper re-sends a lost wake-up); awaiting
+        # approval is due when its window ends (set in ``changes``).
         wake_at=now if to is S.create_pending else None,
     )
-    return Decided(
-        action=record, changes={"create_deadline": create_by, "result_deadline": result_by}
-    )
+    return Decided(action=record, changes=changes)
 
 
 def handed_over(ended: Operation, admitted: Sequence[uuid.UUID]) -> Decided:

@@ -351,6 +351,11 @@ class RateLimit:
     burst: int = 1
 
 
+# A day: long enough for a person to see and weigh a request, short enough that nothing
+# approved next week is sent under this week's view of it.
+DEFAULT_APPROVAL_WINDOW_SECONDS = 86400.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
     create_deadline_seconds: float
@@ -364,6 +369,9 @@ class Limits:
     # reference that never answers, ends instead of being fetched forever.
     max_result_fetches: int = 5
     result_fetch_deadline_seconds: float = 900.0
+    # How long an operation may wait for a human's approval (capped by its business
+    # deadline); its create and result deadlines start only once it is approved.
+    approval_window_seconds: float = DEFAULT_APPROVAL_WINDOW_SECONDS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

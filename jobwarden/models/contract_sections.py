@@ -393,6 +393,8 @@ class LimitsTable(ContractTable):
     max_create_attempts: Annotated[int, count(maximum=100)] = default(Limits, "max_create_attempts")
     max_result_fetches: Annotated[int, count(maximum=100)] = default(Limits, "max_result_fetches")
     result_fetch_deadline_seconds: _Positive = default(Limits, "result_fetch_deadline_seconds")
+    approval_window_seconds: _Positive = default(Limits, "approval_window_seconds")
+    """How long an operation may wait in awaiting_approval (capped by its business deadline)."""
 
     @model_validator(mode="after")
     def _rules(self) -> Self:

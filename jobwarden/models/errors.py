@@ -56,6 +56,22 @@ class ContractError(RefusedInputError):
         return f"{self.file}: {self.field}: {self.problem}"
 
 
+class ApprovalRefusedError(RefusedInputError):
+    """An approval that can no longer be kept: refused, never accepted and then failed.
+
+    ``reason`` is machine-readable (``approval_window_closed``,
+    ``business_deadline_passed``); the API answers it as a 409 problem of that kind.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(reason, detail)
+        self.reason = reason
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
+
+
 class TransitionRefusedError(RefusedInputError):
     """A state change not in the transition table."""
 

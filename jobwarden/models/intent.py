@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobwarden.models.actions import Decided, Open
+from jobwarden.models.approvals import window_end
 from jobwarden.models.business_deadline import resolve
 from jobwarden.models.concurrency import key_limit
 from jobwarden.models.contract import ProviderContract
@@ -42,6 +43,12 @@ def opening(sub: Submission, contract: ProviderContract, intake: Intake) -> Oper
     now, state = intake.now, intake.state
     due = now if state is S.create_pending else None
     result_seconds = sub.result_deadline_seconds or limits.result_deadline_seconds
+    business = resolve(sub.business_deadline, now)
+    # Awaiting approval, the row's timer is the approval window's end (parked: the
+    # sweeper wakes the step that ends the operation then, if nobody approved it).
+    timer = due
+    if state is S.awaiting_approval:
+        timer = window_end(now, timedelta(seconds=limits.approval_window_seconds), business)
     return Operation(
         operation_id=intake.operation_id,
         tenant=sub.tenant,
@@ -70,7 +77,7 @@ def opening(sub: Submission, contract: ProviderContract, intake: Intake) -> Oper
         result_deadline=now + timedelta(seconds=result_seconds),
         cancel_deadline=None,
         cancel_window_seconds=sub.cancel_deadline_seconds,
-        next_poll_at=due,
+        next_poll_at=timer,
         dispatched_at=due,
         create_attempts=0,
         status_requests_used=0,
@@ -86,7 +93,7 @@ def opening(sub: Submission, contract: ProviderContract, intake: Intake) -> Oper
         collect_deadline=None,
         first_sent_at=None,
         # Not fingerprinted: "in 600 s" repeated a moment later is the same request.
-        business_deadline=resolve(sub.business_deadline, now),
+        business_deadline=business,
         concurrency_key=sub.concurrency_key,
         concurrency_limit=(
             key_limit(contract.concurrency) if sub.concurrency_key is not None else None

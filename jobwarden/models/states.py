@@ -36,6 +36,7 @@ class OperationState(StrEnum):
     result_unavailable = "result_unavailable"  # job succeeded but the result cannot be fetched
     result_validation_failed = "result_validation_failed"  # result fetched but failed validation
     abandoned = "abandoned"  # a human gave up on the operation
+    approval_expired = "approval_expired"  # nobody approved within the approval window
 
 
 S = OperationState
@@ -44,8 +45,9 @@ TRANSITIONS: dict[OperationState, frozenset[OperationState]] = {
     # The hand-over admits it as a fresh submission would start; a person may end it first
     # (a cancel before anything was sent abandons it).
     S.queued: frozenset({S.create_pending, S.awaiting_approval, S.abandoned}),
-    # Rejecting an approval request is a human decision that ends the operation.
-    S.awaiting_approval: frozenset({S.create_pending, S.abandoned}),
+    # Rejecting an approval request is a human decision that ends the operation; a window
+    # that closes unapproved ends it too (nothing was sent either way).
+    S.awaiting_approval: frozenset({S.create_pending, S.abandoned, S.approval_expired}),
     # 401/403 on create escalates authorization_denied rather than failing outright; a
     # cancel before the create leaves ends the operation with nothing sent (abandoned).
     S.create_pending: frozenset({S.accepted, S.create_unknown, S.failed, S.escalated, S.abandoned}),
@@ -83,6 +85,7 @@ TRANSITIONS: dict[OperationState, frozenset[OperationState]] = {
     S.result_unavailable: frozenset(),
     S.result_validation_failed: frozenset(),
     S.abandoned: frozenset(),
+    S.approval_expired: frozenset(),
 }
 
 TERMINAL: frozenset[OperationState] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)

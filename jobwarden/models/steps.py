@@ -33,6 +33,7 @@ from jobwarden.models.actions import (
     Wait,
     escalate,
 )
+from jobwarden.models.approvals import decide_window
 from jobwarden.models.collection import collection
 from jobwarden.models.convention_steps import after_monitor_poll
 from jobwarden.models.create_decisions import (
@@ -62,6 +63,7 @@ from jobwarden.models.states import POLLED
 from jobwarden.models.states import OperationState as S
 
 __all__ = [
+    "APPROVAL_WINDOW",
     "CANCEL",
     "COLLECT",
     "CREATE",
@@ -336,3 +338,26 @@ COLLECT = StepKind(
     response_point="after_collect_response",
 )
 STEPS: tuple[StepKind, ...] = (CREATE, RECONCILE, POLL, CANCEL, COLLECT)
+
+
+# --- the approval window ----------------------------------------------------------------
+
+
+def before_approval_window(op: Operation, ctx: StepContext, now: datetime) -> Decided:
+    return decide_window(op, now)
+
+
+def _sends_nothing(*_: object) -> Decided:
+    raise AssertionError("the approval-window step sends no request")  # pragma: no cover
+
+
+# Not a worked step (no request, nothing to stop): it only ends an operation whose
+# approval window closed unapproved, woken by the sweeper at the window's end.
+APPROVAL_WINDOW = StepKind(
+    name="approval_window",
+    states=frozenset({S.awaiting_approval}),
+    before=before_approval_window,
+    after=_sends_nothing,
+    claim_point="after_approval_window_claim",
+    response_point="after_approval_window_response",
+)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
@@ -77,13 +77,17 @@ def hand_over(
         for w in chosen:
             to = admitted_state(w.requires_approval)
             queued = by_id[w.operation_id]
-            _write(rt, session, queued, admission(queued, to=to, after=after, now=now), now)
+            window = timedelta(seconds=rt.contract(queued.provider).limits.approval_window_seconds)
+            decided = admission(queued, to=to, after=after, now=now, approval_window=window)
+            _write(rt, session, queued, decided, now)
             admitted.append((w.operation_id, to))
         if holder is not None:
             _write(rt, session, holder, handed_over(holder, [a for a, _ in admitted]), now)
     for op_id, state in admitted:
         log.info("key_handed_over key=%s operation_id=%s after=%s", key, op_id, after)
-        enqueue(rt, op_id, state)
+        if state is OperationState.create_pending:
+            # An approval's wait is parked until its window ends; only a create is due now.
+            enqueue(rt, op_id, state)
     return [op_id for op_id, _ in admitted]
 
 

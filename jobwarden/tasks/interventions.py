@@ -12,10 +12,10 @@ import uuid
 from datetime import datetime, timedelta
 
 from jobwarden.models.actions import Decided
-from jobwarden.models.approvals import decide_approval
+from jobwarden.models.approvals import decide_approval, decide_window
 from jobwarden.models.business_deadline import passed
 from jobwarden.models.cancel_requests import decide_cancel_request
-from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.errors import ApprovalRefusedError, LostRaceError, RefusedInputError
 from jobwarden.models.escalation import (
     EscalationView,
     Option,
@@ -25,7 +25,8 @@ from jobwarden.models.escalation import (
 )
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
-from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.db import snapshot, transaction
+from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.concurrency import after_end
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.runtime import Runtime, current, utcnow
@@ -142,20 +143,52 @@ def approve(
     """Approve an operation waiting for approval; bound to its fingerprint, and expiring.
 
     Raises RefusedInputError when the operation is not awaiting approval or the
-    fingerprint differs (a changed payload needs a new approval).
+    fingerprint differs (a changed payload needs a new approval), and its
+    ApprovalRefusedError, naming the reason, when the approval window or the business
+    deadline has passed. The create and result deadlines start at the approval.
     """
     rt = runtime or current()
 
+    # When it began waiting (its intent, or its admission by a concurrency key): a fact in
+    # its append-only history, so reading it before the lease cannot go stale.
+    with snapshot(rt.settings.database_url) as session:
+        since = store.entered_at(session, uuid.UUID(operation_id), S.awaiting_approval)
+
     def approval(op: Operation, now: datetime) -> Decided:
+        window = timedelta(seconds=rt.contract(op.provider).limits.approval_window_seconds)
         return decide_approval(
             op,
             fingerprint=fingerprint,
             approver=approver,
             now=now,
             valid_for=timedelta(seconds=valid_for_seconds),
+            waiting_since=since or op.created_at,
+            window=window,
         )
 
     missing = f"operation {operation_id} is not awaiting approval"
-    stored = _as_person(rt, operation_id, approver, approval, missing=missing).stored
+    try:
+        stored = _as_person(rt, operation_id, approver, approval, missing=missing).stored
+    except ApprovalRefusedError:
+        # The window is over: end the operation now rather than at the next sweep, so
+        # whoever was refused sees it ended (approval_expired), not still waiting.
+        _close_window(rt, uuid.UUID(operation_id))
+        raise
     enqueue(rt, stored.operation_id, stored.state)
     return stored.state.value
+
+
+def _close_window(rt: Runtime, operation_id: uuid.UUID) -> None:
+    """Automation's own write (the worker's actor): the approval-window step's decision,
+    which ends the operation only if its window's end has come. A busy lease or a lost
+    race leaves it to the sweeper, which wakes the same step at the window's end."""
+
+    def close(op: Operation, now: datetime) -> Decided | None:
+        return decide_window(op, now) if op.state is S.awaiting_approval else None
+
+    try:
+        written = under_lease(rt, operation_id, close)
+    except LostRaceError:
+        return
+    if written is not None:
+        after_end(rt, written.stored)

@@ -23,7 +23,15 @@ from jobwarden.models.errors import (
 )
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import step_session, transaction
-from jobwarden.models.steps import CANCEL, COLLECT, CREATE, POLL, RECONCILE, StepKind
+from jobwarden.models.steps import (
+    APPROVAL_WINDOW,
+    CANCEL,
+    COLLECT,
+    CREATE,
+    POLL,
+    RECONCILE,
+    StepKind,
+)
 from jobwarden.tasks import faults
 from jobwarden.tasks.concurrency import admit_stranded, after_end
 from jobwarden.tasks.dispatch import enqueue_many, republish, schedule
@@ -151,6 +159,11 @@ def cancel(operation_id: str) -> dict[str, Any]:
 @app.task(name="jobwarden.collect", base=JobwardenTask)
 def collect(operation_id: str) -> dict[str, Any]:
     return task_answer(operation_id, run_step(operation_id, COLLECT))
+
+
+@app.task(name="jobwarden.approval_window", base=JobwardenTask)
+def approval_window(operation_id: str) -> dict[str, Any]:
+    return task_answer(operation_id, run_step(operation_id, APPROVAL_WINDOW))
 
 
 def sweep_once(

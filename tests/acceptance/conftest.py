@@ -82,6 +82,18 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (out / "sandbox_approval.toml").write_text(
         _variant(base, "sandbox_approval", requires_approval="true")
     )
+    # The approval window (test_human.py): a create deadline a wait for approval outlasts,
+    # and a window that closes before anybody approves.
+    (out / "sandbox_approval_short.toml").write_text(
+        _variant(
+            base, "sandbox_approval_short", requires_approval="true", create_deadline_seconds="3"
+        )
+    )
+    (out / "sandbox_approval_window.toml").write_text(
+        _variant(base, "sandbox_approval_window", requires_approval="true").replace(
+            "[limits]", "[limits]\napproval_window_seconds = 1", 1
+        )
+    )
     # One credential limited to 5 requests/s with a burst of 2 (test_flow_limits.py).
     (out / "sandbox_ratelimited.toml").write_text(
         _variant(base, "sandbox_ratelimited").replace(

@@ -179,7 +179,8 @@ def test_an_approval_page_shows_what_is_approved_and_approves_the_operation(
     headers = page.locator("#request-headers").inner_text()
     assert "Authorization" in headers and "Bearer [redacted]" in headers
     assert '"kind":"export"' in page.locator("#request-body").inner_text()
-    assert fingerprint in text and "expires at" in text and "once" in text
+    assert fingerprint in text and "valid until" in text and "once" in text
+    assert "left" in page.locator("#approval-window").inner_text()
     assert '"kind": "export"' in page.locator("#command").inner_text()
     shot(page, "approval_before")
     page.click("#approve")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
-from jobwarden.harness import Stack
+from jobwarden.harness import Stack, wait_for
 from jobwarden.models.errors import RefusedInputError
 from tests.acceptance.conftest import Pipeline
+from tests.api_server import serving
 
 
 def test_an_exhausted_budget_extended_once_by_a_human_runs_to_success(
@@ -49,3 +51,61 @@ def test_an_operation_needing_approval_sends_nothing_until_its_fingerprint_is_ap
     done = pipeline.wait_state(op)
     assert done.state == "succeeded" and done.authorized_by == "bob"
     assert len(pipeline.creates(op)) == 1
+
+
+def test_an_approval_after_the_create_deadline_would_have_passed_sends_the_create(
+    stack: Stack, pipeline: Pipeline
+) -> None:
+    # The user's story (issue 20): approved after the 3 s create deadline the contract gives,
+    # counted from submission; before, the create then failed at once, nothing sent.
+    from jobwarden.tasks.interventions import approve
+    from jobwarden.tasks.runtime import utcnow
+
+    op = pipeline.submit({"polls_to_finish": 1}, provider="sandbox_approval_short")
+    row = pipeline.row(op)
+    assert row.state == "awaiting_approval"
+    wait_for(
+        lambda: utcnow() > row.create_deadline,
+        timeout=10,
+        what="the create deadline, counted from submission, to pass",
+    )
+    assert pipeline.row(op).state == "awaiting_approval"  # the wait consumed nothing
+    assert approve(op, row.request_fingerprint, "bob") == "create_pending"
+    done = pipeline.wait_state(op)
+    assert done.state == "succeeded", pipeline.kinds(op)
+    assert len(pipeline.creates(op)) == 1 and done.create_attempts == 1
+    approved = next(e for e in pipeline.events(op) if e.draft.kind.value == "approved")
+    assert approved.draft.excerpt["create_deadline"] == done.create_deadline.isoformat()
+    assert done.create_deadline > approved.draft.at
+
+
+def test_an_unapproved_operation_ends_approval_expired_and_a_late_approval_is_a_409(
+    stack: Stack, pipeline: Pipeline, database_url: str
+) -> None:
+    from jobwarden.api.app import create_app
+    from jobwarden.api.auth import Scope, create_token
+
+    op = pipeline.submit({"polls_to_finish": 1}, provider="sandbox_approval_window")
+    row = pipeline.row(op)
+    assert row.state == "awaiting_approval" and row.next_poll_at is not None
+    # Woken by the beat's sweep at the window's end (1 s), ended by a worker's step.
+    ended = pipeline.wait_state(op, "approval_expired", timeout=20)
+    assert pipeline.creates(op) == [] and ended.authorized_by is None
+    last = pipeline.events(op)[-1].draft
+    assert (last.from_state, last.to_state) == ("awaiting_approval", "approval_expired")
+    assert last.cause == "approval window closed without an approval"
+    assert last.actor.startswith("worker:"), last.actor
+    bearer = create_token(
+        database_url, tenant="acceptance", name="approver", scopes=[Scope.approve]
+    ).token
+    with serving(create_app()) as url:
+        answer = httpx.post(
+            f"{url}/v1/operations/{op}/approvals",
+            json={"fingerprint": row.request_fingerprint},
+            headers={"Authorization": f"Bearer {bearer}"},
+            timeout=30,
+        )
+    assert answer.status_code == 409, answer.text
+    assert answer.headers["content-type"].startswith("application/problem+json")
+    assert answer.json()["type"].endswith("/approval_window_closed")
+    assert pipeline.row(op).state == "approval_expired"

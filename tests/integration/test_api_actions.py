@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -18,7 +19,7 @@ import pytest
 
 from jobwarden.models.states import OperationState as S
 from tests.api_server import serving
-from tests.integration.api_helpers import insert_operation, load, make_token, tenant_name
+from tests.integration.api_helpers import NOW, insert_operation, load, make_token, tenant_name
 
 ALL = ["read", "cancel", "approve", "decide"]
 TYPE = "tag:jobwarden.dev,2026:problem/"
@@ -397,3 +398,87 @@ def test_concurrent_approvals_approve_once_and_every_other_answer_is_a_409(
     assert sorted(answers) == [200] + [409] * (len(approvers) - 1)
     approved = [e for e in _events(client, op, approvers[0]) if e["kind"] == "approved"]
     assert len(approved) == 1
+
+
+# --- the approval window (issue 20, item 1) ----------------------------------------------
+
+
+def test_an_approval_after_the_create_deadline_passed_while_waiting_moves_both_deadlines(
+    database_url: str, client: httpx.Client
+) -> None:
+    # The user's story: a 300 s create deadline, approved 8 minutes after the submission.
+    tenant = tenant_name()
+    submitted = NOW - timedelta(minutes=8)
+    op = insert_operation(
+        database_url,
+        tenant,
+        S.awaiting_approval,
+        created_at=submitted,
+        create_deadline=submitted + timedelta(seconds=300),
+        result_deadline=submitted + timedelta(hours=2),
+        next_poll_at=submitted + timedelta(days=1),
+    )
+    row = load(database_url, op)
+    headers = make_token(database_url, tenant, "bob", ALL)
+    answer = client.post(
+        f"/v1/operations/{op}/approvals",
+        json={"fingerprint": row.request_fingerprint},
+        headers=headers,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["state"] == "create_pending"
+    approved = load(database_url, op)
+    # Both moved by the wait (at least the 8 minutes): the create may still be sent.
+    assert approved.create_deadline >= NOW + timedelta(seconds=300)
+    assert approved.result_deadline - approved.create_deadline == timedelta(seconds=6900)
+    event = next(e for e in _events(client, op, headers) if e["kind"] == "approved")
+    assert event["excerpt"]["create_deadline"] == approved.create_deadline.isoformat()
+    assert event["excerpt"]["result_deadline"] == approved.result_deadline.isoformat()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "kind"),
+    [
+        ({"next_poll_at": NOW - timedelta(minutes=1)}, "approval_window_closed"),
+        (
+            {
+                "business_deadline": NOW - timedelta(minutes=1),
+                "next_poll_at": NOW - timedelta(minutes=1),
+            },
+            "business_deadline_passed",
+        ),
+    ],
+)
+def test_an_approval_after_its_window_is_a_409_naming_the_reason_and_the_operation_ends(
+    database_url: str, client: httpx.Client, overrides: dict[str, Any], kind: str
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(
+        database_url,
+        tenant,
+        S.awaiting_approval,
+        created_at=NOW - timedelta(days=1, minutes=1),
+        **overrides,
+    )
+    row = load(database_url, op)
+    headers = make_token(database_url, tenant, "bob", ALL)
+    body = {"fingerprint": row.request_fingerprint}
+    refused = _problem(
+        client.post(f"/v1/operations/{op}/approvals", json=body, headers=headers), 409, kind
+    )
+    assert ("window closed" if kind == "approval_window_closed" else "deadline") in refused[
+        "detail"
+    ]
+    ended = load(database_url, op)
+    # Never a 200 followed by a failure: nothing approved, ended as what it is.
+    assert ended.state is S.approval_expired
+    assert ended.authorized_by is None and ended.next_poll_at is None
+    assert ended.create_attempts == 0
+    last = _events(client, op, headers)[-1]
+    assert (last["from_state"], last["to_state"]) == ("awaiting_approval", "approval_expired")
+    # Asked again, the operation has ended: the same reason, still a 409.
+    _problem(
+        client.post(f"/v1/operations/{op}/approvals", json=body, headers=headers),
+        409,
+        "approval_window_closed",
+    )

@@ -10,6 +10,7 @@ import secrets
 import threading
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -244,7 +245,9 @@ def test_a_contract_demanding_approval_queues_unapproved_and_admits_to_approval(
     assert waiting_for_a_human.operation_id is not None and queued.operation_id is not None
     request_cancel(waiting_for_a_human.operation_id, "alice", "not tonight")
     admitted = _row(database_url, queued.operation_id)
-    assert admitted.state == "awaiting_approval" and admitted.next_poll_at is None
+    assert admitted.state == "awaiting_approval" and admitted.dispatched_at is None
+    # Parked until its approval window (a day, openai_batch's) ends, counted from admission.
+    assert admitted.next_poll_at == admitted.updated_at + timedelta(days=1)
     assert approve(queued.operation_id, admitted.request_fingerprint, "bob") == "create_pending"
 
 

@@ -233,7 +233,8 @@ def test_the_submitter_cannot_approve_its_own_operation_and_another_approver_can
     assert load(database_url, op).state is S.awaiting_approval
     with login(base_url, _token(database_url, tenant, "carol", ALL)) as client:
         page = client.get(f"/console/operations/{op}")
-        assert fingerprint in page.text and "expires at" in page.text
+        assert fingerprint in page.text and "valid until" in page.text
+        assert "approval window" in page.text and "left)" in page.text
         wrong = client.post(
             f"/console/operations/{op}/approvals",
             data={"csrf": _csrf(page.text), "fingerprint": "0" * 64},

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,25 @@ def test_state_literals_are_read_from_a_constraint_definition() -> None:
         "'it''s'::character varying])::text[])))"
     )
     assert string_literals(sql) == {"create_pending", "it's"}
+
+
+def test_an_operation_already_awaiting_approval_gets_a_full_default_window_at_0015() -> None:
+    # Its own database: this walks the migrations from 0014, which the shared one passed.
+    from jobwarden.models.persistence.db import dispose_all
+    from jobwarden.models.persistence.migrate import upgrade
+    from tests.conftest import scratch_database
+    from tests.integration.api_helpers import NOW, insert_operation, load, tenant_name
+
+    with scratch_database("jobwarden_m15") as url:
+        upgrade(url, "0014")
+        waiting = insert_operation(url, tenant_name(), OperationState.awaiting_approval)
+        business = NOW + timedelta(hours=1)
+        capped = insert_operation(
+            url, tenant_name(), OperationState.awaiting_approval, business_deadline=business
+        )
+        assert load(url, waiting).next_poll_at is None
+        upgrade(url)
+        end = load(url, waiting).next_poll_at
+        assert end is not None and end > datetime.now(UTC) + timedelta(hours=23)
+        assert load(url, capped).next_poll_at == business
+        dispose_all()

@@ -13,22 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import create_engine, inspect
 
-from tests.conftest import ADMIN_URL
+from tests.conftest import scratch_database
 from tests.integration.test_cli import _cli
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_alembic_upgrade_head_works_from_the_repository_root() -> None:
-    name = f"jobwarden_alembic_{secrets.token_hex(4)}"
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    try:
+    with scratch_database("jobwarden_alembic") as url:
         done = subprocess.run(
             [sys.executable, "-m", "alembic", "upgrade", "head"],
             cwd=REPO,
@@ -44,10 +38,6 @@ def test_alembic_upgrade_head_works_from_the_repository_root() -> None:
             assert {"operations", "operation_events"} <= set(inspect(engine).get_table_names())
         finally:
             engine.dispose()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def test_version_prints_the_installed_version() -> None:

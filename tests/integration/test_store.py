@@ -259,6 +259,26 @@ def test_claim_due_skips_rows_another_sweeper_holds_and_recent_dispatches(
     assert due_now not in again and held in again
 
 
+def test_an_operation_awaiting_approval_is_claimed_only_once_its_window_has_ended(
+    database_url: str,
+) -> None:
+    def waiting(end: datetime) -> uuid.UUID:
+        return _insert(
+            database_url, _new_row(state=S.awaiting_approval, authorized_by=None, next_poll_at=end)
+        )
+
+    closed, still_open = waiting(NOW - timedelta(seconds=1)), waiting(NOW + timedelta(hours=1))
+    with transaction(database_url) as session:
+        claimed = dict(
+            store.claim_due(session, now=NOW, redispatch_after=timedelta(seconds=30), limit=1000)
+        )
+        # When it began waiting, as an approval moves the deadlines by: its intent's time.
+        assert store.entered_at(session, closed, S.awaiting_approval) == NOW
+        assert store.entered_at(session, closed, S.create_pending) is None
+    assert claimed.get(closed) is S.awaiting_approval
+    assert still_open not in claimed
+
+
 def test_models_and_migrations_are_in_step(database_url: str) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext

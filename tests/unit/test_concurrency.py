@@ -30,6 +30,7 @@ from jobwarden.models.states import TERMINAL, OperationState, is_allowed
 from tests.unit.factories import NOW, operation, planned
 
 S = OperationState
+DAY = timedelta(days=1)
 
 
 @pytest.mark.parametrize(
@@ -98,7 +99,11 @@ def test_admission_moves_the_provider_deadlines_by_the_time_spent_queued() -> No
     queued = operation(S.queued, concurrency_key="deploy:x", concurrency_limit=1)
     later = queued.created_at + timedelta(minutes=7)
     holder = uuid.uuid4()
-    p = planned(queued, admission(queued, to=S.create_pending, after=holder, now=later), now=later)
+    p = planned(
+        queued,
+        admission(queued, to=S.create_pending, after=holder, now=later, approval_window=DAY),
+        now=later,
+    )
     changes = p.changes
     assert changes["state"] == "create_pending"
     assert changes["create_deadline"] == queued.create_deadline + timedelta(minutes=7)
@@ -114,17 +119,30 @@ def test_admission_moves_the_provider_deadlines_by_the_time_spent_queued() -> No
     assert event.excerpt["waited_seconds"] == 420.0
 
 
-def test_an_operation_admitted_to_approval_has_no_timer() -> None:
+def test_an_operation_admitted_to_approval_is_due_when_its_approval_window_ends() -> None:
     queued = operation(S.queued, concurrency_key="k", concurrency_limit=1, next_poll_at=None)
-    p = planned(queued, admission(queued, to=S.awaiting_approval, after=None, now=NOW))
-    assert queued.with_changes(p.changes).next_poll_at is None
+    decided = admission(queued, to=S.awaiting_approval, after=None, now=NOW, approval_window=DAY)
+    p = planned(queued, decided)
+    # Parked for the sweeper (no message now): nothing is due before the window ends.
+    assert queued.with_changes(p.changes).next_poll_at == NOW + DAY
     assert queued.with_changes(p.changes).dispatched_at is None
     assert p.next_at is None
 
 
+def test_an_approval_window_opened_at_admission_ends_by_the_business_deadline() -> None:
+    business = NOW + timedelta(hours=1)
+    queued = operation(
+        S.queued, concurrency_key="k", concurrency_limit=1, business_deadline=business
+    )
+    decided = admission(queued, to=S.awaiting_approval, after=None, now=NOW, approval_window=DAY)
+    assert planned(queued, decided).changes["next_poll_at"] == business
+
+
 def test_only_a_queued_operation_is_admitted() -> None:
     with pytest.raises(ValueError, match="only a queued operation"):
-        admission(operation(S.observing), to=S.create_pending, after=None, now=NOW)
+        admission(
+            operation(S.observing), to=S.create_pending, after=None, now=NOW, approval_window=DAY
+        )
 
 
 def test_the_ended_holder_records_whom_its_key_went_to_without_moving() -> None:

@@ -25,12 +25,14 @@ from jobwarden.models.states import (
     OperationState,
     is_allowed,
 )
-from jobwarden.models.steps import STEPS
+from jobwarden.models.steps import APPROVAL_WINDOW, STEPS
 from jobwarden.tasks.dispatch import TASK_FOR_STATE
 from tests.unit.factories import NOW
 
 S = OperationState
-WORKED = frozenset(TASK_FOR_STATE)
+# awaiting_approval has a task too (the approval window's end) but no worked step: it
+# sends nothing and automation never stops in it.
+WORKED = frozenset(TASK_FOR_STATE) - {S.awaiting_approval}
 
 
 def test_every_state_has_a_row_in_the_transition_table() -> None:
@@ -45,9 +47,11 @@ def test_every_state_is_worked_stopped_terminal_waiting_or_awaiting_a_human_exac
 
 
 def test_the_sweeper_wakes_exactly_the_states_a_task_works() -> None:
-    # The due index also covers awaiting_approval, whose rows carry no timer until a
-    # human approves them (next_poll_at is NULL), so the sweeper never claims one.
-    assert set(ACTIVE_STATES) == WORKED | {S.awaiting_approval}
+    # The due index also covers awaiting_approval, whose timer is its approval window's
+    # end: the sweeper wakes the task that ends it there.
+    assert set(ACTIVE_STATES) == set(TASK_FOR_STATE)
+    assert TASK_FOR_STATE[S.awaiting_approval] == f"jobwarden.{APPROVAL_WINDOW.name}"
+    assert APPROVAL_WINDOW.states == {S.awaiting_approval}
 
 
 def test_each_worked_state_is_taken_by_exactly_the_step_its_task_runs() -> None:

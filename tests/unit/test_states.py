@@ -25,6 +25,7 @@ EXPECTED: set[tuple[S, S]] = {
     (S.queued, S.abandoned),
     (S.awaiting_approval, S.create_pending),
     (S.awaiting_approval, S.abandoned),
+    (S.awaiting_approval, S.approval_expired),  # the approval window closed unapproved
     (S.create_pending, S.accepted),
     (S.create_pending, S.create_unknown),
     (S.create_pending, S.failed),
@@ -89,6 +90,7 @@ def test_terminal_states_are_the_designed_ones_and_lead_nowhere() -> None:
         S.result_unavailable,
         S.result_validation_failed,
         S.abandoned,
+        S.approval_expired,
     } == TERMINAL
     assert all(not TRANSITIONS[s] for s in TERMINAL)
 

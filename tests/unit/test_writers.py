@@ -143,12 +143,20 @@ def test_a_cancel_request_is_planned_with_its_intent_and_a_wake_up_when_due(
 def test_an_approval_moves_to_create_pending_due_now_and_expires() -> None:
     op = operation(S.awaiting_approval)
     decided = decide_approval(
-        op, fingerprint=op.request_fingerprint, approver="bo", now=NOW, valid_for=WINDOW
+        op,
+        fingerprint=op.request_fingerprint,
+        approver="bo",
+        now=NOW,
+        valid_for=WINDOW,
+        waiting_since=NOW,
+        window=timedelta(days=1),
     )
     p = planned(op, decided)
     assert p.changes == {
         "authorized_by": "bo",
         "approval_expires_at": NOW + WINDOW,
+        "create_deadline": op.create_deadline,
+        "result_deadline": op.result_deadline,
         "state": S.create_pending.value,
         "next_poll_at": NOW,
         "dispatched_at": NOW,
@@ -156,6 +164,9 @@ def test_an_approval_moves_to_create_pending_due_now_and_expires() -> None:
     assert p.events[0].excerpt == {
         "fingerprint": op.request_fingerprint,
         "expires_at": (NOW + WINDOW).isoformat(),
+        "waited_seconds": 0.0,
+        "create_deadline": op.create_deadline.isoformat(),
+        "result_deadline": op.result_deadline.isoformat(),
     }
     assert walked(S.awaiting_approval, p) == [S.create_pending]
 
@@ -172,7 +183,13 @@ def test_an_approval_is_refused_off_its_state_or_its_fingerprint(
 ) -> None:
     with pytest.raises(RefusedInputError, match=problem):
         decide_approval(
-            operation(state), fingerprint=fingerprint, approver="bo", now=NOW, valid_for=WINDOW
+            operation(state),
+            fingerprint=fingerprint,
+            approver="bo",
+            now=NOW,
+            valid_for=WINDOW,
+            waiting_since=NOW,
+            window=timedelta(days=1),
         )
 
 
@@ -262,15 +279,25 @@ def _intake(state: S) -> Intake:
     )
 
 
-@pytest.mark.parametrize(
-    ("state", "due"), [(S.create_pending, NOW), (S.queued, None), (S.awaiting_approval, None)]
-)
+@pytest.mark.parametrize(("state", "due"), [(S.create_pending, NOW), (S.queued, None)])
 def test_the_opened_operation_is_due_only_when_its_create_may_go(state: S, due: object) -> None:
     op = opening(_submission(), contract(), _intake(state))
     assert (op.next_poll_at, op.dispatched_at) == (due, due)
     assert op.state is state
     assert op.create_deadline == NOW + timedelta(seconds=contract().limits.create_deadline_seconds)
     assert op.max_status_requests == contract().limits.max_status_requests
+
+
+@pytest.mark.parametrize(
+    ("business", "end"),
+    [(None, NOW + timedelta(days=1)), (600.0, NOW + timedelta(seconds=600))],
+)
+def test_an_operation_opened_to_await_approval_is_due_when_its_window_ends(
+    business: float | None, end: object
+) -> None:
+    op = opening(_submission(business_deadline=business), contract(), _intake(S.awaiting_approval))
+    # Parked for the sweeper: the window's end, capped by the business deadline.
+    assert (op.next_poll_at, op.dispatched_at) == (end, None)
 
 
 def test_the_intent_event_opens_the_chain_into_the_operations_first_state() -> None:

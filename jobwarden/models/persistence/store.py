@@ -22,6 +22,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    func,
     insert,
     or_,
     select,
@@ -376,6 +377,15 @@ def _chained(row: EventRow) -> ChainedEvent:
         prev_hash=row.prev_hash,
         hash=row.hash,
         row_digest=row.row_digest,
+    )
+
+
+def entered_at(session: Session, operation_id: uuid.UUID, state: OperationState) -> datetime | None:
+    """When the operation last entered ``state`` (its event's time); None if it never did."""
+    return session.scalar(
+        select(func.max(EventRow.at))
+        .where(EventRow.operation_id == operation_id)
+        .where(EventRow.to_state == state.value)
     )
 
 

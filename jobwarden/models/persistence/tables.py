@@ -107,7 +107,8 @@ class OperationRow(Base):
         ),
         # Invariant 1 at the database: past approval, every operation names who authorized it.
         CheckConstraint(
-            "authorized_by IS NOT NULL OR state IN ('awaiting_approval', 'abandoned', 'queued')",
+            "authorized_by IS NOT NULL "
+            "OR state IN ('awaiting_approval', 'abandoned', 'queued', 'approval_expired')",
             name="authorized_before_create",
         ),
         CheckConstraint(
