@@ -67,6 +67,7 @@ def test_a_cancel_while_the_create_is_ambiguous_waits_for_reconciliation_then_ca
     try:
         assert request_cancel(op, "pytest", "stop it", runtime=impatient) == "reconciling"
     finally:
+        impatient.redis.close()
         impatient.http.close()
     row = pipeline.wait_state(op, timeout=40)
     kinds = pipeline.kinds(op)
