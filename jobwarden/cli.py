@@ -146,10 +146,10 @@ def show(operation_id: str) -> None:
     row, _ = _row_and_events(operation_id)
     for line in [*summary_lines(row), *show_lines(row)]:
         console.print(line, highlight=False, markup=False)
-    from jobwarden.models.states import HUMAN_ONLY_SOURCES, OperationState
+    from jobwarden.models.states import OFFERS_OPTIONS, OperationState
     from jobwarden.tasks.interventions import escalation_options
 
-    if OperationState(row.state) in HUMAN_ONLY_SOURCES:
+    if OperationState(row.state) in OFFERS_OPTIONS:
         # A stopped operation shows what a human may do next, as `jobwarden decide` takes it.
         for option in escalation_options(operation_id):
             console.print(f"option           {option.kind.value}: {option.label}", highlight=False)
@@ -416,7 +416,14 @@ def decide(
     """Pick one of the offered options (see `jobwarden options OP`)."""
     from jobwarden.tasks.interventions import decide_escalation
 
-    console.print(decide_escalation(operation_id, option, approver, note))
+    decided = decide_escalation(operation_id, option, approver, note, door="python")
+    console.print(decided.state, highlight=False)
+    if decided.resubmitted_as is not None:
+        # The replacement is a new operation: name it so the next command can follow it.
+        console.print(
+            f"resubmitted as {decided.resubmitted_as} ({decided.resubmitted_state})",
+            highlight=False,
+        )
 
 
 @app.command()

@@ -30,6 +30,7 @@ from jobwarden.models.states import TERMINAL, OperationState
 from jobwarden.tasks import interventions
 
 router = APIRouter(tags=["actions"])
+BUSINESS_DECISIONS = ("resubmit", "accept_result")
 NOT_JSON = "the body is not JSON"
 
 # An approval lives at least a minute (time to act on it) and at most a week: an approval
@@ -70,6 +71,9 @@ class ActionAnswer(BaseModel):
     operation_id: uuid.UUID
     state: OperationState
     links: OperationLinks
+    # A resubmission's new operation (a new token, linked both ways), and its first state.
+    resubmitted_as: uuid.UUID | None = None
+    resubmitted_state: OperationState | None = None
 
 
 def _answer(row: Operation, state: str) -> ActionAnswer:
@@ -214,10 +218,23 @@ def decide_operation(
             offered=offered,
             errors=[{"path": "option", "message": f"one of: {', '.join(offered)}"}],
         )
+    if body.option in BUSINESS_DECISIONS and not body.note.strip():
+        # Read later by someone who was not there: a business decision says why.
+        raise ProblemError(
+            422,
+            "invalid_request",
+            f"note: say why ({body.option} is a business decision)",
+            errors=[{"path": "note", "message": "required for " + body.option}],
+        )
     try:
-        state = interventions.decide_escalation(
-            str(row.operation_id), body.option, principal.actor, body.note, runtime=rt
+        decided = interventions.decide_escalation(
+            str(row.operation_id), body.option, principal.actor, body.note, runtime=rt, door="http"
         )
     except (RefusedInputError, LostRaceError) as exc:
         raise _moved(exc) from None
-    return _answer(row, state)
+    answer = _answer(row, decided.state)
+    if decided.resubmitted_as is not None:
+        answer.resubmitted_as = uuid.UUID(decided.resubmitted_as)
+        if decided.resubmitted_state is not None:
+            answer.resubmitted_state = OperationState(decided.resubmitted_state)
+    return answer

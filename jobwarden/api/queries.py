@@ -52,7 +52,7 @@ from jobwarden.models.actions import EscalationReason
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import api_store, query_store, store
 from jobwarden.models.persistence.db import snapshot, transaction
-from jobwarden.models.states import HUMAN_ONLY_SOURCES, OperationState
+from jobwarden.models.states import OFFERS_OPTIONS, OperationState
 from jobwarden.tasks.interventions import escalation_options
 from jobwarden.tasks.provider_edge import shown_create_request
 from jobwarden.tasks.runtime import Runtime
@@ -130,10 +130,10 @@ def operation_view(rt: Runtime, row: Operation) -> OperationView:
     contract = rt.contracts.get(row.provider)
     limits = contract.limits if contract is not None else None
     escalation = None
-    if row.state in HUMAN_ONLY_SOURCES or row.escalation_reason is not None:
+    if row.state in OFFERS_OPTIONS or row.escalation_reason is not None:
         offered = (
             escalation_options(str(row.operation_id), runtime=rt)
-            if row.state in HUMAN_ONLY_SOURCES and contract is not None
+            if row.state in OFFERS_OPTIONS and contract is not None
             else []
         )
         escalation = Escalation(
@@ -162,6 +162,8 @@ def operation_view(rt: Runtime, row: Operation) -> OperationView:
         created_at=row.created_at,
         accepted_at=row.accepted_at,
         updated_at=row.updated_at,
+        resubmit_of=row.resubmit_of,
+        resubmitted_as=row.resubmitted_as,
         deadlines=Deadlines(
             create=row.create_deadline,
             result=row.result_deadline,

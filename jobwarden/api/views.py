@@ -114,6 +114,9 @@ class OperationView(BaseModel):
     validation_summary: dict[str, Any] | None
     # None when the operation's provider is no longer configured.
     create_request: CreateRequest | None = None
+    # A person's resubmission, both ways: the operation this one replaces, its replacement.
+    resubmit_of: uuid.UUID | None = None
+    resubmitted_as: uuid.UUID | None = None
     links: OperationLinks
 
 

@@ -22,7 +22,7 @@ from jobwarden.models.operation import Operation
 from jobwarden.models.outgoing import ShownRequest
 from jobwarden.models.persistence import query_store, store
 from jobwarden.models.persistence.db import transaction
-from jobwarden.models.states import AUTOMATION_STOPPED, HUMAN_ONLY_SOURCES, TERMINAL
+from jobwarden.models.states import AUTOMATION_STOPPED, OFFERS_OPTIONS, TERMINAL
 from jobwarden.models.states import OperationState as S
 from jobwarden.story import event_line
 from jobwarden.tasks.interventions import escalation_options
@@ -155,7 +155,7 @@ def operation_page(
     limits = contract.limits if contract is not None else None
     options = (
         escalation_options(str(operation_id), runtime=rt)
-        if row.state in HUMAN_ONLY_SOURCES and contract is not None
+        if row.state in OFFERS_OPTIONS and contract is not None
         else []
     )
     secrets = secret_forms(contract) if contract is not None else ()

@@ -189,6 +189,9 @@ class Finish:
     reason: str
     event: EventKind = EventKind.decision
     summary: Mapping[str, Any] | None = None  # validation summary, for result endings
+    # A result that failed validation but was read whole is kept with its verdict, so a
+    # person can still look at it and accept it (never as a validated success).
+    kept: Succeed | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -335,7 +335,13 @@ def _finish(d: _Draft, action: Finish) -> Plan:
         changes["validation_summary"] = dict(action.summary)
         extra["excerpt"] = dict(action.summary)
     ev = d.event(action.event, action.state, cause=action.reason, **extra)
-    return Plan(changes=changes, events=(ev,))
+    kept = action.kept
+    stored = None
+    if kept is not None and kept.verdict is not None and kept.content is not None:
+        stored = StoredResult(
+            content=kept.content, content_type=kept.content_type, verdict=kept.verdict
+        )
+    return Plan(changes=changes, events=(ev,), result=stored)
 
 
 def _succeed(d: _Draft, action: Succeed) -> Plan:

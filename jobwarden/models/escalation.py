@@ -1,11 +1,16 @@
 """Escalations: the bounded options a human may pick, and what each one changes.
 
 A decision never resets a budget counter: it raises the bound instead, and
-the new bounds are recorded in the human_decision event.
+the new bounds are recorded in the human_decision event. Two options are business
+decisions automation never takes, offered after a known, final failure: ``resubmit``
+(a new operation with a new token, linked both ways; never a re-send under the old
+token) and ``accept_result`` (a result that failed validation, accepted as it is, with
+who accepted which digest and why; it ends in ``result_accepted``, never ``succeeded``).
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -15,6 +20,7 @@ from jobwarden.models.decisions import EscalationReason
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation, RowChanges
+from jobwarden.models.states import ENDED_WITH_OPTIONS
 from jobwarden.models.states import OperationState as S
 
 EXTEND_BY = timedelta(minutes=15)
@@ -28,6 +34,8 @@ class OptionKind(StrEnum):
     cancel_at_provider = "cancel_at_provider"  # only where the contract has a cancel
     recheck_cancel = "recheck_cancel"  # look for the cancel confirmation again, fresh deadline
     abandon = "abandon"  # stop for good; the history keeps everything
+    resubmit = "resubmit"  # a new operation, new token, linked both ways to this one
+    accept_result = "accept_result"  # take a result that failed validation as it is
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +47,28 @@ class EscalationView:
     extensions_used: int
     # The business deadline passed: only cancelling the job or abandoning it are left.
     business_deadline_passed: bool = False
+    # The digest of a result kept after it failed validation (None: nothing kept).
+    kept_result_sha256: str | None = None
+    # Already resubmitted: the replacement exists, so resubmit is not offered again.
+    resubmitted_as: str | None = None
+
+
+def view_of(
+    op: Operation, *, contract_has_cancel: bool, business_deadline_passed: bool
+) -> EscalationView:
+    """What the options depend on, read off the snapshot (the two flags need the shell)."""
+    summary = op.validation_summary or {}
+    kept = summary.get("sha256") if summary.get("kept") is True else None
+    return EscalationView(
+        state=op.state,
+        reason=op.escalation_reason,
+        has_remote_job=op.remote_job_id is not None and op.status_url is not None,
+        contract_has_cancel=contract_has_cancel,
+        extensions_used=op.extensions_used,
+        business_deadline_passed=business_deadline_passed,
+        kept_result_sha256=kept if isinstance(kept, str) else None,
+        resubmitted_as=str(op.resubmitted_as) if op.resubmitted_as is not None else None,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,10 +77,38 @@ class Option:
     label: str
 
 
+RESUBMIT = Option(
+    kind=OptionKind.resubmit,
+    label="resubmit: a new operation with a new token, linked to this one",
+)
+
+
+def _business_options(view: EscalationView) -> list[Option]:
+    """After a known, final failure: the decisions only a person takes (module docstring).
+
+    A resubmission past the business deadline would stop at once, and one already made
+    is not offered twice (the replacement exists; the link leads to it).
+    """
+    opts: list[Option] = []
+    if view.state is S.result_validation_failed and view.kept_result_sha256 is not None:
+        opts.append(
+            Option(
+                kind=OptionKind.accept_result,
+                label=f"accept the result as it is (sha256 {view.kept_result_sha256[:12]}…), "
+                "recorded as accepted, not validated",
+            )
+        )
+    if view.resubmitted_as is None and not view.business_deadline_passed:
+        opts.append(RESUBMIT)
+    return opts
+
+
 def options_for(view: EscalationView) -> list[Option]:
     """The options a human may pick for this stopped operation, most conservative last."""
     if view.state is S.awaiting_approval:
         return [Option(kind=OptionKind.abandon, label="reject: abandon the operation")]
+    if view.state in ENDED_WITH_OPTIONS:
+        return _business_options(view)
     if view.state not in (S.escalated, S.result_timed_out, S.cancellation_unconfirmed):
         return []
     opts: list[Option] = []
@@ -92,6 +150,9 @@ def options_for(view: EscalationView) -> list[Option]:
             )
         if view.contract_has_cancel and view.has_remote_job:
             opts.append(Option(kind=OptionKind.cancel_at_provider, label="cancel at provider"))
+        if view.state is S.result_timed_out:
+            # The job outlived its deadline: starting over is a business decision too.
+            opts += _business_options(view)
     opts.append(Option(kind=OptionKind.abandon, label="abandon"))
     return opts
 
@@ -149,6 +210,9 @@ def apply_option(
             "next_poll_at": now,
             "dispatched_at": now,
         }
+    if kind is not OptionKind.recheck_cancel:
+        # resubmit and accept_result change no bounds: decide_option records them.
+        raise RefusedInputError(f"option {kind.value} is a business decision, not a bound")
     return {
         **cleared,
         "state": S.cancelling.value,
@@ -171,8 +235,13 @@ def decide_option(  # noqa: PLR0913 - the pick, what it is picked for, and the t
     """A human's pick as the write it makes; RefusedInputError if it is not on offer.
 
     The event carries the new bounds, so the history shows what a human widened and by
-    how much; counters are never reset (a decision raises limits instead).
+    how much; counters are never reset (a decision raises limits instead). A resubmission
+    is recorded by ``decide_resubmitted``, once its new operation exists.
     """
+    if kind is OptionKind.accept_result:
+        return _accepted(op, view, note)
+    if kind is OptionKind.resubmit:
+        raise RefusedInputError("a resubmission is recorded with its new operation")
     bounds = Bounds(
         result_deadline=op.result_deadline,
         max_status_requests=op.max_status_requests,
@@ -202,3 +271,60 @@ def decide_option(  # noqa: PLR0913 - the pick, what it is picked for, and the t
         wake_at=wake,
     )
     return Decided(action=record, changes=changes)
+
+
+def offered_with_reason(view: EscalationView, kind: OptionKind, note: str) -> str:
+    """The note, stripped, when ``kind`` is on offer and the note says why; else refused."""
+    offered = [o.kind.value for o in options_for(view)]
+    if kind.value not in offered:
+        raise RefusedInputError(
+            f"option {kind.value} is not offered here; offered: {', '.join(offered) or 'none'}"
+        )
+    why = note.strip()
+    if not why:
+        # A business decision is read later by someone who was not there: it says why.
+        raise RefusedInputError(f"note: say why you {kind.value.replace('_', ' ')}")
+    return why
+
+
+def _accepted(op: Operation, view: EscalationView, note: str) -> Decided:
+    """A result that failed validation, accepted as it is: who (the event's actor), which
+    digest, and why; it ends in result_accepted and the validation summary keeps its
+    problem, so nothing reads it as a validated success."""
+    why = offered_with_reason(view, OptionKind.accept_result, note)
+    summary = op.validation_summary or {}
+    record = Record(
+        event=EventKind.result_accepted,
+        to=S.result_accepted,
+        cause=OptionKind.accept_result.value,
+        excerpt={
+            "option": OptionKind.accept_result.value,
+            "note": why,
+            "sha256": view.kept_result_sha256,
+            "size_bytes": summary.get("size_bytes"),
+            "validation_problem": summary.get("problem"),
+        },
+    )
+    return Decided(action=record)
+
+
+def decide_resubmitted(op: Operation, *, new_operation: uuid.UUID, note: str) -> Decided | None:
+    """The link from ``op`` to the operation that replaces it, as the write it makes.
+
+    The offer was checked (``offered_with_reason``) before the new operation was made;
+    once it exists the link is a fact and is recorded whatever the state is now. None
+    when ``op`` already names that replacement (a repeated resubmit writes nothing).
+    """
+    if op.resubmitted_as == new_operation:
+        return None
+    why = note.strip()
+    record = Record(
+        event=EventKind.resubmitted,
+        cause=OptionKind.resubmit.value,
+        excerpt={
+            "option": OptionKind.resubmit.value,
+            "note": why,
+            "resubmitted_as": str(new_operation),
+        },
+    )
+    return Decided(action=record, changes={"resubmitted_as": new_operation})

@@ -44,8 +44,10 @@ class EventKind(StrEnum):
     result_fetch_sent = "result_fetch_sent"  # the result download is about to leave
     result_collected = "result_collected"  # result stored and validated
     result_rejected = "result_rejected"  # result unavailable or failed validation
+    result_accepted = "result_accepted"  # a person accepted a result that failed validation
     escalated = "escalated"  # automation stopped with a reason and options
     human_decision = "human_decision"  # a human picked an option
+    resubmitted = "resubmitted"  # a person resubmitted it: a new operation replaces it
     webhook_received = "webhook_received"  # a verified webhook observation
     admitted = "admitted"  # a queued operation's concurrency key had room: it starts
     key_handed_over = "key_handed_over"  # an ended holder's concurrency key went to the next

@@ -35,6 +35,8 @@ class Intake:
     fingerprint: str
     trace_id: str
     now: datetime
+    # The operation a person's resubmission replaces (None for every other submission).
+    resubmit_of: uuid.UUID | None = None
 
 
 def opening(sub: Submission, contract: ProviderContract, intake: Intake) -> Operation:
@@ -98,6 +100,7 @@ def opening(sub: Submission, contract: ProviderContract, intake: Intake) -> Oper
         concurrency_limit=(
             key_limit(contract.concurrency) if sub.concurrency_key is not None else None
         ),
+        resubmit_of=intake.resubmit_of,
         last_remote_state=None,
         last_http_status=None,
         progress=None,
@@ -124,6 +127,9 @@ def intent_event(op: Operation, actor: str) -> EventDraft:
         excerpt["concurrency_key"] = op.concurrency_key
     if op.business_deadline is not None:
         excerpt["business_deadline"] = op.business_deadline.isoformat()
+    if op.resubmit_of is not None:
+        # Its history names the operation it replaces; that one's names it back.
+        excerpt["resubmit_of"] = str(op.resubmit_of)
     # queued: the wait for the concurrency key starts here (admitted ends it).
     cause = "queued behind the holders of its concurrency key" if op.state is S.queued else None
     opened = plan(

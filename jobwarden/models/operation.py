@@ -69,6 +69,10 @@ class Operation:
     # Under an Azure convention, what the remote job is polled through (conventions.Monitor:
     # status_monitor, location, resource); None for every other contract (0013).
     polling_mode: str | None = None
+    # A person's resubmission links two operations both ways (0016): the new one names
+    # the one it replaces, and that one names its replacement; None when there is none.
+    resubmit_of: uuid.UUID | None = None
+    resubmitted_as: uuid.UUID | None = None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
@@ -155,6 +159,8 @@ class RowChanges(TypedDict, total=False):
     concurrency_key: str | None
     concurrency_limit: int | None
     polling_mode: str | None
+    resubmit_of: uuid.UUID | None
+    resubmitted_as: uuid.UUID | None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

@@ -41,11 +41,18 @@ def _result_ending(
     op: Operation, verdict: ResultVerdict, content: bytes, ctype: str | None
 ) -> Decided:
     if not verdict.valid:
+        # Kept only when they are the bytes sent: a person may later accept them as they are.
+        kept = (
+            Succeed(verdict=verdict, content=content, content_type=ctype)
+            if verdict.keepable
+            else None
+        )
         finish = Finish(
             state=S.result_validation_failed,
             reason=verdict.problem or "invalid",
             event=EventKind.result_rejected,
-            summary=verdict.summary(),
+            summary=verdict.summary() | ({"kept": True} if kept is not None else {}),
+            kept=kept,
         )
         return Decided(action=finish)
     return Decided(action=Succeed(verdict=verdict, content=content, content_type=ctype))

@@ -49,6 +49,11 @@ class ResultVerdict:
     declared_counts: Mapping[str, int] = field(default_factory=dict)
     digests: tuple[DigestCheck, ...] = ()
     integrity_notes: tuple[str, ...] = ()
+    # False when the bytes are not what the provider sent (cut at the size bound, unreadable,
+    # or contradicting a digest it gave): such bytes are never kept, so nobody can later
+    # accept a truncated or altered result as the result. Invalid for any other reason
+    # (type, parse, counts, failed items), they are kept for a person to look at.
+    keepable: bool = True
 
     @property
     def failed_count(self) -> int:
@@ -124,15 +129,15 @@ def validate_result(
     )
     # An oversize body is cut at the limit: it must say so, never look like a bad checksum.
     if body_problem == "too_large" or len(content) > spec.max_bytes:
-        return replace(refused, problem=f"result exceeds {spec.max_bytes} bytes")
+        return replace(refused, problem=f"result exceeds {spec.max_bytes} bytes", keepable=False)
     if body_problem is not None:
-        return replace(refused, problem=f"result body unreadable ({body_problem})")
+        return replace(refused, problem=f"result body unreadable ({body_problem})", keepable=False)
     digester = Digester(spec, headers or {})
     digester.update(content)
     report = digester.report(promised.get(promised_checksum_key(spec), MISSING))
     refused = replace(refused, digests=report.checks, integrity_notes=report.notes)
     if report.problem is not None:
-        return replace(refused, problem=report.problem)
+        return replace(refused, problem=report.problem, keepable=False)
     if spec.content_type:
         if content_type is None:
             return replace(refused, problem=f"no content type; expected {spec.content_type!r}")

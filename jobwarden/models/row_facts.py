@@ -65,12 +65,22 @@ ROW_FACTS: Final[Mapping[str, str]] = {
     # fixed at intake: which key the operation shares, and how many may hold it
     "concurrency_key": "text",
     "concurrency_limit": "int",
+    # a person's resubmission: the operation this one replaces, and its replacement
+    "resubmit_of": "text",
+    "resubmitted_as": "text",
 }
 # Facts added after rows were first digested: left out of the digest while unset, so a
 # row written before its column existed still digests as its history recorded it (and
 # setting or clearing one still changes the digest).
 LATER_FACTS: Final = frozenset(
-    {"business_deadline", "concurrency_key", "concurrency_limit", "polling_mode"}
+    {
+        "business_deadline",
+        "concurrency_key",
+        "concurrency_limit",
+        "polling_mode",
+        "resubmit_of",
+        "resubmitted_as",
+    }
 )
 # Columns deliberately outside the digest, each for a reason:
 UNBOUND_COLUMNS: Final = frozenset(

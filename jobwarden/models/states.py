@@ -37,6 +37,8 @@ class OperationState(StrEnum):
     result_validation_failed = "result_validation_failed"  # result fetched but failed validation
     abandoned = "abandoned"  # a human gave up on the operation
     approval_expired = "approval_expired"  # nobody approved within the approval window
+    # A person accepted a result that failed validation, as it is: never a validated success.
+    result_accepted = "result_accepted"
 
 
 S = OperationState
@@ -83,12 +85,23 @@ TRANSITIONS: dict[OperationState, frozenset[OperationState]] = {
     S.cancelled: frozenset(),
     S.expired: frozenset(),
     S.result_unavailable: frozenset(),
-    S.result_validation_failed: frozenset(),
+    # Ended for automation; a person may still accept the collected result (AFTER_END).
+    S.result_validation_failed: frozenset({S.result_accepted}),
     S.abandoned: frozenset(),
     S.approval_expired: frozenset(),
+    S.result_accepted: frozenset(),
 }
 
-TERMINAL: frozenset[OperationState] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+# The only ways out of an ended state: a person's business decision that the end was
+# acceptable after all. Automation never takes them, and the operation stays ended (its
+# concurrency key is free, no timer wakes it); the history records who decided and why.
+AFTER_END: dict[OperationState, frozenset[OperationState]] = {
+    S.result_validation_failed: frozenset({S.result_accepted}),
+}
+
+TERMINAL: frozenset[OperationState] = frozenset(
+    s for s, nxt in TRANSITIONS.items() if not (nxt - AFTER_END.get(s, frozenset()))
+)
 
 # States in which no worker acts until a human decides.
 AUTOMATION_STOPPED: frozenset[OperationState] = frozenset(
@@ -105,6 +118,16 @@ POLLED: frozenset[OperationState] = frozenset({S.accepted, S.observing, S.cancel
 # States a human decision may leave from.
 HUMAN_ONLY_SOURCES: frozenset[OperationState] = AUTOMATION_STOPPED | {S.awaiting_approval}
 
+# Ended after a known failure: automation is done, but the two business decisions only a
+# person takes remain (models/escalation.py): resubmit as a new operation with a new token,
+# and, after a validation failure, accept the collected result as it is.
+ENDED_WITH_OPTIONS: frozenset[OperationState] = frozenset(
+    {S.failed, S.expired, S.cancelled, S.result_validation_failed}
+)
+
+# States whose page, `show` and API answer list a person's options.
+OFFERS_OPTIONS: frozenset[OperationState] = HUMAN_ONLY_SOURCES | ENDED_WITH_OPTIONS
+
 
 def is_allowed(src: OperationState, dst: OperationState) -> bool:
     return dst in TRANSITIONS[src]
@@ -114,7 +137,7 @@ def check_transition(src: OperationState, dst: OperationState) -> None:
     """Raise TransitionRefusedError unless src -> dst is in the table."""
     if src == dst:
         raise TransitionRefusedError(src.value, dst.value, "an operation does not move to itself")
-    if src in TERMINAL:
+    if src in TERMINAL and dst not in AFTER_END.get(src, frozenset()):
         raise TransitionRefusedError(src.value, dst.value, f"{src.value} is terminal")
     if dst not in TRANSITIONS[src]:
         allowed = ", ".join(sorted(s.value for s in TRANSITIONS[src]))

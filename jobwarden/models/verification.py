@@ -161,15 +161,21 @@ def check_result(
 
     ``content``, ``sha256`` and ``size_bytes`` are the operation_results row (None
     when there is none). The ``result_collected`` event's excerpt records the
-    digest, so replacing both the bytes and their stored sha256 is still seen.
+    digest (for a result kept after failing validation, the ``result_rejected`` event's),
+    so replacing both the bytes and their stored sha256 is still seen.
     """
     recorded: StoredEvent | None = None
     for ev in _as_stored(events):
         excerpt = ev.fields.get("excerpt")
+        # A result that failed validation but was kept is recorded by its rejection.
+        kind = ev.fields.get("kind")
         if (
-            ev.fields.get("kind") == EventKind.result_collected.value
-            and isinstance(excerpt, Mapping)
+            isinstance(excerpt, Mapping)
             and isinstance(excerpt.get("sha256"), str)
+            and (
+                kind == EventKind.result_collected.value
+                or (kind == EventKind.result_rejected.value and excerpt.get("kept") is True)
+            )
         ):
             recorded = ev
     if content is None:

@@ -121,6 +121,7 @@ def submit_request(
     door: str,
     caller: Caller | None = None,
     runtime: Runtime | None = None,
+    resubmit_of: uuid.UUID | None = None,
 ) -> SubmitResult:
     """Record an operation's intent and hand it to the workers: every door's one call.
 
@@ -128,7 +129,8 @@ def submit_request(
     rules in models/submission.py refuse; nothing but an intake-log entry is recorded
     then. The row, its intent event and the intake-log entry are written in one
     transaction, so a failure leaves none. A valid W3C ``trace_parent`` gives the
-    operation its trace id; an invalid one is ignored.
+    operation its trace id; an invalid one is ignored. ``resubmit_of`` is set only by a
+    person's resubmission (tasks/interventions.py), never by a caller's request.
     """
     rt = runtime or current()
     who = caller or Caller()
@@ -139,7 +141,7 @@ def submit_request(
             rt, door, who, request.tenant, request.idempotency_key, request.requested_by, str(exc)
         )
         raise
-    return _submit(rt, sub, door, who, trace_id_from(request.trace_parent))
+    return _submit(rt, sub, door, who, trace_id_from(request.trace_parent), resubmit_of)
 
 
 def _log_invalid(
@@ -189,7 +191,12 @@ def _entry(
 
 
 def _submit(
-    rt: Runtime, sub: Submission, door: str, who: Caller, caller_trace: str | None
+    rt: Runtime,
+    sub: Submission,
+    door: str,
+    who: Caller,
+    caller_trace: str | None,
+    resubmit_of: uuid.UUID | None = None,
 ) -> SubmitResult:
     contract = rt.contract(sub.provider)
     fingerprint = request_fingerprint(
@@ -216,7 +223,12 @@ def _submit(
                 if not admits_now(room, key_limit(contract.concurrency)):
                     state = S.queued
             intake = Intake(
-                operation_id=op_id, state=state, fingerprint=fingerprint, trace_id=trace_id, now=now
+                operation_id=op_id,
+                state=state,
+                fingerprint=fingerprint,
+                trace_id=trace_id,
+                now=now,
+                resubmit_of=resubmit_of,
             )
             values, first = _intent(sub, contract, intake, actor)
             created = SubmitResult(

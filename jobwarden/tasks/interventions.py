@@ -9,6 +9,7 @@ None of them sends anything to the provider itself.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from jobwarden.models.actions import Decided
@@ -21,14 +22,19 @@ from jobwarden.models.escalation import (
     Option,
     OptionKind,
     decide_option,
+    decide_resubmitted,
+    offered_with_reason,
     options_for,
+    view_of,
 )
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import snapshot, transaction
+from jobwarden.models.resubmission import resubmission
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.concurrency import after_end
 from jobwarden.tasks.dispatch import enqueue
+from jobwarden.tasks.intake import Caller, submit_request
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 from jobwarden.tasks.steps import Decide, Writer, Written, under_lease
 
@@ -86,7 +92,7 @@ def request_cancel(
 
 
 def escalation_options(operation_id: str, runtime: Runtime | None = None) -> list[Option]:
-    """The bounded options a human may pick for a stopped operation."""
+    """The bounded options a human may pick for a stopped or failed operation."""
     rt = runtime or current()
     with transaction(rt.settings.database_url) as session:
         row = store.load(session, uuid.UUID(operation_id))
@@ -96,23 +102,38 @@ def escalation_options(operation_id: str, runtime: Runtime | None = None) -> lis
 
 
 def _escalation_view(rt: Runtime, row: Operation) -> EscalationView:
-    return EscalationView(
-        state=row.state,
-        reason=row.escalation_reason,
-        has_remote_job=row.remote_job_id is not None and row.status_url is not None,
+    return view_of(
+        row,
         contract_has_cancel=rt.contract(row.provider).cancel is not None,
-        extensions_used=row.extensions_used,
         business_deadline_passed=passed(row.business_deadline, utcnow()),
     )
 
 
-def decide_escalation(
-    operation_id: str, option: str, approver: str, note: str = "", runtime: Runtime | None = None
-) -> str:
-    """Apply a human's pick from the offered options; returns the new state.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """What a person's pick did: the decided operation's state afterwards, and for a
+    resubmission the new operation (its id and the state it starts in)."""
 
-    Raises RefusedInputError when the option is not on offer. Counters are never
-    reset: bounds are raised and the new bounds are recorded in the event.
+    operation_id: str
+    state: str
+    resubmitted_as: str | None = None
+    resubmitted_state: str | None = None
+
+
+def decide_escalation(  # noqa: PLR0913 - the door names itself for the intake log
+    operation_id: str,
+    option: str,
+    approver: str,
+    note: str = "",
+    *,
+    runtime: Runtime | None = None,
+    door: str = "python",
+) -> Decision:
+    """Apply a human's pick from the offered options.
+
+    Raises RefusedInputError when the option is not on offer (or a business decision,
+    resubmit or accept_result, gives no reason in ``note``). Counters are never reset:
+    bounds are raised and the new bounds are recorded in the event.
     """
     rt = runtime or current()
     kind = OptionKind(option) if option in OptionKind.__members__ else None
@@ -120,6 +141,8 @@ def decide_escalation(
         raise RefusedInputError(
             f"unknown option {option!r}; options are {', '.join(OptionKind.__members__)}"
         )
+    if kind is OptionKind.resubmit:
+        return _resubmit(rt, operation_id, approver, note, door)
 
     def pick(op: Operation, now: datetime) -> Decided:
         view = _escalation_view(rt, op)
@@ -130,7 +153,45 @@ def decide_escalation(
     stored = _as_person(rt, operation_id, approver, pick).stored
     enqueue(rt, stored.operation_id, stored.state)
     after_end(rt, stored)
-    return stored.state.value
+    return Decision(operation_id=str(stored.operation_id), state=stored.state.value)
+
+
+def _resubmit(rt: Runtime, operation_id: str, who: str, note: str, door: str) -> Decision:
+    """A new operation for the same command, with a new token, linked both ways.
+
+    The offer is checked first; the new operation goes through intake like any
+    submission (its own approval where the contract demands one, the person as its
+    submitter) under the key ``resubmit:<old id>``, so asking twice, or again after a
+    crash between the two writes, makes one replacement and records the link once.
+    """
+    with snapshot(rt.settings.database_url) as session:
+        old = store.load(session, uuid.UUID(operation_id))
+    if old is None:
+        raise RefusedInputError(f"no operation {operation_id}")
+    if old.resubmitted_as is None:
+        offered_with_reason(_escalation_view(rt, old), OptionKind.resubmit, note)
+    answer = submit_request(
+        resubmission(old, requested_by=who),
+        door=door,
+        caller=Caller(actor=f"{HUMAN}{who}"),
+        runtime=rt,
+        resubmit_of=old.operation_id,
+    )
+    if answer.operation_id is None:
+        # Only a concurrent resubmission holding the key gets here: ask again.
+        raise LostRaceError(f"a resubmission of {operation_id} is in progress; ask again")
+    new_id = uuid.UUID(answer.operation_id)
+
+    def link(op: Operation, now: datetime) -> Decided | None:
+        return decide_resubmitted(op, new_operation=new_id, note=note)
+
+    written = _as_person(rt, operation_id, who, link)
+    return Decision(
+        operation_id=str(written.stored.operation_id),
+        state=written.stored.state.value,
+        resubmitted_as=answer.operation_id,
+        resubmitted_state=answer.state,
+    )
 
 
 def approve(

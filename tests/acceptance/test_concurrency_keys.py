@@ -113,7 +113,7 @@ def test_an_escalated_holder_keeps_the_key_until_a_human_decides(
     assert hand_over(current(), "acceptance", key) == []
     assert pipeline.row(waiting).state == "queued"
     assert pipeline.creates(waiting) == []
-    assert decide_escalation(holder, "abandon", "alice", "the window closed") == "abandoned"
+    assert decide_escalation(holder, "abandon", "alice", "the window closed").state == "abandoned"
     assert pipeline.wait_state(waiting, timeout=30).state == "succeeded"
     assert [x["after"] for x in _excerpts(pipeline, waiting, "admitted")] == [holder]
     (_, held_until), (started, _) = _span(pipeline, holder), _span(pipeline, waiting)

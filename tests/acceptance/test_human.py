@@ -24,7 +24,7 @@ def test_an_exhausted_budget_extended_once_by_a_human_runs_to_success(
         "cancel_at_provider",
         "abandon",
     ]
-    assert decide_escalation(op, "extend", "alice", "provider is slow today") == "observing"
+    assert decide_escalation(op, "extend", "alice", "provider is slow today").state == "observing"
     row = pipeline.wait_state(op)
     assert row.state == "succeeded"
     assert row.max_status_requests == 6 and row.status_requests_used == 5

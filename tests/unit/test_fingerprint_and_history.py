@@ -326,6 +326,8 @@ EDITS: dict[str, Any] = {
     "concurrency_key": "deploy:x",
     "concurrency_limit": 2,
     "polling_mode": "location",
+    "resubmit_of": "0b6f3c58-8f0a-4d3e-9a51-6c1f1a2b3c4d",
+    "resubmitted_as": "1c7a4d69-9a1b-4e4f-8b62-7d2a2b3c4d5e",
 }
 
 

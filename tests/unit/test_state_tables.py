@@ -3,22 +3,26 @@ forgets fails here, not in production."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
 
-from jobwarden.models.actions import STOP_VIA, EscalationReason, stop_state
+from jobwarden.models.actions import STOP_VIA, EscalationReason, Record, stop_state
 from jobwarden.models.cancel_requests import CANCELLABLE
 from jobwarden.models.escalation import (
     Bounds,
     EscalationView,
+    OptionKind,
     apply_option,
+    decide_option,
+    decide_resubmitted,
     options_for,
 )
 from jobwarden.models.persistence.tables import ACTIVE_STATES
 from jobwarden.models.states import (
     AUTOMATION_STOPPED,
-    HUMAN_ONLY_SOURCES,
+    OFFERS_OPTIONS,
     TERMINAL,
     TRANSITIONS,
     WAITING_FOR_ROOM,
@@ -27,7 +31,7 @@ from jobwarden.models.states import (
 )
 from jobwarden.models.steps import APPROVAL_WINDOW, STEPS
 from jobwarden.tasks.dispatch import TASK_FOR_STATE
-from tests.unit.factories import NOW
+from tests.unit.factories import NOW, operation
 
 S = OperationState
 # awaiting_approval has a task too (the approval window's end) but no worked step: it
@@ -96,16 +100,31 @@ def test_options_exist_only_for_human_states_and_each_leads_along_the_table(
         has_remote_job=True,
         contract_has_cancel=True,
         extensions_used=0,
+        kept_result_sha256="ab" * 32,
     )
     offered = options_for(view)
-    assert bool(offered) == (state in HUMAN_ONLY_SOURCES)
+    assert bool(offered) == (state in OFFERS_OPTIONS)
     bounds = Bounds(
         result_deadline=NOW,
         max_status_requests=10,
         max_transport_failures=3,
         cancel_deadline=None,
     )
+    op = operation(state, validation_summary={"kept": True, "sha256": "ab" * 32})
     for option in offered:
+        if option.kind is OptionKind.resubmit:
+            # The replaced operation stays where it ended; the link is its only change.
+            linked = decide_resubmitted(op, new_operation=uuid.uuid4(), note="why")
+            assert linked is not None and isinstance(linked.action, Record)
+            assert linked.action.to is None
+            continue
+        if option.kind is OptionKind.accept_result:
+            accepted = decide_option(
+                op, view, option.kind, note="why", now=NOW, cancel_window=timedelta(minutes=5)
+            )
+            assert isinstance(accepted.action, Record) and accepted.action.to is not None
+            assert is_allowed(state, accepted.action.to)
+            continue
         changes = apply_option(
             view, option.kind, bounds, now=NOW, cancel_window=timedelta(minutes=5)
         )

@@ -8,6 +8,7 @@ import pytest
 
 from jobwarden.models.errors import TransitionRefusedError
 from jobwarden.models.states import (
+    AFTER_END,
     AUTOMATION_STOPPED,
     TERMINAL,
     TRANSITIONS,
@@ -26,6 +27,8 @@ EXPECTED: set[tuple[S, S]] = {
     (S.awaiting_approval, S.create_pending),
     (S.awaiting_approval, S.abandoned),
     (S.awaiting_approval, S.approval_expired),  # the approval window closed unapproved
+    # After the end, a person's business decision only: a result accepted as it is.
+    (S.result_validation_failed, S.result_accepted),
     (S.create_pending, S.accepted),
     (S.create_pending, S.create_unknown),
     (S.create_pending, S.failed),
@@ -91,8 +94,18 @@ def test_terminal_states_are_the_designed_ones_and_lead_nowhere() -> None:
         S.result_validation_failed,
         S.abandoned,
         S.approval_expired,
+        S.result_accepted,
     } == TERMINAL
-    assert all(not TRANSITIONS[s] for s in TERMINAL)
+    # An ended state leads only where a person's decision after the end may take it.
+    assert all(TRANSITIONS[s] == AFTER_END.get(s, frozenset()) for s in TERMINAL)
+    assert {S.result_validation_failed: {S.result_accepted}} == AFTER_END
+
+
+def test_a_result_accepted_by_a_person_is_never_entered_but_from_a_failed_validation() -> None:
+    assert {s for s, nxt in TRANSITIONS.items() if S.result_accepted in nxt} == {
+        S.result_validation_failed
+    }
+    assert S.succeeded not in TRANSITIONS[S.result_validation_failed]
 
 
 def test_succeeded_is_reachable_only_through_result_collection() -> None:

@@ -273,6 +273,10 @@ def _bytes(doc: object) -> bytes:
     return json.dumps(doc).encode()
 
 
+# What the digest check refuses (models/digests.py): the bytes may not be what was sent.
+INTEGRITY_PROBLEMS = ("checksum mismatch", "the provider gave no checksum")
+
+
 @pytest.mark.parametrize(
     ("content", "content_type", "sha", "problem"),
     [
@@ -326,7 +330,25 @@ def test_an_invalid_result_ends_in_result_validation_failed_with_its_summary(
     p = planned(op, decided, answer=answer)
     assert walked(op.state, p) == [S.result_validation_failed]
     assert p.changes["validation_summary"] == decided.action.summary
-    assert p.result is None
+    if problem in INTEGRITY_PROBLEMS:
+        # Bytes that may not be the provider's are never kept: nobody can accept them.
+        assert "kept" not in decided.action.summary and p.result is None
+        return
+    # The bytes are the provider's, read whole: kept for a person to look at and perhaps
+    # accept (issue 20), with the verdict that refused them, never as a success.
+    assert decided.action.summary["kept"] is True
+    assert p.result is not None and p.result.content == content
+    assert not p.result.verdict.valid and p.result.verdict.problem == problem
+
+
+def test_a_result_cut_at_its_size_bound_is_never_kept() -> None:
+    op, send = sent_collect()
+    big = b"x" * (SANDBOX.contract.result.max_bytes + 1)  # type: ignore[union-attr]
+    decided = after_collect(op, SANDBOX, send.request, reply(200, content=big), NOW, 1.0)
+    assert isinstance(decided.action, Finish)
+    assert decided.action.state is S.result_validation_failed
+    assert decided.action.summary is not None and "kept" not in decided.action.summary
+    assert planned(op, decided, answer=reply(200, content=big)).result is None
 
 
 @pytest.mark.parametrize("code", [401, 403])

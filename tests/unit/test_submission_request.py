@@ -23,7 +23,8 @@ DOORS = {
     "cli.py": "python",
     "tasks/intake.py": "python and celery",
 }
-BUILDERS = {"SubmissionRequest", "submission_request"}
+# resubmission (models/resubmission.py) builds a person's resubmission from the old operation.
+BUILDERS = {"SubmissionRequest", "submission_request", "resubmission"}
 
 
 def test_a_submission_request_is_frozen() -> None:

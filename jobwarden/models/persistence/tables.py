@@ -214,6 +214,13 @@ class OperationRow(Base):
     concurrency_limit: Mapped[int | None] = mapped_column(Integer)
     # conventions.Monitor under an Azure convention (0013); NULL otherwise.
     polling_mode: Mapped[str | None] = mapped_column(String(20))
+    # A person's resubmission (0016): the operation this one replaces, and its replacement.
+    resubmit_of: Mapped[uuid.UUID | None] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("operations.operation_id")
+    )
+    resubmitted_as: Mapped[uuid.UUID | None] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("operations.operation_id")
+    )
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)
