@@ -59,6 +59,22 @@ def _next_poll(ex: dict[str, Any], delay_source: str | None) -> str:
     return text + (", clipped to the deadline" if ex.get("clipped_to_deadline") else "")
 
 
+def _business_decision(kind: str, ex: dict[str, Any]) -> str | None:
+    """A person's resubmission or accepted result, as its line says it (else None)."""
+    if kind == "resubmitted":
+        # Both histories name the other: this one its replacement, that one this.
+        return f"resubmitted as {shown(ex.get('resubmitted_as'))}: {shown(ex.get('note'))}"
+    if kind == "intent_recorded" and ex.get("resubmit_of"):
+        return f"intent recorded, resubmission of {shown(ex.get('resubmit_of'))}"
+    if kind == "result_accepted":
+        sha = shown(ex.get("sha256"))
+        return (
+            f"result accepted as it is, not validated (sha256 {sha}; "
+            f"{shown(ex.get('validation_problem'))}): {shown(ex.get('note'))}"
+        )
+    return None
+
+
 def event_line(ev: ChainedEvent) -> str:
     d = ev.draft
     ex = d.excerpt or {}
@@ -95,6 +111,8 @@ def event_line(ev: ChainedEvent) -> str:
             text += f", next attempt {_hhmmss(nxt)} ({d.delay_source})"
     elif kind == "escalated":
         text = f"escalated {d.cause}: {ex.get('detail')}"
+    elif (decided := _business_decision(kind, ex)) is not None:
+        text = decided
     elif kind in ("result_collected", "result_rejected"):
         counts = ""
         if ex.get("succeeded_items") is not None:
@@ -131,4 +149,8 @@ def summary_lines(row: Operation) -> list[str]:
         else "concurrency key  -",
         f"version          {row.version}, {row.event_count} events",
     ]
+    if row.resubmit_of is not None:
+        lines.append(f"resubmission of  {row.resubmit_of}")
+    if row.resubmitted_as is not None:
+        lines.append(f"resubmitted as   {row.resubmitted_as}")
     return [shown(line, limit=None) for line in lines]

@@ -293,6 +293,7 @@ def decide(request: Request, operation_id: str, current: Session, form: Form) ->
             principal.actor,
             note,
             runtime=runtime_of(request),
+            door="http",
         )
     except (RefusedInputError, LostRaceError) as exc:
         raise _moved(exc) from None
