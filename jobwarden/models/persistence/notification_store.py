@@ -173,17 +173,20 @@ def for_operation(session: Session, operation_id: uuid.UUID) -> list[dict[str, A
     return [dict(r._mapping) for r in rows]
 
 
-def escalations_by_reason(session: Session) -> dict[str, int]:
-    """Escalations ever notified, by reason: rows are never deleted, so it only grows."""
-    reason = func.coalesce(NOTIFICATIONS.c.payload["data"]["reason"].astext, "none")
+def escalations_by_reason(session: Session) -> dict[tuple[str, str], int]:
+    """Escalations ever notified, by (provider, reason): one row per stop on the webhook
+    channel, never deleted, so each figure only grows (a Prometheus counter)."""
+    data = NOTIFICATIONS.c.payload["data"]
+    provider = data["provider"].astext
+    reason = func.coalesce(data["reason"].astext, "none")
     rows = session.execute(
-        select(reason, func.count())
+        select(provider, reason, func.count())
         .where(NOTIFICATIONS.c.kind == NotificationKind.escalated.value)
         .where(NOTIFICATIONS.c.channel == CHANNELS[0].value)
-        .group_by(reason)
-        .order_by(reason)
+        .group_by(provider, reason)
+        .order_by(provider, reason)
     )
-    return {str(r): int(n) for r, n in rows}
+    return {(str(p), str(r)): int(n) for p, r, n in rows}
 
 
 def by_status(session: Session) -> dict[tuple[str, str], int]:
