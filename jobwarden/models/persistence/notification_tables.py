@@ -1,4 +1,4 @@
-"""notifications: the durable outbox of messages telling a human to act (0016).
+"""notifications: the durable outbox of messages telling a human to act (0017).
 
 One row per (event id, channel). The row is written in the same statement as the
 operation write that needs a human, so a committed stop always has its notification
