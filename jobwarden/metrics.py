@@ -24,7 +24,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from jobwarden.models.persistence import metrics_store
+from jobwarden.models.persistence import metrics_store, notification_store
 from jobwarden.models.persistence.db import snapshot
 
 # The early-request and detection-delay figures read this many most recent events.
@@ -51,12 +51,14 @@ def _histogram(delays: list[tuple[str, float]]) -> HistogramMetricFamily:
 def collect_families(
     url: str, now: datetime, *, event_window: int = DEFAULT_EVENT_WINDOW
 ) -> list[Metric]:
-    """Every metric family as Postgres says now (one snapshot session, five queries)."""
+    """Every metric family as Postgres says now (one snapshot session, seven queries)."""
     with snapshot(url) as session:
         counts = metrics_store.operation_counts(session)
         waiting = metrics_store.waiting_escalations(session)
         due = metrics_store.oldest_due(session, now)
         recent = metrics_store.recent_facts(session, event_window)
+        escalated = notification_store.escalations_by_reason(session)
+        outbox = notification_store.by_status(session)
 
     operations = GaugeMetricFamily(
         "jobwarden_operations", "Operations by state and provider.", labels=["provider", "state"]
@@ -116,11 +118,29 @@ def collect_families(
     for provider in sorted({c.provider for c in counts}):
         early.add_metric([provider], recent.early_requests.get(provider, 0))
 
+    escalations_total = CounterMetricFamily(
+        "jobwarden_escalations",
+        "Operations whose automation stopped, by provider and reason, counted from the "
+        "notification outbox (one row per stop, never deleted).",
+        labels=["provider", "reason"],
+    )
+    for (provider, reason), n in sorted(escalated.items()):
+        escalations_total.add_metric([provider, reason], n)
+    notifications = GaugeMetricFamily(
+        "jobwarden_notifications",
+        "Notification outbox rows by channel and status (pending, delivered, gave_up, no_target).",
+        labels=["channel", "status"],
+    )
+    for (channel, state), n in sorted(outbox.items()):
+        notifications.add_metric([channel, state], n)
+
     return [
         operations,
         status,
         creates,
         escalations,
+        escalations_total,
+        notifications,
         oldest,
         lag,
         early,

@@ -25,7 +25,7 @@ def make_celery(settings: Settings) -> Celery:
         "jobwarden",
         broker=settings.broker_url,
         backend=settings.redis_url,
-        include=["jobwarden.tasks.pipeline"],
+        include=["jobwarden.tasks.pipeline", "jobwarden.tasks.notifications"],
     )
     transport = {
         "visibility_timeout": settings.visibility_timeout_seconds,
@@ -57,7 +57,14 @@ def make_celery(settings: Settings) -> Celery:
                 # A sweep older than one interval is useless: the next one covers it.
                 # ignore_result: a sweep answers in the rows it wakes; no result subscription.
                 "options": {"expires": settings.sweep_interval_seconds, "ignore_result": True},
-            }
+            },
+            # The notification relay and the approval reminders: apart from the sweep, so
+            # a slow receiver delays only notifications, never a wake-up.
+            "jobwarden-notify": {
+                "task": "jobwarden.notify",
+                "schedule": settings.notify_interval_seconds,
+                "options": {"expires": settings.notify_interval_seconds, "ignore_result": True},
+            },
         },
         timezone="UTC",
     )

@@ -66,6 +66,14 @@ class Settings(BaseSettings):
     console_session_secret: SecretStr | None = None
     console_secure_cookie: bool = True
     console_session_hours: float = Field(default=8.0, gt=0)
+    # Notifications (jobwarden/tasks/notifications.py): the per-tenant targets file (unset:
+    # no targets, every outbox row ends no_target), the relay's beat period, batch and
+    # whole-request timeout, and how long before an approval window ends its reminder goes.
+    notifications_file: Path | None = None
+    notify_interval_seconds: float = Field(default=5.0, gt=0)
+    notify_batch_size: int = Field(default=50, gt=0)
+    notify_timeout_seconds: float = Field(default=10.0, gt=0)
+    approval_reminder_seconds: float = Field(default=3600.0, ge=0)
 
     @model_validator(mode="after")
     def _countdown_below_visibility(self) -> Settings:

@@ -126,3 +126,7 @@ class GiveUpError(JobwardenError):
 
 class SettingsError(RefusedInputError):
     """A JOBWARDEN_ setting is invalid; names the variable."""
+
+
+class NotificationConfigError(RefusedInputError):
+    """The notifications file (JOBWARDEN_NOTIFICATIONS_FILE) is invalid; names file and field."""

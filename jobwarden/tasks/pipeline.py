@@ -21,8 +21,10 @@ from jobwarden.models.errors import (
     LostRaceError,
     StaleVersionError,
 )
+from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import step_session, transaction
+from jobwarden.models.states import AUTOMATION_STOPPED
 from jobwarden.models.steps import (
     APPROVAL_WINDOW,
     CANCEL,
@@ -81,6 +83,8 @@ def _run_step(operation_id: str, step: StepKind) -> str | None:
                 **{"from": from_state.value, "to": op.state.value},
                 next=next_at.isoformat() if next_at else None,
             )
+            if op.state is not from_state:
+                log_escalation(op)
     except StaleVersionError as exc:
         # The evidence a fencing test waits for: this worker's write was refused by version.
         log.info("fenced_write_refused", version=exc.expected_version)
@@ -104,6 +108,9 @@ def _run_step(operation_id: str, step: StepKind) -> str | None:
         # e.g. the contract's credential is missing: retrying cannot help, a human must act.
         log.warning("give_up", error=str(exc))
         stopped = stop_automation(rt, op_id, EscalationReason.authorization_denied, str(exc))
+        if stopped in AUTOMATION_STOPPED:
+            # The stop's outbox row was written with it; the line names the reason too.
+            log.warning("operation_escalated", reason=EscalationReason.authorization_denied.value)
         return stopped.value if stopped else None
     except Exception as exc:
         _count_failure(rt, op_id, step, exc)
@@ -113,6 +120,20 @@ def _run_step(operation_id: str, step: StepKind) -> str | None:
     # Lease and session released: the hand-over locks the key, never the operation.
     after_end(rt, op)
     return op.state.value
+
+
+def log_escalation(op: Operation) -> None:
+    """One WARNING line when ``op`` (as just written) has stopped automation: a human
+    must act, so it must stand out from the INFO lines of every poll."""
+    if op.state not in AUTOMATION_STOPPED:
+        return
+    log.warning(
+        "operation_escalated",
+        reason=op.escalation_reason.value if op.escalation_reason else op.state.value,
+        state=op.state.value,
+        operation_id=str(op.operation_id),
+        trace_id=op.trace_id,
+    )
 
 
 def _count_failure(rt: Runtime, op_id: uuid.UUID, step: StepKind, exc: BaseException) -> None:

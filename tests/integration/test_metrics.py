@@ -327,3 +327,36 @@ def test_without_postgres_a_scrape_fails_with_a_503_problem_not_zeros(database_u
     assert answer.status_code == 503
     assert answer.headers["content-type"].startswith("application/problem+json")
     assert answer.json()["down"] == ["postgres"]
+
+
+def test_escalations_are_counted_by_reason_and_the_count_stays_when_a_human_moves_on(
+    database_url: str,
+) -> None:
+    from jobwarden.models.actions import Decided, Move
+    from jobwarden.models.persistence.db import step_session
+    from tests.integration.notify_helpers import (
+        escalate_on_a_step_connection,
+        insert_operation,
+        write_on_a_step_connection,
+    )
+
+    provider = f"metrics-{secrets.token_hex(4)}"
+    at = datetime.now(UTC)
+    first = insert_operation(database_url, "metrics", S.observing, at, provider=provider)
+    second = insert_operation(database_url, "metrics", S.observing, at, provider=provider)
+    escalate_on_a_step_connection(database_url, first, at)
+    stopped = escalate_on_a_step_connection(database_url, second, at)
+    counted = ("jobwarden_escalations_total", ("rate_limited",))
+    waiting = ("jobwarden_escalations_waiting", ("rate_limited",))
+    before = _values(collect_families(database_url, at), provider)
+    assert (before[counted], before[waiting]) == (2, 2)
+    with step_session(database_url) as session:
+        op = store.load(session, stopped.operation_id)
+    assert op is not None
+    gone = Move(
+        to=S.abandoned, event=EventKind.decision, cause="a human abandoned it", wake_at=None
+    )
+    write_on_a_step_connection(database_url, op, Decided(action=gone), at)
+    after = _values(collect_families(database_url, at), provider)
+    # Waiting is a gauge and drops; the counter of escalations never decreases.
+    assert (after[counted], after[waiting]) == (2, 1)

@@ -168,3 +168,20 @@ def test_an_operation_already_awaiting_approval_gets_a_full_default_window_at_00
         assert end is not None and end > datetime.now(UTC) + timedelta(hours=23)
         assert load(url, capped).next_poll_at == business
         dispose_all()
+
+
+def test_the_notification_constraints_allow_exactly_the_live_kinds_channels_and_statuses(
+    connection: Connection,
+) -> None:
+    from jobwarden.models.notifications import Channel, DeliveryStatus, NotificationKind
+
+    for name, enum in (
+        ("ck_notifications_kind_known", NotificationKind),
+        ("ck_notifications_channel_known", Channel),
+        ("ck_notifications_status_known", DeliveryStatus),
+    ):
+        definition = connection.execute(
+            text("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = :n"),
+            {"n": name},
+        ).scalar_one()
+        assert string_literals(definition) == {m.value for m in enum}, name

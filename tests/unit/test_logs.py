@@ -142,3 +142,27 @@ def test_a_process_that_never_set_up_logging_still_writes_one_structured_line() 
         "op-1",
         "warning",
     )
+
+
+def test_a_step_that_stops_automation_logs_one_warning_with_reason_operation_and_trace(
+    captured: tuple[io.StringIO, logging.Handler],
+) -> None:
+    from jobwarden.models.actions import EscalationReason
+    from jobwarden.models.states import OperationState
+    from jobwarden.tasks.pipeline import log_escalation
+    from tests.unit.factories import operation
+
+    stream, handler = captured
+    handler.setFormatter(formatter("json"))
+    stopped = operation(
+        OperationState.escalated,
+        escalation_reason=EscalationReason.rate_limited,
+        trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+    )
+    log_escalation(stopped)
+    log_escalation(operation(OperationState.observing))  # not a stop: no line
+    (line,) = _lines(stream)
+    assert line["event"] == "operation_escalated" and line["level"] == "warning"
+    assert line["reason"] == "rate_limited"
+    assert line["operation_id"] == str(stopped.operation_id)
+    assert line["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"

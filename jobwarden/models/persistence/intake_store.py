@@ -31,10 +31,13 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from jobwarden.models.history import GENESIS_HASH, ChainedEvent, chain
+from jobwarden.models.notifications import Notice, Subject, kind_for, notice
+from jobwarden.models.persistence import outbox
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.api_tables import IntakeLogRow
 from jobwarden.models.persistence.tables import EventRow, OperationRow
 from jobwarden.models.row_facts import ROW_FACTS, row_digest
+from jobwarden.models.states import OperationState
 
 OPERATIONS = cast(Table, OperationRow.__table__)
 EVENTS = cast(Table, EventRow.__table__)
@@ -70,7 +73,7 @@ def _select(prefix: str, casts: Mapping[str, str]) -> tuple[str, str]:
 
 
 @lru_cache(maxsize=64)
-def _claim_sql(columns: tuple[str, ...]) -> str:
+def _claim_sql(columns: tuple[str, ...], notifications: int = 0) -> str:
     unknown = set(columns) - set(_OPERATION_CASTS)
     if unknown:
         raise ValueError(f"not operation columns: {', '.join(sorted(unknown))}")
@@ -84,7 +87,8 @@ def _claim_sql(columns: tuple[str, ...]) -> str:
         f"first_event AS (INSERT INTO operation_events ({event_names}) "
         f"SELECT {event_values} FROM claimed), "
         f"entry AS (INSERT INTO intake_log ({entry_names}) SELECT {entry_values} FROM claimed) "
-        "SELECT count(*) FROM claimed"
+        + (", " + outbox.cte("noted", notifications, "FROM claimed") + " " if notifications else "")
+        + "SELECT count(*) FROM claimed"
     )
 
 
@@ -97,6 +101,23 @@ def _default(name: str) -> Any:
 def _bound(name: str, value: Any) -> Any:
     # As SQLAlchemy's JSONB type stores them: a JSON document, None as JSON null.
     return Jsonb(value) if name in _JSON else value
+
+
+def _notices(columns: Mapping[str, Any], first: ChainedEvent) -> tuple[Notice, ...]:
+    state = OperationState(columns["state"])
+    kind = kind_for(state)
+    if kind is None:
+        return ()
+    subject = Subject(
+        operation_id=first.operation_id,
+        tenant=columns["tenant"],
+        provider=columns["provider"],
+        state=state,
+        trace_id=columns["trace_id"],
+        request_fingerprint=columns["request_fingerprint"],
+        next_poll_at=columns.get("next_poll_at"),
+    )
+    return (notice(kind, subject, mark=first.seq, at=first.draft.at),)
 
 
 def claim(
@@ -148,7 +169,10 @@ def claim(
     params = {f"o_{c}": _bound(f"o_{c}", v) for c, v in columns.items()}
     params.update({f"e_{c}": _bound(f"e_{c}", event[c]) for c in _EVENT_CASTS})
     params.update({f"l_{c}": _bound(f"l_{c}", entry[c]) for c in _ENTRY_CASTS})
-    sql = _claim_sql(tuple(columns))
+    # An operation that starts by waiting for a human's approval tells them, atomically.
+    notices = _notices(columns, bound)
+    params.update(outbox.params(notices))
+    sql = _claim_sql(tuple(columns), outbox.rows(notices))
     session.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
     inserted = session.connection().exec_driver_sql(sql, params).scalar_one()
     return bool(inserted)

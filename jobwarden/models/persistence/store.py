@@ -43,7 +43,9 @@ from jobwarden.models.history import (
     chain,
     recorded_fields,
 )
+from jobwarden.models.notifications import NOTIFY_STATES, Notice, notices_for
 from jobwarden.models.operation import COLUMNS, Operation
+from jobwarden.models.persistence import outbox
 from jobwarden.models.persistence.db import driver_execute
 from jobwarden.models.persistence.tables import ACTIVE_STATES, EventRow, OperationRow, ResultRow
 from jobwarden.models.row_facts import ROW_FACTS, row_digest
@@ -108,7 +110,7 @@ _JSON_COLUMNS: Final = frozenset(
 
 
 @lru_cache(maxsize=512)
-def _fenced_sql(columns: tuple[str, ...], events: int) -> str:
+def _fenced_sql(columns: tuple[str, ...], events: int, notifications: int = 0) -> str:
     """The fenced write as one statement, per shape (which columns, how many events).
 
     ``WITH fenced AS (UPDATE ... RETURNING) INSERT events SELECT ... WHERE EXISTS (fenced)``:
@@ -129,10 +131,13 @@ def _fenced_sql(columns: tuple[str, ...], events: int) -> str:
         + " WHERE EXISTS (SELECT 1 FROM fenced)"
         for i in range(events)
     )
-    return (
-        f"WITH fenced AS ({fenced} RETURNING operation_id) "
-        f"INSERT INTO operation_events ({names}) {rows} RETURNING seq"
-    )
+    ctes = [f"fenced AS ({fenced} RETURNING operation_id)"]
+    if notifications:
+        # A write that needs a human adds its outbox rows as one more CTE of the same
+        # statement (Postgres runs every data-modifying CTE, read or not); a poll's
+        # shape, without notifications, is unchanged.
+        ctes.append(outbox.cte("noted", notifications, "WHERE EXISTS (SELECT 1 FROM fenced)"))
+    return f"WITH {', '.join(ctes)} INSERT INTO operation_events ({names}) {rows} RETURNING seq"
 
 
 def _bound(name: str, value: Any) -> Any:
@@ -149,6 +154,20 @@ def _fenced_params(
     for i, event in enumerate(_event_rows(chained)):
         params.update({f"e{i}_{c}": _bound(c, event[c]) for c in _EVENT_CASTS})
     return params
+
+
+def _notices(
+    row: Operation, after: Operation, chained: Sequence[ChainedEvent]
+) -> tuple[Notice, ...]:
+    """The outbox rows this write adds: none unless it enters a state needing a human."""
+    if after.state is row.state or after.state not in NOTIFY_STATES:
+        return ()
+    entered = [
+        (OperationState(ev.draft.to_state), ev.seq, ev.draft.at)
+        for ev in chained
+        if ev.draft.to_state is not None and ev.draft.to_state != ev.draft.from_state
+    ]
+    return notices_for(row, after, entered)
 
 
 def _default(name: str) -> Any:
@@ -256,15 +275,20 @@ def fenced_update(
     if chained:
         values["event_count"] = chained[-1].seq
         values["last_event_hash"] = chained[-1].hash
-    # One statement: the events are inserted only if the fenced update matched, so a
-    # poll's write is one round trip (and, in autocommit, its one commit).
-    sql = _fenced_sql(tuple(values), len(chained))
-    result = driver_execute(session, sql, _fenced_params(row, values, chained))
+    last_kind = chained[-1].draft.kind if chained else row.last_event_kind
+    stored = row.with_changes({**values, "last_event_kind": last_kind})
+    notices = _notices(row, stored, chained)
+    # One statement: the events (and a stop's outbox rows) are inserted only if the fenced
+    # update matched, so a poll's write is one round trip (in autocommit, its one commit).
+    sql = _fenced_sql(tuple(values), len(chained), outbox.rows(notices))
+    bound = _fenced_params(row, values, chained)
+    if notices:
+        bound.update(outbox.params(notices))
+    result = driver_execute(session, sql, bound)
     written = len(result.fetchall()) if chained else result.rowcount
     if written != max(1, len(chained)):
         raise StaleVersionError(str(row.operation_id), row.version)
-    last_kind = chained[-1].draft.kind if chained else row.last_event_kind
-    return row.with_changes({**values, "last_event_kind": last_kind})
+    return stored
 
 
 def append_events(
