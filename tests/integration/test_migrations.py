@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -153,21 +154,63 @@ def test_an_operation_already_awaiting_approval_gets_a_full_default_window_at_00
     from jobwarden.models.persistence.db import dispose_all
     from jobwarden.models.persistence.migrate import upgrade
     from tests.conftest import scratch_database
-    from tests.integration.api_helpers import NOW, insert_operation, load, tenant_name
+    from tests.integration.api_helpers import NOW, load, tenant_name
 
     with scratch_database("jobwarden_m15") as url:
         upgrade(url, "0014")
-        waiting = insert_operation(url, tenant_name(), OperationState.awaiting_approval)
+        waiting = _awaiting_at_0014(url, tenant_name(), None)
         business = NOW + timedelta(hours=1)
-        capped = insert_operation(
-            url, tenant_name(), OperationState.awaiting_approval, business_deadline=business
-        )
-        assert load(url, waiting).next_poll_at is None
+        capped = _awaiting_at_0014(url, tenant_name(), business)
         upgrade(url)
         end = load(url, waiting).next_poll_at
         assert end is not None and end > datetime.now(UTC) + timedelta(hours=23)
         assert load(url, capped).next_poll_at == business
         dispose_all()
+
+
+def _awaiting_at_0014(url: str, tenant: str, business: datetime | None) -> uuid.UUID:
+    """An operation awaiting approval as revision 0014 stored it: only that revision's
+    columns (the live model has columns later revisions add), no timer."""
+    from jobwarden.models.persistence.db import transaction
+    from tests.integration.api_helpers import NOW
+
+    op = uuid.uuid4()
+    columns = {
+        "operation_id": op,
+        "tenant": tenant,
+        "provider": "sandbox",
+        "idempotency_key": f"key-{op.hex}",
+        "provider_token": f"jw-{op.hex}",
+        "request_fingerprint": "0" * 64,
+        "method": "POST",
+        "route": "/v1/jobs",
+        "command": "{}",
+        "state": "awaiting_approval",
+        "version": 1,
+        "trace_id": "0" * 32,
+        "requested_by": "submitter",
+        "created_at": NOW,
+        "create_deadline": NOW + timedelta(minutes=5),
+        "result_deadline": NOW + timedelta(hours=1),
+        "max_status_requests": 10,
+        "max_transport_failures": 3,
+        "create_attempts": 0,
+        "status_requests_used": 0,
+        "transport_failures_used": 0,
+        "consecutive_rate_limited": 0,
+        "poll_attempt": 0,
+        "event_count": 0,
+        "last_event_hash": "0" * 64,
+        "updated_at": NOW,
+        "business_deadline": business,
+    }
+    names = ", ".join(columns)
+    values = ", ".join(
+        f"CAST(:{name} AS jsonb)" if name == "command" else f":{name}" for name in columns
+    )
+    with transaction(url) as session:
+        session.execute(text(f"INSERT INTO operations ({names}) VALUES ({values})"), columns)
+    return op
 
 
 def test_the_notification_constraints_allow_exactly_the_live_kinds_channels_and_statuses(
