@@ -28,6 +28,8 @@ RUN_ID = secrets.token_hex(4)
 TEST_DB = f"jobwarden_test_{RUN_ID}"
 DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+# Where a test run writes for a person to look at, not a setting of jobwarden's: kept.
+KEPT = frozenset({"JOBWARDEN_SCREENSHOT_DIR"})
 
 
 def _admin_url(environ: dict[str, str]) -> str:
@@ -51,6 +53,8 @@ def _configure_environment() -> tuple[str, str]:
     admin_url, redis_url = _admin_url(environ), _redis_url(environ)
     for name in environ:
         if name.startswith("JOBWARDEN_") and not name.startswith("JOBWARDEN_TEST_"):
+            if name in KEPT:
+                continue
             del os.environ[name]
     os.environ["JOBWARDEN_TEST_ADMIN_URL"] = admin_url
     os.environ["JOBWARDEN_TEST_REDIS_URL"] = redis_url

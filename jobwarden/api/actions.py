@@ -23,8 +23,13 @@ from jobwarden.api.problems import ProblemError
 from jobwarden.api.queries import owned_operation
 from jobwarden.api.responses import problem_responses
 from jobwarden.api.views import NOT_FOUND, OperationId, OperationLinks, operation_links, storable
-from jobwarden.models.approvals import WINDOW_CLOSED, WINDOW_ENDED
-from jobwarden.models.errors import ApprovalRefusedError, LostRaceError, RefusedInputError
+from jobwarden.models.approvals import SELF_APPROVAL, WINDOW_CLOSED, WINDOW_ENDED
+from jobwarden.models.errors import (
+    AnotherApproverNeededError,
+    ApprovalRefusedError,
+    LostRaceError,
+    RefusedInputError,
+)
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import TERMINAL, OperationState
 from jobwarden.tasks import interventions
@@ -76,6 +81,14 @@ class ActionAnswer(BaseModel):
     resubmitted_state: OperationState | None = None
 
 
+class ApprovalAnswer(ActionAnswer):
+    approvals_required: int = Field(
+        description="how many distinct people approve (2: the two-person rule)"
+    )
+    approvals_given: int = Field(description="how many have, for this fingerprint, unexpired")
+    detail: str | None = Field(None, description="what is still needed, while awaiting approval")
+
+
 def _answer(row: Operation, state: str) -> ActionAnswer:
     return ActionAnswer(
         operation_id=row.operation_id,
@@ -123,14 +136,15 @@ def cancel_operation(
 
 @router.post(
     "/v1/operations/{operation_id}/approvals",
-    response_model=ActionAnswer,
+    response_model=ApprovalAnswer,
     responses=problem_responses(
         {
             400: NOT_JSON,
             403: "the token lacks the approve scope, or submitted the operation itself",
             404: NOT_FOUND,
-            409: "not awaiting approval, another fingerprint than the operation's, or "
-            "too late (approval_window_closed, business_deadline_passed)",
+            409: "not awaiting approval, another fingerprint than the operation's, "
+            "too late (approval_window_closed, business_deadline_passed), or a second "
+            "approval by the same token (same_approver)",
         }
     ),
 )
@@ -139,9 +153,17 @@ def approve_operation(
     body: ApprovalBody,
     request: Request,
     principal: Annotated[Principal, Depends(require(Scope.approve))],
-) -> ActionAnswer:
-    """Approve the operation's fingerprint for a while; then its create may be sent."""
+) -> ApprovalAnswer:
+    """Approve the operation's fingerprint for a while; then its create may be sent.
+
+    Under the two-person rule (the contract's ``approvals_required = 2``) the first
+    approval answers with the state still awaiting_approval and says another approver
+    must approve; the second, by another token, lets the create be sent.
+    """
     row = owned_operation(request, principal, operation_id)
+    rt = runtime_of(request)
+    contract = rt.contracts.get(row.provider)
+    required = contract.approvals_required if contract is not None else 1
     if row.state is OperationState.approval_expired:
         raise ProblemError(409, WINDOW_CLOSED, WINDOW_ENDED)
     if row.state is not OperationState.awaiting_approval:
@@ -149,11 +171,12 @@ def approve_operation(
             409, "conflict", f"the operation is not awaiting approval ({row.state.value})"
         )
     # Four eyes: whoever submitted an operation does not also authorize it, unless the tenant
-    # chose to allow it (jobwarden tenants allow-self-approval).
-    if row.requested_by in (principal.name, principal.actor) and not principal.allows_self_approval:
+    # chose to allow it (jobwarden tenants allow-self-approval) and one approver is enough.
+    allowed = principal.allows_self_approval and required == 1
+    if row.requested_by in (principal.name, principal.actor) and not allowed:
         raise ProblemError(
             403,
-            "self_approval_refused",
+            SELF_APPROVAL,
             "this token's name submitted the operation; another approver must approve it",
         )
     if body.fingerprint != row.request_fingerprint:
@@ -169,14 +192,27 @@ def approve_operation(
             body.fingerprint,
             principal.actor,
             valid_for_seconds=body.valid_for_seconds,
-            runtime=runtime_of(request),
+            runtime=rt,
         )
     except ApprovalRefusedError as exc:
         # Too late to be kept: refused with its reason, never accepted and then failed.
         raise ProblemError(409, exc.reason, exc.detail) from None
+    except AnotherApproverNeededError as exc:
+        raise ProblemError(
+            403 if exc.reason == SELF_APPROVAL else 409, exc.reason, exc.detail
+        ) from None
     except (RefusedInputError, LostRaceError) as exc:
         raise _moved(exc) from None
-    return _answer(row, state)
+    waiting = state == OperationState.awaiting_approval.value
+    return ApprovalAnswer(
+        **_answer(row, state).model_dump(),
+        approvals_required=required,
+        # Still waiting after an approval: this one is the first of two.
+        approvals_given=required - 1 if waiting else required,
+        detail=f"1 of {required} approvals: {principal.actor}; another approver must approve"
+        if waiting
+        else None,
+    )
 
 
 @router.post(

@@ -51,6 +51,7 @@ TITLES: dict[str, str] = {
     "method_not_allowed": "Method not allowed",
     "conflict": "The request conflicts with the resource's state",
     "self_approval_refused": "The operation's submitter may not approve it",
+    "same_approver": "This approver already approved; another approver must approve",
     "fingerprint_mismatch": "The approval names another fingerprint than the operation's",
     "approval_window_closed": "The operation's approval window has closed",
     "business_deadline_passed": "The operation's business deadline has passed",

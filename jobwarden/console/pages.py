@@ -13,7 +13,12 @@ from typing import Any
 
 from jobwarden.api.auth import Principal
 from jobwarden.console.timeline import build_timeline, render_svg
-from jobwarden.models.approvals import approval_window_end
+from jobwarden.models.approvals import (
+    approval_window_end,
+    given_approvals,
+    same_person,
+    standing,
+)
 from jobwarden.models.contract import DEFAULT_APPROVAL_WINDOW_SECONDS
 from jobwarden.models.escalation import Option
 from jobwarden.models.excerpts import redacted
@@ -126,6 +131,12 @@ class OperationPage:
     approval_window_left: str
     approval_expires_if_now: datetime | None
     self_approval_refused: bool
+    # The two-person rule: how many approve, who already has (this wait, this fingerprint,
+    # unexpired), and whether the viewer is one of them (then no Approve button).
+    approvals_required: int
+    approvals_given: list[str]
+    approved_already: bool
+    cancellable: bool  # not ended: the cancel form is offered
     timeline_svg: str
     create_request: ShownRequest | None  # None: the provider is no longer configured
 
@@ -169,6 +180,12 @@ def operation_page(
     ctx = rt.contexts.get(row.provider)
     window = limits.approval_window_seconds if limits else DEFAULT_APPROVAL_WINDOW_SECONDS
     window_ends = _approval_window_ends(row, events, timedelta(seconds=window))
+    required = contract.approvals_required if contract is not None else 1
+    given = (
+        [g.approver for g in standing(given_approvals(events), row.request_fingerprint, now)]
+        if row.state is S.awaiting_approval
+        else []
+    )
     return OperationPage(
         row=row,
         running=row.state not in TERMINAL | AUTOMATION_STOPPED | {S.awaiting_approval},
@@ -216,15 +233,20 @@ def operation_page(
             if window_ends is not None
             else None
         ),
-        self_approval_refused=refuses_self_approval(row, principal),
+        self_approval_refused=refuses_self_approval(row, principal, required),
+        approvals_required=required,
+        approvals_given=given,
+        approved_already=any(same_person(principal.actor, who) for who in given),
+        cancellable=row.state not in TERMINAL,
         timeline_svg=render_svg(timeline),
         create_request=shown_create_request(ctx, row) if ctx is not None else None,
     )
 
 
-def refuses_self_approval(row: Operation, principal: Principal) -> bool:
+def refuses_self_approval(row: Operation, principal: Principal, required: int = 1) -> bool:
     """The four-eyes rule of POST /v1/operations/{id}/approvals (jobwarden/api/actions.py):
-    whoever submitted an operation does not also approve it, unless the tenant allows it."""
+    whoever submitted an operation does not also approve it, unless the tenant allows it
+    and one approver is enough (never under the two-person rule)."""
     return row.requested_by in (principal.name, principal.actor) and not (
-        principal.allows_self_approval
+        principal.allows_self_approval and required == 1
     )

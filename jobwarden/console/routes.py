@@ -1,8 +1,8 @@
 """The console's routes under /console: login, the queue, operation pages, live updates.
 
 Every page needs a session (jobwarden.console.session) whose token holds the
-``read`` scope; a decision needs ``decide`` and an approval ``approve``, as over
-the HTTP API. Every POST carries the session's CSRF token in its form. Search
+``read`` scope; a decision needs ``decide``, an approval ``approve`` and a cancel
+``cancel``, as over the HTTP API. Every POST carries the session's CSRF token in its form. Search
 and bulk decisions live in jobwarden/console/search.py.
 """
 
@@ -33,7 +33,8 @@ from jobwarden.console.pages import (
     operation_page,
     refuses_self_approval,
 )
-from jobwarden.models.errors import LostRaceError, RefusedInputError
+from jobwarden.models.approvals import SELF_APPROVAL
+from jobwarden.models.errors import AnotherApproverNeededError, LostRaceError, RefusedInputError
 from jobwarden.models.persistence import query_store, store
 from jobwarden.models.persistence.db import snapshot
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
@@ -49,6 +50,7 @@ MAX_FORM_FIELD = 2000
 # An idle stream sends a comment this often, so a vanished viewer is noticed and dropped.
 KEEPALIVE_SECONDS = 15.0
 NO_REASON = "a decision needs a reason: say why, for whoever reads the history"
+NO_CANCEL_REASON = "a cancel needs a reason: say why, for whoever reads the history"
 
 
 class ConsoleError(Exception):
@@ -307,10 +309,12 @@ def approve(request: Request, operation_id: str, current: Session, form: Form) -
     row = found.row
     if row.state is not S.awaiting_approval:
         raise ConsoleError(409, f"the operation is not awaiting approval ({row.state.value})")
-    if refuses_self_approval(row, principal):
+    if refuses_self_approval(row, principal, found.approvals_required):
         raise ConsoleError(
             403, "this token's name submitted the operation; another approver must approve it"
         )
+    if found.approved_already:
+        raise ConsoleError(409, "you approved already; another approver must approve")
     if form.get("fingerprint") != row.request_fingerprint:
         raise ConsoleError(
             409, "fingerprint: not the operation's; a changed payload needs a new approval"
@@ -326,6 +330,28 @@ def approve(request: Request, operation_id: str, current: Session, form: Form) -
             valid_for_seconds=max(valid_for, 1.0),
             runtime=runtime_of(request),
         )
+    except AnotherApproverNeededError as exc:
+        raise ConsoleError(403 if exc.reason == SELF_APPROVAL else 409, exc.detail) from None
     except (RefusedInputError, LostRaceError) as exc:
         raise _moved(exc) from None
     return see_other(f"/console/operations/{row.operation_id}?done=approved")
+
+
+@router.post("/operations/{operation_id}/cancel")
+def cancel(request: Request, operation_id: str, current: Session, form: Form) -> Response:
+    """Record the intent to cancel, as POST /v1/operations/{id}/cancel does (same scope,
+    same intervention); a worker sends it and waits for the provider's confirmation."""
+    principal = checked(current, form, Scope.cancel)
+    found = _owned_page(request, current, operation_id)
+    if not found.cancellable:
+        raise ConsoleError(409, f"the operation has ended ({found.row.state.value})")
+    reason = form.get("reason", "").strip()
+    if not reason:
+        raise ConsoleError(422, f"reason: {NO_CANCEL_REASON}")
+    try:
+        interventions.request_cancel(
+            str(found.row.operation_id), principal.actor, reason, runtime=runtime_of(request)
+        )
+    except (RefusedInputError, LostRaceError) as exc:
+        raise _moved(exc) from None
+    return see_other(f"/console/operations/{found.row.operation_id}?done=cancel")

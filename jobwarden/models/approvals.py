@@ -9,23 +9,82 @@ The window's end is the awaiting operation's timer (``next_poll_at``): when it c
 approval-window step ends the operation in ``approval_expired``, and an approval after it
 is refused with the reason, never accepted and then failed.
 
+The two-person rule (``approvals_required = 2``): the first approval is an
+``approval_recorded`` event and the operation keeps waiting; the second, by another
+person, for the same fingerprint, while the first is unexpired, is the approval. The
+submitter is never one of the two. Earlier approvals are read from the history and
+come in as values (``GivenApproval``); no column holds them.
+
 Pure: the frozen operation, what the approver named and the time in, the write out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from jobwarden.models.actions import Decided, Finish, NotYet, Record
 from jobwarden.models.business_deadline import earlier, passed
-from jobwarden.models.errors import ApprovalRefusedError, RefusedInputError
-from jobwarden.models.history import EventKind
+from jobwarden.models.errors import (
+    AnotherApproverNeededError,
+    ApprovalRefusedError,
+    RefusedInputError,
+)
+from jobwarden.models.history import ChainedEvent, EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import OperationState as S
 
 WINDOW_CLOSED = "approval_window_closed"
 BUSINESS_DEADLINE_PASSED = "business_deadline_passed"
 WINDOW_ENDED = "the approval window closed unapproved; the operation ended approval_expired"
+SELF_APPROVAL = "self_approval_refused"
+SAME_APPROVER = "same_approver"
+# The doors name one person two ways: HTTP and MCP record a token's name as the
+# submitter ("alice") and its actor as the approver ("token:alice").
+TOKEN_PREFIX = "token:"
+# operations.authorized_by is varchar(200): two long names are cut there, never refused
+# (the approval events keep both in full).
+AUTHORIZED_BY_MAX = 200
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GivenApproval:
+    """An approval already recorded while the operation waits for another (its event)."""
+
+    approver: str
+    fingerprint: str
+    expires_at: datetime
+
+
+def same_person(a: str, b: str) -> bool:
+    return a.removeprefix(TOKEN_PREFIX) == b.removeprefix(TOKEN_PREFIX)
+
+
+def given_approvals(events: Iterable[ChainedEvent]) -> tuple[GivenApproval, ...]:
+    """The approvals recorded since the operation last began waiting for approval (an
+    earlier wait's approvals, before a cancel or a re-admission, never count)."""
+    given: list[GivenApproval] = []
+    for ev in events:
+        d = ev.draft
+        if d.to_state == S.awaiting_approval.value:
+            given = []
+        elif d.kind is EventKind.approval_recorded and d.excerpt is not None:
+            given.append(
+                GivenApproval(
+                    approver=str(d.excerpt["approver"]),
+                    fingerprint=str(d.excerpt["fingerprint"]),
+                    expires_at=datetime.fromisoformat(str(d.excerpt["expires_at"])),
+                )
+            )
+    return tuple(given)
+
+
+def standing(
+    given: Sequence[GivenApproval], fingerprint: str, now: datetime
+) -> tuple[GivenApproval, ...]:
+    """The earlier approvals that still count: for this fingerprint, and unexpired."""
+    return tuple(g for g in given if g.fingerprint == fingerprint and now < g.expires_at)
 
 
 def window_end(since: datetime, window: timedelta, business: datetime | None) -> datetime:
@@ -69,6 +128,8 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     valid_for: timedelta,
     waiting_since: datetime,
     window: timedelta,
+    required: int = 1,
+    given: Sequence[GivenApproval] = (),
 ) -> Decided:
     """The approval as the write it makes; RefusedInputError when it may not be given.
 
@@ -77,6 +138,11 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     the approval window or the business deadline has passed. ``waiting_since`` is when
     the operation began waiting for approval (its intent, or its admission by a
     concurrency key); ``window`` the contract's approval window.
+
+    With ``required`` 2, ``given`` are the approvals recorded in this wait: without a
+    standing one this approval is recorded and the operation keeps waiting; with one it
+    is the approval. AnotherApproverNeededError when the approver is the submitter or
+    already approved.
     """
     if op.state is S.approval_expired:
         # Ended by the window's own step first: the same refusal, for the same reason.
@@ -91,35 +157,77 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     refused = _refusal(op, approval_window_end(op, waiting_since=waiting_since, window=window), now)
     if refused is not None:
         raise refused
-    # The human's wait never consumes the deadline for establishing the remote job
-    # (DESIGN invariant 13): both provider deadlines start now.
-    waited = max(now - waiting_since, timedelta(0))
-    create_by, result_by = op.create_deadline + waited, op.result_deadline + waited
     # An approval expires: the create step refuses to send under a stale one, so an
     # approval given today cannot authorize a create a week from now. Nor past the
     # business deadline, which no approval can extend.
     expires = earlier(now + valid_for, op.business_deadline)
-    record = Record(
-        event=EventKind.approved,
-        to=S.create_pending,
-        excerpt={
-            "fingerprint": fingerprint,
-            "expires_at": expires.isoformat(),
-            "waited_seconds": round(waited.total_seconds(), 3),
-            "create_deadline": create_by.isoformat(),
-            "result_deadline": result_by.isoformat(),
-        },
-        wake_at=now,
-    )
+    earlier_ones: tuple[GivenApproval, ...] = ()
+    if required > 1:
+        earlier_ones = _others(op, approver, standing(given, fingerprint, now))
+        if len(earlier_ones) + 1 < required:
+            return _first_of_two(fingerprint, approver, expires, required)
+        # Valid while both are: the earlier expiry of the two.
+        expires = min([expires, *(g.expires_at for g in earlier_ones)])
+    # The human's wait never consumes the deadline for establishing the remote job
+    # (DESIGN invariant 13): both provider deadlines start now.
+    waited = max(now - waiting_since, timedelta(0))
+    create_by, result_by = op.create_deadline + waited, op.result_deadline + waited
+    approvers = [*(g.approver for g in earlier_ones), approver]
+    excerpt = {
+        "fingerprint": fingerprint,
+        "expires_at": expires.isoformat(),
+        "waited_seconds": round(waited.total_seconds(), 3),
+        "create_deadline": create_by.isoformat(),
+        "result_deadline": result_by.isoformat(),
+    }
+    if required > 1:
+        excerpt["approvers"] = approvers
+    record = Record(event=EventKind.approved, to=S.create_pending, excerpt=excerpt, wake_at=now)
+    authorized_by = ", ".join(approvers)
+    if len(authorized_by) > AUTHORIZED_BY_MAX:
+        authorized_by = authorized_by[: AUTHORIZED_BY_MAX - 1] + "…"
     return Decided(
         action=record,
         changes={
-            "authorized_by": approver,
+            "authorized_by": authorized_by,
             "approval_expires_at": expires,
             "create_deadline": create_by,
             "result_deadline": result_by,
         },
     )
+
+
+def _others(
+    op: Operation, approver: str, earlier_ones: tuple[GivenApproval, ...]
+) -> tuple[GivenApproval, ...]:
+    """The standing approvals of other people; refused when the approver may not count."""
+    if same_person(approver, op.requested_by):
+        # No tenant setting lifts this: a two-person rule the submitter could fill is none.
+        raise AnotherApproverNeededError(
+            SELF_APPROVAL,
+            f"{approver} submitted the operation; two other people must approve it",
+        )
+    if any(same_person(approver, g.approver) for g in earlier_ones):
+        raise AnotherApproverNeededError(
+            SAME_APPROVER, f"{approver} already approved; another approver must approve"
+        )
+    return earlier_ones
+
+
+def _first_of_two(fingerprint: str, approver: str, expires: datetime, required: int) -> Decided:
+    """The first approval: recorded (who, the fingerprint, its expiry); still waiting,
+    its window's timer untouched, its deadlines not yet moved."""
+    record = Record(
+        event=EventKind.approval_recorded,
+        cause=f"1 of {required} approvals",
+        excerpt={
+            "approver": approver,
+            "fingerprint": fingerprint,
+            "expires_at": expires.isoformat(),
+            "approvals_required": required,
+        },
+    )
+    return Decided(action=record)
 
 
 def decide_window(op: Operation, now: datetime) -> Decided:

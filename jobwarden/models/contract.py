@@ -354,6 +354,9 @@ class RateLimit:
 # A day: long enough for a person to see and weigh a request, short enough that nothing
 # approved next week is sent under this week's view of it.
 DEFAULT_APPROVAL_WINDOW_SECONDS = 86400.0
+# The two-person rule: at most two distinct approvers, neither the submitter (payments,
+# production deploys). More would need a quorum nobody has asked for.
+MAX_APPROVALS_REQUIRED = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -399,6 +402,7 @@ class ProviderContract:
     command: CommandSpec | None = None  # None: any JSON object, fingerprinted as written
     rate_limit: RateLimit | None = None  # None: no limit of ours, only the provider's 429s
     requires_approval: bool = False
+    approvals_required: int = 1  # 2: two distinct approvers, neither the submitter
     concurrency: ConcurrencySpec | None = None  # None: a named key admits one at a time
     base_url_env: str | None = None  # environment variable that overrides base_url when set
     plugin: str | None = None  # "module:attribute" of a ProviderPlugin for code-needing providers

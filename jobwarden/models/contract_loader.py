@@ -225,7 +225,9 @@ def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError
         source_file=file,
         base_url=top.base_url,
         base_url_env=top.base_url_env,
-        requires_approval=top.requires_approval,
+        # Two approvers imply approval: the key alone is enough to say so.
+        requires_approval=top.requires_approval or top.approvals_required > 1,
+        approvals_required=top.approvals_required,
         plugin=top.plugin,
         extra_headers=top.extra_headers,
         convention=top.convention,

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validat
 
 from jobwarden.models.contract import (
     DEFAULT_GROWTH_FACTOR,
+    MAX_APPROVALS_REQUIRED,
     MAX_GROWTH_FACTOR,
     MIN_GROWTH_FACTOR,
     AuthSpec,
@@ -149,6 +150,8 @@ class TopLevel(ContractTable):
     """An environment variable that overrides base_url when set."""
     requires_approval: Flag = False
     """Whether a human approves each operation before its create is sent."""
+    approvals_required: Annotated[int, count(maximum=MAX_APPROVALS_REQUIRED)] = 1
+    """How many distinct people approve (2: the two-person rule; implies requires_approval)."""
     plugin: Text | None = None
     """'package.module:attribute' of a ProviderPlugin, for providers that need code."""
     extra_headers: Annotated[
@@ -170,6 +173,13 @@ class TopLevel(ContractTable):
             raise problem(
                 f"must equal the file name {stem!r} (without .toml), got {self.name!r}",
                 field="name",
+            )
+        explicit = "requires_approval" in self.model_fields_set
+        if self.approvals_required > 1 and explicit and not self.requires_approval:
+            raise problem(
+                f"approvals_required = {self.approvals_required} needs approval: "
+                "set requires_approval = true or leave it out",
+                field="requires_approval",
             )
         if self.plugin is not None and not is_plugin_spec(self.plugin):
             raise problem(

@@ -72,6 +72,22 @@ class ApprovalRefusedError(RefusedInputError):
         return f"{self.reason}: {self.detail}"
 
 
+class AnotherApproverNeededError(RefusedInputError):
+    """The two-person rule refuses this approver: somebody else must approve.
+
+    ``reason`` is machine-readable: ``self_approval_refused`` (the submitter is never one
+    of the two; HTTP 403) or ``same_approver`` (this person already approved; HTTP 409).
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(reason, detail)
+        self.reason = reason
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
+
+
 class TransitionRefusedError(RefusedInputError):
     """A state change not in the transition table."""
 

@@ -26,6 +26,7 @@ class EventKind(StrEnum):
     intent_recorded = "intent_recorded"  # the operation row was committed
     approval_requested = "approval_requested"  # waits for a human approval
     approved = "approved"  # a human approved the fingerprint
+    approval_recorded = "approval_recorded"  # one of two approvers approved; one more must
     create_sent = "create_sent"  # a create request is about to leave (counter committed)
     create_accepted = "create_accepted"  # the provider answered with a remote job
     create_replayed = "create_replayed"  # the provider replayed an earlier create for our token

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from jobwarden.models.actions import Decided
-from jobwarden.models.approvals import decide_approval, decide_window
+from jobwarden.models.approvals import decide_approval, decide_window, given_approvals
 from jobwarden.models.business_deadline import passed
 from jobwarden.models.cancel_requests import decide_cancel_request
 from jobwarden.models.errors import ApprovalRefusedError, LostRaceError, RefusedInputError
@@ -194,6 +194,10 @@ def _resubmit(rt: Runtime, operation_id: str, who: str, note: str, door: str) ->
     )
 
 
+class _HistoryMovedError(LostRaceError):
+    """The history grew after the approvals were read: read them again."""
+
+
 def approve(
     operation_id: str,
     fingerprint: str,
@@ -207,16 +211,56 @@ def approve(
     fingerprint differs (a changed payload needs a new approval), and its
     ApprovalRefusedError, naming the reason, when the approval window or the business
     deadline has passed. The create and result deadlines start at the approval.
+
+    Under the two-person rule (the contract's ``approvals_required = 2``) the first
+    approval is recorded and the state stays ``awaiting_approval``; the second, by
+    another person, moves it on. AnotherApproverNeededError names why an approver
+    cannot count (the submitter, or who already approved).
     """
     rt = runtime or current()
+    op_id = uuid.UUID(operation_id)
+    missing = f"operation {operation_id} is not awaiting approval"
+    for _ in range(HUMAN_ATTEMPTS):
+        try:
+            written = _as_person(
+                rt,
+                operation_id,
+                approver,
+                _approval(rt, op_id, fingerprint, approver, valid_for_seconds),
+                missing=missing,
+            )
+        except _HistoryMovedError:
+            continue
+        except ApprovalRefusedError:
+            # The window is over: end the operation now rather than at the next sweep, so
+            # whoever was refused sees it ended (approval_expired), not still waiting.
+            _close_window(rt, op_id)
+            raise
+        stored = written.stored
+        if stored.state is not S.awaiting_approval:
+            enqueue(rt, stored.operation_id, stored.state)
+        return stored.state.value
+    raise LostRaceError(f"operation {operation_id}: its approvals kept changing; ask again")
 
-    # When it began waiting (its intent, or its admission by a concurrency key): a fact in
-    # its append-only history, so reading it before the lease cannot go stale.
+
+def _approval(
+    rt: Runtime, op_id: uuid.UUID, fingerprint: str, approver: str, valid_for_seconds: float
+) -> Decide:
+    """The approval's decision, with what it needs from the history read beforehand."""
+    # When it began waiting (its intent, or its admission by a concurrency key) and the
+    # approvals given since: facts of its append-only history, read before the lease.
     with snapshot(rt.settings.database_url) as session:
-        since = store.entered_at(session, uuid.UUID(operation_id), S.awaiting_approval)
+        since = store.entered_at(session, op_id, S.awaiting_approval)
+        read = store.load(session, op_id)
+        given = given_approvals(store.events_for(session, op_id)) if read is not None else ()
 
     def approval(op: Operation, now: datetime) -> Decided:
-        window = timedelta(seconds=rt.contract(op.provider).limits.approval_window_seconds)
+        # Two approvers at once must not both count as the first: a history longer than
+        # the one read means another approval may have landed; read it again.
+        if read is not None and op.event_count != read.event_count:
+            raise _HistoryMovedError(str(op_id))
+        contract = rt.contract(op.provider)
+        window = timedelta(seconds=contract.limits.approval_window_seconds)
         return decide_approval(
             op,
             fingerprint=fingerprint,
@@ -225,18 +269,11 @@ def approve(
             valid_for=timedelta(seconds=valid_for_seconds),
             waiting_since=since or op.created_at,
             window=window,
+            required=contract.approvals_required,
+            given=given,
         )
 
-    missing = f"operation {operation_id} is not awaiting approval"
-    try:
-        stored = _as_person(rt, operation_id, approver, approval, missing=missing).stored
-    except ApprovalRefusedError:
-        # The window is over: end the operation now rather than at the next sweep, so
-        # whoever was refused sees it ended (approval_expired), not still waiting.
-        _close_window(rt, uuid.UUID(operation_id))
-        raise
-    enqueue(rt, stored.operation_id, stored.state)
-    return stored.state.value
+    return approval
 
 
 def _close_window(rt: Runtime, operation_id: uuid.UUID) -> None:

@@ -82,6 +82,10 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (out / "sandbox_approval.toml").write_text(
         _variant(base, "sandbox_approval", requires_approval="true")
     )
+    # The two-person rule (test_human.py): two distinct approvers before the create.
+    (out / "sandbox_two_approvers.toml").write_text(
+        _variant(base, "sandbox_two_approvers", requires_approval="true\napprovals_required = 2")
+    )
     # The approval window (test_human.py): a create deadline a wait for approval outlasts,
     # and a window that closes before anybody approves.
     (out / "sandbox_approval_short.toml").write_text(

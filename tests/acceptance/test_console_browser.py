@@ -3,7 +3,8 @@ Playwright, against the API process on a real uvicorn, real Celery workers and t
 sandbox provider. The browser is /usr/bin/chromium (never a downloaded one); one browser
 serves the whole module, a fresh context (cookies) per test.
 
-Each test saves screenshots of its pages under tests/artifacts/screenshots/ (gitignored).
+Each test saves full-page screenshots of its pages into the folder named by
+JOBWARDEN_SCREENSHOT_DIR when set (for a person to look at), else the test's tmp_path.
 Conventions: server-sent events (WHATWG HTML §9.2) keep the operation page live;
 Retry-After (RFC 9110 §10.2.3) windows are shaded on the timeline.
 """
@@ -20,7 +21,6 @@ from typing import Any
 import pytest
 from playwright.sync_api import sync_playwright
 
-from jobwarden.harness import REPO
 from tests.api_server import serving
 from tests.integration.api_helpers import make_token
 
@@ -36,7 +36,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-SCREENSHOTS = REPO / "tests" / "artifacts" / "screenshots"
 ALL = ["read", "submit", "cancel", "approve", "decide"]
 # Long enough for a worker to take a message and the sandbox to answer a few polls.
 SETTLE_MS = 30_000
@@ -80,9 +79,17 @@ def page(browser: Any, console_url: str, database_url: str, tenant: str) -> Iter
     context.close()
 
 
-def shot(tab: Any, name: str) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where this test's screenshots go (JOBWARDEN_SCREENSHOT_DIR, kept by tests/conftest.py)."""
+    named = os.environ.get("JOBWARDEN_SCREENSHOT_DIR")
+    folder = Path(named) if named else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def shot(tab: Any, folder: Path, name: str) -> Path:
+    path = folder / f"{name}.png"
     tab.screenshot(path=str(path), full_page=True)
     assert path.stat().st_size > 0
     return path
@@ -130,12 +137,12 @@ def wait_state(database_url: str, op_id: str, state: str) -> None:
 
 
 def test_an_escalated_operation_is_extended_from_the_queue_and_its_page_shows_polling_resume(
-    page: Any, database_url: str, tenant: str
+    page: Any, database_url: str, tenant: str, shots: Path
 ) -> None:
     op = submit(tenant, {"polls_to_finish": 7}, max_status_requests=4)
     wait_state(database_url, op, "escalated")
     page.reload()
-    shot(page, "needs_a_human_queue")
+    shot(page, shots, "needs_a_human_queue")
     group = page.locator('section[data-reason="request_budget_exhausted"]')
     assert group.locator(".count").inner_text() == "1"
     assert (
@@ -161,11 +168,11 @@ def test_an_escalated_operation_is_extended_from_the_queue_and_its_page_shows_po
     assert int(page.locator("#live").get_attribute("data-refreshed") or 0) >= 1
     assert "stopped: request_budget_exhausted" in (page.locator("#timeline").inner_html())
     assert "chain verified" in page.locator("#chain").inner_text()
-    shot(page, "operation_extended")
+    shot(page, shots, "operation_extended")
 
 
 def test_an_approval_page_shows_what_is_approved_and_approves_the_operation(
-    page: Any, database_url: str, tenant: str
+    page: Any, database_url: str, tenant: str, shots: Path
 ) -> None:
     op = submit(tenant, {"polls_to_finish": 1}, provider="sandbox_approval")
     wait_state(database_url, op, "awaiting_approval")
@@ -182,16 +189,16 @@ def test_an_approval_page_shows_what_is_approved_and_approves_the_operation(
     assert fingerprint in text and "valid until" in text and "once" in text
     assert "left" in page.locator("#approval-window").inner_text()
     assert '"kind": "export"' in page.locator("#command").inner_text()
-    shot(page, "approval_before")
+    shot(page, shots, "approval-page")
     page.click("#approve")
     page.wait_for_url(f"**/console/operations/{op}?done=approved")
     page.locator("#state", has_text="succeeded").wait_for()
     assert "approved" in page.locator("#story").inner_text()
-    shot(page, "approval_approved")
+    shot(page, shots, "approval-approved")
 
 
 def test_a_bulk_resume_shows_its_dry_run_count_then_resumes_each_operation(
-    page: Any, database_url: str, tenant: str
+    page: Any, database_url: str, tenant: str, shots: Path
 ) -> None:
     behaviour = {"polls_to_finish": 1, "status_errors": [{"code": 500, "count": 2}]}
     ops = [submit(tenant, behaviour, max_transport_failures=1) for _ in range(3)]
@@ -203,17 +210,17 @@ def test_a_bulk_resume_shows_its_dry_run_count_then_resumes_each_operation(
     page.select_option('select[name="option"]', "resume")
     page.click("#dry-run")
     assert page.locator("#dry-run-count").inner_text() == "3"
-    shot(page, "bulk_dry_run")
+    shot(page, shots, "bulk_dry_run")
     page.fill("#note", "provider outage over")
     page.click("#apply")
     assert "Applied resume to 3 operations; skipped 0." in page.locator("#bulk-result").inner_text()
-    shot(page, "bulk_applied")
+    shot(page, shots, "bulk_applied")
     for op in ops:
         wait_state(database_url, op, "succeeded")
 
 
 def test_the_timeline_of_a_503_with_retry_after_shades_the_window_with_no_request_inside(
-    page: Any, database_url: str, tenant: str
+    page: Any, database_url: str, tenant: str, shots: Path
 ) -> None:
     behaviour = {
         "polls_to_finish": 2,
@@ -227,7 +234,7 @@ def test_the_timeline_of_a_503_with_retry_after_shades_the_window_with_no_reques
     page.fill('input[name="remote_job_id"]', remote_job_id)
     page.click("#search")
     assert page.locator("#results tbody tr").count() == 1
-    shot(page, "search_by_remote_job")
+    shot(page, shots, "search_by_remote_job")
     page.click(f'#results a[href="/console/operations/{op}"]')
     page.wait_for_url(f"**/console/operations/{op}")
     window = page.locator("#timeline svg rect.retry-after")
@@ -242,4 +249,32 @@ def test_the_timeline_of_a_503_with_retry_after_shades_the_window_with_no_reques
     assert page.locator("#timeline g.deadline").count() == 1
     assert "budget:" in (page.locator("#timeline text.budget").text_content() or "")
     page.locator("#timeline").scroll_into_view_if_needed()
-    shot(page, "timeline_retry_after")
+    shot(page, shots, "timeline_retry_after")
+
+
+def test_a_running_operation_is_cancelled_from_its_page_and_the_provider_confirms(
+    page: Any, database_url: str, tenant: str, shots: Path
+) -> None:
+    # Many polls to finish: it is still running when the operator cancels it.
+    op = submit(tenant, {"polls_to_finish": 1000}, max_status_requests=1000)
+    wait_state(database_url, op, "observing")
+    page.goto(f"/console/operations/{op}")
+    form = page.locator("#cancel")
+    assert "Cancel" in form.inner_text()
+    # The reason is required: the browser itself refuses an empty one, nothing is sent.
+    page.click("#cancel-operation")
+    assert page.url.endswith(f"/console/operations/{op}")
+    assert state_of(database_url, op) == "observing"
+    page.fill("#cancel-reason", "the customer withdrew the export")
+    form.scroll_into_view_if_needed()
+    shot(page, shots, "cancel-form")
+    page.click("#cancel-operation")
+    page.wait_for_url(f"**/console/operations/{op}?done=cancel")
+    assert "Recorded: cancel." in page.locator("#done").inner_text()
+    # The worker asks the provider; its confirmation arrives over the live stream.
+    page.locator("#state", has_text="cancelled").wait_for()
+    story = page.locator("#story").inner_text()
+    assert "human:token:operator" in story and "the customer withdrew the export" in story
+    shot(page, shots, "cancel-recorded")
+    page.reload()
+    assert page.locator("#cancel").count() == 0

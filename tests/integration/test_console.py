@@ -433,3 +433,85 @@ def test_a_console_form_sent_as_json_is_refused(database_url: str, base_url: str
         answer = client.post(f"/console/operations/{op}/decisions", json={"option": "abandon"})
     assert answer.status_code == 415 and "x-www-form-urlencoded" in answer.text
     assert load(database_url, op).state is S.escalated
+
+
+def test_a_running_operation_is_cancelled_from_its_page_with_a_reason_recorded_as_theirs(
+    database_url: str, base_url: str
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.observing)
+    path = f"/console/operations/{op}"
+    with login(base_url, _token(database_url, tenant, "alice", ALL)) as client:
+        page = client.get(path).text
+        assert f'action="{path}/cancel"' in page and 'id="cancel-reason"' in page
+        csrf = _csrf(page)
+        before = load(database_url, op)
+        for blank in ("", "   "):
+            refused = client.post(f"{path}/cancel", data={"csrf": csrf, "reason": blank})
+            assert refused.status_code == 422 and "reason: a cancel needs a reason" in refused.text
+        missing = client.post(f"{path}/cancel", data={"csrf": csrf})
+        assert missing.status_code == 422 and "reason:" in missing.text
+        assert load(database_url, op).version == before.version
+        done = client.post(f"{path}/cancel", data={"csrf": csrf, "reason": "customer withdrew"})
+        assert (done.status_code, done.headers["location"]) == (303, f"{path}?done=cancel")
+        assert "Recorded: cancel." in client.get(done.headers["location"]).text
+    row = load(database_url, op)
+    assert (row.state, row.cancel_reason, row.cancel_requested_by) == (
+        S.cancel_requested,
+        "customer withdrew",
+        "token:alice",
+    )
+    with transaction(database_url) as session:
+        last = store.events_for(session, op)[-1].draft
+    assert (last.kind.value, last.actor) == ("cancel_requested", "human:token:alice")
+
+
+def test_a_cancel_without_the_session_csrf_token_or_the_cancel_scope_is_refused(
+    database_url: str, base_url: str
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.observing)
+    before = load(database_url, op)
+    path = f"/console/operations/{op}"
+    with login(base_url, _token(database_url, tenant, "alice", ALL)) as client:
+        for csrf in ("", "not-the-token"):
+            answer = client.post(f"{path}/cancel", data={"csrf": csrf, "reason": "stop"})
+            assert answer.status_code == 403 and "csrf" in answer.text
+    # The HTTP cancel's scope: a reader sees no form, and its POST is refused.
+    reader = ["read", "approve", "decide"]
+    with login(base_url, _token(database_url, tenant, "reader", reader)) as client:
+        page = client.get(path).text
+        assert 'id="cancel-reason"' not in page
+        answer = client.post(f"{path}/cancel", data={"csrf": _csrf(page), "reason": "stop"})
+        assert answer.status_code == 403 and "lacks the &#39;cancel&#39; scope" in answer.text
+    after = load(database_url, op)
+    assert (after.version, after.state) == (before.version, before.state)
+
+
+def test_an_ended_operation_offers_no_cancel_and_a_cancel_posted_anyway_is_a_409(
+    database_url: str, base_url: str
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.succeeded)
+    before = load(database_url, op)
+    path = f"/console/operations/{op}"
+    with login(base_url, _token(database_url, tenant, "alice", ALL)) as client:
+        page = client.get(path).text
+        assert f'action="{path}/cancel"' not in page
+        answer = client.post(f"{path}/cancel", data={"csrf": _csrf(page), "reason": "late"})
+        assert answer.status_code == 409
+        assert "the operation has ended (succeeded)" in answer.text
+    assert load(database_url, op).version == before.version
+
+
+def test_an_operation_awaiting_approval_cancelled_from_the_console_ends_abandoned(
+    database_url: str, base_url: str
+) -> None:
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.awaiting_approval)
+    path = f"/console/operations/{op}"
+    with login(base_url, _token(database_url, tenant, "alice", ALL)) as client:
+        csrf = _page_csrf(client, path)
+        done = client.post(f"{path}/cancel", data={"csrf": csrf, "reason": "not tonight"})
+        assert done.status_code == 303, done.text
+    assert load(database_url, op).state is S.abandoned
