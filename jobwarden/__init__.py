@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from jobwarden.models.escalation import Option, OptionKind
     from jobwarden.tasks.intake import SubmitOutcome, SubmitResult
     from jobwarden.tasks.intake import submit_operation as submit
-    from jobwarden.tasks.interventions import approve
+    from jobwarden.tasks.interventions import Decision, approve
     from jobwarden.tasks.interventions import decide_escalation as decide
     from jobwarden.tasks.interventions import escalation_options as options
     from jobwarden.tasks.interventions import request_cancel as cancel
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     __version__: str
 
 __all__ = [
+    "Decision",
     "GiveUpError",
     "InvalidSubmissionError",
     "JobwardenError",
@@ -66,6 +67,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "approve": ("jobwarden.tasks.interventions", "approve"),
     "decide": ("jobwarden.tasks.interventions", "decide_escalation"),
     "options": ("jobwarden.tasks.interventions", "escalation_options"),
+    "Decision": ("jobwarden.tasks.interventions", "Decision"),
     "Option": ("jobwarden.models.escalation", "Option"),
     "OptionKind": ("jobwarden.models.escalation", "OptionKind"),
     "JobwardenError": ("jobwarden.models.errors", "JobwardenError"),

@@ -27,6 +27,7 @@ PUBLIC = {
     "approve": ("jobwarden.tasks.interventions", "approve"),
     "decide": ("jobwarden.tasks.interventions", "decide_escalation"),
     "options": ("jobwarden.tasks.interventions", "escalation_options"),
+    "Decision": ("jobwarden.tasks.interventions", "Decision"),
     "Option": ("jobwarden.models.escalation", "Option"),
     "OptionKind": ("jobwarden.models.escalation", "OptionKind"),
     "JobwardenError": ("jobwarden.models.errors", "JobwardenError"),
@@ -56,6 +57,7 @@ def _fresh(code: str) -> str:
 
 def test_all_lists_exactly_the_public_names() -> None:
     assert jobwarden.__all__ == [
+        "Decision",
         "GiveUpError",
         "InvalidSubmissionError",
         "JobwardenError",
