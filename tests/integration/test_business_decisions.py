@@ -337,3 +337,41 @@ def test_the_cli_accepts_a_kept_result_and_history_says_it_was_not_validated(
     assert done.stdout.strip() == "result_accepted"
     story = _cli("history", str(op)).stdout
     assert f"result accepted as it is, not validated (sha256 {KEPT_SHA}" in story
+
+
+@pytest.fixture(scope="module")
+def console_url(database_url: str) -> Iterator[str]:
+    from jobwarden.api.app import create_app
+
+    with serving(create_app()) as url:
+        yield url
+
+
+def test_the_console_resubmits_and_both_pages_link_to_each_other(
+    database_url: str, console_url: str
+) -> None:
+    from tests.integration.test_console import _csrf, _token, login
+
+    tenant = tenant_name()
+    old = insert_operation(database_url, tenant, S.failed)
+    with login(console_url, _token(database_url, tenant, "ops", ALL)) as browser:
+        page = browser.get(f"/console/operations/{old}")
+        assert 'data-option="resubmit"' in page.text
+        blank = browser.post(
+            f"/console/operations/{old}/decisions",
+            data={"csrf": _csrf(page.text), "option": "resubmit", "note": " "},
+        )
+        assert blank.status_code == 422 and "note" in blank.text
+        done = browser.post(
+            f"/console/operations/{old}/decisions",
+            data={"csrf": _csrf(page.text), "option": "resubmit", "note": "input fixed"},
+        )
+        assert done.status_code == 303, done.text
+        new = load(database_url, old).resubmitted_as
+        assert new is not None
+        after = browser.get(done.headers["location"]).text
+        assert f'id="resubmitted-as" href="/console/operations/{new}"' in after
+        assert 'data-option="resubmit"' not in after  # made once
+        child = browser.get(f"/console/operations/{new}").text
+        assert f'id="resubmit-of" href="/console/operations/{old}"' in child
+    assert _events(database_url, old)[-1].actor == "human:token:ops"
