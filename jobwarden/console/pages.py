@@ -42,10 +42,7 @@ def time_left(deadline: datetime | None, now: datetime) -> str:
     if deadline is None:
         return "-"
     seconds = (deadline - now).total_seconds()
-    amount = abs(seconds)
-    text = f"{amount:.0f} s" if amount < 120 else f"{amount / 60:.0f} min"
-    if amount >= 7200:
-        text = f"{amount / 3600:.1f} h"
+    text = _span(timedelta(seconds=abs(seconds)))
     return f"{text} left" if seconds >= 0 else f"passed {text} ago"
 
 
@@ -203,16 +200,7 @@ def operation_page(
                 limits.max_result_fetches if limits else None,
             ),
         ],
-        deadlines=[
-            (name, at, time_left(at, now))
-            for name, at in (
-                ("create", row.create_deadline),
-                ("result", row.result_deadline),
-                ("cancel", row.cancel_deadline),
-                ("collect", row.collect_deadline),
-                ("next poll", row.next_poll_at),
-            )
-        ],
+        deadlines=_deadlines(row, _waiting_since(row, events), now),
         story=[
             StoryLine(
                 at=ev.draft.at,
@@ -241,6 +229,49 @@ def operation_page(
         timeline_svg=render_svg(timeline),
         create_request=shown_create_request(ctx, row) if ctx is not None else None,
     )
+
+
+# Before approval (or admission) the provider's deadlines are not running: they move by
+# the wait when it ends (models/approvals.py), so a countdown now would be a promise the
+# page cannot keep.
+NOT_STARTED = frozenset({S.awaiting_approval, S.queued})
+
+
+def _waiting_since(row: Operation, events: list[ChainedEvent]) -> datetime:
+    """When the operation entered the state it waits in (its intent, or its admission)."""
+    entered = [e.draft.at for e in events if e.draft.to_state == row.state.value]
+    return entered[-1] if entered else row.created_at
+
+
+def _deadlines(
+    row: Operation, since: datetime, now: datetime
+) -> list[tuple[str, datetime | None, str]]:
+    waiting = row.state in NOT_STARTED
+    shown: list[tuple[str, datetime | None, str]] = []
+    for name, at in (
+        ("create", row.create_deadline),
+        ("result", row.result_deadline),
+        ("cancel", row.cancel_deadline),
+        ("collect", row.collect_deadline),
+    ):
+        if waiting and at is not None and name in ("create", "result"):
+            span = at - since
+            started = "approved" if row.state is S.awaiting_approval else "admitted"
+            shown.append((name, None, f"{_span(span)} from when it is {started}"))
+        else:
+            shown.append((name, at, time_left(at, now)))
+    timer = "approval window" if row.state is S.awaiting_approval else "next poll"
+    shown.append((timer, row.next_poll_at, time_left(row.next_poll_at, now)))
+    return shown
+
+
+def _span(span: timedelta) -> str:
+    seconds = max(span.total_seconds(), 0.0)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def refuses_self_approval(row: Operation, principal: Principal, required: int = 1) -> bool:

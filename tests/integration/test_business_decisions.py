@@ -375,3 +375,18 @@ def test_the_console_resubmits_and_both_pages_link_to_each_other(
         child = browser.get(f"/console/operations/{new}").text
         assert f'id="resubmit-of" href="/console/operations/{old}"' in child
     assert _events(database_url, old)[-1].actor == "human:token:ops"
+
+
+def test_the_approval_page_says_the_provider_deadlines_start_at_the_approval(
+    database_url: str, console_url: str
+) -> None:
+    from tests.integration.test_console import _token, login
+
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.awaiting_approval)
+    with login(console_url, _token(database_url, tenant, "ops", ALL)) as browser:
+        page = browser.get(f"/console/operations/{op}").text
+    # insert_operation: a create deadline 5 min after submission, counted from approval.
+    assert "<td>create</td><td>-</td><td>5 min from when it is approved</td>" in page
+    assert 'data-deadline="approval window"' in page
+    assert "left</td>" not in page.split('data-deadline="create"')[1].split("</tr>")[0]
