@@ -24,6 +24,7 @@ import pytest
 from jobwarden.harness import REPO, Stack, wait_for
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
 from jobwarden.sandbox.server import SandboxServer
+from tests.integration.notify_helpers import Receiver, receiving
 from tests.spector_server import SpectorServer
 
 TOKEN = secrets.token_hex(8)
@@ -261,9 +262,39 @@ def sandbox() -> Iterator[SandboxServer]:
     server.stop()
 
 
+# The tenant whose operations notify a receiver (tests/acceptance/test_notifications.py);
+# every other tenant has no target, so its outbox rows end no_target.
+NOTIFIED_TENANT = "acceptance-notified"
+NOTIFY_SECRET = "whsec_" + base64.b64encode(b"acceptance-notification-secret!!").decode()
+
+
+@pytest.fixture(scope="session")
+def notification_receiver() -> Iterator[Receiver]:
+    """A real HTTP receiver for the workers' notification relay, for the whole session."""
+    with receiving() as receiver:
+        yield receiver
+
+
+@pytest.fixture(scope="session")
+def notifications_file(
+    tmp_path_factory: pytest.TempPathFactory, notification_receiver: Receiver
+) -> Path:
+    path = tmp_path_factory.mktemp("notify") / "notifications.toml"
+    path.write_text(
+        f"[tenants.{NOTIFIED_TENANT}]\n"
+        f'url = "{notification_receiver.url}/hook"\n'
+        'secret_env = "JW_ACCEPTANCE_NOTIFY_SECRET"\n'
+    )
+    return path
+
+
 @pytest.fixture(scope="package")
 def worker_env(
-    database_url: str, sandbox: SandboxServer, providers_dir: Path, spector: SpectorServer
+    database_url: str,
+    sandbox: SandboxServer,
+    providers_dir: Path,
+    spector: SpectorServer,
+    notifications_file: Path,
 ) -> Iterator[dict[str, str]]:
     """The workers' settings, also this process's for the package: restored afterwards, so
     the tests that run after acceptance (integration, unit) see the shipped contracts and
@@ -286,6 +317,10 @@ def worker_env(
         # The mocks check no credential; the contracts still require one by reference.
         "JOBWARDEN_AZURE_ARM_TOKEN": TOKEN,
         "JOBWARDEN_AZURE_KEY": TOKEN,
+        # Beat's relay delivers the outbox to the session's receiver (one tenant has it).
+        "JOBWARDEN_NOTIFICATIONS_FILE": str(notifications_file),
+        "JOBWARDEN_NOTIFY_INTERVAL_SECONDS": "0.5",
+        "JW_ACCEPTANCE_NOTIFY_SECRET": NOTIFY_SECRET,
     }
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)

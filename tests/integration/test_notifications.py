@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import secrets
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -181,17 +180,16 @@ def test_a_step_escalates_while_the_receiver_hangs_and_its_notification_is_merel
     second = insert_operation(database_url, tenant, S.observing, at)
     escalate_on_a_step_connection(database_url, first, at)
     with hanging() as receiver:
-        relay = _relay(database_url, _webhook(tenant, receiver.url, secret_env[0]), timeout=5.0)
+        relay = _relay(database_url, _webhook(tenant, receiver.url, secret_env[0]), timeout=10.0)
         sending = threading.Thread(target=relay_once, args=(relay,), kwargs={"now": at})
         sending.start()
         assert receiver.arrived.wait(timeout=10), "the relay never reached the receiver"
-        # The relay is stuck on the receiver; a step's stop is written meanwhile.
-        started = time.monotonic()
+        # The relay is stuck on the receiver; a step's stop is written meanwhile and
+        # returns while the relay still is (no clock: the relay's thread is the witness).
         stopped = escalate_on_a_step_connection(database_url, second, at)
-        took = time.monotonic() - started
         still_sending = sending.is_alive()
-        sending.join(timeout=15)
-    assert stopped.state is S.escalated and still_sending and took < 5.0
+        sending.join(timeout=30)
+    assert stopped.state is S.escalated and still_sending
     (pending,) = [r for r in outbox_rows(database_url, second) if r["channel"] == "webhook"]
     assert pending["status"] == "pending" and pending["attempts"] == 0
     (timed_out,) = [r for r in outbox_rows(database_url, first) if r["channel"] == "webhook"]
