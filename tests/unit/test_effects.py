@@ -829,7 +829,12 @@ def check(op: Operation, p: Plan, answer: RawResponse | None) -> Operation:
     if stored.state in TERMINAL | AUTOMATION_STOPPED:
         assert stored.next_poll_at is None  # nothing wakes a stopped operation
     if p.result is not None:
-        assert stored.state is S.succeeded
+        # Bytes are stored with a validated success, or kept (the provider's, read whole)
+        # with a validation failure a person may still accept; never with any other end.
+        verdict = p.result.verdict
+        assert (stored.state is S.succeeded and verdict.valid) or (
+            stored.state is S.result_validation_failed and not verdict.valid and verdict.keepable
+        )
     return stored
 
 
