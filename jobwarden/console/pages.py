@@ -258,6 +258,8 @@ def _deadlines(
             span = at - since
             started = "approved" if row.state is S.awaiting_approval else "admitted"
             shown.append((name, None, f"{_span(span)} from when it is {started}"))
+        elif row.state in TERMINAL:
+            shown.append((name, at, "-"))  # ended: no deadline is running any more
         else:
             shown.append((name, at, time_left(at, now)))
     timer = "approval window" if row.state is S.awaiting_approval else "next poll"

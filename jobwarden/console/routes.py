@@ -46,6 +46,7 @@ HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 router = APIRouter(prefix="/console", include_in_schema=False)
 STOPPED = {s.value for s in TERMINAL | AUTOMATION_STOPPED} | {S.awaiting_approval.value}
+ENDED = {s.value for s in TERMINAL}
 MAX_FORM_FIELD = 2000
 # An idle stream sends a comment this often, so a vanished viewer is noticed and dropped.
 KEEPALIVE_SECONDS = 15.0
@@ -259,7 +260,10 @@ async def operation_stream(request: Request, operation_id: str) -> StreamingResp
                     return
                 yield sse("changed", json.dumps({"version": marker.version, "state": marker.state}))
                 if marker.state in STOPPED:
-                    yield sse("end", json.dumps({"state": marker.state}))
+                    # ``ended``: nothing may be asked of it any more (the page drops its
+                    # cancel form, which sits outside the part that is swapped in).
+                    ended = marker.state in ENDED
+                    yield sse("end", json.dumps({"state": marker.state, "ended": ended}))
                     return
 
     return StreamingResponse(

@@ -273,6 +273,8 @@ def test_a_running_operation_is_cancelled_from_its_page_and_the_provider_confirm
     assert "Recorded: cancel." in page.locator("#done").inner_text()
     # The worker asks the provider; its confirmation arrives over the live stream.
     page.locator("#state", has_text="cancelled").wait_for()
+    # Ended: the stream's end takes the cancel form away without a reload.
+    page.locator("#cancel").wait_for(state="detached")
     story = page.locator("#story").inner_text()
     assert "human:token:operator" in story and "the customer withdrew the export" in story
     shot(page, shots, "cancel-recorded")

@@ -357,7 +357,7 @@ def test_the_stream_sends_the_current_version_then_ends_for_a_stopped_operation(
         assert answer.headers["content-type"].startswith("text/event-stream")
         text = "".join(answer.iter_text())
     assert f'event: changed\ndata: {{"version": {version}, "state": "escalated"}}\n\n' in text
-    assert text.endswith('event: end\ndata: {"state": "escalated"}\n\n')
+    assert text.endswith('event: end\ndata: {"state": "escalated", "ended": false}\n\n')
 
 
 def test_the_console_shows_a_command_with_its_secrets_redacted(

@@ -23,9 +23,12 @@ document.addEventListener("DOMContentLoaded", function () {
     shown = version;
     live.dataset.version = String(version);
   });
-  source.addEventListener("end", function () {
+  source.addEventListener("end", function (e) {
     source.close();
     refresh();
     live.dataset.live = "ended";
+    // An ended operation can no longer be cancelled: its form goes with the stream.
+    var cancel = document.getElementById("cancel");
+    if (cancel && JSON.parse(e.data).ended) cancel.remove();
   });
 });
