@@ -26,11 +26,15 @@ from typing import Any, Final
 
 from jobwarden.models.contract import ProviderContract, ResultSpec
 from jobwarden.models.digests import DigestCheck, Digester
+from jobwarden.models.item_outcomes import (
+    ItemRefusedError,
+    Tally,
+    cross_check,
+    has_item_rules,
+    number,
+)
 from jobwarden.models.origins import on_allowed_origin
-from jobwarden.models.pointers import MISSING, Missing, resolve_pointer
-
-# Failed items' references recorded in the summary; the stored result keeps every item.
-MAX_FAILED_REFS: Final = 100
+from jobwarden.models.pointers import MISSING, resolve_pointer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,7 +45,8 @@ class ResultVerdict:
     size_bytes: int
     record_count: int | None = None
     succeeded_items: int | None = None
-    failed_items: list[Any] = field(default_factory=list)
+    failed_items: list[Any] = field(default_factory=list)  # the first MAX_FAILED_KEPT
+    failed_more: int = 0  # failed items counted past those kept (all are in the object)
     failed_refs: tuple[Any, ...] = ()  # the first MAX_FAILED_REFS failed items' references
     # Failed items the status body counts in a file that was not fetched (OpenAI error file).
     failed_elsewhere: int = 0
@@ -57,7 +62,7 @@ class ResultVerdict:
 
     @property
     def failed_count(self) -> int:
-        return len(self.failed_items) + self.failed_elsewhere
+        return len(self.failed_items) + self.failed_more + self.failed_elsewhere
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -70,7 +75,7 @@ class ResultVerdict:
             "failed_item_count": self.failed_count,
             "failed_item_refs": list(self.failed_refs),
         }
-        omitted = len(self.failed_items) - len(self.failed_refs)
+        omitted = len(self.failed_items) + self.failed_more - len(self.failed_refs)
         if omitted > 0:
             out["failed_item_refs_omitted"] = omitted
         if self.failed_file is not None:
@@ -95,10 +100,6 @@ def promised_checksum_key(spec: ResultSpec) -> str:
     return f"expected_{spec.checksum_algorithm.value}"
 
 
-class _RefusedError(Exception):
-    """One item no rule can read; raised inside this module only, caught by _outcomes."""
-
-
 def validate_result(
     spec: ResultSpec,
     *,
@@ -117,204 +118,199 @@ def validate_result(
     status body's digest; ``headers`` (lower-cased) carry the result response's digests;
     ``body_problem`` is the edge's word for a body it could not read whole ("too_large").
     Never raises on provider input: every fault is a verdict with ``valid = False``.
+    The bytes in hand are one chunk of ``ResultScan``, which judges a streamed result.
     """
-    promised = dict(promised or {})
-    if expected_sha256 is not None:
-        promised.setdefault("expected_sha256", expected_sha256)
-    refused = ResultVerdict(
-        valid=False,
-        problem=None,
-        sha256=hashlib.sha256(content).hexdigest(),
-        size_bytes=len(content),
+    scan = ResultScan(
+        spec,
+        content_type=content_type,
+        expected_sha256=expected_sha256,
+        declared_record_count=declared_record_count,
+        promised=promised,
+        headers=headers,
     )
-    # An oversize body is cut at the limit: it must say so, never look like a bad checksum.
-    if body_problem == "too_large" or len(content) > spec.max_bytes:
-        return replace(refused, problem=f"result exceeds {spec.max_bytes} bytes", keepable=False)
-    if body_problem is not None:
-        return replace(refused, problem=f"result body unreadable ({body_problem})", keepable=False)
-    digester = Digester(spec, headers or {})
-    digester.update(content)
-    report = digester.report(promised.get(promised_checksum_key(spec), MISSING))
-    refused = replace(refused, digests=report.checks, integrity_notes=report.notes)
-    if report.problem is not None:
-        return replace(refused, problem=report.problem, keepable=False)
-    if spec.content_type:
-        if content_type is None:
-            return replace(refused, problem=f"no content type; expected {spec.content_type!r}")
-        if content_type.split(";")[0].strip().lower() != spec.content_type.lower():
-            problem = f"content type {content_type!r}, expected {spec.content_type!r}"
-            return replace(refused, problem=problem)
-    return _outcomes(spec, content, promised, declared_record_count, refused)
+    scan.feed(content)
+    return scan.finish(body_problem)
 
 
-def _parse(spec: ResultSpec, content: bytes) -> tuple[object, str] | str:
-    """The document (for JSON Lines: the list of lines) and what one item is called,
-    or the problem."""
-    try:
-        text = content.decode()
-    except UnicodeDecodeError:
-        return "result is not valid JSON (not UTF-8)"
-    # A hostile result nested thousands deep exhausts the parser's recursion: that is an
-    # invalid result (result_validation_failed), not a crashed collect step.
-    if not spec.jsonl:
+# A JSON document is parsed whole, so it is held whole: up to this many bytes (JSON Lines
+# are judged line by line and held one line at a time, each at most this long).
+DOCUMENT_LIMIT: Final = 64 * 1024 * 1024
+
+
+class ResultScan:
+    """One result judged as its bytes arrive, in the order ``validate_result`` states.
+
+    ``feed`` each chunk (decoded, as stored), then ``finish`` once. Memory stays near one
+    chunk plus one JSON Lines line whatever the result's size; a JSON document is held
+    up to ``DOCUMENT_LIMIT``. Hashes and counts cover every byte fed, so the verdict's
+    sha256 and size are those of the bytes the shell stored alongside.
+    """
+
+    def __init__(
+        self,
+        spec: ResultSpec,
+        *,
+        content_type: str | None,
+        expected_sha256: str | None = None,
+        declared_record_count: int | None = None,
+        promised: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self._spec = spec
+        self._content_type = content_type
+        self._declared_count = declared_record_count
+        self._promised = dict(promised or {})
+        if expected_sha256 is not None:
+            self._promised.setdefault("expected_sha256", expected_sha256)
+        self._digester = Digester(spec, headers or {})
+        self._sha256 = hashlib.sha256()
+        self.size = 0
+        # The JSON document so far, or the JSON Lines line in progress.
+        self._held = bytearray()
+        self._line = 0  # JSON Lines: lines read, for the messages
+        self._tally = Tally()
+        self._problem: str | None = None  # the first parse or item problem
+
+    def feed(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        self._sha256.update(chunk)
+        self._digester.update(chunk)
+        if self.size > self._spec.max_bytes or self._problem is not None:
+            return  # refused already: only the digest and the size still count
+        self._held += chunk
+        if self._spec.jsonl:
+            self._lines()
+        elif len(self._held) > DOCUMENT_LIMIT:
+            self._refuse(f"a JSON document over {DOCUMENT_LIMIT} bytes is not read whole")
+
+    def _refuse(self, problem: str) -> None:
+        self._problem = problem
+        self._held = bytearray()
+
+    def _lines(self) -> None:
+        start = 0
+        while (end := self._held.find(b"\n", start)) >= 0 and self._problem is None:
+            self._line_item(bytes(self._held[start:end]))
+            start = end + 1
+        del self._held[:start]
+        if self._problem is None and len(self._held) > DOCUMENT_LIMIT:
+            self._refuse(f"result line {self._line + 1} is longer than {DOCUMENT_LIMIT} bytes")
+
+    def _line_item(self, raw: bytes) -> None:
+        self._line += 1
         try:
-            return json.loads(text), "item"
+            text = raw.decode()
+        except UnicodeDecodeError:
+            self._refuse("result is not valid JSON (not UTF-8)")
+            return
+        if not text.strip():
+            return
+        # A hostile line nested thousands deep exhausts the parser's recursion: that is an
+        # invalid result (result_validation_failed), not a crashed collect step.
+        try:
+            item = json.loads(text)
         except RecursionError:
-            return "result is nested too deeply to be read"
+            self._refuse(f"result line {self._line} is nested too deeply to be read")
+            return
         except ValueError:
-            return "result is not valid JSON"
-    lines = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                lines.append(json.loads(line))
-            except RecursionError:
-                return f"result line {number} is nested too deeply to be read"
-            except ValueError:
-                return f"result line {number} is not valid JSON"
-    return lines, "line"
+            self._refuse(f"result line {self._line} is not valid JSON")
+            return
+        try:
+            self._tally.add(self._spec, item, f"line {self._tally.ok + self._tally.failed + 1}")
+        except ItemRefusedError as unreadable:
+            self._refuse(str(unreadable))
 
-
-def _number(value: object | Missing) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _ref(spec: ResultSpec, item: object, where: str) -> Any:
-    """A failed item's reference: the contract's pointer, a usual key, the value, or its place."""
-    if spec.item_ref_pointer is not None:
-        ref = resolve_pointer(item, spec.item_ref_pointer)
-        return where if isinstance(ref, Missing) or ref is None else ref
-    if isinstance(item, dict):
-        for key in ("ref", "id", "custom_id", "key"):
-            if item.get(key) is not None:
-                return item[key]
-        return where
-    return item if isinstance(item, str | int | float) else where
-
-
-def _status_text(value: object) -> str | None:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value) if isinstance(value, str | int | float) else None
-
-
-def _failed(spec: ResultSpec, item: object, where: str) -> bool:
-    """One item's outcome by the contract's per-item rules; refuses what no rule can read."""
-    failed = False
-    if spec.item_status_pointer is not None:
-        status = _status_text(resolve_pointer(item, spec.item_status_pointer))
-        if status is None:
-            raise _RefusedError(f"{where} has no status at {spec.item_status_pointer}")
-        failed = status in spec.item_failed_values
-        if not failed and spec.item_succeeded_values and status not in spec.item_succeeded_values:
-            # Unknown is a state, not a guess: a finished result holds only known outcomes.
-            raise _RefusedError(f"{where} has status {status!r}, neither succeeded nor failed")
-    if spec.item_error_pointer is not None:
-        error = resolve_pointer(item, spec.item_error_pointer)
-        failed = failed or not (isinstance(error, Missing) or error is None)
-    if spec.item_status_code_pointer is not None:
-        code = resolve_pointer(item, spec.item_status_code_pointer)
-        if not (isinstance(code, Missing) or code is None):
-            number = _number(code)
-            if number is None:
-                pointer = spec.item_status_code_pointer
-                raise _RefusedError(f"{where} has a status code that is not a number at {pointer}")
-            failed = failed or number >= 400
-    return failed
-
-
-def _outcomes(
-    spec: ResultSpec,
-    content: bytes,
-    promised: Mapping[str, Any],
-    declared_record_count: int | None,
-    refused: ResultVerdict,
-) -> ResultVerdict:
-    parsed = _parse(spec, content)
-    if isinstance(parsed, str):
-        return replace(refused, problem=parsed)
-    doc, noun = parsed
-    items = resolve_pointer(doc, spec.items_pointer) if spec.items_pointer is not None else doc
-    if spec.items_pointer is not None and not isinstance(items, list):
-        return replace(refused, problem=f"result has no item list at {spec.items_pointer}")
-    rules = spec.item_status_pointer or spec.item_error_pointer or spec.item_status_code_pointer
-    if rules and not isinstance(items, list):
-        return replace(refused, problem="result is not a list of items")
-    succeeded: list[Any] = []
-    failed: list[Any] = []
-    refs: list[Any] = []
-    try:
-        for index, item in enumerate(items if isinstance(items, list) else []):
-            where = f"{noun} {index + 1}"
-            if rules and _failed(spec, item, where):
-                failed.append(item)
-                if len(refs) < MAX_FAILED_REFS:
-                    refs.append(_ref(spec, item, where))
-            else:
-                succeeded.append(item)
-    except _RefusedError as unreadable:
-        return replace(refused, problem=str(unreadable))
-    if spec.failed_items_pointer is not None:
-        separate = resolve_pointer(doc, spec.failed_items_pointer)
-        for index, item in enumerate(separate if isinstance(separate, list) else []):
-            failed.append(item)
-            if len(refs) < MAX_FAILED_REFS:
-                refs.append(_ref(spec, item, f"failed {noun} {index + 1}"))
-    ok_count = len(succeeded) if isinstance(items, list) else None
-    count = declared_record_count
-    if spec.record_count_pointer is not None:
-        in_body = _number(resolve_pointer(doc, spec.record_count_pointer))
-        count = count if in_body is None else in_body
-    declared: dict[str, int] = dict(promised.get("declared_counts") or {})
-    failed_file = promised.get("error_file")
-    elsewhere = 0
-    if isinstance(failed_file, str) and "failed" in declared:
-        # OpenAI Batch: failed requests are in error_file_id; the status body counts them.
-        elsewhere = max(0, declared["failed"] - len(failed))
-    verdict = replace(
-        refused,
-        record_count=count,
-        succeeded_items=ok_count,
-        failed_items=failed,
-        failed_refs=tuple(refs),
-        failed_elsewhere=elsewhere,
-        failed_file=failed_file if isinstance(failed_file, str) else None,
-        declared_counts=declared,
-    )
-    failed_count = verdict.failed_count
-    if count is not None and ok_count is not None and ok_count + len(failed) != count:
-        problem = f"record count {count} but {ok_count} items and {len(failed)} failed"
-        return replace(verdict, problem=problem)
-    disagreement = _cross_check(declared, ok_count, failed_count)
-    if disagreement is not None:
-        return replace(verdict, problem=disagreement)
-    total = (ok_count or 0) + failed_count
-    if total and failed_count / total > spec.max_failed_fraction:
-        return replace(verdict, problem=f"{failed_count} of {total} items failed")
-    return replace(verdict, valid=True)
-
-
-def _cross_check(declared: Mapping[str, int], ok: int | None, failed: int) -> str | None:
-    """The status body's counts against the items found; a disagreement names both."""
-    completed, failed_declared, total = (declared.get(k) for k in ("completed", "failed", "total"))
-    if (
-        completed is not None
-        and failed_declared is not None
-        and total is not None
-        and completed + failed_declared != total
-    ):
-        return (
-            f"the status body's counts disagree: {completed} completed + "
-            f"{failed_declared} failed is not {total} in total"
+    def finish(self, body_problem: str | None = None) -> ResultVerdict:
+        """The verdict over every byte fed; never raises on provider input."""
+        spec = self._spec
+        refused = ResultVerdict(
+            valid=False, problem=None, sha256=self._sha256.hexdigest(), size_bytes=self.size
         )
-    if ok is None:
-        return None
-    if completed is not None and completed != ok:
-        return f"the status body says {completed} completed, the result has {ok} succeeded items"
-    if failed_declared is not None and failed_declared != failed:
-        return (
-            f"the status body says {failed_declared} failed, the result has {failed} failed items"
+        # An oversize body is cut at the limit: it must say so, never look like a bad checksum.
+        if body_problem == "too_large" or self.size > spec.max_bytes:
+            return replace(
+                refused, problem=f"result exceeds {spec.max_bytes} bytes", keepable=False
+            )
+        if body_problem is not None:
+            problem = f"result body unreadable ({body_problem})"
+            return replace(refused, problem=problem, keepable=False)
+        report = self._digester.report(self._promised.get(promised_checksum_key(spec), MISSING))
+        refused = replace(refused, digests=report.checks, integrity_notes=report.notes)
+        if report.problem is not None:
+            return replace(refused, problem=report.problem, keepable=False)
+        ctype = self._content_type
+        if spec.content_type:
+            if ctype is None:
+                return replace(refused, problem=f"no content type; expected {spec.content_type!r}")
+            if ctype.split(";")[0].strip().lower() != spec.content_type.lower():
+                problem = f"content type {ctype!r}, expected {spec.content_type!r}"
+                return replace(refused, problem=problem)
+        if spec.jsonl and self._problem is None and self._held:
+            self._line_item(bytes(self._held))  # the last line needs no newline
+        if self._problem is not None:
+            return replace(refused, problem=self._problem)
+        if spec.jsonl:
+            return self._judged(refused, listed=True, doc=None)
+        return self._document(refused)
+
+    def _document(self, refused: ResultVerdict) -> ResultVerdict:
+        spec, tally = self._spec, self._tally
+        try:
+            doc = json.loads(bytes(self._held).decode())
+        except UnicodeDecodeError:
+            return replace(refused, problem="result is not valid JSON (not UTF-8)")
+        except RecursionError:
+            return replace(refused, problem="result is nested too deeply to be read")
+        except ValueError:
+            return replace(refused, problem="result is not valid JSON")
+        items = resolve_pointer(doc, spec.items_pointer) if spec.items_pointer is not None else doc
+        if spec.items_pointer is not None and not isinstance(items, list):
+            return replace(refused, problem=f"result has no item list at {spec.items_pointer}")
+        if has_item_rules(spec) and not isinstance(items, list):
+            return replace(refused, problem="result is not a list of items")
+        try:
+            for index, item in enumerate(items if isinstance(items, list) else []):
+                tally.add(spec, item, f"item {index + 1}")
+        except ItemRefusedError as unreadable:
+            return replace(refused, problem=str(unreadable))
+        if spec.failed_items_pointer is not None:
+            separate = resolve_pointer(doc, spec.failed_items_pointer)
+            for index, item in enumerate(separate if isinstance(separate, list) else []):
+                tally.fail(spec, item, f"failed item {index + 1}")
+        return self._judged(refused, listed=isinstance(items, list), doc=doc)
+
+    def _judged(self, refused: ResultVerdict, *, listed: bool, doc: object) -> ResultVerdict:
+        """The counts: the record count, the status body's counts, the failed fraction."""
+        spec, tally, promised = self._spec, self._tally, self._promised
+        ok_count = tally.ok if listed else None
+        count = self._declared_count
+        if spec.record_count_pointer is not None and doc is not None:
+            in_body = number(resolve_pointer(doc, spec.record_count_pointer))
+            count = count if in_body is None else in_body
+        declared: dict[str, int] = dict(promised.get("declared_counts") or {})
+        failed_file = promised.get("error_file")
+        elsewhere = 0
+        if isinstance(failed_file, str) and "failed" in declared:
+            # OpenAI Batch: failed requests are in error_file_id; the status body counts them.
+            elsewhere = max(0, declared["failed"] - tally.failed)
+        verdict = replace(
+            refused,
+            record_count=count,
+            succeeded_items=ok_count,
+            failed_items=list(tally.failed_kept),
+            failed_more=tally.failed_more,
+            failed_refs=tuple(tally.refs),
+            failed_elsewhere=elsewhere,
+            failed_file=failed_file if isinstance(failed_file, str) else None,
+            declared_counts=declared,
         )
-    if total is not None and total != ok + failed:
-        return f"the status body says {total} in total, the result has {ok + failed} items"
-    return None
+        if count is not None and ok_count is not None and ok_count + tally.failed != count:
+            problem = f"record count {count} but {ok_count} items and {tally.failed} failed"
+            return replace(verdict, problem=problem)
+        disagreement = cross_check(declared, ok_count, verdict.failed_count)
+        if disagreement is not None:
+            return replace(verdict, problem=disagreement)
+        total = (ok_count or 0) + verdict.failed_count
+        if total and verdict.failed_count / total > spec.max_failed_fraction:
+            return replace(verdict, problem=f"{verdict.failed_count} of {total} items failed")
+        return replace(verdict, valid=True)
