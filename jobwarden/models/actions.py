@@ -199,9 +199,10 @@ class Succeed:
     """The result was fetched and validated: store it and end in succeeded."""
 
     verdict: ResultVerdict | None
-    content: bytes | None
+    content: bytes | None  # the bytes when kept inline (at most results.INLINE_LIMIT)
     content_type: str | None
     note: str | None = None
+    location: str | None = None  # where the result store holds the bytes (None: inline)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -45,9 +45,10 @@ from jobwarden.models.states import OperationState as S
 class StoredResult:
     """The collected bytes with their integrity data, written with ``succeeded``."""
 
-    content: bytes
+    content: bytes | None  # inline bytes (at most results.INLINE_LIMIT), or None
     content_type: str | None
     verdict: ResultVerdict
+    location: str | None = None  # where the result store holds the bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -331,16 +332,14 @@ def _finish(d: _Draft, action: Finish) -> Plan:
     # Terminal: no timer survives it, so the sweeper never wakes an ended operation.
     changes: RowChanges = {"state": action.state.value, **d.wake(None)}
     extra: dict[str, Any] = dict(d.carried) if _carries_answer(action) else {}
+    stored = _stored(action.kept)
     if action.summary is not None:
-        changes["validation_summary"] = dict(action.summary)
-        extra["excerpt"] = dict(action.summary)
+        summary = dict(action.summary)
+        if stored is not None and stored.location is not None:
+            summary["location"] = stored.location  # where the kept bytes are
+        changes["validation_summary"] = summary
+        extra["excerpt"] = summary
     ev = d.event(action.event, action.state, cause=action.reason, **extra)
-    kept = action.kept
-    stored = None
-    if kept is not None and kept.verdict is not None and kept.content is not None:
-        stored = StoredResult(
-            content=kept.content, content_type=kept.content_type, verdict=kept.verdict
-        )
     return Plan(changes=changes, events=(ev,), result=stored)
 
 
@@ -354,13 +353,25 @@ def _succeed(d: _Draft, action: Succeed) -> Plan:
         "validation_summary": summary,
         **d.wake(None),
     }
+    stored = _stored(action)
+    if stored is not None and stored.location is not None:
+        summary = summary | {"location": stored.location}
+        changes["validation_summary"] = summary
     ev = d.event(EventKind.result_collected, S.succeeded, **{**d.carried, "excerpt": summary})
-    stored = None
-    if verdict is not None and action.content is not None:
-        stored = StoredResult(
-            content=action.content, content_type=action.content_type, verdict=verdict
-        )
     return Plan(changes=changes, events=(ev,), result=stored)
+
+
+def _stored(kept: Succeed | None) -> StoredResult | None:
+    """The result row a collection writes: its verdict, and its bytes inline or where the
+    store holds them (nothing when neither is there)."""
+    if kept is None or kept.verdict is None or (kept.content is None and not kept.location):
+        return None
+    return StoredResult(
+        content=kept.content,
+        content_type=kept.content_type,
+        verdict=kept.verdict,
+        location=kept.location,
+    )
 
 
 def _stop(d: _Draft, action: Escalate) -> Plan:

@@ -38,15 +38,13 @@ from jobwarden.models.states import OperationState as S
 
 
 def _result_ending(
-    op: Operation, verdict: ResultVerdict, content: bytes, ctype: str | None
+    verdict: ResultVerdict, content: bytes | None, ctype: str | None, location: str | None = None
 ) -> Decided:
+    """``content`` the bytes in hand (inline), ``location`` where the store holds them."""
+    stored = Succeed(verdict=verdict, content=content, content_type=ctype, location=location)
     if not verdict.valid:
         # Kept only when they are the bytes sent: a person may later accept them as they are.
-        kept = (
-            Succeed(verdict=verdict, content=content, content_type=ctype)
-            if verdict.keepable
-            else None
-        )
+        kept = stored if verdict.keepable and (content is not None or location) else None
         finish = Finish(
             state=S.result_validation_failed,
             reason=verdict.problem or "invalid",
@@ -55,7 +53,7 @@ def _result_ending(
             kept=kept,
         )
         return Decided(action=finish)
-    return Decided(action=Succeed(verdict=verdict, content=content, content_type=ctype))
+    return Decided(action=stored)
 
 
 def _unavailable(problem: str) -> Decided:
@@ -91,7 +89,7 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
             return _unavailable("inline result missing")
         ctype = "application/json"  # serialised here from the status body
         verdict = validate_result(spec, content=content, content_type=ctype, promised=expected)
-        return _result_ending(op, verdict, content, ctype)
+        return _result_ending(verdict, content, ctype)
     limits = ctx.contract.limits
     if op.collect_deadline is not None and now >= op.collect_deadline:
         detail = "result fetch deadline passed"
@@ -137,6 +135,12 @@ def after_collect(
     signal = classify_http(raw.observation, now=now, json_body=False)
     code = signal.status_code
     if spec is not None and signal.kind in (SignalKind.ok, SignalKind.accepted):
+        collected = raw.collected
+        if collected is not None:
+            # Judged as it streamed into the result store (the shell fed ResultScan).
+            return _result_ending(
+                collected.verdict, collected.inline, raw.content_type, collected.location
+            )
         expected = dict((op.validation_summary or {}).get("expected") or {})
         verdict = validate_result(
             spec,
@@ -146,7 +150,7 @@ def after_collect(
             headers=raw.observation.headers,
             body_problem=raw.observation.body_problem,
         )
-        return _result_ending(op, verdict, raw.content, raw.content_type)
+        return _result_ending(verdict, raw.content, raw.content_type)
     if signal.kind in (SignalKind.unauthorized, SignalKind.forbidden):
         detail = f"HTTP {code} fetching the result"
         denied = escalate(op.state, EscalationReason.authorization_denied, detail)

@@ -89,6 +89,22 @@ class ResultVerdict:
         return out
 
 
+# A result this small stays in the database beside its facts (DESIGN: "a result is an
+# artifact, not a column" — but a 2 KiB JSON answer needs no object of its own).
+INLINE_LIMIT: Final = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collected:
+    """A result download as the shell streamed it: judged on the way (``verdict``, whose
+    sha256 and size are the stored bytes'), written to the result store (``location``;
+    None when nothing was kept), and the bytes themselves when at most INLINE_LIMIT."""
+
+    verdict: ResultVerdict
+    location: str | None
+    inline: bytes | None
+
+
 def origin_allowed(contract: ProviderContract, base_url: str, url: str) -> bool:
     """Results are fetched only from origins the contract allows (default: the provider's)."""
     spec = contract.result

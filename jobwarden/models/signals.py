@@ -19,6 +19,7 @@ from enum import StrEnum
 from jobwarden.models.backoff import PollHint, RetryAfter, parse_retry_after, validate_poll_hint
 from jobwarden.models.contract import ProviderContract, RemoteStatus
 from jobwarden.models.pointers import MISSING, Missing, resolve_pointer
+from jobwarden.models.results import Collected
 
 
 class TransportFailure(StrEnum):
@@ -29,6 +30,9 @@ class TransportFailure(StrEnum):
     tls = "tls"  # the TLS handshake or certificate check failed
     connection_reset = "connection_reset"  # the peer dropped the connection mid-exchange
     protocol = "protocol"  # the answer was not valid HTTP, or an unexpected status class
+    # The result store refused or went away while a download streamed into it: nothing was
+    # stored, and the download is tried again under the same transport budget.
+    result_store = "result_store"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +54,9 @@ class RawResponse:
     content: bytes
     content_type: str | None
     provider_request_id: str | None
+    # A result download streamed into the result store and judged on the way (its
+    # ``content`` is then only what is kept inline); None for every other answer.
+    collected: Collected | None = None
 
 
 class SignalKind(StrEnum):

@@ -156,6 +156,7 @@ def check_result(
     content: bytes | None,
     sha256: str | None,
     size_bytes: int | None,
+    location: str | None = None,
 ) -> list[ChainProblem]:
     """The stored result bytes against their sha256, and that sha256 against the chain.
 
@@ -178,7 +179,7 @@ def check_result(
             )
         ):
             recorded = ev
-    if content is None:
+    if content is None and location is None:
         if recorded is None:
             return []
         return [ChainProblem(seq=recorded.seq, problem="the result bytes it recorded are missing")]
@@ -197,6 +198,25 @@ def check_result(
                 problem="stored result sha256 differs from the digest this event recorded",
             )
         )
+    if content is None:
+        # In the result store: the row must say where the chain says, with the size it
+        # says; the object's own bytes are re-read by the shell (tasks/result_store.py).
+        if excerpt.get("location") != location:
+            problems.append(
+                ChainProblem(
+                    seq=recorded.seq,
+                    problem=f"the result's location {location} is not the one recorded",
+                )
+            )
+        if size_bytes != excerpt.get("size_bytes"):
+            problems.append(
+                ChainProblem(
+                    seq=recorded.seq,
+                    problem=f"stored result is {size_bytes} bytes; "
+                    f"{excerpt.get('size_bytes')} were recorded",
+                )
+            )
+        return problems
     if hashlib.sha256(content).hexdigest() != sha256:
         problems.append(
             ChainProblem(seq=recorded.seq, problem="stored result bytes do not match their sha256")

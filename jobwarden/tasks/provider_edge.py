@@ -27,7 +27,7 @@ import socket
 import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -36,7 +36,7 @@ import httpx
 from jobwarden.config.settings import Settings
 from jobwarden.models.actions import ProviderRequest, RequestPurpose
 from jobwarden.models.contract import ProviderContract
-from jobwarden.models.errors import GiveUpError, SettingsError
+from jobwarden.models.errors import GiveUpError, ResultStoreUnavailableError, SettingsError
 from jobwarden.models.operation import Operation
 from jobwarden.models.outgoing import (
     ShownRequest,
@@ -47,13 +47,20 @@ from jobwarden.models.outgoing import (
 )
 from jobwarden.models.plugins import OutboundRequest, ProviderPlugin
 from jobwarden.models.requests import StepContext
+from jobwarden.models.results import Collected
 from jobwarden.models.signals import HttpObservation, RawResponse, TransportFailure
 from jobwarden.tasks.provider_transport import (
+    BodyState,
     DeadlinePassedError,
+    decoded_chunks,
     new_client,
     read_body,
     request_deadline,
 )
+
+# Takes a result download's 2xx body as it streams (headers lower-cased, the decoded
+# chunks, and the state that says why they stopped early) and returns what it kept.
+ResultCollector = Callable[[Mapping[str, str], Iterator[bytes], BodyState], Collected]
 
 # Status, create, cancel and lookup answers are small JSON documents; 1 MiB is
 # generous for any real provider and small enough to hold per worker.
@@ -398,12 +405,19 @@ class ProviderClient:
         return self.answer_limit
 
     def send(
-        self, contract: ProviderContract, request: ProviderRequest, *, trace_id: str
+        self,
+        contract: ProviderContract,
+        request: ProviderRequest,
+        *,
+        trace_id: str,
+        collect: ResultCollector | None = None,
     ) -> RawResponse:
         """Send one request; every outcome, including network failure, is returned.
 
-        Raises GiveUpError only for the credential (missing or unusable): retrying
-        cannot help, and the runner escalates ``authorization_denied``.
+        ``collect`` takes a result download's 2xx body as it streams in (the result
+        store and the core's judgement, tasks/result_collection.py): it is never held
+        here. Raises GiveUpError only for the credential (missing or unusable):
+        retrying cannot help, and the runner escalates ``authorization_denied``.
         """
         method, url = request.method, request.url
         # The same two functions build what an approval shows (models/outgoing.py).
@@ -440,16 +454,27 @@ class ProviderClient:
                 try:
                     status_code = response.status_code
                     lowered = dict(response.headers.items())
-                    raw, problem = read_body(
-                        lowered.get("content-encoding", ""),
-                        response.iter_raw(),
-                        self._limit(contract, request),
-                        deadline,
-                    )
+                    coding = lowered.get("content-encoding", "")
+                    limit = self._limit(contract, request)
+                    collected = None
+                    if collect is not None and 200 <= status_code < 300:
+                        state = BodyState()
+                        body_chunks = decoded_chunks(
+                            coding, response.iter_raw(), limit, deadline, state
+                        )
+                        collected = collect(lowered, body_chunks, state)
+                        raw, problem = collected.inline or b"", state.problem
+                    else:
+                        # A refused download's body is an error document, not the result.
+                        limit = self.answer_limit if collect is not None else limit
+                        raw, problem = read_body(coding, response.iter_raw(), limit, deadline)
                 finally:
                     response.close()
         except DeadlinePassedError:
             return _lost(TransportFailure.read_timeout)
+        except ResultStoreUnavailableError:
+            # Nothing was stored (an unfinished upload never appears): tried again later.
+            return _lost(TransportFailure.result_store)
         except _REQUEST_ERRORS as exc:
             return _lost(transport_failure(exc))
         body: object | None = None
@@ -467,4 +492,5 @@ class ProviderClient:
             content=raw,
             content_type=lowered.get("content-type"),
             provider_request_id=lowered.get("x-request-id") or lowered.get("request-id"),
+            collected=collected,
         )

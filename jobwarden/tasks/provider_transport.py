@@ -23,6 +23,7 @@ import time
 import urllib.request
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpcore
@@ -197,40 +198,66 @@ class DeadlinePassedError(Exception):
     """The deadline passed between two chunks of a body."""
 
 
-def read_body(
-    encoding: str, chunks: Iterator[bytes], limit: int, deadline: float
-) -> tuple[bytes, str | None]:
-    """At most ``limit + 1`` bytes of the (decoded) body, and a problem if any.
+@dataclass(slots=True)
+class BodyState:
+    """What reading a body found wrong, set by ``decoded_chunks`` (None: nothing)."""
+
+    problem: str | None = None
+
+
+def decoded_chunks(
+    encoding: str, chunks: Iterator[bytes], limit: int, deadline: float, state: BodyState
+) -> Iterator[bytes]:
+    """The (decoded) body as it arrives, at most ``limit + 1`` bytes; ``state`` says why
+    it stopped early (``too_large``, ``undecodable``).
 
     ``encoding``: the answer's Content-Encoding; ``chunks``: its raw body as it arrives.
-
-    Chunks are counted as they arrive, so memory stays near ``limit`` whatever the
-    provider sends; a gzip body is inflated with the same bound (a small bomb
-    cannot expand past it). More than ``limit`` bytes is ``too_large``, and the
-    first ``limit + 1`` are kept so a size check downstream trips too.
+    Chunks are counted as they arrive, so whoever consumes them holds what it chooses,
+    whatever the provider sends; a gzip body is inflated with the same bound (a small
+    bomb cannot expand past it). Raises DeadlinePassedError between two chunks.
     """
     encoding = encoding.strip().lower()
     inflate = None
     if encoding in ("gzip", "x-gzip"):
         inflate = zlib.decompressobj(zlib.MAX_WBITS | 16)
     elif encoding not in ("", "identity"):
-        return b"", "undecodable"  # only gzip is asked for (accept-encoding)
-    room = limit + 1
-    # BytesIO hands its buffer over in getvalue() without a copy: one body in memory, not two.
-    buffer = io.BytesIO()
+        state.problem = "undecodable"  # only gzip is asked for (accept-encoding)
+        return
+    room, seen = limit + 1, 0
     try:
         for chunk in chunks:
             if time.monotonic() >= deadline:
                 raise DeadlinePassedError
-            left = room - buffer.tell()
-            data = chunk if inflate is None else inflate.decompress(chunk, left)
-            buffer.write(data[:left])
-            if buffer.tell() >= room:
-                return buffer.getvalue(), "too_large"
+            data = chunk if inflate is None else inflate.decompress(chunk, room - seen)
+            data = data[: room - seen]
+            seen += len(data)
+            if data:
+                yield data
+            if seen >= room:
+                state.problem = "too_large"
+                return
         if inflate is not None:
-            buffer.write(inflate.flush()[: room - buffer.tell()])
-            if buffer.tell() >= room:
-                return buffer.getvalue(), "too_large"
+            data = inflate.flush()[: room - seen]
+            seen += len(data)
+            if data:
+                yield data
+            if seen >= room:
+                state.problem = "too_large"
     except zlib.error:
-        return buffer.getvalue(), "undecodable"
-    return buffer.getvalue(), None
+        state.problem = "undecodable"
+
+
+def read_body(
+    encoding: str, chunks: Iterator[bytes], limit: int, deadline: float
+) -> tuple[bytes, str | None]:
+    """At most ``limit + 1`` bytes of the (decoded) body, and a problem if any.
+
+    More than ``limit`` bytes is ``too_large``, and the first ``limit + 1`` are kept so a
+    size check downstream trips too (``decoded_chunks`` says how the bound holds).
+    """
+    state = BodyState()
+    # BytesIO hands its buffer over in getvalue() without a copy: one body in memory, not two.
+    buffer = io.BytesIO()
+    for data in decoded_chunks(encoding, chunks, limit, deadline, state):
+        buffer.write(data)
+    return buffer.getvalue(), state.problem

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, Final, cast
@@ -307,6 +308,7 @@ def write(session: Session, op: Operation, plan: Plan, *, now: datetime) -> Oper
             insert(RESULTS).values(
                 operation_id=op.operation_id,
                 content=plan.result.content,
+                location=plan.result.location,
                 content_type=plan.result.content_type,
                 sha256=verdict.sha256,
                 size_bytes=verdict.size_bytes,
@@ -461,9 +463,9 @@ def verify(session: Session, operation_id: uuid.UUID) -> list[ChainProblem]:
         row = found._mapping
         events = stored_events(session, operation_id)
         result = session.execute(
-            select(RESULTS.c.content, RESULTS.c.sha256, RESULTS.c.size_bytes).where(
-                RESULTS.c.operation_id == operation_id
-            )
+            select(
+                RESULTS.c.content, RESULTS.c.sha256, RESULTS.c.size_bytes, RESULTS.c.location
+            ).where(RESULTS.c.operation_id == operation_id)
         ).first()
         version = session.scalar(
             select(OPERATIONS.c.version).where(OPERATIONS.c.operation_id == operation_id)
@@ -484,8 +486,42 @@ def verify(session: Session, operation_id: uuid.UUID) -> list[ChainProblem]:
         content=result.content if result is not None else None,
         sha256=result.sha256 if result is not None else None,
         size_bytes=result.size_bytes if result is not None else None,
+        location=result.location if result is not None else None,
     )
     return problems
+
+
+def result_of(session: Session, operation_id: uuid.UUID) -> StoredResultRow | None:
+    """Where an operation's collected result is and how to check it (None: no result)."""
+    found = session.execute(
+        select(
+            RESULTS.c.content,
+            RESULTS.c.location,
+            RESULTS.c.content_type,
+            RESULTS.c.sha256,
+            RESULTS.c.size_bytes,
+        ).where(RESULTS.c.operation_id == operation_id)
+    ).first()
+    if found is None:
+        return None
+    return StoredResultRow(
+        content=bytes(found.content) if found.content is not None else None,
+        location=found.location,
+        content_type=found.content_type,
+        sha256=found.sha256,
+        size_bytes=found.size_bytes,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredResultRow:
+    """An operation_results row as the shell reads it: inline bytes or a location."""
+
+    content: bytes | None
+    location: str | None
+    content_type: str | None
+    sha256: str
+    size_bytes: int
 
 
 def heads(session: Session) -> Iterator[tuple[uuid.UUID, int, str]]:

@@ -261,17 +261,23 @@ class EventRow(Base):
 
 
 class ResultRow(Base):
-    """The collected result bytes with their integrity data, written once."""
+    """A collected result's integrity data, written once, and where its bytes are: in the
+    result store (``location``), or inline when small (``content``, 0018)."""
 
     __tablename__ = "operation_results"
+    __table_args__ = (
+        CheckConstraint("content IS NOT NULL OR location IS NOT NULL", name="bytes_somewhere"),
+    )
 
     operation_id: Mapped[uuid.UUID] = mapped_column(
         UUID(as_uuid=True), ForeignKey("operations.operation_id"), primary_key=True
     )
-    content: Mapped[bytes] = mapped_column(LargeBinary)
+    content: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # The object's URL in the result store (file://… or s3://…); NULL when inline.
+    location: Mapped[str | None] = mapped_column(Text)
     content_type: Mapped[str | None] = mapped_column(String(200))
     sha256: Mapped[str] = mapped_column(String(64))
-    size_bytes: Mapped[int] = mapped_column(Integer)
-    record_count: Mapped[int | None] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)  # 0018: results past 2 GiB
+    record_count: Mapped[int | None] = mapped_column(BigInteger)
     failed_items: Mapped[list[Any] | None] = mapped_column(JSONB)
     collected_at: Mapped[datetime] = mapped_column(TZ)
