@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jobwarden.models.errors import SettingsError
+from jobwarden.models.result_objects import STORE_VARIABLE, parse_store_url
 
 DEFAULT_PROVIDERS_DIR = Path(__file__).resolve().parent / "providers"
+
+
+def default_result_store() -> str:
+    """``file://`` + $XDG_DATA_HOME (else ~/.local/share) + /jobwarden/results.
+
+    Under the user's own data folder so `scripts/demo` and a developer's worker, run by a
+    non-root user, can write it; a service sets JOBWARDEN_RESULT_STORE (a volume, S3).
+    """
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return (Path(data).absolute() / "jobwarden" / "results").as_uri()
 
 
 class Settings(BaseSettings):
@@ -74,6 +86,17 @@ class Settings(BaseSettings):
     notify_batch_size: int = Field(default=50, gt=0)
     notify_timeout_seconds: float = Field(default=10.0, gt=0)
     approval_reminder_seconds: float = Field(default=3600.0, ge=0)
+    # Where collected results are streamed (tasks/result_store.py): file:///dir or
+    # s3://bucket[/prefix]; S3 credentials come from the AWS_* variables, never from here.
+    result_store: str = Field(default_factory=default_result_store)
+
+    @field_validator("result_store")
+    @classmethod
+    def _store_url(cls, value: str) -> str:
+        try:
+            return parse_store_url(value).url
+        except SettingsError as exc:
+            raise ValueError(str(exc).removeprefix(f"{STORE_VARIABLE}: ")) from None
 
     @model_validator(mode="after")
     def _countdown_below_visibility(self) -> Settings:

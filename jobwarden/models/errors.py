@@ -136,8 +136,51 @@ class ProviderTransportError(RetryLaterError):
     """The provider could not be reached or did not answer (DNS, TLS, connect, read)."""
 
 
+class ResultStoreUnavailableError(RetryLaterError):
+    """The result store (JOBWARDEN_RESULT_STORE) was down or refused; no object was recorded.
+
+    The collect step counts it against its budget and tries again; an upload it cut short
+    left nothing at the key (tasks/result_store.py).
+    """
+
+
 class GiveUpError(JobwardenError):
     """Non-retryable: automation must stop and a human must look."""
+
+
+class ResultTooLargeError(GiveUpError):
+    """A result passed its contract's size bound while streaming; nothing was stored."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(max_bytes)
+        self.max_bytes = max_bytes
+
+    def __str__(self) -> str:
+        return f"result exceeds {self.max_bytes} bytes"
+
+
+class ResultMissingError(GiveUpError):
+    """Nothing is stored at a result's location any more (deleted, or never completed)."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
+
+    def __str__(self) -> str:
+        return f"{self.location}: missing"
+
+
+class ResultLocationError(RefusedInputError):
+    """A result location that is not a key this result store writes (another store, a
+    hand-edited row, a path that would leave the store's directory)."""
+
+    def __init__(self, location: str, problem: str) -> None:
+        super().__init__(location, problem)
+        self.location = location
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.problem}"
 
 
 class SettingsError(RefusedInputError):
