@@ -16,10 +16,14 @@ own settings (providers folder, lease TTL, queue) never leak into a test.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import secrets
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -64,6 +68,10 @@ def _configure_environment() -> tuple[str, str]:
     os.environ["JOBWARDEN_BROKER_URL"] = redis_url
     os.environ["JOBWARDEN_KEY_PREFIX"] = f"jwtest-{RUN_ID}"
     os.environ["JOBWARDEN_QUEUE"] = f"jwtest-{RUN_ID}"
+    # The run's own result store: a directory removed with the run, never the user's.
+    results = Path(tempfile.gettempdir()) / f"jwtest-results-{RUN_ID}"
+    os.environ["JOBWARDEN_RESULT_STORE"] = results.as_uri()
+    atexit.register(shutil.rmtree, results, ignore_errors=True)
     return admin_url, redis_url
 
 

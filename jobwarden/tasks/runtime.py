@@ -21,6 +21,7 @@ from jobwarden.models.contract_loader import effective_base_url, load_contracts
 from jobwarden.models.plugins import ProviderPlugin, load_plugin
 from jobwarden.models.requests import StepContext
 from jobwarden.tasks.provider_edge import ProviderClient, check_request_bounds
+from jobwarden.tasks.result_store import ResultStore
 
 
 def utcnow() -> datetime:
@@ -35,6 +36,8 @@ class Runtime:
     http: ProviderClient
     pid: int
     contexts: dict[str, StepContext]
+    # Where collected results stream (JOBWARDEN_RESULT_STORE); opened once per process.
+    result_store: ResultStore
 
     def contract(self, provider: str) -> ProviderContract:
         return self.contracts[provider]
@@ -71,6 +74,7 @@ def build_runtime(settings: Settings) -> Runtime:
         http=ProviderClient(plugins),
         pid=os.getpid(),
         contexts=contexts,
+        result_store=ResultStore.from_url(settings.result_store),
     )
 
 

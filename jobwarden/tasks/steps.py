@@ -44,6 +44,7 @@ from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.provider_edge import MAX_REQUESTS_PER_LEASE, secret_forms
 from jobwarden.tasks.rate_limits import take
 from jobwarden.tasks.reservations import Marking, settled, spendable
+from jobwarden.tasks.result_collection import collector
 from jobwarden.tasks.runtime import Runtime, utcnow
 
 # A step sends one request, except reconciliation by lookup, which may follow an empty
@@ -138,7 +139,13 @@ def run(
             # The claim stays as unused reserve, and the history says it was not sent.
             decided, answer, sent = late, None, None
             break
-        answer = rt.http.send(ctx.contract, send.request, trace_id=op.trace_id)
+        # A result streams into the result store as it is judged, never held whole.
+        collect = (
+            collector(rt.result_store, op, ctx)
+            if send.request.purpose is RequestPurpose.result and ctx.contract.result is not None
+            else None
+        )
+        answer = rt.http.send(ctx.contract, send.request, trace_id=op.trace_id, collect=collect)
         faults.fault_point(rt.redis, rt.settings.key_prefix, step.response_point, fault_scope)
         now = utcnow()
         asked = as_sent(op, sent) if sent is not None else op

@@ -354,6 +354,15 @@ def stack(worker_env: dict[str, str]) -> Iterator[Stack]:
     s.stop()
 
 
+def result_bytes(row: Any) -> bytes:
+    """A result row's bytes: inline, or read back from the run's result store."""
+    if row.content is not None:
+        return bytes(row.content)
+    from jobwarden.tasks.runtime import current
+
+    return b"".join(current().result_store.read(row.location))
+
+
 class Pipeline:
     """What a test needs to drive operations and read their outcome."""
 
@@ -462,7 +471,7 @@ class Pipeline:
             found = session.scalars(
                 select(ResultRow).where(ResultRow.operation_id == uuid.UUID(op_id))
             ).all()
-            return [(bytes(r.content), r.sha256, r.record_count) for r in found]
+            return [(result_bytes(r), r.sha256, r.record_count) for r in found]
 
     def verify_all(self) -> None:
         from jobwarden.models.persistence import store

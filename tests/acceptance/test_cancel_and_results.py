@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from jobwarden.harness import REPO, Stack
-from tests.acceptance.conftest import Pipeline
+from tests.acceptance.conftest import Pipeline, result_bytes
 
 NEVER_FINISHES = {"never_finish": True, "cancel": "honour"}
 
@@ -212,7 +212,7 @@ def _stored_result(pipeline: Pipeline, op: str) -> tuple[Any, ...] | None:
         if found is None:
             return None
         return (
-            bytes(found.content),
+            result_bytes(found),
             found.sha256,
             found.size_bytes,
             found.record_count,

@@ -1,0 +1,84 @@
+"""A result download streamed into the result store and judged on the way (issue 21).
+
+The edge hands a 2xx result body to ``collector(...)`` chunk by chunk; nothing holds the
+whole body. Each chunk feeds the core's ``ResultScan`` (digests, size bound, JSON Lines
+item outcomes) and the store's upload at once, so the verdict's sha256 and size are
+those of the stored bytes. A body that ends within ``INLINE_LIMIT`` stays in the
+database instead (no object for a 2 KiB answer).
+
+What is never recorded as the result: a body past its bound (the upload is aborted), an
+upload the store cut short (``ResultStoreUnavailableError`` reaches the edge, which
+records a ``result_store`` transport failure: the download is tried again under the
+same counted budget), and bytes that are not the provider's (a digest contradicted
+them: the finished object is deleted again, best effort).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from jobwarden.logs import get_logger
+from jobwarden.models.errors import ResultStoreUnavailableError, ResultTooLargeError
+from jobwarden.models.operation import Operation
+from jobwarden.models.requests import StepContext
+from jobwarden.models.result_objects import object_key
+from jobwarden.models.results import INLINE_LIMIT, Collected, ResultScan
+from jobwarden.tasks.provider_edge import ResultCollector
+from jobwarden.tasks.provider_transport import BodyState
+from jobwarden.tasks.result_store import ResultStore
+
+log = get_logger("jobwarden.results")
+
+
+def collector(store: ResultStore, op: Operation, ctx: StepContext) -> ResultCollector:
+    """What the edge calls with ``op``'s result body; its bytes go to ``store``."""
+    spec = ctx.contract.result
+    assert spec is not None  # a result download is built only from a contract's [result]
+    expected = dict((op.validation_summary or {}).get("expected") or {})
+    key = object_key(op.tenant, str(op.operation_id))
+
+    def collect(headers: Mapping[str, str], chunks: Iterator[bytes], state: BodyState) -> Collected:
+        scan = ResultScan(
+            spec, content_type=headers.get("content-type"), promised=expected, headers=headers
+        )
+        head = bytearray()
+        for chunk in chunks:
+            scan.feed(chunk)
+            head += chunk
+            if len(head) > INLINE_LIMIT:
+                break
+        else:
+            # Ended within the inline limit: the bytes stay beside their facts.
+            return Collected(verdict=scan.finish(state.problem), location=None, inline=bytes(head))
+
+        def rest() -> Iterator[bytes]:
+            yield bytes(head)
+            for chunk in chunks:
+                scan.feed(chunk)
+                yield chunk
+
+        try:
+            stored = store.put_stream(key, rest(), max_bytes=spec.max_bytes)
+        except ResultTooLargeError:
+            # Aborted before it was whole: nothing at the key, and the scan says why.
+            return Collected(verdict=scan.finish("too_large"), location=None, inline=None)
+        verdict = scan.finish(state.problem)
+        if not verdict.keepable or (verdict.sha256, verdict.size_bytes) != (
+            stored.sha256,
+            stored.size,
+        ):
+            # Not the provider's bytes (a digest contradicted them, the body broke off):
+            # never the result, so not kept in the store either.
+            _discard(store, stored.location)
+            return Collected(verdict=verdict, location=None, inline=None)
+        return Collected(verdict=verdict, location=stored.location, inline=None)
+
+    return collect
+
+
+def _discard(store: ResultStore, location: str) -> None:
+    try:
+        store.delete(location)
+    except ResultStoreUnavailableError:
+        # Unrecorded either way: an orphan the next collection overwrites at the same key.
+        log.warning("result_discard_failed", location=location)
