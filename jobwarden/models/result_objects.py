@@ -29,8 +29,8 @@ from jobwarden.models.errors import ResultLocationError, ResultTooLargeError, Se
 
 STORE_VARIABLE = "JOBWARDEN_RESULT_STORE"
 # A key segment as the store writes it. It never starts with '.', so '.' and '..' cannot
-# be one, and holds no '%': object_store's LocalStore maps paths through file URLs, where a
-# percent-escape would be decoded back into '/' or '..' on disk.
+# be one, and holds no '%': a location is a URL, and whoever decodes it would turn '%2F'
+# or '%2e%2e' into '/' or '..' (obstore itself writes '%' literally and refuses '..').
 _PLAIN_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _STORED_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 # S3's bucket naming rules (lower case, digits, '.', '-'; 3 to 63 characters).

@@ -68,9 +68,9 @@ if TYPE_CHECKING:
     from obstore import GetOptions
     from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Config
 
-# S3's minimum part size is 5 MiB; 8 MiB parts with at most 2 in flight keep an upload's
-# buffers near 16-24 MiB whatever the result's size (scripts/bench_result_store.py
-# measures it), at a throughput far above what a provider's stream delivers.
+# S3's minimum part size is 5 MiB; 8 MiB parts with at most 2 in flight bound an upload's
+# buffers whatever the result's size (scripts/bench_result_store.py: under 15 MiB of RSS
+# growth for 1 GiB), at a throughput far above what a provider's stream delivers.
 PART_BYTES = 8 * 1024 * 1024
 PARTS_IN_FLIGHT = 2
 READ_CHUNK_BYTES = 1024 * 1024

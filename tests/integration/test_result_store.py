@@ -180,6 +180,22 @@ def test_a_source_raising_mid_stream_leaves_no_object(
     _no_upload_left(store, request)
 
 
+def test_a_source_raising_an_os_error_is_not_mistaken_for_the_store_failing(
+    store: ResultStore, request: pytest.FixtureRequest
+) -> None:
+    key = _key()
+
+    def source() -> Iterator[bytes]:
+        yield b"x" * MIB
+        raise ConnectionResetError("the provider hung up")
+
+    # The collect step must see its provider's failure, not a store to retry against.
+    with pytest.raises(ConnectionResetError):
+        store.put_stream(key, source(), max_bytes=10 * MIB)
+    assert store.size(store.url.location(key)) is None
+    _no_upload_left(store, request)
+
+
 def test_a_failed_replace_keeps_the_object_that_was_there(store: ResultStore) -> None:
     key = _key()
     first = store.put_stream(key, [b"the first result"], max_bytes=100)

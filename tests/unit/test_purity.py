@@ -17,7 +17,7 @@ MODELS = Path(__file__).resolve().parents[2] / "jobwarden" / "models"
 PERSISTENCE = MODELS / "persistence"
 # ... and a pure module importing one of those is no longer pure.
 PERSISTENCE_PACKAGE = "jobwarden.models.persistence"
-FORBIDDEN_IMPORTS = {"sqlalchemy", "httpx", "redis", "celery", "psycopg", "psycopg2"}
+FORBIDDEN_IMPORTS = {"sqlalchemy", "httpx", "redis", "celery", "psycopg", "psycopg2", "obstore"}
 # Attribute chains that read the clock, matched on their last two names.
 CLOCK_CALLS = {
     ("datetime", "now"),
