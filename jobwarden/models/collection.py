@@ -11,6 +11,7 @@ from jobwarden.models.origins import usable_url
 from jobwarden.models.pointers import MISSING, resolve_pointer
 from jobwarden.models.requests import StepContext
 from jobwarden.models.results import promised_checksum_key
+from jobwarden.models.signals import parse_timestamp
 from jobwarden.models.states import OperationState
 
 
@@ -20,7 +21,8 @@ def expected_result(ctx: StepContext, body: object) -> dict[str, Any]:
     Read at the poll that saw the job finish, and carried in the row until collection:
     the result's digest (``expected_<algorithm>``; None when promised but absent), the
     counts it declared (OpenAI ``request_counts``; only those present, as whole numbers)
-    and a second file holding the failed lines (OpenAI ``error_file_id``).
+    a second file holding the failed lines (OpenAI ``error_file_id``) and when a signed
+    result URL expires (``url_expires_at``).
     """
     expected: dict[str, Any] = {}
     spec = ctx.contract.result
@@ -48,6 +50,11 @@ def expected_result(ctx: StepContext, body: object) -> dict[str, Any]:
         ref = resolve_pointer(body, spec.error_file_pointer)
         if isinstance(ref, str) and ref:
             expected["error_file"] = ref
+    if spec.url_expiry_pointer is not None:
+        # A signed URL's end (S3 presigned GET: X-Amz-Date + X-Amz-Expires, given here as a
+        # time): the download must start before it; unreadable is no expiry known.
+        ends = parse_timestamp(resolve_pointer(body, spec.url_expiry_pointer))
+        expected["url_expires_at"] = ends.isoformat() if ends is not None else None
     return expected
 
 

@@ -281,6 +281,14 @@ class ResultSpec:
     max_failed_fraction: float = 1.0
     # Raw result lines as JSONL (OpenAI batch output) rather than one JSON document.
     jsonl: bool = False
+    # The download consumes the result or marks it delivered (a one-time link): it is
+    # attempted at most once, and one cut off is never requested again.
+    single_use: bool = False
+    # Where the status body says when the result URL stops working (a signed URL such as
+    # an S3 presigned GET: RFC 3339 or Unix seconds); collection must start before it.
+    url_expiry_pointer: str | None = None
+    # Past that expiry: read the status again for a fresh URL (True), or stop (False).
+    refresh_expired_url: bool = False
 
 
 class WebhookScheme(StrEnum):

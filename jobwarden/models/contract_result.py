@@ -133,6 +133,12 @@ class ResultTable(ContractTable):
     max_failed_fraction: Fraction = default(ResultSpec, "max_failed_fraction")
     jsonl: Flag = False
     """One JSON value per line (OpenAI batch output) rather than one document."""
+    single_use: Flag = False
+    """The download consumes the result (a one-time link): attempted at most once."""
+    url_expiry_pointer: Pointer | None = None
+    """Where the status body says when the result URL expires (RFC 3339 or Unix seconds)."""
+    refresh_expired_url: Flag = False
+    """Past the URL's expiry, read the status again for a fresh URL instead of stopping."""
 
     @model_validator(mode="after")
     def _rules(self, info: ValidationInfo) -> Self:
@@ -153,6 +159,14 @@ class ResultTable(ContractTable):
             if getattr(self, key) is not None and self.checksum_pointer is None:
                 raise problem("only allowed with result.checksum_pointer", field=key)
         self._item_rules()
+        if self.refresh_expired_url and self.url_expiry_pointer is None:
+            raise problem(
+                "only allowed with result.url_expiry_pointer", field="refresh_expired_url"
+            )
+        if self.fetch == "inline" and (self.single_use or self.url_expiry_pointer is not None):
+            # An inline result is read from the status body: there is no download to bound.
+            field = "single_use" if self.single_use else "url_expiry_pointer"
+            raise problem("needs a result download; fetch = 'inline' has none", field=field)
         return self
 
     def _result_reference(self, info: ValidationInfo) -> None:

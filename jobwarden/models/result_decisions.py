@@ -14,12 +14,15 @@ from jobwarden.models.actions import (
     Decided,
     EscalationReason,
     Finish,
+    Move,
     ProviderRequest,
     RequestPurpose,
     Send,
     Succeed,
     escalate,
 )
+from jobwarden.models.business_deadline import earlier
+from jobwarden.models.contract import ResultSpec
 from jobwarden.models.contract_fields import MAX_SECONDS
 from jobwarden.models.create_decisions import not_yet
 from jobwarden.models.decisions import retry_wait
@@ -67,6 +70,24 @@ def _unavailable(problem: str) -> Decided:
     )
 
 
+def _url_expiry(expected: dict[str, Any]) -> datetime | None:
+    raw = expected.get("url_expires_at")
+    return datetime.fromisoformat(raw) if isinstance(raw, str) else None
+
+
+def _expired_url(spec: ResultSpec, ends: datetime, now: datetime) -> Decided:
+    """The result URL expired unfetched: look at the status again for a fresh one where
+    the contract says the provider gives one, else stop (result_unavailable, with why)."""
+    if spec.refresh_expired_url:
+        # Back to observing: the next status read costs a counted request, so a provider
+        # that keeps handing out expired URLs ends at the status budget, never in a loop.
+        cause = f"the result URL expired at {ends.isoformat()} unfetched; read a fresh one"
+        return Decided(
+            action=Move(to=S.observing, event=EventKind.decision, cause=cause, wake_at=now)
+        )
+    return _unavailable(f"the result URL expired at {ends.isoformat()} before it was fetched")
+
+
 def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     early = not_yet(op, now)
     if early is not None:
@@ -94,6 +115,15 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     if op.collect_deadline is not None and now >= op.collect_deadline:
         detail = "result fetch deadline passed"
         return Decided(action=escalate(op.state, EscalationReason.deadline_exceeded, detail))
+    if spec.single_use and op.result_fetch_attempts >= 1:
+        # At most once: the attempt already claimed may have consumed the result, and a
+        # second GET of a one-time link is not harmless (it is not made).
+        return _unavailable(
+            "single-use result download attempted once already; it is not requested again"
+        )
+    url_ends = _url_expiry(expected)
+    if url_ends is not None and now >= url_ends:
+        return _expired_url(spec, url_ends, now)
     if op.result_fetch_attempts >= limits.max_result_fetches:
         detail = f"result fetched {op.result_fetch_attempts} times without a usable answer"
         return Decided(action=escalate(op.state, EscalationReason.provider_failure, detail))
@@ -116,7 +146,8 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
             event=EventKind.result_fetch_sent,
             counters={"result_fetch_attempts": op.result_fetch_attempts + 1},
             excerpt={"url": shown_url(url)},
-            deadline=op.collect_deadline,
+            # A signed URL must not be asked for after it expired: the later bound holds.
+            deadline=earlier(op.collect_deadline, url_ends) if op.collect_deadline else url_ends,
         )
     )
 
@@ -151,12 +182,28 @@ def after_collect(
             body_problem=raw.observation.body_problem,
         )
         return _result_ending(verdict, raw.content, raw.content_type)
+    expected = dict((op.validation_summary or {}).get("expected") or {})
+    url_ends = _url_expiry(expected)
+    if (
+        spec is not None
+        and signal.kind in (SignalKind.unauthorized, SignalKind.forbidden)
+        and url_ends is not None
+        and now >= url_ends
+    ):
+        # A presigned URL past its expiry answers 403 ("Request has expired", S3): the
+        # URL's end, not the credential's refusal.
+        return _expired_url(spec, url_ends, now)
     if signal.kind in (SignalKind.unauthorized, SignalKind.forbidden):
         detail = f"HTTP {code} fetching the result"
         denied = escalate(op.state, EscalationReason.authorization_denied, detail)
         return Decided(action=denied, answered="result fetch")
     if signal.kind in (SignalKind.not_found, SignalKind.gone):
         return _unavailable(f"HTTP {code} fetching the result")
+    if spec is not None and spec.single_use:
+        # The one attempt was made and failed (cut off, refused, the store down): asking
+        # again could consume or redeliver what the first may already have consumed.
+        what = raw.observation.transport_failure or f"HTTP {code}"
+        return _unavailable(f"single-use result download failed ({what}); not requested again")
     # A failed download is not a failed job: spend the transport budget, then stop.
     used = op.transport_failures_used + 1
     if used > op.max_transport_failures:

@@ -197,7 +197,7 @@ def _progress(value: object | Missing) -> float | None:
 _MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z
 
 
-def _rfc3339(value: object | Missing) -> datetime | None:
+def parse_timestamp(value: object | Missing) -> datetime | None:
     """An RFC 3339 string or, as OpenAI sends, Unix seconds; anything else is None."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         if math.isfinite(value) and 0 <= value <= _MAX_EPOCH:
@@ -272,7 +272,7 @@ def read_status(  # noqa: PLR0913 - a convention's state (or its pointer) rides 
 
     ref_value = _optional(body, spec.result_ref_pointer)
     result_ref = ref_value if isinstance(ref_value, str) and ref_value else None
-    expires_at = _rfc3339(_optional(body, spec.expiry_pointer))
+    expires_at = parse_timestamp(_optional(body, spec.expiry_pointer))
 
     contradiction: str | None = None
     # AIP-151: `done` with neither `response` nor `error` is no outcome at all.
@@ -306,5 +306,5 @@ def read_status(  # noqa: PLR0913 - a convention's state (or its pointer) rides 
         result_ref=result_ref,
         error=error,
         contradiction=contradiction,
-        started_at=_rfc3339(_optional(body, spec.started_at_pointer)),
+        started_at=parse_timestamp(_optional(body, spec.started_at_pointer)),
     )

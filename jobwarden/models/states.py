@@ -73,8 +73,10 @@ TRANSITIONS: dict[OperationState, frozenset[OperationState]] = {
     S.cancelling: frozenset(
         {S.cancelled, S.result_collecting, S.failed, S.expired, S.cancellation_unconfirmed}
     ),
+    # Back to observing only when a signed result URL expired unfetched and the contract
+    # says a status read gives a fresh one (result.refresh_expired_url).
     S.result_collecting: frozenset(
-        {S.succeeded, S.result_unavailable, S.result_validation_failed, S.escalated}
+        {S.succeeded, S.result_unavailable, S.result_validation_failed, S.escalated, S.observing}
     ),
     S.escalated: frozenset({S.observing, S.cancel_requested, S.abandoned}),
     # Stopped-but-reconcilable states accept the same human decisions as escalated.
@@ -122,7 +124,7 @@ HUMAN_ONLY_SOURCES: frozenset[OperationState] = AUTOMATION_STOPPED | {S.awaiting
 # person takes remain (models/escalation.py): resubmit as a new operation with a new token,
 # and, after a validation failure, accept the collected result as it is.
 ENDED_WITH_OPTIONS: frozenset[OperationState] = frozenset(
-    {S.failed, S.expired, S.cancelled, S.result_validation_failed}
+    {S.failed, S.expired, S.cancelled, S.result_validation_failed, S.result_unavailable}
 )
 
 # States whose page, `show` and API answer list a person's options.

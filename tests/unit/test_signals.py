@@ -440,9 +440,9 @@ def test_resolve_pointer_never_raises(doc: object, pointer: str) -> None:
 
 
 def test_expiry_as_unix_seconds_is_read_like_openai_sends_it() -> None:
-    from jobwarden.models.signals import _rfc3339
+    from jobwarden.models.signals import parse_timestamp
 
-    assert _rfc3339(1_700_000_000) == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
-    assert _rfc3339(True) is None
-    assert _rfc3339(-1) is None
-    assert _rfc3339(float("inf")) is None
+    assert parse_timestamp(1_700_000_000) == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
+    assert parse_timestamp(True) is None
+    assert parse_timestamp(-1) is None
+    assert parse_timestamp(float("inf")) is None

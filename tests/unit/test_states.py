@@ -57,6 +57,8 @@ EXPECTED: set[tuple[S, S]] = {
     (S.result_collecting, S.result_unavailable),
     (S.result_collecting, S.result_validation_failed),
     (S.result_collecting, S.escalated),
+    # A signed result URL expired unfetched: a status read gives a fresh one (issue 21).
+    (S.result_collecting, S.observing),
     (S.escalated, S.observing),
     (S.escalated, S.cancel_requested),
     (S.escalated, S.abandoned),
