@@ -74,6 +74,7 @@ class RequestPurpose(StrEnum):
     status = "status"  # one status read
     cancel = "cancel"  # the one cancel request
     result = "result"  # the result download
+    failed_items = "failed_items"  # the second file of failed items (OpenAI error_file_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

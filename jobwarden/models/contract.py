@@ -276,6 +276,9 @@ class ResultSpec:
     failed_count_pointer: str | None = None
     total_count_pointer: str | None = None
     error_file_pointer: str | None = None
+    # Where that second file's bytes are fetched (OpenAI: /v1/files/{error_file}/content):
+    # with it, the failed lines are downloaded, stored and counted, not inferred.
+    error_file_path: str | None = None
     max_bytes: int = 50 * 1024 * 1024
     # Fraction of failed items above which the result is invalid (per-item failures).
     max_failed_fraction: float = 1.0

@@ -129,6 +129,8 @@ class ResultTable(ContractTable):
     failed_count_pointer: Pointer | None = None
     total_count_pointer: Pointer | None = None
     error_file_pointer: Pointer | None = None
+    error_file_path: Annotated[str | None, template("error_file", needed=("error_file",))] = None
+    """GET path of the failed-items file (OpenAI '/v1/files/{error_file}/content')."""
     max_bytes: Annotated[int, count(maximum=MAX_RESULT_BYTES)] = default(ResultSpec, "max_bytes")
     max_failed_fraction: Fraction = default(ResultSpec, "max_failed_fraction")
     jsonl: Flag = False
@@ -204,6 +206,8 @@ class ResultTable(ContractTable):
             raise problem(
                 f"{overlap[0]!r} is also an item_failed_values", field="item_succeeded_values"
             )
+        if self.error_file_path is not None and self.error_file_pointer is None:
+            raise problem("needs result.error_file_pointer", field="error_file_path")
         if self.error_file_pointer is not None and self.failed_count_pointer is None:
             # The failed lines are elsewhere: only the declared count says how many there are.
             raise problem("needs result.failed_count_pointer", field="error_file_pointer")

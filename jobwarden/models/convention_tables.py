@@ -106,6 +106,8 @@ SUPPLIED: Final[Mapping[Convention, Mapping[str, Mapping[str, object]]]] = {
             "failed_count_pointer": "/request_counts/failed",
             "total_count_pointer": "/request_counts/total",
             "error_file_pointer": "/error_file_id",
+            # The same Files API for the failed requests' lines (error_file_id).
+            "error_file_path": "/v1/files/{error_file}/content",
         },
     },
 }

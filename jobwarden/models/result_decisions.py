@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 from jobwarden.models.actions import (
     Decided,
@@ -16,6 +17,7 @@ from jobwarden.models.actions import (
     Finish,
     Move,
     ProviderRequest,
+    Record,
     RequestPurpose,
     Send,
     Succeed,
@@ -31,9 +33,15 @@ from jobwarden.models.operation import Operation
 from jobwarden.models.origins import shown_url, usable_url
 from jobwarden.models.requests import (
     StepContext,
+    resolve_url,
     result_url,
 )
-from jobwarden.models.results import ResultVerdict, origin_allowed, validate_result
+from jobwarden.models.results import (
+    ResultVerdict,
+    failed_lines_spec,
+    origin_allowed,
+    validate_result,
+)
 from jobwarden.models.signals import RawResponse, SignalKind, classify_http
 from jobwarden.models.states import OperationState as S
 
@@ -68,6 +76,80 @@ def _unavailable(problem: str) -> Decided:
             summary={"valid": False, "problem": problem},
         )
     )
+
+
+def _failed_file_url(ctx: StepContext, expected: dict[str, Any]) -> str | None:
+    """The failed-items file still to fetch (None: none named, none to fetch, or done)."""
+    spec = ctx.contract.result
+    ref = expected.get("error_file")
+    if spec is None or spec.error_file_path is None or not isinstance(ref, str):
+        return None
+    if "failed_file" in expected:
+        return None  # fetched (or found unavailable) by an earlier step
+    return resolve_url(
+        ctx.base_url, spec.error_file_path.replace("{error_file}", quote(ref, safe=""))
+    )
+
+
+def _failed_file_fetches(expected: dict[str, Any]) -> int:
+    """How many of the counted result fetches went to the failed-items file."""
+    done = expected.get("failed_file")
+    fetches = done.get("fetches") if isinstance(done, dict) else None
+    return fetches if isinstance(fetches, int) else 0
+
+
+def _failed_file_recorded(op: Operation, facts: dict[str, Any], now: datetime) -> Decided:
+    """The failed-items file's facts, kept with what the status promised; the result
+    itself is fetched next (wake now). Unavailable, its lines are inferred as before."""
+    summary = dict(op.validation_summary or {})
+    expected = dict(summary.get("expected") or {})
+    facts = facts | {"fetches": op.result_fetch_attempts}
+    expected["failed_file"] = facts
+    summary["expected"] = expected
+    record = Record(
+        event=EventKind.failed_items_collected,
+        cause="failed-items file collected" if "lines" in facts else facts.get("problem"),
+        excerpt=facts,
+        wake_at=now,
+    )
+    return Decided(action=record, changes={"validation_summary": summary}, answered="result fetch")
+
+
+def _after_failed_file(
+    op: Operation,
+    spec: ResultSpec,
+    raw: RawResponse,
+    signal_kind: SignalKind,
+    code: int | None,
+    now: datetime,
+) -> Decided | None:
+    """A failed-items file's answer: recorded when it says something final, else None
+    (a transport failure is retried like the result's own download)."""
+    if signal_kind in (SignalKind.ok, SignalKind.accepted):
+        collected = raw.collected
+        verdict = (
+            collected.verdict
+            if collected is not None
+            else validate_result(
+                failed_lines_spec(spec),
+                content=raw.content,
+                content_type=None,
+                body_problem=raw.observation.body_problem,
+            )
+        )
+        facts: dict[str, Any] = {
+            "location": collected.location if collected is not None else None,
+            "sha256": verdict.sha256,
+            "size_bytes": verdict.size_bytes,
+        }
+        if verdict.problem is not None:
+            facts["problem"] = verdict.problem  # unreadable: its lines are not counted
+        else:
+            facts |= {"lines": verdict.failed_count, "refs": list(verdict.failed_refs)}
+        return _failed_file_recorded(op, facts, now)
+    if signal_kind in (SignalKind.not_found, SignalKind.gone):
+        return _failed_file_recorded(op, {"problem": f"HTTP {code}"}, now)
+    return None
 
 
 def _url_expiry(expected: dict[str, Any]) -> datetime | None:
@@ -115,7 +197,7 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     if op.collect_deadline is not None and now >= op.collect_deadline:
         detail = "result fetch deadline passed"
         return Decided(action=escalate(op.state, EscalationReason.deadline_exceeded, detail))
-    if spec.single_use and op.result_fetch_attempts >= 1:
+    if spec.single_use and op.result_fetch_attempts >= 1 + _failed_file_fetches(expected):
         # At most once: the attempt already claimed may have consumed the result, and a
         # second GET of a one-time link is not harmless (it is not made).
         return _unavailable(
@@ -127,7 +209,8 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     if op.result_fetch_attempts >= limits.max_result_fetches:
         detail = f"result fetched {op.result_fetch_attempts} times without a usable answer"
         return Decided(action=escalate(op.state, EscalationReason.provider_failure, detail))
-    url = result_url(ctx, op)
+    failed_file = _failed_file_url(ctx, expected)
+    url = failed_file or result_url(ctx, op)
     if url is None:
         return _unavailable("no result reference")
     if not (usable_url(url) and origin_allowed(ctx.contract, ctx.base_url, url)):
@@ -138,14 +221,15 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     # and any answer may carry one (models.digests checks them all): asking for identity
     # keeps them comparable with the bytes the edge returns, which inflates gzip.
     headers = {"accept-encoding": "identity"}
+    # The failed-items file first (OpenAI error_file_id): the result's judgement then
+    # counts its lines instead of inferring them from the status body.
+    purpose = RequestPurpose.failed_items if failed_file else RequestPurpose.result
     return Decided(
         action=Send(
-            request=ProviderRequest(
-                purpose=RequestPurpose.result, method="GET", url=url, headers=headers
-            ),
+            request=ProviderRequest(purpose=purpose, method="GET", url=url, headers=headers),
             event=EventKind.result_fetch_sent,
             counters={"result_fetch_attempts": op.result_fetch_attempts + 1},
-            excerpt={"url": shown_url(url)},
+            excerpt={"url": shown_url(url), "file": purpose.value},
             # A signed URL must not be asked for after it expired: the later bound holds.
             deadline=earlier(op.collect_deadline, url_ends) if op.collect_deadline else url_ends,
         )
@@ -165,7 +249,11 @@ def after_collect(
     # A result is bytes of the contract's type (CSV, JSON Lines): its body is not judged here.
     signal = classify_http(raw.observation, now=now, json_body=False)
     code = signal.status_code
-    if spec is not None and signal.kind in (SignalKind.ok, SignalKind.accepted):
+    if request.purpose is RequestPurpose.failed_items and spec is not None:
+        recorded = _after_failed_file(op, spec, raw, signal.kind, code, now)
+        if recorded is not None:
+            return recorded
+    elif spec is not None and signal.kind in (SignalKind.ok, SignalKind.accepted):
         collected = raw.collected
         if collected is not None:
             # Judged as it streamed into the result store (the shell fed ResultScan).

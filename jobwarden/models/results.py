@@ -27,6 +27,7 @@ from typing import Any, Final
 from jobwarden.models.contract import ProviderContract, ResultSpec
 from jobwarden.models.digests import DigestCheck, Digester
 from jobwarden.models.item_outcomes import (
+    MAX_FAILED_REFS,
     ItemRefusedError,
     Tally,
     cross_check,
@@ -51,6 +52,7 @@ class ResultVerdict:
     # Failed items the status body counts in a file that was not fetched (OpenAI error file).
     failed_elsewhere: int = 0
     failed_file: str | None = None
+    failed_file_location: str | None = None  # where the failed-items file was stored
     declared_counts: Mapping[str, int] = field(default_factory=dict)
     digests: tuple[DigestCheck, ...] = ()
     integrity_notes: tuple[str, ...] = ()
@@ -80,6 +82,8 @@ class ResultVerdict:
             out["failed_item_refs_omitted"] = omitted
         if self.failed_file is not None:
             out["failed_items_file"] = self.failed_file
+        if self.failed_file_location is not None:
+            out["failed_items_location"] = self.failed_file_location
         if self.declared_counts:
             out["declared_counts"] = dict(self.declared_counts)
         if self.digests:
@@ -87,6 +91,34 @@ class ResultVerdict:
         if self.integrity_notes:
             out["integrity_notes"] = list(self.integrity_notes)
         return out
+
+
+def failed_lines_spec(spec: ResultSpec) -> ResultSpec:
+    """How a failed-items file (OpenAI ``error_file_id``) is read: JSON Lines, every line
+    one failed item with its reference (``item_ref_pointer``); none of the result's own
+    type, digest or count rules apply to it."""
+    return replace(
+        spec,
+        jsonl=True,
+        content_type=None,
+        items_pointer=None,
+        failed_items_pointer=None,
+        record_count_pointer=None,
+        item_status_pointer=None,
+        item_failed_values=(),
+        item_succeeded_values=(),
+        item_error_pointer="",  # the whole line: present, so failed
+        item_status_code_pointer=None,
+        checksum_pointer=None,
+        digests=(),
+        digests_required=False,
+        completed_count_pointer=None,
+        failed_count_pointer=None,
+        total_count_pointer=None,
+        error_file_pointer=None,
+        error_file_path=None,
+        max_failed_fraction=1.0,
+    )
 
 
 # A result this small stays in the database beside its facts (DESIGN: "a result is an
@@ -305,19 +337,29 @@ class ResultScan:
             count = count if in_body is None else in_body
         declared: dict[str, int] = dict(promised.get("declared_counts") or {})
         failed_file = promised.get("error_file")
-        elsewhere = 0
-        if isinstance(failed_file, str) and "failed" in declared:
+        fetched = promised.get("failed_file")
+        counted = fetched if isinstance(fetched, Mapping) else {}
+        elsewhere, refs = 0, list(tally.refs)
+        if isinstance(counted.get("lines"), int):
+            # The failed-items file was downloaded and counted: its lines are the failures
+            # elsewhere, and their references are recorded beside the result's own.
+            elsewhere = counted["lines"]
+            more = [r for r in counted.get("refs") or () if isinstance(r, str | int)]
+            refs = (refs + more)[:MAX_FAILED_REFS]
+        elif isinstance(failed_file, str) and "failed" in declared:
             # OpenAI Batch: failed requests are in error_file_id; the status body counts them.
             elsewhere = max(0, declared["failed"] - tally.failed)
+        location = counted.get("location")
         verdict = replace(
             refused,
             record_count=count,
             succeeded_items=ok_count,
             failed_items=list(tally.failed_kept),
             failed_more=tally.failed_more,
-            failed_refs=tuple(tally.refs),
+            failed_refs=tuple(refs),
             failed_elsewhere=elsewhere,
             failed_file=failed_file if isinstance(failed_file, str) else None,
+            failed_file_location=location if isinstance(location, str) else None,
             declared_counts=declared,
         )
         if count is not None and ok_count is not None and ok_count + tally.failed != count:

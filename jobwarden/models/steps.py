@@ -285,7 +285,11 @@ def unsent(op: Operation, send: Send, now: datetime) -> Decided | None:
             detail = f"{late.detail}; reserved request not sent"
             return Decided(action=replace(late, detail=detail))
         return None
-    if purpose is RequestPurpose.result:
+    if purpose in (RequestPurpose.result, RequestPurpose.failed_items):
+        if op.collect_deadline is not None and now < op.collect_deadline:
+            # The signed URL's end came first (result.url_expiry_pointer): the next collect
+            # step decides (a fresh URL, or the end) from the expiry it reads again.
+            return Decided(action=NotYet(until=now))
         detail = "result fetch deadline passed; reserved download not sent"
         return Decided(action=escalate(op.state, EscalationReason.deadline_exceeded, detail))
     if op.state is S.create_pending:

@@ -58,6 +58,10 @@ from jobwarden.tasks.provider_transport import (
     request_deadline,
 )
 
+# Result files (the result, its failed-items file): bytes of the contract's type, bounded
+# by result.max_bytes and judged by the core, never parsed here as an answer document.
+DOWNLOADS = frozenset({RequestPurpose.result, RequestPurpose.failed_items})
+
 # Takes a result download's 2xx body as it streams (headers lower-cased, the decoded
 # chunks, and the state that says why they stopped early) and returns what it kept.
 ResultCollector = Callable[[Mapping[str, str], Iterator[bytes], BodyState], Collected]
@@ -400,7 +404,7 @@ class ProviderClient:
         self._clients.clear()
 
     def _limit(self, contract: ProviderContract, request: ProviderRequest) -> int:
-        if request.purpose is RequestPurpose.result and contract.result is not None:
+        if request.purpose in DOWNLOADS and contract.result is not None:
             return contract.result.max_bytes
         return self.answer_limit
 
@@ -478,7 +482,7 @@ class ProviderClient:
         except _REQUEST_ERRORS as exc:
             return _lost(transport_failure(exc))
         body: object | None = None
-        if request.purpose is not RequestPurpose.result and problem is None:
+        if request.purpose not in DOWNLOADS and problem is None:
             # A result is bytes of the contract's type, judged by the core's validation.
             body, problem = parse_json(raw)
         return RawResponse(

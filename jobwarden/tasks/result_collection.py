@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from jobwarden.logs import get_logger
+from jobwarden.models.actions import RequestPurpose
 from jobwarden.models.errors import ResultStoreUnavailableError, ResultTooLargeError
 from jobwarden.models.operation import Operation
 from jobwarden.models.requests import StepContext
 from jobwarden.models.result_objects import object_key
-from jobwarden.models.results import INLINE_LIMIT, Collected, ResultScan
+from jobwarden.models.results import INLINE_LIMIT, Collected, ResultScan, failed_lines_spec
 from jobwarden.tasks.provider_edge import ResultCollector
 from jobwarden.tasks.provider_transport import BodyState
 from jobwarden.tasks.result_store import ResultStore
@@ -30,12 +31,25 @@ from jobwarden.tasks.result_store import ResultStore
 log = get_logger("jobwarden.results")
 
 
-def collector(store: ResultStore, op: Operation, ctx: StepContext) -> ResultCollector:
-    """What the edge calls with ``op``'s result body; its bytes go to ``store``."""
+def collector(
+    store: ResultStore,
+    op: Operation,
+    ctx: StepContext,
+    purpose: RequestPurpose = RequestPurpose.result,
+) -> ResultCollector:
+    """What the edge calls with ``op``'s result body; its bytes go to ``store``.
+
+    ``purpose`` ``failed_items``: the failed-items file (OpenAI ``error_file_id``), read
+    as one failed item per line and always stored as an object of its own, never inline.
+    """
     spec = ctx.contract.result
     assert spec is not None  # a result download is built only from a contract's [result]
     expected = dict((op.validation_summary or {}).get("expected") or {})
     key = object_key(op.tenant, str(op.operation_id))
+    inline_limit = INLINE_LIMIT
+    if purpose is RequestPurpose.failed_items:
+        spec, expected, inline_limit = failed_lines_spec(spec), {}, -1
+        key = object_key(op.tenant, str(op.operation_id), "failed_items")
 
     def collect(headers: Mapping[str, str], chunks: Iterator[bytes], state: BodyState) -> Collected:
         scan = ResultScan(
@@ -45,7 +59,7 @@ def collector(store: ResultStore, op: Operation, ctx: StepContext) -> ResultColl
         for chunk in chunks:
             scan.feed(chunk)
             head += chunk
-            if len(head) > INLINE_LIMIT:
+            if len(head) > inline_limit:
                 break
         else:
             # Ended within the inline limit: the bytes stay beside their facts.

@@ -140,9 +140,10 @@ def run(
             decided, answer, sent = late, None, None
             break
         # A result streams into the result store as it is judged, never held whole.
+        downloads = (RequestPurpose.result, RequestPurpose.failed_items)
         collect = (
-            collector(rt.result_store, op, ctx)
-            if send.request.purpose is RequestPurpose.result and ctx.contract.result is not None
+            collector(rt.result_store, op, ctx, send.request.purpose)
+            if send.request.purpose in downloads and ctx.contract.result is not None
             else None
         )
         answer = rt.http.send(ctx.contract, send.request, trace_id=op.trace_id, collect=collect)
