@@ -101,6 +101,15 @@ def status_kb(pid: int, name: str) -> int | None:
     return None
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def children(pid: int) -> list[int]:
     """The worker's pool processes: a prefork worker's children run its tasks."""
     try:
@@ -126,7 +135,8 @@ class Sampler:
 
     pid: int
     seconds: float
-    samples: list[tuple[float, int, int]] = field(default_factory=list)  # (monotonic, rss, hwm)
+    # (monotonic, VmRSS KiB, VmHWM KiB, CPU seconds)
+    samples: list[tuple[float, int, int, float]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -140,7 +150,7 @@ class Sampler:
             rss, hwm = status_kb(self.pid, "VmRSS"), status_kb(self.pid, "VmHWM")
             if rss is None or hwm is None:
                 return  # the child is gone: the figures say so
-            self.samples.append((time.monotonic(), rss, hwm))
+            self.samples.append((time.monotonic(), rss, hwm, cpu_seconds(self.pid)))
             if self._stop.wait(SAMPLE_SECONDS):
                 return
 
@@ -336,8 +346,9 @@ def _memory(
     started and ended); return the growth in MiB."""
     start, finish = window
     samples = sampler.samples
-    before = next((rss for t, rss, _ in reversed(samples) if t <= start), rss_submit)
-    during = [rss for t, rss, _ in samples if start <= t <= finish + SAMPLE_SECONDS]
+    before = next((rss for t, rss, _, _ in reversed(samples) if t <= start), rss_submit)
+    inside = [s for s in samples if start <= s[0] <= finish + SAMPLE_SECONDS]
+    during = [rss for _, rss, _, _ in inside]
     peak = max(during, default=before)
     hwm = samples[-1][2] if samples else 0
     # VmHWM (reset at submission) catches a peak between two samples.
@@ -349,6 +360,15 @@ def _memory(
         f" VmHWM since submission {hwm / 1024:.1f} MiB"
         f"{'' if hwm_reset else ' (not reset: since the child started)'}"
     )
+    if inside:
+        # Flat or climbing: the RSS at each tenth of the download.
+        tenths = [during[min(len(during) - 1, len(during) * k // 10)] for k in range(11)]
+        cpu = inside[-1][3] - inside[0][3]
+        print(
+            f"  RSS through the download, each tenth (MiB): "
+            f"{' '.join(f'{kb / 1024:.0f}' for kb in tenths)};"
+            f" child CPU {cpu:.1f} s over {inside[-1][0] - inside[0][0]:.1f} s"
+        )
     print(
         f"RSS growth over the download: {growth:.1f} MiB (limit {limit:g}):"
         f" {'ok' if growth <= limit else 'OVER'}"
