@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobwarden.sandbox.conventions import RESULT_DIGESTS, RESULT_SHAPES
+from jobwarden.sandbox.conventions import RESULT_DIGESTS, RESULT_SHAPES, min_line_bytes
 from jobwarden.sandbox.webhooks import WebhookBehaviour, WebhookOptionError, parse_webhook_option
 
 OUTCOMES = ("succeeded", "failed", "expired")
@@ -125,6 +125,11 @@ class Behaviour:
     result_shape: str = "sandbox"
     result_digest: str = "none"
     result_altered: bool = False
+    # A big OpenAI Batch output file: result_lines succeeded lines of result_line_bytes each
+    # (newline included), generated per download and never held (conventions.openai_lines).
+    # It sets result_shape "openai_jsonl" and result_items (the counts the status declares).
+    result_lines: int | None = None
+    result_line_bytes: int = 1024
     # Webhooks on each state change (jobwarden.sandbox.webhooks), with faults on request.
     webhook: WebhookBehaviour | None = None
 
@@ -243,9 +248,42 @@ _FIELDS = frozenset(
         "result_shape",
         "result_digest",
         "result_altered",
+        "result_lines",
+        "result_line_bytes",
         "webhook",
     }
 )
+# What a generated result cannot do: each needs the bytes in hand or a failed line.
+_NOT_WITH_LINES = {
+    "result_items": None,
+    "result_failed_items": 0,
+    "result_digest": "none",
+    "result_altered": False,
+    "hostile_result": "none",
+}
+
+
+def _result_lines(raw: dict[str, Any]) -> tuple[int | None, int]:
+    """``result_lines`` and ``result_line_bytes``, checked against each other and against
+    the knobs a generated result cannot honour."""
+    lines = _int(raw, "result_lines", minimum=1)
+    line_bytes = _int(raw, "result_line_bytes", minimum=1)
+    if lines is None:
+        if line_bytes is not None:
+            raise BehaviourError("behaviour.result_line_bytes needs behaviour.result_lines")
+        return None, Behaviour.result_line_bytes
+    for name, neutral in _NOT_WITH_LINES.items():
+        if raw.get(name, neutral) != neutral:
+            raise BehaviourError(f"behaviour.result_lines cannot be combined with {name}")
+    if raw.get("result_shape", "openai_jsonl") != "openai_jsonl":
+        raise BehaviourError('behaviour.result_lines is the "openai_jsonl" result shape')
+    line_bytes = Behaviour.result_line_bytes if line_bytes is None else line_bytes
+    if line_bytes < min_line_bytes(lines):
+        raise BehaviourError(
+            f"behaviour.result_line_bytes must be at least {min_line_bytes(lines)} "
+            f"for {lines} lines"
+        )
+    return lines, line_bytes
 
 
 def parse_behaviour(raw: Any) -> Behaviour:
@@ -272,6 +310,11 @@ def parse_behaviour(raw: Any) -> Behaviour:
     depth = _int(raw, "deep_json_depth", minimum=1)
     huge = _int(raw, "huge_bytes", minimum=1)
     drip = _float(raw, "drip_interval_seconds")
+    lines, line_bytes = _result_lines(raw)
+    if lines is not None:
+        items, shape = lines, "openai_jsonl"
+    else:
+        shape = _choice(raw, "result_shape", RESULT_SHAPES)
     try:
         webhook = parse_webhook_option(raw.get("webhook"))
     except WebhookOptionError as exc:
@@ -313,8 +356,10 @@ def parse_behaviour(raw: Any) -> Behaviour:
         in_flight_seconds=_float(raw, "in_flight_seconds"),
         require_repeatability=_bool(raw, "require_repeatability", False),
         synchronous=_bool(raw, "synchronous", False),
-        result_shape=_choice(raw, "result_shape", RESULT_SHAPES),
+        result_shape=shape,
         result_digest=_choice(raw, "result_digest", RESULT_DIGESTS),
         result_altered=_bool(raw, "result_altered", False),
+        result_lines=lines,
+        result_line_bytes=line_bytes,
         webhook=webhook,
     )

@@ -19,6 +19,9 @@ Per-item result shapes (``result_shape``); the last ``result_failed_items`` item
   {"status_code", "request_id", "body"}, "error": null}`` line per succeeded request; the
   failed ones are counted in the batch object's ``request_counts`` and named by its
   ``error_file_id``, a file this sandbox does not serve.
+
+A big OpenAI Batch output file (``result_lines`` lines of ``result_line_bytes`` each) is
+never built: :func:`openai_lines` generates it per download, the same bytes every time.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import google_crc32c
@@ -78,6 +82,50 @@ def result_body(shape: str, job_id: str, total: int, failed: int) -> tuple[bytes
     else:
         return None
     return b"".join(json.dumps(line).encode() + b"\n" for line in lines), _JSONL
+
+
+# Generated lines are written about this many bytes at a time.
+_LINES_CHUNK = 64 * 1024
+
+
+def _openai_line_head(n: int) -> str:
+    return (
+        f'{{"id": "batch_req_{n}", "custom_id": "item-{n}", "response": {{"status_code": 200, '
+        f'"request_id": "req_{n}", "body": {{"id": "item-{n}", "padding": "'
+    )
+
+
+_OPENAI_LINE_TAIL = '"}}, "error": null}\n'
+
+
+def min_line_bytes(count: int) -> int:
+    """The shortest ``line_bytes`` :func:`openai_lines` can give each of ``count`` lines
+    (the last line has the longest number)."""
+    return len(_openai_line_head(count)) + len(_OPENAI_LINE_TAIL)
+
+
+def openai_lines(count: int, line_bytes: int) -> Callable[[], Iterator[bytes]]:
+    """The OpenAI Batch output file of ``count`` succeeded requests, every line exactly
+    ``line_bytes`` bytes with its newline (a padding string fills each up), generated in
+    chunks of about 64 KiB on each call: ``count * line_bytes`` bytes, never held.
+
+    ``line_bytes`` must be at least ``min_line_bytes(count)`` (ValueError otherwise).
+    """
+    if line_bytes < min_line_bytes(count):
+        raise ValueError(f"lines of {count} requests need at least {min_line_bytes(count)} bytes")
+    filler = "x" * line_bytes
+    per_chunk = max(1, _LINES_CHUNK // line_bytes)
+
+    def chunks() -> Iterator[bytes]:
+        for first in range(1, count + 1, per_chunk):
+            lines = []
+            for n in range(first, min(first + per_chunk, count + 1)):
+                head = _openai_line_head(n)
+                lines.append(head + filler[: line_bytes - len(head) - len(_OPENAI_LINE_TAIL)])
+                lines.append(_OPENAI_LINE_TAIL)
+            yield "".join(lines).encode()
+
+    return chunks
 
 
 def content_type(shape: str) -> str:

@@ -15,7 +15,14 @@ from jobwarden.sandbox import conventions, hostile
 from jobwarden.sandbox.behaviour import Behaviour
 from jobwarden.sandbox.replies import JSON_TYPE, Reply, error_reply, iso_utc
 
-__all__ = ["FINAL_STATUSES", "Job", "build_result", "repeatability_problem", "result_document"]
+__all__ = [
+    "FINAL_STATUSES",
+    "Job",
+    "build_result",
+    "repeatability_problem",
+    "result_document",
+    "streamed_result",
+]
 
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
 
@@ -32,7 +39,8 @@ class Job:
     create_body: bytes
     result_bytes: bytes
     result_sha256: str
-    result_stream: hostile.Generator | None = None  # a huge result, generated per download
+    # A huge or a result_lines result, generated per download (result_bytes is then empty).
+    result_stream: hostile.Generator | None = None
     result_length: int = 0
     create_requests: int = 1
     status_calls: int = 0  # normal status calls (scripted error calls excluded)
@@ -114,7 +122,10 @@ def result_document(job_id: str, behaviour: Behaviour) -> dict[str, Any]:
 
 
 def build_result(job_id: str, behaviour: Behaviour) -> bytes:
+    """The result bytes, held by the job; empty for a result_lines result (never held)."""
     b = behaviour
+    if b.result_lines is not None:
+        return b""
     shaped = conventions.result_body(b.result_shape, job_id, b.result_items, b.result_failed_items)
     if shaped is not None:
         return shaped[0]
@@ -124,3 +135,18 @@ def build_result(job_id: str, behaviour: Behaviour) -> bytes:
     if behaviour.hostile_result == "drip":
         return hostile.padded(json.dumps(document).encode())  # the checksum covers the padding
     return json.dumps(document).encode()
+
+
+def streamed_result(behaviour: Behaviour) -> tuple[hostile.Generator, int, str] | None:
+    """A result generated per download (its generator, length and sha256), or None.
+
+    The sha256 takes one generating pass: seconds for gigabytes, so a caller computes it
+    outside any lock.
+    """
+    b = behaviour
+    if b.result_lines is not None:
+        chunks = conventions.openai_lines(b.result_lines, b.result_line_bytes)
+        return chunks, b.result_lines * b.result_line_bytes, hostile.digest(chunks)
+    if b.hostile_result == "huge":
+        return hostile.generated_result(b.result_items, b.huge_bytes)
+    return None

@@ -26,6 +26,7 @@ from jobwarden.sandbox.jobs import (
     Job,
     build_result,
     repeatability_problem,
+    streamed_result,
 )
 from jobwarden.sandbox.replies import (
     Reply,
@@ -177,10 +178,8 @@ class SandboxState:
         if refused is not None:
             return refused
         canonical = json.dumps(command, sort_keys=True)
-        # A huge result is hashed here, before the lock: it takes a while at 400 MB.
-        huge = None
-        if behaviour.hostile_result == "huge":
-            huge = hostile.generated_result(behaviour.result_items, behaviour.huge_bytes)
+        # A generated result is hashed here, before the lock: seconds at a few GB.
+        streamed = streamed_result(behaviour)
         with self._lock:
             existing = self._by_key.get(key)
             if existing is not None:
@@ -210,7 +209,7 @@ class SandboxState:
                 return transport_mode(
                     replay, behaviour.hostile_create, behaviour, existing.create_fields()
                 )
-            job = self._new_job(key, canonical, command, behaviour, huge)
+            job = self._new_job(key, canonical, command, behaviour, streamed)
             job.first_sent = first_sent
             self._note(seq, job_id=job.id)
             if behaviour.synchronous:
@@ -236,7 +235,7 @@ class SandboxState:
         canonical: str,
         command: dict[str, Any],
         behaviour: Behaviour,
-        huge: tuple[hostile.Generator, int, str] | None = None,
+        streamed: tuple[hostile.Generator, int, str] | None = None,
     ) -> Job:
         job_id = hostile.job_id(f"job_{uuid.uuid4().hex[:12]}", behaviour.job_id_style)
         while job_id in self._jobs:  # pragma: no cover - 48 random bits
@@ -246,7 +245,7 @@ class SandboxState:
         if behaviour.hostile_create == "big_numbers":
             body.update(hostile.BIG_NUMBERS)
         result = build_result(job_id, behaviour)
-        stream, length, digest = huge or (None, 0, hashlib.sha256(result).hexdigest())
+        stream, length, digest = streamed or (None, 0, hashlib.sha256(result).hexdigest())
         job = Job(
             id=job_id,
             key=key,

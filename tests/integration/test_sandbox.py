@@ -408,6 +408,59 @@ def test_failed_items_are_counted_within_the_record_count(client: httpx.Client) 
     assert all(f["error"] for f in document["failed_items"])
 
 
+def _download(client: httpx.Client, url: str) -> tuple[bytes, httpx.Headers]:
+    with client.stream("GET", url) as response:
+        assert response.status_code == 200
+        return b"".join(response.iter_raw()), response.headers
+
+
+def test_result_lines_stream_the_same_bytes_twice_with_the_advertised_digest_and_length(
+    client: httpx.Client,
+) -> None:
+    # 300 lines of 256 bytes: 75 KiB, more than one of the generator's chunks.
+    behaviour = {"result_lines": 300, "result_line_bytes": 256, "polls_to_finish": 1}
+    job_id = new_job(client, "klines", behaviour)
+    status = poll(client, job_id).json()
+    assert status["status"] == "succeeded"
+    reference = status["result"]
+    assert reference["record_count"] == 300
+    assert status["request_counts"] == {"total": 300, "completed": 300, "failed": 0}
+    first, headers = _download(client, reference["url"])
+    again, _ = _download(client, reference["url"])
+    assert first == again
+    assert int(headers["Content-Length"]) == len(first) == 300 * 256
+    assert hashlib.sha256(first).hexdigest() == reference["sha256"]
+    assert headers["Content-Type"] == "application/jsonl"
+    lines = first.split(b"\n")
+    assert lines.pop() == b""  # every line ends with its newline
+    assert {len(line) + 1 for line in lines} == {256}
+    parsed = [json.loads(line) for line in lines]
+    assert [p["custom_id"] for p in parsed] == [f"item-{n}" for n in range(1, 301)]
+    assert all(p["response"]["status_code"] == 200 and p["error"] is None for p in parsed)
+    assert parsed[0]["id"] == "batch_req_1" and parsed[0]["response"]["body"]["id"] == "item-1"
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "message"),
+    [
+        ({"result_lines": 1000, "result_line_bytes": 100}, "at least 170"),
+        ({"result_line_bytes": 512}, "needs behaviour.result_lines"),
+        ({"result_lines": 5, "result_failed_items": 1}, "result_failed_items"),
+        ({"result_lines": 5, "result_items": 5}, "result_items"),
+        ({"result_lines": 5, "result_digest": "content-md5"}, "result_digest"),
+        ({"result_lines": 5, "result_shape": "google_jsonl"}, "openai_jsonl"),
+        ({"result_lines": 0}, "result_lines must be an integer >= 1"),
+    ],
+)
+def test_result_lines_refuse_what_a_generated_result_cannot_be(
+    client: httpx.Client, behaviour: dict[str, Any], message: str
+) -> None:
+    response = create(client, "kbadlines", behaviour)
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_behaviour"
+    assert message in response.json()["message"]
+
+
 def test_succeed_without_result(client: httpx.Client) -> None:
     job_id = new_job(client, "kw", {"succeed_without_result": True, "polls_to_finish": 1})
     body = poll(client, job_id).json()
