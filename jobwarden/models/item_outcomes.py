@@ -49,9 +49,8 @@ def _status_text(value: object) -> str | None:
 
 
 def has_item_rules(spec: ResultSpec) -> bool:
-    return bool(
-        spec.item_status_pointer or spec.item_error_pointer or spec.item_status_code_pointer
-    )
+    pointers = (spec.item_status_pointer, spec.item_error_pointer, spec.item_status_code_pointer)
+    return any(p is not None for p in pointers)  # "" is a pointer too: the whole item
 
 
 def item_failed(spec: ResultSpec, item: object, where: str) -> bool:

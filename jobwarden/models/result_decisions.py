@@ -229,7 +229,7 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
             request=ProviderRequest(purpose=purpose, method="GET", url=url, headers=headers),
             event=EventKind.result_fetch_sent,
             counters={"result_fetch_attempts": op.result_fetch_attempts + 1},
-            excerpt={"url": shown_url(url), "file": purpose.value},
+            excerpt={"url": shown_url(url)} | ({"file": purpose.value} if failed_file else {}),
             # A signed URL must not be asked for after it expired: the later bound holds.
             deadline=earlier(op.collect_deadline, url_ends) if op.collect_deadline else url_ends,
         )
