@@ -14,6 +14,7 @@ from rich.console import Console
 from jobwarden.api_cli import serve_api, tenants_app, tokens_app
 from jobwarden.config.settings import get_settings
 from jobwarden.models.errors import JobwardenError
+from jobwarden.result_cli import result_command
 from jobwarden.watch_cli import dated_line, list_command, show_lines, watch_command
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ app.add_typer(tokens_app, name="tokens")
 app.add_typer(tenants_app, name="tenants")
 app.command("list")(list_command)
 app.command("watch")(watch_command)
+app.command("result")(result_command)
 console = Console(soft_wrap=True)
 # soft_wrap: an error is one line whatever the terminal width (scripts grep for it).
 err = Console(stderr=True, soft_wrap=True)

@@ -41,7 +41,7 @@ from jobwarden.api.auth import TOKEN_PREFIX, Principal, principal_of
 from jobwarden.api.auth import Scope as TokenScope
 from jobwarden.api.intake import Bounds, SubmissionBody, caller_of, submission_request
 from jobwarden.api.problems import ProblemError, problem_response
-from jobwarden.api.queries import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor
+from jobwarden.api.queries import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor, result_of
 from jobwarden.api.queries import operation_view as http_operation_view
 from jobwarden.api.views import EscalationCounts, OperationView, WaitingOperation, operation_links
 from jobwarden.config.settings import Settings
@@ -360,13 +360,17 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
         description=(
             "One operation of your tenant: state, counters, deadlines, escalation and the "
             "options a human may pick, and the create request as it leaves (credential "
-            "redacted). Safe to call as often as needed."
+            "redacted), and once collected where the result is (result: location, sha256, "
+            "size_bytes, content_type, validated true/false/'accepted', and the HTTP path "
+            "that streams it). Safe to call as often as needed."
         ),
         annotations=ToolAnnotations(read_only_hint=True),
     )
     def get_operation(operation_id: OperationIdArg, ctx: Context) -> OperationView:
         principal = _principal(backend, ctx, TokenScope.read)
-        return http_operation_view(runtime(), _owned(backend, principal, operation_id))
+        row = _owned(backend, principal, operation_id)
+        result = result_of(backend.database_url, row.operation_id)
+        return http_operation_view(runtime(), row, result)
 
     @server.tool(
         description=(

@@ -56,6 +56,10 @@ TITLES: dict[str, str] = {
     "approval_window_closed": "The operation's approval window has closed",
     "business_deadline_passed": "The operation's business deadline has passed",
     "option_not_offered": "The option is not offered for this operation now",
+    "no_result": "The operation has no result to download",
+    "result_missing": "The result's stored bytes are gone from the result store",
+    "range_not_satisfiable": "No byte of the requested range is in the result",
+    "result_store_unavailable": "The result store does not answer",
     "not_ready": "A backing service does not answer",
     "internal_error": "Internal error",
 }

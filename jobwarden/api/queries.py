@@ -44,14 +44,18 @@ from jobwarden.api.views import (
     OperationSummary,
     OperationView,
     PageLinks,
+    ResultView,
     StorableStr,
     WaitingOperation,
     operation_links,
+    result_path,
 )
 from jobwarden.models.actions import EscalationReason
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import api_store, query_store, store
 from jobwarden.models.persistence.db import snapshot, transaction
+from jobwarden.models.persistence.store import StoredResultRow
+from jobwarden.models.result_access import validated
 from jobwarden.models.states import OFFERS_OPTIONS, OperationState
 from jobwarden.tasks.interventions import escalation_options
 from jobwarden.tasks.provider_edge import shown_create_request
@@ -126,7 +130,27 @@ def _counter(used: int, limit: int | None) -> Counter:
     return Counter(used=used, max=limit, text=f"{used} of {limit if limit is not None else '?'}")
 
 
-def operation_view(rt: Runtime, row: Operation) -> OperationView:
+def result_of(database_url: str, operation_id: uuid.UUID) -> StoredResultRow | None:
+    """The operation's result row (no tenant check: call it for an owned operation)."""
+    with snapshot(database_url) as session:
+        return store.result_of(session, operation_id)
+
+
+def _result_view(row: Operation, result: StoredResultRow | None) -> ResultView | None:
+    if result is None:
+        return None
+    return ResultView(
+        location=result.location,
+        sha256=result.sha256,
+        size_bytes=result.size_bytes,
+        content_type=result.content_type,
+        validated=validated(row.state),
+        download=result_path(row.operation_id),
+    )
+
+
+def operation_view(rt: Runtime, row: Operation, result: StoredResultRow | None) -> OperationView:
+    """What both doors (HTTP and MCP) show of an operation, with its result if collected."""
     contract = rt.contracts.get(row.provider)
     limits = contract.limits if contract is not None else None
     escalation = None
@@ -190,6 +214,7 @@ def operation_view(rt: Runtime, row: Operation) -> OperationView:
         cancel=cancel,
         validation_summary=dict(row.validation_summary) if row.validation_summary else None,
         create_request=_create_request(rt, row),
+        result=_result_view(row, result),
         links=operation_links(row.operation_id),
     )
 
@@ -224,7 +249,9 @@ def get_operation(
     principal: Annotated[Principal, Depends(require(Scope.read))],
 ) -> OperationView:
     """One operation of the caller's tenant: state, counters, deadlines, escalation options."""
-    return operation_view(runtime_of(request), owned_operation(request, principal, operation_id))
+    row = owned_operation(request, principal, operation_id)
+    result = result_of(settings_of(request).database_url, row.operation_id)
+    return operation_view(runtime_of(request), row, result)
 
 
 class ListParams(BaseModel):

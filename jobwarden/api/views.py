@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Path
 from pydantic import AfterValidator, BaseModel
@@ -75,6 +75,10 @@ class OperationLinks(BaseModel):
     events: str
 
 
+def result_path(operation_id: uuid.UUID | str) -> str:
+    return f"/v1/operations/{operation_id}/result"
+
+
 class CreateRequest(BaseModel):
     """The create as it leaves (or left): what an approver approves (models/outgoing.py)."""
 
@@ -84,6 +88,19 @@ class CreateRequest(BaseModel):
     body: str | None  # the body bytes as sent, as text
     fingerprint: str
     transport_headers: list[str]  # added by the HTTP client: Host, Content-Length, ...
+
+
+class ResultView(BaseModel):
+    """Where a collected result is and how to check it; its bytes at ``download``."""
+
+    location: str | None  # the object's URL in the result store; null when kept inline
+    sha256: str
+    size_bytes: int
+    content_type: str | None
+    # true: validated (succeeded); false: kept after failing validation; "accepted": a
+    # person accepted it as it is (models/result_access.py).
+    validated: bool | Literal["accepted"]
+    download: str
 
 
 class OperationView(BaseModel):
@@ -117,6 +134,8 @@ class OperationView(BaseModel):
     # A person's resubmission, both ways: the operation this one replaces, its replacement.
     resubmit_of: uuid.UUID | None = None
     resubmitted_as: uuid.UUID | None = None
+    # The collected result, when there is one (GET .../result streams it).
+    result: ResultView | None = None
     links: OperationLinks
 
 

@@ -1,0 +1,223 @@
+"""GET and HEAD /v1/operations/{id}/result: a collected result's bytes, streamed (issue 21).
+
+Scope ``read``, the token's tenant only (another tenant's operation is the same 404 as an
+unknown one, as on every read route). The bytes come from the row (a result within 64 KiB
+is inline) or from the result store, streamed in the store's chunks, so a 2 GiB result
+costs the API process about one chunk of memory (scripts/bench_result_download.py).
+
+Headers (the rules are in ``models/result_access.py``): ``Content-Type`` (stored, else
+octet-stream), ``Content-Length``, ``Repr-Digest`` (RFC 9530 section 3, the whole
+result's sha256, also on a 206), a strong ``ETag`` (the sha256), ``Accept-Ranges: bytes``
+and ``Jobwarden-Result-Validated``: ``true`` (succeeded), ``false`` (kept after failing
+validation) or ``accepted`` (a person accepted it as it is). One range per request (RFC
+9110 section 14): 206 with ``Content-Range``, read from the store by range; 416 with
+``Content-Range: bytes */size`` when no byte of it exists; several ranges or a malformed
+header are ignored (200, the whole). ``Content-Disposition: attachment`` and ``nosniff``
+because the bytes are a provider's: a browser must never render them as our page.
+
+What a client can act on:
+
+- 404 ``no_result``: nothing to download in this state (still running, failed, ended
+  without result, or invalid bytes that were not kept); the detail names the state.
+- 410 ``result_missing``: the row says bytes were stored, the store has none (or other
+  ones, of another size) at its location. Not a 5xx: retrying cannot help, the result is
+  gone until an operator restores it, and ``jobwarden verify`` names the same fact; the
+  event is logged at error level so the operator sees it without a client's report.
+- 503 ``result_store_unavailable`` with ``Retry-After``: the store failed; try later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi.responses import StreamingResponse
+
+from jobwarden.api.auth import Principal, Scope, require
+from jobwarden.api.context import runtime_of, settings_of
+from jobwarden.api.problems import ProblemError
+from jobwarden.api.queries import parse_operation_id
+from jobwarden.api.responses import problem_responses
+from jobwarden.api.views import NOT_FOUND, NOT_FOUND_DETAIL, OperationId
+from jobwarden.logs import get_logger
+from jobwarden.models.errors import (
+    ResultLocationError,
+    ResultMissingError,
+    ResultStoreUnavailableError,
+)
+from jobwarden.models.persistence import query_store, store
+from jobwarden.models.persistence.db import snapshot
+from jobwarden.models.persistence.store import StoredResultRow
+from jobwarden.models.result_access import (
+    ByteRange,
+    Unsatisfiable,
+    choose_range,
+    content_type,
+    repr_digest,
+    strong_etag,
+    validated,
+    validated_header,
+)
+from jobwarden.tasks.result_store import ResultStore
+
+router = APIRouter(tags=["operations"])
+log = get_logger("jobwarden.api")
+
+VALIDATED_HEADER = "Jobwarden-Result-Validated"
+STORE_RETRY_SECONDS = 30
+_HEADERS: dict[str, Any] = {
+    "Content-Length": {"schema": {"type": "integer"}},
+    "Repr-Digest": {
+        "description": "RFC 9530 section 3: sha-256 of the whole result",
+        "schema": {"type": "string"},
+    },
+    "ETag": {"description": "strong: the result's sha256", "schema": {"type": "string"}},
+    "Accept-Ranges": {"schema": {"type": "string", "enum": ["bytes"]}},
+    VALIDATED_HEADER: {"schema": {"type": "string", "enum": ["true", "false", "accepted"]}},
+}
+# The stored media type (application/octet-stream when none was recorded).
+_BYTES = {"*/*": {"schema": {"type": "string", "format": "binary"}}}
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    **problem_responses(
+        {
+            404: f"{NOT_FOUND}; or no_result: the operation has no result to download",
+            410: "result_missing: the stored bytes are gone from the result store",
+            416: "range_not_satisfiable: no byte of the range is in the result",
+            503: "result_store_unavailable: the result store failed (Retry-After)",
+        }
+    ),
+    200: {"description": "the whole result, streamed", "content": _BYTES, "headers": _HEADERS},
+    206: {"description": "one byte range of it", "content": _BYTES, "headers": _HEADERS},
+}
+
+
+def _owned_result(
+    request: Request, principal: Principal, raw_id: str
+) -> tuple[str, StoredResultRow]:
+    """The state of the tenant's operation and its result row, or the problem to answer."""
+    operation_id = parse_operation_id(raw_id)
+    with snapshot(settings_of(request).database_url) as session:
+        # The result first: it is written in the commit that sets its state, so the state
+        # read after it is that one or a later one (never a stale result_collecting).
+        result = store.result_of(session, operation_id)
+        row = query_store.operation_for_tenant(session, principal.tenant, operation_id)
+    if row is None:
+        raise ProblemError(404, "not_found", NOT_FOUND_DETAIL)
+    if result is None:
+        raise ProblemError(
+            404, "no_result", f"operation {row.operation_id} is {row.state}: it has no result"
+        )
+    return row.state, result
+
+
+def _store_problem(exc: Exception, operation_id: str, location: str) -> ProblemError:
+    if isinstance(exc, ResultStoreUnavailableError):
+        retry = int(exc.retry_after or STORE_RETRY_SECONDS)
+        log.warning("result_download_store_unavailable", operation_id=operation_id, error=str(exc))
+        return ProblemError(
+            503,
+            "result_store_unavailable",
+            "the result store does not answer; try again later",
+            headers={"Retry-After": str(retry)},
+        )
+    # Missing, another size, or a location outside this server's store: the bytes the row
+    # promises cannot be served until an operator acts. The location stays in the log.
+    log.error(
+        "result_download_missing", operation_id=operation_id, location=location, error=str(exc)
+    )
+    return ProblemError(
+        410, "result_missing", f"operation {operation_id}: its stored result bytes are gone"
+    )
+
+
+def _check_object(rs: ResultStore, result: StoredResultRow, operation_id: str) -> str:
+    """The object's location once the store holds an object of the recorded size there."""
+    location = result.location
+    assert location is not None
+    try:
+        size = rs.size(location)
+    except (ResultStoreUnavailableError, ResultLocationError) as exc:
+        raise _store_problem(exc, operation_id, location) from None
+    if size != result.size_bytes:
+        raise _store_problem(
+            ResultMissingError(location) if size is None else ValueError(f"{size} bytes"),
+            operation_id,
+            location,
+        )
+    return location
+
+
+def _streamed(chunks: Iterator[bytes], operation_id: str) -> Iterator[bytes]:
+    # Past the headers a failure can only cut the body short: the client sees fewer bytes
+    # than Content-Length (and a digest that fails); the cut is logged here.
+    try:
+        yield from chunks
+    except ResultStoreUnavailableError as exc:
+        log.error("result_download_cut", operation_id=operation_id, error=str(exc))
+        raise
+
+
+def get_result(
+    operation_id: OperationId,
+    request: Request,
+    principal: Annotated[Principal, Depends(require(Scope.read))],
+    range_: Annotated[str | None, Header(alias="Range")] = None,
+    if_range: Annotated[str | None, Header(alias="If-Range")] = None,
+) -> Response:
+    """The operation's collected result, streamed; one byte range with ``Range``."""
+    state, result = _owned_result(request, principal, operation_id)
+    op_id = str(parse_operation_id(operation_id))
+    etag = strong_etag(result.sha256)
+    headers = {
+        "Repr-Digest": repr_digest(result.sha256),
+        "ETag": etag,
+        "Accept-Ranges": "bytes",
+        VALIDATED_HEADER: validated_header(validated(state)),
+        "Content-Disposition": f'attachment; filename="{op_id}.result"',
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "private",
+    }
+    media = content_type(result.content_type)
+    chosen = choose_range(range_, if_range, result.size_bytes, etag)
+    if isinstance(chosen, Unsatisfiable):
+        raise ProblemError(
+            416,
+            "range_not_satisfiable",
+            f"the result has {chosen.size} bytes; no byte of the range is in it",
+            headers={"Content-Range": chosen.content_range, **headers},
+        )
+    status, length = (206, chosen.length) if chosen else (200, result.size_bytes)
+    headers["Content-Length"] = str(length)
+    if chosen is not None:
+        headers["Content-Range"] = chosen.content_range
+    if result.content is not None:
+        body = _slice(result.content, chosen)
+        return Response(b"" if request.method == "HEAD" else body, status, headers, media)
+    rs = runtime_of(request).result_store
+    location = _check_object(rs, result, op_id)
+    if request.method == "HEAD":
+        # The object's presence and size are checked; its bytes are not read.
+        return Response(b"", status, headers, media)
+    start, end = (chosen.start, chosen.end) if chosen else (None, None)
+    try:
+        chunks = rs.read(location, start, end)
+    except (ResultMissingError, ResultStoreUnavailableError, ResultLocationError) as exc:
+        raise _store_problem(exc, op_id, location) from None
+    return StreamingResponse(_streamed(chunks, op_id), status, headers, media)
+
+
+# One route per method: each needs its own OpenAPI operation id.
+for _method in ("GET", "HEAD"):
+    router.add_api_route(
+        "/v1/operations/{operation_id}/result",
+        get_result,
+        methods=[_method],
+        response_class=Response,
+        responses=RESPONSES,
+        operation_id=f"{_method.lower()}_result",
+    )
+
+
+def _slice(content: bytes, chosen: ByteRange | None) -> bytes:
+    return content if chosen is None else content[chosen.start : chosen.end]
