@@ -8,7 +8,6 @@ mid-upload starts its own private one.
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -372,9 +371,13 @@ def test_a_directory_that_cannot_be_made_is_a_settings_error(tmp_path: Path) -> 
         ResultStore.from_url((blocker / "results").as_uri(), environ={})
 
 
-def test_the_default_setting_is_a_file_store_a_non_root_user_can_write() -> None:
+def test_the_default_setting_is_a_file_store_a_non_root_user_can_write(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from jobwarden.config.settings import load_settings
 
+    # The test run sets its own store (tests/conftest.py); the default is what is left.
+    monkeypatch.delenv("JOBWARDEN_RESULT_STORE")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     url = load_settings().result_store
-    assert url.startswith("file:///")
-    assert "JOBWARDEN_RESULT_STORE" not in os.environ
+    assert url == (tmp_path / "jobwarden" / "results").as_uri()
