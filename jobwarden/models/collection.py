@@ -3,10 +3,11 @@ result reference can be fetched at all. Shared by the poll and by synchronous cr
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobwarden.models.actions import Collect, Escalate, EscalationReason, escalate
+from jobwarden.models.actions import Collect, Escalate, EscalationReason, Finish, escalate
 from jobwarden.models.origins import usable_url
 from jobwarden.models.pointers import MISSING, resolve_pointer
 from jobwarden.models.requests import StepContext
@@ -68,3 +69,26 @@ def collection(
         return escalate(state, EscalationReason.contract_violation, detail)
     window = timedelta(seconds=ctx.contract.limits.result_fetch_deadline_seconds)
     return Collect(result_ref=ref, expected=expected_result(ctx, body), deadline=now + window)
+
+
+def partial_collection(  # noqa: PLR0913 - collection()'s inputs, and the end it replaces
+    state: OperationState,
+    ctx: StepContext,
+    end: Finish,
+    ref: str | None,
+    body: object,
+    *,
+    now: datetime,
+) -> Finish | Collect | Escalate:
+    """A job that ended ``end.state`` but left partial output (``[result] partial_after``,
+    and a result reference in the answer): collect that output first; the collect step
+    then ends the operation as the job ended, the output recorded as partial (never as
+    a success, never hidden). Otherwise ``end`` as it was."""
+    spec = ctx.contract.result
+    if spec is None or end.state.value not in spec.partial_after or ref is None:
+        return end
+    collect = collection(state, ctx, ref, body, now)
+    if not isinstance(collect, Collect):
+        return collect
+    partial = {"partial": end.state.value, "partial_reason": end.reason}
+    return replace(collect, expected={**collect.expected, **partial})

@@ -292,6 +292,10 @@ class ResultSpec:
     url_expiry_pointer: str | None = None
     # Past that expiry: read the status again for a fresh URL (True), or stop (False).
     refresh_expired_url: bool = False
+    # Ends after which the provider leaves partial output at the result reference (OpenAI
+    # Batch: a cancelled or expired batch keeps an output file of the requests it did):
+    # it is collected and recorded as partial, and the operation still ends as it ended.
+    partial_after: tuple[str, ...] = ()
 
 
 class WebhookScheme(StrEnum):

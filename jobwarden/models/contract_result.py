@@ -36,7 +36,10 @@ from jobwarden.models.contract_fields import (
 from jobwarden.models.contract_sections import ContractTable, context_of, convention_of, default
 from jobwarden.models.conventions import AZURE
 
-__all__ = ["ResultTable"]
+__all__ = ["PARTIAL_ENDS", "ResultTable"]
+
+# The ends a job can reach with part of its work done (models/decisions.py maps them).
+PARTIAL_ENDS = ("cancelled", "failed", "expired")
 
 
 # --- [result] -----------------------------------------------------------------------
@@ -141,6 +144,8 @@ class ResultTable(ContractTable):
     """Where the status body says when the result URL expires (RFC 3339 or Unix seconds)."""
     refresh_expired_url: Flag = False
     """Past the URL's expiry, read the status again for a fresh URL instead of stopping."""
+    partial_after: StrList = ()
+    """Ends ('cancelled', 'failed', 'expired') after which partial output is collected."""
 
     @model_validator(mode="after")
     def _rules(self, info: ValidationInfo) -> Self:
@@ -161,6 +166,12 @@ class ResultTable(ContractTable):
             if getattr(self, key) is not None and self.checksum_pointer is None:
                 raise problem("only allowed with result.checksum_pointer", field=key)
         self._item_rules()
+        for index, end in enumerate(self.partial_after):
+            if end not in PARTIAL_ENDS:
+                raise problem(
+                    f"must be one of: {', '.join(PARTIAL_ENDS)}; got {end!r}",
+                    field=f"partial_after[{index}]",
+                )
         if self.refresh_expired_url and self.url_expiry_pointer is None:
             raise problem(
                 "only allowed with result.url_expiry_pointer", field="refresh_expired_url"

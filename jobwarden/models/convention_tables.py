@@ -108,6 +108,8 @@ SUPPLIED: Final[Mapping[Convention, Mapping[str, Mapping[str, object]]]] = {
             "error_file_pointer": "/error_file_id",
             # The same Files API for the failed requests' lines (error_file_id).
             "error_file_path": "/v1/files/{error_file}/content",
+            # [OPENAI] Batch guide: a cancelled or expired batch keeps its completed lines.
+            "partial_after": ("cancelled", "expired"),
         },
     },
 }

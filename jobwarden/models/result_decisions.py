@@ -49,13 +49,24 @@ from jobwarden.models.states import OperationState as S
 
 
 def _result_ending(
-    verdict: ResultVerdict, content: bytes | None, ctype: str | None, location: str | None = None
+    verdict: ResultVerdict,
+    content: bytes | None,
+    ctype: str | None,
+    location: str | None = None,
+    *,
+    partial: str | None = None,
 ) -> Decided:
-    """``content`` the bytes in hand (inline), ``location`` where the store holds them."""
+    """``content`` the bytes in hand (inline), ``location`` where the store holds them;
+    ``partial`` the end the job reached when this is its partial output."""
     stored = Succeed(verdict=verdict, content=content, content_type=ctype, location=location)
+    # Kept only when they are the bytes sent: a person may later accept them as they are.
+    kept = stored if verdict.keepable and (content is not None or location) else None
+    if partial is not None:
+        # Partial output of a job that did not succeed: kept and labelled, never a success,
+        # and the operation ends as the job ended.
+        summary = verdict.summary() | {"partial": True} | ({"kept": True} if kept else {})
+        return _partial_end(partial, "partial output collected", summary, kept)
     if not verdict.valid:
-        # Kept only when they are the bytes sent: a person may later accept them as they are.
-        kept = stored if verdict.keepable and (content is not None or location) else None
         finish = Finish(
             state=S.result_validation_failed,
             reason=verdict.problem or "invalid",
@@ -67,7 +78,20 @@ def _result_ending(
     return Decided(action=stored)
 
 
-def _unavailable(problem: str) -> Decided:
+def _partial_end(partial: str, what: str, summary: dict[str, Any], kept: Succeed | None) -> Decided:
+    state = S(partial)
+    # A cancel's end is the provider's confirmation, recorded as such (a remote fact).
+    event = EventKind.cancel_confirmed if state is S.cancelled else EventKind.decision
+    finish = Finish(
+        state=state, reason=f"remote_{partial}; {what}", event=event, summary=summary, kept=kept
+    )
+    return Decided(action=finish)
+
+
+def _unavailable(problem: str, *, partial: str | None = None) -> Decided:
+    if partial is not None:
+        summary = {"valid": False, "problem": problem, "partial": True}
+        return _partial_end(partial, f"partial output unavailable: {problem}", summary, None)
     return Decided(
         action=Finish(
             state=S.result_unavailable,
@@ -76,6 +100,12 @@ def _unavailable(problem: str) -> Decided:
             summary={"valid": False, "problem": problem},
         )
     )
+
+
+def _partial(expected: dict[str, Any]) -> str | None:
+    """The end a job reached when what is collected is its partial output (else None)."""
+    partial = expected.get("partial")
+    return partial if partial in ("cancelled", "failed", "expired") else None
 
 
 def _failed_file_url(ctx: StepContext, expected: dict[str, Any]) -> str | None:
@@ -157,7 +187,9 @@ def _url_expiry(expected: dict[str, Any]) -> datetime | None:
     return datetime.fromisoformat(raw) if isinstance(raw, str) else None
 
 
-def _expired_url(spec: ResultSpec, ends: datetime, now: datetime) -> Decided:
+def _expired_url(
+    spec: ResultSpec, ends: datetime, now: datetime, partial: str | None = None
+) -> Decided:
     """The result URL expired unfetched: look at the status again for a fresh one where
     the contract says the provider gives one, else stop (result_unavailable, with why)."""
     if spec.refresh_expired_url:
@@ -167,7 +199,8 @@ def _expired_url(spec: ResultSpec, ends: datetime, now: datetime) -> Decided:
         return Decided(
             action=Move(to=S.observing, event=EventKind.decision, cause=cause, wake_at=now)
         )
-    return _unavailable(f"the result URL expired at {ends.isoformat()} before it was fetched")
+    problem = f"the result URL expired at {ends.isoformat()} before it was fetched"
+    return _unavailable(problem, partial=partial)
 
 
 def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
@@ -189,10 +222,10 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
         inline = expected.get("inline")
         content = json.dumps(inline, separators=(",", ":")).encode() if inline is not None else b""
         if not content:
-            return _unavailable("inline result missing")
+            return _unavailable("inline result missing", partial=_partial(expected))
         ctype = "application/json"  # serialised here from the status body
         verdict = validate_result(spec, content=content, content_type=ctype, promised=expected)
-        return _result_ending(verdict, content, ctype)
+        return _result_ending(verdict, content, ctype, partial=_partial(expected))
     limits = ctx.contract.limits
     if op.collect_deadline is not None and now >= op.collect_deadline:
         detail = "result fetch deadline passed"
@@ -201,18 +234,19 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
         # At most once: the attempt already claimed may have consumed the result, and a
         # second GET of a one-time link is not harmless (it is not made).
         return _unavailable(
-            "single-use result download attempted once already; it is not requested again"
+            "single-use result download attempted once already; it is not requested again",
+            partial=_partial(expected),
         )
     url_ends = _url_expiry(expected)
     if url_ends is not None and now >= url_ends:
-        return _expired_url(spec, url_ends, now)
+        return _expired_url(spec, url_ends, now, _partial(expected))
     if op.result_fetch_attempts >= limits.max_result_fetches:
         detail = f"result fetched {op.result_fetch_attempts} times without a usable answer"
         return Decided(action=escalate(op.state, EscalationReason.provider_failure, detail))
     failed_file = _failed_file_url(ctx, expected)
     url = failed_file or result_url(ctx, op)
     if url is None:
-        return _unavailable("no result reference")
+        return _unavailable("no result reference", partial=_partial(expected))
     if not (usable_url(url) and origin_allowed(ctx.contract, ctx.base_url, url)):
         # Invariant 10: the credential goes only where the contract says; nothing is sent.
         detail = f"result URL on an origin the contract does not allow: {shown_url(url)}"
@@ -249,6 +283,8 @@ def after_collect(
     # A result is bytes of the contract's type (CSV, JSON Lines): its body is not judged here.
     signal = classify_http(raw.observation, now=now, json_body=False)
     code = signal.status_code
+    expected = dict((op.validation_summary or {}).get("expected") or {})
+    partial = _partial(expected)
     if request.purpose is RequestPurpose.failed_items and spec is not None:
         recorded = _after_failed_file(op, spec, raw, signal.kind, code, now)
         if recorded is not None:
@@ -258,9 +294,12 @@ def after_collect(
         if collected is not None:
             # Judged as it streamed into the result store (the shell fed ResultScan).
             return _result_ending(
-                collected.verdict, collected.inline, raw.content_type, collected.location
+                collected.verdict,
+                collected.inline,
+                raw.content_type,
+                collected.location,
+                partial=partial,
             )
-        expected = dict((op.validation_summary or {}).get("expected") or {})
         verdict = validate_result(
             spec,
             content=raw.content,
@@ -269,8 +308,7 @@ def after_collect(
             headers=raw.observation.headers,
             body_problem=raw.observation.body_problem,
         )
-        return _result_ending(verdict, raw.content, raw.content_type)
-    expected = dict((op.validation_summary or {}).get("expected") or {})
+        return _result_ending(verdict, raw.content, raw.content_type, partial=partial)
     url_ends = _url_expiry(expected)
     if (
         spec is not None
@@ -280,18 +318,19 @@ def after_collect(
     ):
         # A presigned URL past its expiry answers 403 ("Request has expired", S3): the
         # URL's end, not the credential's refusal.
-        return _expired_url(spec, url_ends, now)
+        return _expired_url(spec, url_ends, now, partial)
     if signal.kind in (SignalKind.unauthorized, SignalKind.forbidden):
         detail = f"HTTP {code} fetching the result"
         denied = escalate(op.state, EscalationReason.authorization_denied, detail)
         return Decided(action=denied, answered="result fetch")
     if signal.kind in (SignalKind.not_found, SignalKind.gone):
-        return _unavailable(f"HTTP {code} fetching the result")
+        return _unavailable(f"HTTP {code} fetching the result", partial=partial)
     if spec is not None and spec.single_use:
         # The one attempt was made and failed (cut off, refused, the store down): asking
         # again could consume or redeliver what the first may already have consumed.
         what = raw.observation.transport_failure or f"HTTP {code}"
-        return _unavailable(f"single-use result download failed ({what}); not requested again")
+        problem = f"single-use result download failed ({what}); not requested again"
+        return _unavailable(problem, partial=partial)
     # A failed download is not a failed job: spend the transport budget, then stop.
     used = op.transport_failures_used + 1
     if used > op.max_transport_failures:

@@ -75,8 +75,19 @@ TRANSITIONS: dict[OperationState, frozenset[OperationState]] = {
     ),
     # Back to observing only when a signed result URL expired unfetched and the contract
     # says a status read gives a fresh one (result.refresh_expired_url).
+    # And to how the job really ended when what was collected is the partial output of a
+    # job that did not succeed (result.partial_after): cancelled, failed or expired.
     S.result_collecting: frozenset(
-        {S.succeeded, S.result_unavailable, S.result_validation_failed, S.escalated, S.observing}
+        {
+            S.succeeded,
+            S.result_unavailable,
+            S.result_validation_failed,
+            S.escalated,
+            S.observing,
+            S.cancelled,
+            S.failed,
+            S.expired,
+        }
     ),
     S.escalated: frozenset({S.observing, S.cancel_requested, S.abandoned}),
     # Stopped-but-reconcilable states accept the same human decisions as escalated.

@@ -34,7 +34,7 @@ from jobwarden.models.actions import (
     escalate,
 )
 from jobwarden.models.approvals import decide_window
-from jobwarden.models.collection import collection
+from jobwarden.models.collection import collection, partial_collection
 from jobwarden.models.convention_steps import after_monitor_poll
 from jobwarden.models.create_decisions import (
     after_create,
@@ -196,6 +196,8 @@ def after_poll(
     action: Action = decision.action
     if isinstance(action, Collect):
         action = collection(op.state, ctx, action.result_ref, body, now)
+    elif isinstance(action, Finish) and reading is not None:
+        action = partial_collection(op.state, ctx, action, reading.result_ref, body, now=now)
     return Decided(action=action, changes=changes, seen=seen)
 
 

@@ -168,15 +168,13 @@ def check_result(
     recorded: StoredEvent | None = None
     for ev in _as_stored(events):
         excerpt = ev.fields.get("excerpt")
-        # A result that failed validation but was kept is recorded by its rejection.
+        # A result kept without being a success (it failed validation, or it is a job's
+        # partial output) is recorded by the event that ended the operation with it.
         kind = ev.fields.get("kind")
         if (
             isinstance(excerpt, Mapping)
             and isinstance(excerpt.get("sha256"), str)
-            and (
-                kind == EventKind.result_collected.value
-                or (kind == EventKind.result_rejected.value and excerpt.get("kept") is True)
-            )
+            and (kind == EventKind.result_collected.value or excerpt.get("kept") is True)
         ):
             recorded = ev
     if content is None and location is None:

@@ -59,6 +59,10 @@ EXPECTED: set[tuple[S, S]] = {
     (S.result_collecting, S.escalated),
     # A signed result URL expired unfetched: a status read gives a fresh one (issue 21).
     (S.result_collecting, S.observing),
+    # Partial output of a job that did not succeed, collected; it ends as it ended.
+    (S.result_collecting, S.cancelled),
+    (S.result_collecting, S.failed),
+    (S.result_collecting, S.expired),
     (S.escalated, S.observing),
     (S.escalated, S.cancel_requested),
     (S.escalated, S.abandoned),
