@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from jobwarden.harness import REPO, Stack
+from jobwarden.harness import Stack
 from tests.acceptance.conftest import Pipeline
+from tests.integration.test_cli import _cli
 
 
 def _row(pipeline: Pipeline, op: str) -> tuple[bytes | None, str | None, str, int]:
@@ -27,14 +27,7 @@ def _row(pipeline: Pipeline, op: str) -> tuple[bytes | None, str | None, str, in
 
 
 def _verify(op: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", "verify", op],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return _cli("verify", op)
 
 
 def test_a_large_result_streams_into_the_store_and_verify_reads_it_back(

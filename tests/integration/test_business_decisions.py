@@ -10,9 +10,6 @@ offered ones, a business decision without a reason a 422 naming ``note``.
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +27,7 @@ from jobwarden.models.resubmission import resubmission
 from jobwarden.models.states import OperationState as S
 from tests.api_server import serving
 from tests.integration.api_helpers import NOW, insert_operation, load, make_token, tenant_name
+from tests.integration.test_cli import _cli
 
 ALL = ["read", "cancel", "approve", "decide"]
 TYPE = "tag:jobwarden.dev,2026:problem/"
@@ -97,7 +95,7 @@ def _problem(answer: httpx.Response, status: int, kind: str) -> dict[str, Any]:
     return body
 
 
-@pytest.mark.parametrize("ended", [S.failed, S.expired, S.cancelled])
+@pytest.mark.parametrize("ended", [S.failed, S.expired, S.cancelled, S.result_unavailable])
 def test_a_failed_operation_resubmitted_over_http_is_a_new_operation_linked_both_ways(
     database_url: str, client: httpx.Client, ended: S
 ) -> None:
@@ -161,7 +159,7 @@ def test_resubmit_is_offered_only_after_a_known_final_failure(
 ) -> None:
     tenant = tenant_name()
     headers = make_token(database_url, tenant, "oncall", ALL)
-    for state in (S.succeeded, S.abandoned, S.result_unavailable, S.observing):
+    for state in (S.succeeded, S.abandoned, S.observing):
         op = insert_operation(database_url, tenant, state)
         _problem(_decide(client, op, headers, option="resubmit", note="why"), 409, "conflict")
     stopped = insert_operation(database_url, tenant, S.escalated, escalation_reason="unknown_state")
@@ -287,18 +285,6 @@ def test_kept_result_bytes_replaced_after_the_rejection_fail_verify(database_url
     with transaction(database_url) as session:
         problems = [p.problem for p in store.verify(session, op)]
     assert "stored result sha256 differs from the digest this event recorded" in problems
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", *args],
-        cwd=REPO,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_the_cli_resubmits_and_history_shows_both_links(database_url: str) -> None:
