@@ -217,21 +217,8 @@ def verify(
         _verify_one(operation_id)
 
 
-def _object_problems(location: str, sha256: str, size: int) -> list[str]:
-    from jobwarden.models.errors import JobwardenError
-    from jobwarden.models.result_objects import StoredObject
-    from jobwarden.tasks.result_store import ResultStore
-
-    try:
-        store = ResultStore.from_url(get_settings().result_store)
-        problem = store.verify(StoredObject(location=location, sha256=sha256, size=size))
-    except JobwardenError as exc:  # the store down, or a location outside it: unproven
-        return [f"result object: cannot be read ({exc})"]
-    return [f"result object {problem}"] if problem is not None else []
-
-
 def _verify_one(operation_id: str) -> None:
-    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence import result_rows, store
     from jobwarden.models.persistence.db import transaction
     from jobwarden.models.verification import row_bound
 
@@ -239,7 +226,7 @@ def _verify_one(operation_id: str) -> None:
     with transaction(get_settings().database_url) as session:
         problems = store.verify(session, op_id)
         events = store.stored_events(session, op_id)
-        result = store.result_of(session, op_id)
+        result = result_rows.result_of(session, op_id)
     lines = [
         _problem_line(p) if p.problem != "no such operation" else f"no operation {op_id}"
         for p in problems
@@ -247,7 +234,9 @@ def _verify_one(operation_id: str) -> None:
     if result is not None and result.location is not None:
         # The chain binds the digest; the object itself is read back, streamed, to prove
         # it is still what was stored (a deleted or replaced object is named).
-        lines += _object_problems(result.location, result.sha256, result.size_bytes)
+        from jobwarden.result_cli import object_problems
+
+        lines += object_problems(result.location, result.sha256, result.size_bytes)
     if lines:
         for line in lines:
             _say(line)

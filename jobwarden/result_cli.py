@@ -54,7 +54,7 @@ def result_command(
     """Write an operation's result bytes to FILE or stdout, checked against their sha256."""
     from jobwarden.config.settings import get_settings
     from jobwarden.models.errors import JobwardenError
-    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence import result_rows, store
     from jobwarden.models.persistence.db import snapshot
     from jobwarden.models.result_access import validated
     from jobwarden.tasks.result_store import ResultStore
@@ -66,7 +66,7 @@ def result_command(
     settings = get_settings()
     with snapshot(settings.database_url) as session:
         # The result first: written in the commit that sets its state (api/results.py).
-        result = store.result_of(session, op_id)
+        result = result_rows.result_of(session, op_id)
         row = store.load(session, op_id)
     if row is None:
         raise _fail(f"no operation {op_id}")
@@ -126,3 +126,19 @@ def _mismatch(sha256: str, size: int, written: tuple[str, int], output: Path | N
         f"result digest mismatch: recorded sha256 {sha256} ({size} bytes), read "
         f"sha256 {written[0]} ({written[1]} bytes); {where}"
     )
+
+
+def object_problems(location: str, sha256: str, size: int) -> list[str]:
+    """What `jobwarden verify` says of a stored result object: read back, streamed; a
+    deleted or replaced object is named, and a store it cannot read proves nothing."""
+    from jobwarden.config.settings import get_settings
+    from jobwarden.models.errors import JobwardenError
+    from jobwarden.models.result_objects import StoredObject
+    from jobwarden.tasks.result_store import ResultStore
+
+    try:
+        store = ResultStore.from_url(get_settings().result_store)
+        problem = store.verify(StoredObject(location=location, sha256=sha256, size=size))
+    except JobwardenError as exc:  # the store down, or a location outside it: unproven
+        return [f"result object: cannot be read ({exc})"]
+    return [f"result object {problem}"] if problem is not None else []

@@ -381,7 +381,7 @@ def _digests(sandbox: Any, row: Any, op: uuid.UUID, total: int, url: str) -> boo
     import httpx
 
     from jobwarden.config.settings import get_settings
-    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence import result_rows
     from jobwarden.models.persistence.db import transaction
     from jobwarden.tasks.result_store import ResultStore
 
@@ -393,7 +393,7 @@ def _digests(sandbox: Any, row: Any, op: uuid.UUID, total: int, url: str) -> boo
     ).json()
     advertised = (status.get("result") or {}).get("sha256")
     with transaction(url) as session:
-        found = store.result_of(session, op)
+        found = result_rows.result_of(session, op)
     if found is None or found.location is None:
         print(f"stored: nothing (row {found})")
         return False

@@ -52,9 +52,9 @@ from jobwarden.api.views import (
 )
 from jobwarden.models.actions import EscalationReason
 from jobwarden.models.operation import Operation
-from jobwarden.models.persistence import api_store, query_store, store
+from jobwarden.models.persistence import api_store, query_store, result_rows, store
 from jobwarden.models.persistence.db import snapshot, transaction
-from jobwarden.models.persistence.store import StoredResultRow
+from jobwarden.models.persistence.result_rows import StoredResultRow
 from jobwarden.models.result_access import validated
 from jobwarden.models.states import OFFERS_OPTIONS, OperationState
 from jobwarden.tasks.interventions import escalation_options
@@ -133,7 +133,7 @@ def _counter(used: int, limit: int | None) -> Counter:
 def result_of(database_url: str, operation_id: uuid.UUID) -> StoredResultRow | None:
     """The operation's result row (no tenant check: call it for an owned operation)."""
     with snapshot(database_url) as session:
-        return store.result_of(session, operation_id)
+        return result_rows.result_of(session, operation_id)
 
 
 def _result_view(row: Operation, result: StoredResultRow | None) -> ResultView | None:

@@ -46,9 +46,9 @@ from jobwarden.models.errors import (
     ResultMissingError,
     ResultStoreUnavailableError,
 )
-from jobwarden.models.persistence import query_store, store
+from jobwarden.models.persistence import query_store, result_rows
 from jobwarden.models.persistence.db import snapshot
-from jobwarden.models.persistence.store import StoredResultRow
+from jobwarden.models.persistence.result_rows import StoredResultRow
 from jobwarden.models.result_access import (
     ByteRange,
     Unsatisfiable,
@@ -100,7 +100,7 @@ def _owned_result(
     with snapshot(settings_of(request).database_url) as session:
         # The result first: it is written in the commit that sets its state, so the state
         # read after it is that one or a later one (never a stale result_collecting).
-        result = store.result_of(session, operation_id)
+        result = result_rows.result_of(session, operation_id)
         row = query_store.operation_for_tenant(session, principal.tenant, operation_id)
     if row is None:
         raise ProblemError(404, "not_found", NOT_FOUND_DETAIL)

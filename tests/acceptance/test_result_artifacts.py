@@ -17,11 +17,11 @@ from tests.integration.test_cli import _cli
 
 
 def _row(pipeline: Pipeline, op: str) -> tuple[bytes | None, str | None, str, int]:
-    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence import result_rows
     from jobwarden.models.persistence.db import transaction
 
     with transaction(pipeline.database_url) as session:
-        found = store.result_of(session, uuid.UUID(op))
+        found = result_rows.result_of(session, uuid.UUID(op))
     assert found is not None
     return found.content, found.location, found.sha256, found.size_bytes
 

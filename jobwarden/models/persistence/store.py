@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, Final, cast
@@ -489,39 +488,6 @@ def verify(session: Session, operation_id: uuid.UUID) -> list[ChainProblem]:
         location=result.location if result is not None else None,
     )
     return problems
-
-
-def result_of(session: Session, operation_id: uuid.UUID) -> StoredResultRow | None:
-    """Where an operation's collected result is and how to check it (None: no result)."""
-    found = session.execute(
-        select(
-            RESULTS.c.content,
-            RESULTS.c.location,
-            RESULTS.c.content_type,
-            RESULTS.c.sha256,
-            RESULTS.c.size_bytes,
-        ).where(RESULTS.c.operation_id == operation_id)
-    ).first()
-    if found is None:
-        return None
-    return StoredResultRow(
-        content=bytes(found.content) if found.content is not None else None,
-        location=found.location,
-        content_type=found.content_type,
-        sha256=found.sha256,
-        size_bytes=found.size_bytes,
-    )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoredResultRow:
-    """An operation_results row as the shell reads it: inline bytes or a location."""
-
-    content: bytes | None
-    location: str | None
-    content_type: str | None
-    sha256: str
-    size_bytes: int
 
 
 def heads(session: Session) -> Iterator[tuple[uuid.UUID, int, str]]:
