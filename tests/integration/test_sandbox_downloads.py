@@ -98,6 +98,7 @@ def test_a_presigned_url_stops_working_once_its_time_is_up(client: httpx.Client)
         return answer if answer.status_code == 403 else None
 
     answer = wait_for(refused, timeout=5, what="the presigned URL to expire")
+    assert answer is not None
     assert datetime.now(UTC) >= ends
     assert b"Request has expired" in answer.content
 
