@@ -167,12 +167,15 @@ def status_fields(
     """What a finished job's status says about its items (OpenAI Batch: request_counts).
 
     ``declared_failed``: the count the status claims instead of the truth (a lying
-    provider); the error file still holds the ``failed`` lines there are.
+    provider), its total agreeing with the lie (completed + failed), so only the error
+    file, which still holds the ``failed`` lines there are, can give it away.
     """
     if shape != "openai_jsonl":
         return {}
+    completed = max(0, total - failed)
     said = min(failed, total) if declared_failed is None else declared_failed
-    counts = {"total": total, "completed": max(0, total - failed), "failed": said}
+    declared_total = total if declared_failed is None else completed + said
+    counts = {"total": declared_total, "completed": completed, "failed": said}
     return {"request_counts": counts, "error_file_id": error_file_id(job_id) if failed else None}
 
 

@@ -184,10 +184,14 @@ def test_an_openai_batch_error_file_is_fetched_stored_and_counted_against_reques
 def test_an_openai_batch_whose_request_counts_lie_about_failures_fails_validation(
     pipeline: Pipeline,
 ) -> None:
-    # request_counts.failed says 1; the error file holds 2 lines.
+    # request_counts says 3 + 1 = 4 (adding up); the error file holds 2 lines: only the
+    # counted file gives the lie away (inferred from the counts, it would pass).
     behaviour = {**TWO_OF_FIVE, "result_failed_items": 2, "declared_failed_items": 1}
     op = pipeline.submit(behaviour, provider="sandbox_openai_files")
     row = pipeline.wait_state(op)
     assert row.state == "result_validation_failed", row.validation_summary
-    assert row.validation_summary["failed_item_count"] == 2
+    summary = row.validation_summary
+    assert summary["failed_item_count"] == 2
+    assert summary["declared_counts"] == {"completed": 3, "failed": 1, "total": 4}
+    assert "failed" in summary["problem"], summary
     assert len(pipeline.job_requests(op, "error_file")) == 1
