@@ -132,6 +132,20 @@ class Behaviour:
     result_line_bytes: int = 1024
     # Webhooks on each state change (jobwarden.sandbox.webhooks), with faults on request.
     webhook: WebhookBehaviour | None = None
+    # Download conventions (jobwarden.sandbox.downloads), each named after its public doc.
+    # Amazon S3 User Guide, "Download and upload objects with presigned URLs": the finished
+    # status names an absolute presigned URL (X-Amz-Date, X-Amz-Expires whole seconds,
+    # X-Amz-Signature) and its end, presigned afresh on every status read; past the end a
+    # GET answers 403 AccessDenied "Request has expired". result_url_expired_first: the
+    # first URL handed out was signed result_url_expires_in seconds ago (already expired).
+    result_url_expires_in: int | None = None
+    result_url_expired_first: bool = False
+    # A one-time download link: the first GET consumes it, a later GET answers 410 Gone.
+    result_single_use: bool = False
+    # The result download closes its connection after this many body bytes (a cut-off).
+    result_cut_after_bytes: int | None = None
+    # OpenAI Batch: request_counts.failed says this instead of the truth (a lying count).
+    declared_failed_items: int | None = None
 
     def status_error_for(self, index: int) -> StatusError | None:
         """The scripted error for the ``index``-th (0-based) status call, if any."""
@@ -251,6 +265,11 @@ _FIELDS = frozenset(
         "result_lines",
         "result_line_bytes",
         "webhook",
+        "result_url_expires_in",
+        "result_url_expired_first",
+        "result_single_use",
+        "result_cut_after_bytes",
+        "declared_failed_items",
     }
 )
 # What a generated result cannot do: each needs the bytes in hand or a failed line.
@@ -319,6 +338,13 @@ def parse_behaviour(raw: Any) -> Behaviour:
         webhook = parse_webhook_option(raw.get("webhook"))
     except WebhookOptionError as exc:
         raise BehaviourError(str(exc)) from None
+    url_expires_in = _int(raw, "result_url_expires_in", minimum=1)
+    expired_first = _bool(raw, "result_url_expired_first", False)
+    if expired_first and url_expires_in is None:
+        raise BehaviourError("behaviour.result_url_expired_first needs result_url_expires_in")
+    declared_failed = _int(raw, "declared_failed_items")
+    if declared_failed is not None and shape != "openai_jsonl":
+        raise BehaviourError('behaviour.declared_failed_items is the "openai_jsonl" shape')
     return Behaviour(
         polls_to_finish=2 if polls is None else polls,
         seconds_to_finish=_float(raw, "seconds_to_finish"),
@@ -362,4 +388,9 @@ def parse_behaviour(raw: Any) -> Behaviour:
         result_lines=lines,
         result_line_bytes=line_bytes,
         webhook=webhook,
+        result_url_expires_in=url_expires_in,
+        result_url_expired_first=expired_first,
+        result_single_use=_bool(raw, "result_single_use", False),
+        result_cut_after_bytes=_int(raw, "result_cut_after_bytes"),
+        declared_failed_items=declared_failed,
     )

@@ -17,8 +17,10 @@ Per-item result shapes (``result_shape``); the last ``result_failed_items`` item
   Gemini Batch API results file);
 - ``openai_jsonl``: the OpenAI Batch output file, one ``{"id", "custom_id", "response":
   {"status_code", "request_id", "body"}, "error": null}`` line per succeeded request; the
-  failed ones are counted in the batch object's ``request_counts`` and named by its
-  ``error_file_id``, a file this sandbox does not serve.
+  failed ones are counted in the batch object's ``request_counts`` and are the lines of
+  its ``error_file_id``, served by the Files API route ``GET /v1/files/{file_id}/content``
+  (:func:`openai_error_lines`: the same per-line object, ``BatchRequestOutput``, with the
+  request's 4xx answer in ``response``).
 
 A big OpenAI Batch output file (``result_lines`` lines of ``result_line_bytes`` each) is
 never built: :func:`openai_lines` generates it per download, the same bytes every time.
@@ -132,12 +134,49 @@ def content_type(shape: str) -> str:
     return _JSONL if shape in ("google_jsonl", "openai_jsonl") else "application/json"
 
 
-def status_fields(shape: str, job_id: str, total: int, failed: int) -> dict[str, Any]:
-    """What a finished job's status says about its items (OpenAI Batch: request_counts)."""
+ERROR_FILE_PREFIX = "file-err-"
+
+
+def error_file_id(job_id: str) -> str:
+    return ERROR_FILE_PREFIX + job_id
+
+
+def openai_error_lines(total: int, failed: int) -> bytes:
+    """The OpenAI Batch error file: one line per failed request, the request's own 4xx
+    answer in ``response`` (OpenAI's ``BatchRequestOutput``, "the per-line object of the
+    batch output and error files"); ``error`` stays null, as for a request that was sent."""
+    lines = []
+    for n, (ref, bad) in enumerate(_refs(total, failed), start=1):
+        if bad:
+            error = {
+                "message": "rejected by the sandbox",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": None,
+            }
+            response = {"status_code": 400, "request_id": f"req_{n}", "body": {"error": error}}
+            lines.append(
+                {"id": f"batch_req_{n}", "custom_id": ref, "response": response, "error": None}
+            )
+    return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+
+
+def status_fields(
+    shape: str, job_id: str, total: int, failed: int, declared_failed: int | None = None
+) -> dict[str, Any]:
+    """What a finished job's status says about its items (OpenAI Batch: request_counts).
+
+    ``declared_failed``: the count the status claims instead of the truth (a lying
+    provider), its total agreeing with the lie (completed + failed), so only the error
+    file, which still holds the ``failed`` lines there are, can give it away.
+    """
     if shape != "openai_jsonl":
         return {}
-    counts = {"total": total, "completed": max(0, total - failed), "failed": min(failed, total)}
-    return {"request_counts": counts, "error_file_id": f"file-err-{job_id}" if failed else None}
+    completed = max(0, total - failed)
+    said = min(failed, total) if declared_failed is None else declared_failed
+    declared_total = total if declared_failed is None else completed + said
+    counts = {"total": declared_total, "completed": completed, "failed": said}
+    return {"request_counts": counts, "error_file_id": error_file_id(job_id) if failed else None}
 
 
 def digest_headers(kind: str, content: bytes) -> dict[str, str]:

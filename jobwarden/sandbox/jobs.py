@@ -52,6 +52,8 @@ class Job:
     first_sent: str | None = None  # Repeatability-First-Sent of the first create
     notified: str = "queued"  # the status the last webhook announced
     late_event_sent: bool = False  # behaviour.webhook.out_of_order: sent once, after the result
+    urls_issued: int = 0  # presigned result URLs handed out (behaviour.result_url_expires_in)
+    link_used: bool = False  # behaviour.result_single_use: the one GET has been made
 
     @property
     def expires_at(self) -> datetime | None:

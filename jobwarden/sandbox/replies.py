@@ -62,6 +62,7 @@ class Reply:
     length: int = 0  # the Content-Length of a streamed body
     drip_seconds: float = 0.0  # write one byte per interval
     drip_headers: bool = False  # drip the status line and headers too, not just the body
+    cut_after: int | None = None  # close the connection after this many body bytes
 
 
 def transport_mode(reply: Reply, mode: str, b: Behaviour, fields: dict[str, Any]) -> Reply:

@@ -10,7 +10,8 @@ Routes::
     GET  /v1/jobs?reference=KEY      lookup by idempotency key
     GET  /v1/jobs/{id}               status
     POST /v1/jobs/{id}/cancel        cancel (DELETE /v1/jobs/{id} is an alias)
-    GET  /v1/jobs/{id}/result        result document
+    GET  /v1/jobs/{id}/result        result document (presigned / one-time on request)
+    GET  /v1/files/{file_id}/content OpenAI Batch error file (file-err-{job id})
     GET  /_sandbox/requests?key=&job=   request log (JSON list)
     GET  /_sandbox/jobs?key=            remote jobs (JSON list)
     GET  /_sandbox/webhooks?job=        webhook deliveries sent and their answers (JSON list)
@@ -34,14 +35,17 @@ from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
+from jobwarden.sandbox import conventions
 from jobwarden.sandbox.replies import Reply, error_reply, json_reply
 from jobwarden.sandbox.state import SandboxState
 
 __all__ = ["SandboxServer", "serve"]
 
 _JOB_PATH = re.compile(r"^/v1/jobs/(?P<id>[^/]+)(?P<action>/cancel|/result)?/?$")
+# OpenAI Files API: GET /v1/files/{file_id}/content (the batch's error_file_id).
+_FILE_PATH = re.compile(r"^/v1/files/(?P<id>[^/]+)/content/?$")
 _MAX_BODY = 10 * 1024 * 1024
 
 
@@ -64,6 +68,12 @@ def classify(method: str, path: str) -> tuple[str, str | None]:
         if method == "GET":
             return "lookup", None
         return "other", None
+    files = _FILE_PATH.match(path)
+    if files is not None and method == "GET":
+        # Logged against the job whose error file it is, so a job's log shows the fetch.
+        file_id = unquote(files["id"])
+        prefix = conventions.ERROR_FILE_PREFIX
+        return "error_file", file_id[len(prefix) :] if file_id.startswith(prefix) else None
     match = _JOB_PATH.match(path)
     if match is None:
         return "other", None
@@ -195,6 +205,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self._drip(reply.body, reply.drip_seconds)
             return
+        if reply.cut_after is not None:
+            # The full Content-Length was promised; part of it arrives, then the close.
+            self.wfile.write(self._prefix(reply, reply.cut_after))
+            self.wfile.flush()
+            self._drop()
+            return
         if reply.stream is not None:
             # Generated while written: a huge answer never sits in the sandbox's memory.
             for chunk in reply.stream():
@@ -205,6 +221,18 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self.wfile.write(reply.body)
         self.wfile.flush()
+
+    @staticmethod
+    def _prefix(reply: Reply, size: int) -> bytes:
+        """The first ``size`` bytes of the body, streamed or held."""
+        if reply.stream is None:
+            return reply.body[:size]
+        taken = bytearray()
+        for chunk in reply.stream():
+            taken += chunk[: size - len(taken)]
+            if len(taken) >= size:
+                break
+        return bytes(taken)
 
     def _head(self, reply: Reply, length: int) -> bytes:
         lines = [f"{self.protocol_version} {reply.status} {self.responses[reply.status][0]}"]
@@ -267,7 +295,13 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.hold_seconds > 0:
             self.server.stopping.wait(reply.hold_seconds)  # never under the state lock
         if reply.reprocess_status and job_id is not None:
-            reply = state.status(seq, job_id, after_hold=True, authorization=self._authorization)
+            reply = state.status(
+                seq,
+                job_id,
+                after_hold=True,
+                authorization=self._authorization,
+                origin=self._origin,
+            )
         # Fill the log before writing, so a client that has its answer sees it logged.
         state.answered(seq, reply.status, reply.headers.get("Retry-After"))
         self._send(reply)
@@ -275,6 +309,11 @@ class _Handler(BaseHTTPRequestHandler):
     @property
     def _authorization(self) -> str | None:
         return self.headers.get("Authorization")
+
+    @property
+    def _origin(self) -> str:
+        """This server as the client addressed it: absolute result URLs are built on it."""
+        return f"http://{self.headers.get('Host') or '127.0.0.1'}"
 
     def _authorized(self) -> bool:
         token = self.server.token
@@ -310,13 +349,17 @@ class _Handler(BaseHTTPRequestHandler):
             )
         if kind == "lookup":
             return state.lookup(seq, _first(query, "reference"))
+        if kind == "error_file":
+            return state.error_file(seq, job_id)
         if job_id is not None:
             if kind == "status":
-                return state.status(seq, job_id, authorization=self._authorization)
+                return state.status(
+                    seq, job_id, authorization=self._authorization, origin=self._origin
+                )
             if kind == "cancel":
                 return state.cancel(seq, job_id)
             if kind == "result":
-                return state.result(seq, job_id)
+                return state.result(seq, job_id, path=path, query=query)
             return error_reply(405, "method_not_allowed", f"{self.command} {path}")
         return error_reply(404, "not_found", f"no route {self.command} {path}")
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import threading
 import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
-from jobwarden.sandbox import conventions, hostile
+from jobwarden.sandbox import conventions, downloads, hostile
 from jobwarden.sandbox.behaviour import Behaviour, BehaviourError, parse_behaviour
 from jobwarden.sandbox.jobs import (
     FINAL_STATUSES,
@@ -50,6 +52,7 @@ class SandboxState:
         self._by_key: dict[str, Job] = {}
         self._log: dict[int, dict[str, Any]] = {}
         self._seq = 0  # never reset, so an in-flight request cannot touch a new entry
+        self._url_secret = secrets.token_bytes(32)  # signs presigned result URLs
 
     # ----------------------------------------------------------------- log
     def log_request(
@@ -271,6 +274,7 @@ class SandboxState:
         *,
         after_hold: bool = False,
         authorization: str | None = None,
+        origin: str | None = None,
     ) -> Reply:
         with self._lock:
             job = self._jobs.get(job_id)
@@ -307,7 +311,9 @@ class SandboxState:
             if b.unknown_state_at is not None and n >= b.unknown_state_at:
                 status = "mystery"
             mode = b.hostile_status if n >= b.hostile_from else "none"
-            return self._status_reply(job, status, progress, mode, authorization)
+            return self._status_reply(
+                job, status, progress, mode, authorization=authorization, origin=origin
+            )
 
     def _finished(self, job: Job, n: int) -> bool:
         b = job.behaviour
@@ -358,7 +364,9 @@ class SandboxState:
         status: str,
         progress: int | None,
         mode: str = "none",
+        *,
         authorization: str | None = None,
+        origin: str | None = None,
     ) -> Reply:
         b = job.behaviour
         expires = job.expires_at
@@ -382,9 +390,10 @@ class SandboxState:
                 "url": hostile.result_reference(job.id, b.hostile_result, b.foreign_origin),
                 "sha256": digest,
                 "record_count": b.result_items,
-            }
+            } | self._presigned(job, origin)
             shape, total, failed = b.result_shape, b.result_items, b.result_failed_items
-            body.update(conventions.status_fields(shape, job.id, total, failed))
+            lie = b.declared_failed_items
+            body.update(conventions.status_fields(shape, job.id, total, failed, lie))
         elif status == "failed":
             body["error"] = {"code": b.error_code, "message": b.error_message}
         if status not in FINAL_STATUSES:
@@ -404,6 +413,22 @@ class SandboxState:
             reply.body = hostile.dumps_with_deep(body, "detail", b.deep_json_depth)
         return transport_mode(reply, mode, b, body)
 
+    def _presigned(self, job: Job, origin: str | None) -> dict[str, Any]:
+        """A fresh presigned URL and its end, on every status read (caller holds the lock)."""
+        b = job.behaviour
+        if b.result_url_expires_in is None:
+            return {}
+        job.urls_issued += 1
+        stale = b.result_url_expired_first and job.urls_issued == 1
+        url, ends = downloads.presign(
+            f"/v1/jobs/{quote(job.id, safe='')}/result",
+            self._url_secret,
+            b.result_url_expires_in,
+            now=datetime.now(UTC),
+            stale=stale,
+        )
+        return {"url": (origin or "") + url, "expires_at": iso_utc(ends)}
+
     def cancel(self, seq: int, job_id: str) -> Reply:
         with self._lock:
             job = self._jobs.get(job_id)
@@ -421,7 +446,9 @@ class SandboxState:
                 job.final = job.behaviour.outcome  # crossed its commit point first
             return json_reply(202, {"id": job.id, "status": "cancelling"})
 
-    def result(self, seq: int, job_id: str) -> Reply:
+    def result(
+        self, seq: int, job_id: str, *, path: str = "", query: dict[str, list[str]] | None = None
+    ) -> Reply:
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None:
@@ -429,6 +456,15 @@ class SandboxState:
             if job.final != "succeeded" or job.behaviour.succeed_without_result:
                 return error_reply(404, "result_not_available", "the job has no result (yet)")
             b = job.behaviour
+            if b.result_url_expires_in is not None:
+                now = datetime.now(UTC)
+                refused = downloads.expired_or_forged(path, query or {}, self._url_secret, now)
+                if refused is not None:
+                    return refused
+            if b.result_single_use:
+                if job.link_used:
+                    return downloads.link_used(job.id)
+                job.link_used = True  # consumed by this GET, whether or not its body arrives
             if b.webhook is not None and b.webhook.out_of_order and not job.late_event_sent:
                 # A "running" event from before the finish, delivered after the result.
                 job.late_event_sent = True
@@ -442,7 +478,25 @@ class SandboxState:
                 reply.body, reply.stream, reply.length = b"", job.result_stream, job.result_length
             elif job.behaviour.hostile_result == "drip":
                 reply.drip_seconds = job.behaviour.drip_interval_seconds
+            reply.cut_after = b.result_cut_after_bytes
             return reply
+
+    def error_file(self, seq: int, job_id: str | None) -> Reply:
+        """The OpenAI Batch error file of a finished job with failed requests, else the
+        Files API's 404."""
+        with self._lock:
+            job = self._jobs.get(job_id) if job_id is not None else None
+            b = job.behaviour if job is not None else None
+            if (
+                job is None
+                or b is None
+                or job.final != "succeeded"
+                or b.result_shape != "openai_jsonl"
+                or not b.result_failed_items
+            ):
+                return downloads.no_such_file()
+            content = conventions.openai_error_lines(b.result_items, b.result_failed_items)
+        return Reply(status=200, body=content, headers={"Content-Type": "application/jsonl"})
 
     def lookup(self, seq: int, reference: str | None) -> Reply:
         if not reference:

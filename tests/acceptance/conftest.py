@@ -140,6 +140,12 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tail = rest[rest.index("[poll]") :]
     for name, table in RESULT_VARIANTS.items():
         (out / f"{name}.toml").write_text(_variant(head, name) + table + "\n" + tail)
+    # Download conventions (test_download_conventions.py): a presigned URL's end read from
+    # the status body, with and without a fresh URL on the next status read; a one-time link.
+    for name, extra in DOWNLOAD_VARIANTS.items():
+        (out / f"{name}.toml").write_text(
+            _variant(base, name).replace("[result]\n", "[result]\n" + extra, 1)
+        )
     _spector_contracts(out)
     return out
 
@@ -214,6 +220,13 @@ tolerance_seconds = 300
 }
 
 
+DOWNLOAD_VARIANTS = {
+    "sandbox_presigned": 'url_expiry_pointer = "/result/expires_at"\nrefresh_expired_url = true\n',
+    "sandbox_presigned_once": 'url_expiry_pointer = "/result/expires_at"\n',
+    "sandbox_single_use": "single_use = true\n",
+}
+
+
 RESULT_VARIANTS = {
     # No status-body checksum: the digest fields are the only integrity check.
     "sandbox_digests": """[result]
@@ -252,6 +265,10 @@ total_count_pointer = "/request_counts/total"
 error_file_pointer = "/error_file_id"
 """,
 }
+# The OpenAI Files API for the failed requests' lines (error_file_id), as openai_batch has it.
+RESULT_VARIANTS["sandbox_openai_files"] = (
+    RESULT_VARIANTS["sandbox_openai_items"] + 'error_file_path = "/v1/files/{error_file}/content"\n'
+)
 
 
 @pytest.fixture(scope="session")
