@@ -86,6 +86,9 @@ class ProviderRequest:
     url: str
     headers: Mapping[str, str] = field(default_factory=dict)
     json_body: Any = None
+    # False: the provider's credential stays home (a result on a storage host, or a URL
+    # that authorizes itself, such as a presigned one): models/origins.takes_credential.
+    with_credential: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,9 +7,14 @@ default allowed origin is the contract's base URL (scheme, host and port).
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 MAX_URL = 4096
+# Query parameters of a URL that carries its own authorization: S3 presigned (SigV4,
+# "X-Amz-Signature"), Google Cloud Storage V4 signed ("X-Goog-Signature") and Azure SAS
+# ("sig"). Such a URL is the only credential its request may carry (S3 refuses a second
+# mechanism: "Only one auth mechanism allowed").
+SIGNED_QUERY = frozenset({"x-amz-signature", "x-goog-signature", "sig"})
 
 
 def origin_of(url: str) -> str | None:
@@ -49,3 +54,17 @@ def shown_url(url: str) -> str:
 def usable_url(url: str) -> bool:
     """Printable, bounded, no whitespace or control characters: what httpx can send as is."""
     return 0 < len(url) <= MAX_URL and url.isascii() and url.isprintable() and " " not in url
+
+
+def takes_credential(url: str, base_url: str) -> bool:
+    """Whether the provider's credential may ride on a request to ``url``: only to the
+    provider's own origin, and never with a URL that authorizes itself. A storage host
+    the contract allows (``result.allowed_origins``) is fetched without it: allowed to be
+    read from is not allowed to receive the provider's secret (invariant 10)."""
+    if origin_of(url) != origin_of(base_url):
+        return False
+    try:
+        names = {name.lower() for name, _ in parse_qsl(urlsplit(url).query)}
+    except ValueError:
+        return False
+    return not names & SIGNED_QUERY

@@ -30,7 +30,7 @@ from jobwarden.models.create_decisions import not_yet
 from jobwarden.models.decisions import retry_wait
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
-from jobwarden.models.origins import shown_url, usable_url
+from jobwarden.models.origins import shown_url, takes_credential, usable_url
 from jobwarden.models.requests import (
     StepContext,
     resolve_url,
@@ -258,9 +258,16 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     # The failed-items file first (OpenAI error_file_id): the result's judgement then
     # counts its lines instead of inferring them from the status body.
     purpose = RequestPurpose.failed_items if failed_file else RequestPurpose.result
+    request = ProviderRequest(
+        purpose=purpose,
+        method="GET",
+        url=url,
+        headers=headers,
+        with_credential=takes_credential(url, ctx.base_url),
+    )
     return Decided(
         action=Send(
-            request=ProviderRequest(purpose=purpose, method="GET", url=url, headers=headers),
+            request=request,
             event=EventKind.result_fetch_sent,
             counters={"result_fetch_attempts": op.result_fetch_attempts + 1},
             excerpt={"url": shown_url(url)} | ({"file": purpose.value} if failed_file else {}),

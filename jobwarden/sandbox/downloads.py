@@ -6,8 +6,10 @@
   seconds, ``X-Amz-SignedHeaders``, ``X-Amz-Signature``): "you can use the presigned URL
   multiple times, up to the expiration date and time"; afterwards S3 answers ``403`` with
   an XML ``AccessDenied`` error, "Request has expired", and a tampered signature answers
-  ``403`` ``SignatureDoesNotMatch``. Unlike S3, the sandbox still wants its bearer token on
-  ``/v1`` (the signature is checked in addition to it, not instead of it).
+  ``403`` ``SignatureDoesNotMatch``. As on S3 the signature is the request's only
+  authentication: a presigned GET needs no bearer token, and one that also carries an
+  ``Authorization`` header is refused ``400 InvalidArgument`` ("Only one auth mechanism
+  allowed"), so a client that sends the provider's credential along is caught.
 - One-time download links: no standard names one; the common application-level pattern
   (a token invalidated by its first use, later uses answering ``410 Gone``) is modelled:
   the first GET consumes the link, even if its body never arrives whole.
@@ -25,7 +27,14 @@ from urllib.parse import quote, urlencode
 
 from jobwarden.sandbox.replies import Reply, iso_utc
 
-__all__ = ["AMZ_DATE", "expired_or_forged", "link_used", "no_such_file", "presign"]
+__all__ = [
+    "AMZ_DATE",
+    "expired_or_forged",
+    "link_used",
+    "no_such_file",
+    "one_auth_mechanism",
+    "presign",
+]
 
 AMZ_DATE = "%Y%m%dT%H%M%SZ"
 _CREDENTIAL = "AKIASANDBOXEXAMPLE/{day}/us-east-1/s3/aws4_request"
@@ -60,14 +69,25 @@ def presign(
     return f"{path}?{urlencode(query, quote_via=quote)}", signed + timedelta(seconds=expires_in)
 
 
-def _s3_error(code: str, message: str, **extra: str) -> Reply:
+def _s3_error(code: str, message: str, status: int = 403, **extra: str) -> Reply:
     fields = "".join(f"<{name}>{value}</{name}>" for name, value in extra.items())
     body = (
         '<?xml version="1.0" encoding="UTF-8"?>\n'
         f"<Error><Code>{code}</Code><Message>{message}</Message>{fields}"
         "<RequestId>SANDBOX</RequestId></Error>"
     )
-    return Reply(status=403, body=body.encode(), headers={"Content-Type": _XML})
+    return Reply(status=status, body=body.encode(), headers={"Content-Type": _XML})
+
+
+def one_auth_mechanism() -> Reply:
+    """S3's answer to a presigned URL sent with an Authorization header as well."""
+    return _s3_error(
+        "InvalidArgument",
+        "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, "
+        "Signature query string parameter or the Authorization header should be specified",
+        status=400,
+        ArgumentName="Authorization",
+    )
 
 
 def expired_or_forged(

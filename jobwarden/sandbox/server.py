@@ -38,6 +38,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from jobwarden.sandbox import conventions
+from jobwarden.sandbox.downloads import one_auth_mechanism
 from jobwarden.sandbox.replies import Reply, error_reply, json_reply
 from jobwarden.sandbox.state import SandboxState
 
@@ -333,7 +334,12 @@ class _Handler(BaseHTTPRequestHandler):
         body: bytes,
     ) -> Reply:
         state = self.server.state
-        if path.startswith("/v1") and not self._authorized():
+        # A presigned result URL authenticates itself, as on S3: no bearer token, and both
+        # at once refused (the provider's credential must not travel with such a URL).
+        presigned = kind == "result" and "X-Amz-Signature" in query
+        if presigned and "Authorization" in self.headers:
+            return one_auth_mechanism()
+        if path.startswith("/v1") and not presigned and not self._authorized():
             return error_reply(
                 401,
                 "unauthorized",

@@ -430,7 +430,8 @@ class ProviderClient:
             request,
             traceparent=traceparent(trace_id),
             trace_id=trace_id,
-            credential=auth_headers(contract),
+            # Invariant 10: the credential only where the core said it may go.
+            credential=auth_headers(contract) if request.with_credential else {},
         )
         content = outgoing_body(request)
         plugin = self.plugins.get(contract.name)

@@ -28,11 +28,11 @@ FINISHED = {"polls_to_finish": 1}
 
 
 def _stored(pipeline: Pipeline, op: str) -> Any:
-    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence import result_rows
     from jobwarden.models.persistence.db import transaction
 
     with transaction(pipeline.database_url) as session:
-        return store.result_of(session, uuid.UUID(op))
+        return result_rows.result_of(session, uuid.UUID(op))
 
 
 def _object_bytes(location: str) -> bytes:
@@ -112,6 +112,10 @@ def test_a_presigned_url_within_its_time_is_collected_at_the_first_attempt(
     (download,) = pipeline.job_requests(op, "result")
     assert download["status"] == 200
     assert _moves(pipeline, op).count("observing") == 1
+    # Invariant 10: the presigned URL is its own authorization; the provider's bearer
+    # token stays home (S3 refuses both at once: "Only one auth mechanism allowed").
+    assert download["authorized"] is False
+    assert all(r["authorized"] for r in pipeline.job_requests(op, "status"))
 
 
 # ------------------------------------------------------------- one-time download links

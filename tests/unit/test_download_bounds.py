@@ -141,3 +141,25 @@ def test_a_download_that_is_not_single_use_is_retried_under_the_transport_budget
     decided = after_collect(op, ctx, send.request, cut, NOW, 0.5)
     assert isinstance(decided.action, Wait)
     assert decided.changes == {"transport_failures_used": op.transport_failures_used + 1}
+
+
+@pytest.mark.parametrize(
+    ("url", "credential"),
+    [
+        ("https://exports.example.com/v1/exports/job-1/result", True),
+        # A presigned URL on the provider's own host authorizes itself (S3 SigV4).
+        ("https://exports.example.com/r/1?X-Amz-Signature=ab&X-Amz-Expires=300", False),
+        ("https://exports.example.com/r/1?X-Goog-Signature=ab", False),  # GCS V4 signed
+        ("https://exports.example.com/r/1?sv=2024&sig=ab", False),  # Azure SAS
+        # An allowed storage host may be read from; it never receives the provider's secret.
+        ("https://bucket.s3.example.com/exports/job-1.jsonl", False),
+    ],
+)
+def test_the_providers_credential_goes_only_to_its_own_origin_and_never_with_a_signed_url(
+    url: str, credential: bool
+) -> None:
+    ctx = _ctx(single_use=False, expiry=False, refresh_expired_url=False)
+    op = replace(_collecting(ctx, None), result_reference=url)
+    send = before_collect(op, ctx, NOW).action
+    assert isinstance(send, Send)
+    assert send.request.url == url and send.request.with_credential is credential
