@@ -9,7 +9,8 @@ RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 # Runtime stage: the installed wheels and an unprivileged user, no build tools, no sources.
 FROM python:3.11-slim
-RUN useradd --system --uid 10001 --home-dir /home/jobwarden --create-home jobwarden
+RUN useradd --system --uid 10001 --home-dir /home/jobwarden --create-home jobwarden \
+    && install -d -o jobwarden -g jobwarden /var/lib/jobwarden/results
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir --no-index --find-links=/wheels jobwarden && rm -rf /wheels
 ENV PYTHONUNBUFFERED=1

@@ -102,3 +102,17 @@ def test_flower_needs_a_login_and_the_sandbox_only_runs_in_the_demo_profile() ->
     assert "basic_auth" in flower.lower() or "FLOWER_BASIC_AUTH" in flower
     assert all(str(p).startswith("127.0.0.1:") for p in services["flower"].get("ports", []))
     assert services["sandbox"]["profiles"] == ["demo"]
+
+
+def test_every_compose_service_running_jobwarden_shares_one_durable_result_store() -> None:
+    loaded = _compose()
+    services = loaded["services"]
+    # A result is an artifact (issue 21): workers write it, the API and the CLI read it back.
+    for name in ("worker", "beat", "migrate", "cli", "flower", "sandbox"):
+        service = services[name]
+        store = service["environment"]["JOBWARDEN_RESULT_STORE"]
+        assert store.endswith("file:///var/lib/jobwarden/results}"), name
+        assert "results:/var/lib/jobwarden/results" in service["volumes"], name
+    assert "results" in loaded["volumes"]
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "install -d -o jobwarden -g jobwarden /var/lib/jobwarden/results" in dockerfile

@@ -110,29 +110,34 @@ def test_an_inline_result_is_validated_and_stored_without_a_request() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ctx", "overrides", "url"),
+    ("ctx", "overrides", "url", "credential"),
     [
-        (SANDBOX, {}, f"{BASE}/v1/jobs/job-1/result"),
-        (SANDBOX, {"result_reference": f"{BASE}/v1/jobs/job-1/result?sig=x"}, None),
+        (SANDBOX, {}, f"{BASE}/v1/jobs/job-1/result", True),
+        # An Azure SAS-style signature: the URL is its own credential (invariant 10).
+        (SANDBOX, {"result_reference": f"{BASE}/v1/jobs/job-1/result?sig=x"}, None, False),
         (
             OPENAI,
             {"remote_job_id": "batch_1", "result_reference": "file-1"},
             "https://api.openai.com/v1/files/file-1/content",
+            True,
         ),
         (
             AZURE,
             {"result_reference": "https://example.cognitiveservices.azure.com/reports/1"},
             "https://example.cognitiveservices.azure.com/reports/1",
+            True,
         ),
+        # A storage host the contract allows is read from without the provider's secret.
         (
             context(result=replace(SANDBOX_RESULT, allowed_origins=("https://files.example.com",))),
             {"result_reference": "https://files.example.com/r/1"},
             "https://files.example.com/r/1",
+            False,
         ),
     ],
 )
 def test_a_result_on_an_allowed_origin_is_fetched(
-    ctx: StepContext, overrides: dict[str, Any], url: str | None
+    ctx: StepContext, overrides: dict[str, Any], url: str | None, credential: bool
 ) -> None:
     op = collecting(**overrides)
     expected = url or op.result_reference
@@ -143,6 +148,7 @@ def test_a_result_on_an_allowed_origin_is_fetched(
             method="GET",
             url=str(expected),
             headers={"accept-encoding": "identity"},  # any digest field is checked
+            with_credential=credential,
         ),
         event=EventKind.result_fetch_sent,
         counters={"result_fetch_attempts": 2},
