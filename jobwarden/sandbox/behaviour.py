@@ -146,6 +146,9 @@ class Behaviour:
     result_cut_after_bytes: int | None = None
     # OpenAI Batch: request_counts.failed says this instead of the truth (a lying count).
     declared_failed_items: int | None = None
+    # A cancelled job keeps what it completed (OpenAI Batch guide: a cancelled batch's
+    # output file holds the requests it finished): the cancelled status names a result.
+    partial_on_cancel: bool = False
 
     def status_error_for(self, index: int) -> StatusError | None:
         """The scripted error for the ``index``-th (0-based) status call, if any."""
@@ -270,6 +273,7 @@ _FIELDS = frozenset(
         "result_single_use",
         "result_cut_after_bytes",
         "declared_failed_items",
+        "partial_on_cancel",
     }
 )
 # What a generated result cannot do: each needs the bytes in hand or a failed line.
@@ -393,4 +397,5 @@ def parse_behaviour(raw: Any) -> Behaviour:
         result_single_use=_bool(raw, "result_single_use", False),
         result_cut_after_bytes=_int(raw, "result_cut_after_bytes"),
         declared_failed_items=declared_failed,
+        partial_on_cancel=_bool(raw, "partial_on_cancel", False),
     )

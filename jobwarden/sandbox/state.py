@@ -394,6 +394,13 @@ class SandboxState:
             shape, total, failed = b.result_shape, b.result_items, b.result_failed_items
             lie = b.declared_failed_items
             body.update(conventions.status_fields(shape, job.id, total, failed, lie))
+        elif status == "cancelled" and b.partial_on_cancel:
+            # What it completed before the cancel, at the same place a result would be.
+            body["result"] = {
+                "url": f"/v1/jobs/{quote(job.id, safe='')}/result",
+                "sha256": job.result_sha256,
+                "record_count": b.result_items,
+            }
         elif status == "failed":
             body["error"] = {"code": b.error_code, "message": b.error_message}
         if status not in FINAL_STATUSES:
@@ -453,7 +460,8 @@ class SandboxState:
             job = self._jobs.get(job_id)
             if job is None:
                 return error_reply(404, "not_found", f"no job {job_id}")
-            if job.final != "succeeded" or job.behaviour.succeed_without_result:
+            partial = job.final == "cancelled" and job.behaviour.partial_on_cancel
+            if (job.final != "succeeded" and not partial) or job.behaviour.succeed_without_result:
                 return error_reply(404, "result_not_available", "the job has no result (yet)")
             b = job.behaviour
             if b.result_url_expires_in is not None:

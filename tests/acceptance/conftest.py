@@ -80,6 +80,10 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             'secret_env = "JOBWARDEN_SANDBOX_TOKEN"', 'secret_env = "JOBWARDEN_NOT_SET_TOKEN"'
         )
     )
+    # Partial output after a cancel (test_result_artifacts.py): collected, labelled partial.
+    (out / "sandbox_partial.toml").write_text(
+        _variant(base, "sandbox_partial", max_failed_fraction='0.5\npartial_after = ["cancelled"]')
+    )
     (out / "sandbox_approval.toml").write_text(
         _variant(base, "sandbox_approval", requires_approval="true")
     )

@@ -66,3 +66,33 @@ def test_a_small_result_stays_inline_beside_its_facts(stack: Stack, pipeline: Pi
     assert location is None and content is not None
     assert (hashlib.sha256(content).hexdigest(), len(content)) == (sha256, size)
     assert _verify(op).returncode == 0
+
+
+def test_a_cancelled_jobs_partial_output_is_collected_labelled_and_the_operation_ends_cancelled(
+    stack: Stack, pipeline: Pipeline
+) -> None:
+    # OpenAI Batch guide: a cancelled batch keeps the requests it completed in its output
+    # file; the sandbox's partial_on_cancel names such output in the cancelled status.
+    from jobwarden.tasks.interventions import request_cancel
+
+    op = pipeline.submit(
+        {"polls_to_finish": 1000, "partial_on_cancel": True, "result_items": 7},
+        provider="sandbox_partial",
+    )
+    pipeline.wait_state(op, "observing")
+    request_cancel(op, "pytest", "the export is no longer needed")
+    row = pipeline.wait_state(op)
+    assert row.state == "cancelled", pipeline.kinds(op)
+    summary = row.validation_summary
+    assert summary["partial"] is True and summary["kept"] is True
+    moves = [e.draft.to_state for e in pipeline.events(op) if e.draft.to_state]
+    assert moves[-3:] == ["cancelling", "result_collecting", "cancelled"]
+    ended = pipeline.events(op)[-1].draft
+    assert (ended.kind.value, ended.cause) == (
+        "cancel_confirmed",
+        "remote_cancelled; partial output collected",
+    )
+    ((content, sha256, _),) = pipeline.stored_results(op)
+    assert hashlib.sha256(content).hexdigest() == sha256 == summary["sha256"]
+    assert "succeeded" not in moves  # kept, never a success
+    assert _verify(op).returncode == 0
