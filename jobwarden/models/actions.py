@@ -54,6 +54,9 @@ class EscalationReason(StrEnum):
 def stop_state(state: OperationState, reason: EscalationReason) -> OperationState:
     if state in (S.cancel_requested, S.cancelling):
         return S.cancellation_unconfirmed
+    if state in (S.cleanup_pending, S.cleaning_up):
+        # Whatever stops a cleanup leaves the resources in doubt: a person looks.
+        return S.cleanup_unconfirmed
     if reason is EscalationReason.deadline_exceeded and state in (S.accepted, S.observing):
         return S.result_timed_out
     return S.escalated
@@ -75,6 +78,8 @@ class RequestPurpose(StrEnum):
     cancel = "cancel"  # the one cancel request
     result = "result"  # the result download
     failed_items = "failed_items"  # the second file of failed items (OpenAI error_file_id)
+    cleanup = "cleanup"  # the one call that removes what an ended job left ([cleanup])
+    cleanup_check = "cleanup_check"  # a read of whether those resources are gone yet
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +201,10 @@ class Finish:
     # A result that failed validation but was read whole is kept with its verdict, so a
     # person can still look at it and accept it (never as a validated success).
     kept: Succeed | None = None
+    # The job left resources the contract's [cleanup] removes: the operation goes to
+    # cleanup_pending and ends in ``state`` once the cleanup is confirmed
+    # (models/cleanup.py decides; the result, if any, is stored now all the same).
+    clean_up: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,7 +15,7 @@ from jobwarden.models.actions import Decided, Record
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation, RowChanges
-from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
+from jobwarden.models.states import AUTOMATION_STOPPED, CLEANING, TERMINAL, OperationState
 
 S = OperationState
 
@@ -87,6 +87,9 @@ def decide_cancel_request(
         return CancelMove(to=None, changes=intent, cause=cause, due=True)
     if state is S.result_collecting:
         cause = f"{reason} (recorded; the remote job already finished, its result is collected)"
+        return CancelMove(to=None, changes=intent, cause=cause, due=False)
+    if state in CLEANING:
+        cause = f"{reason} (recorded; the remote job already ended, what it left is cleaned up)"
         return CancelMove(to=None, changes=intent, cause=cause, due=False)
     if state in AUTOMATION_STOPPED:
         cause = f"{reason} (recorded; a human decides, see the options)"

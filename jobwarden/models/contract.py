@@ -211,6 +211,35 @@ class CancelSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CleanupSpec:
+    """``[cleanup]``: the provider leaves resources when a job ends ``after`` one of these
+    ways, and this endpoint removes them; it is called once, and its confirmation awaited
+    like a cancel's (models/cleanup.py).
+
+    Modelled on ARM RPC "Delete Resource Asynchronously" (RPC-Delete-V1-01: a synchronous
+    DELETE answers 200 or 204, a long-running one 202 with Location; 204 also when the
+    resource does not exist, and a GET of a deleted resource answers 404) and on the
+    OpenAI Files API ("Delete file" answers ``{"id": ..., "deleted": true}``).
+    """
+
+    after: frozenset[str]  # failed, cancelled, expired: the ends that leave resources
+    method: str
+    path: str  # template with {job_id}
+    # Answers that mean "removed" outright (ARM: 200/204; a 404/410 means already gone).
+    confirmed_statuses: tuple[int, ...] = (200, 204)
+    accepted_statuses: tuple[int, ...] = (202,)  # "removal started": confirm by checks
+    # When set, a confirmed status confirms only if this pointer reads one of the values
+    # (OpenAI: /deleted == true); otherwise the answer counts as accepted.
+    confirmed_pointer: str | None = None
+    confirmed_values: tuple[str | bool | int, ...] = (True,)
+    # A GET that answers 404/410 once the resources are gone (ARM); None: only the
+    # call's own answer can confirm.
+    check_path: str | None = None
+    gone_statuses: tuple[int, ...] = (404, 410)
+    deadline_seconds: float = 600.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReconciliationSpec:
     path: ReconciliationPath
     lookup_path: str | None = None  # template with {token}, for lookup_by_reference
@@ -411,6 +440,7 @@ class ProviderContract:
     poll: PollPolicy
     limits: Limits
     cancel: CancelSpec | None = None
+    cleanup: CleanupSpec | None = None
     result: ResultSpec | None = None
     auth: AuthSpec | None = None
     webhook: WebhookSpec | None = None

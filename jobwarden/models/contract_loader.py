@@ -37,6 +37,7 @@ from jobwarden.models.contract_result import ResultTable
 from jobwarden.models.contract_sections import (
     AuthTable,
     CancelTable,
+    CleanupTable,
     ContractTable,
     LimitsTable,
     PollTable,
@@ -158,6 +159,7 @@ SECTIONS: Final[dict[str, tuple[type[ContractTable], bool]]] = {
     "status": (StatusTable, True),
     "states": (StatesTable, True),
     "cancel": (CancelTable, False),
+    "cleanup": (CleanupTable, False),
     "reconciliation": (ReconciliationTable, True),
     "result": (ResultTable, False),
     "webhook": (WebhookTable, False),

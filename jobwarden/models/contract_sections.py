@@ -36,6 +36,7 @@ from jobwarden.models.contract import (
     AuthSpec,
     CancelSpec,
     ChecksumEncoding,
+    CleanupSpec,
     Convention,
     CreateSpec,
     Limits,
@@ -54,6 +55,7 @@ from jobwarden.models.contract_fields import (
     Fraction,
     HeaderName,
     Pointer,
+    StrList,
     Text,
     Url,
     choice,
@@ -73,6 +75,7 @@ from jobwarden.models.plugins import is_plugin_spec
 __all__ = [
     "AuthTable",
     "CancelTable",
+    "CleanupTable",
     "ContractTable",
     "LimitsTable",
     "PollTable",
@@ -247,6 +250,61 @@ class CancelTable(ContractTable):
     accepted_statuses: Annotated[tuple[int, ...], status_codes()] = default(
         CancelSpec, "accepted_statuses"
     )
+
+
+# The ends after which a provider may leave resources (a job never started leaves none).
+CLEANUP_ENDS: Final = ("failed", "cancelled", "expired")
+
+
+class CleanupTable(ContractTable):
+    """What the provider leaves when a job ends badly, and the endpoint that removes it."""
+
+    builds = CleanupSpec
+    after: StrList
+    """The ends that leave resources: 'failed', 'cancelled', 'expired'."""
+    method: Annotated[str, choice_of("DELETE", "POST")]
+    path: Annotated[str, template("job_id", needed=("job_id",))]
+    confirmed_statuses: Annotated[tuple[int, ...], status_codes()] = default(
+        CleanupSpec, "confirmed_statuses"
+    )
+    """Answers to the call that mean the resources are gone (ARM: 200, 204)."""
+    accepted_statuses: Annotated[tuple[int, ...], status_codes()] = default(
+        CleanupSpec, "accepted_statuses"
+    )
+    """Answers that mean removal started; check_path confirms it (ARM: 202)."""
+    confirmed_pointer: Pointer | None = None
+    """Where a confirmed answer says it removed them (OpenAI Delete file: /deleted)."""
+    confirmed_values: tuple[str | bool | int, ...] = default(CleanupSpec, "confirmed_values")
+    check_path: Annotated[str | None, template("job_id", needed=("job_id",))] = None
+    """A GET that answers a gone status once the resources are removed."""
+    gone_statuses: Annotated[tuple[int, ...], status_codes(low=400, high=499)] = default(
+        CleanupSpec, "gone_statuses"
+    )
+    deadline_seconds: Annotated[float, seconds()] = default(CleanupSpec, "deadline_seconds")
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        if not self.after:
+            raise problem("must name at least one end: " + ", ".join(CLEANUP_ENDS), field="after")
+        for index, end in enumerate(self.after):
+            if end not in CLEANUP_ENDS:
+                raise problem(
+                    f"must be one of: {', '.join(CLEANUP_ENDS)}; got {end!r}",
+                    field=f"after[{index}]",
+                )
+        both = set(self.confirmed_statuses) & set(self.accepted_statuses)
+        if both:
+            raise problem(
+                f"{sorted(both)} cannot both confirm and only accept", field="accepted_statuses"
+            )
+        if not self.confirmed_values:
+            raise problem("must list at least one value", field="confirmed_values")
+        return self
+
+    def spec(self) -> CleanupSpec:
+        values = {name: getattr(self, name) for name in type(self).model_fields}
+        values["after"] = frozenset(self.after)
+        return CleanupSpec(**values)
 
 
 class ReconciliationTable(ContractTable):

@@ -329,6 +329,8 @@ def _collect(d: _Draft, action: Collect) -> Plan:
 
 
 def _finish(d: _Draft, action: Finish) -> Plan:
+    if action.clean_up:
+        return _cleanup_first(d, action)
     # Terminal: no timer survives it, so the sweeper never wakes an ended operation.
     changes: RowChanges = {"state": action.state.value, **d.wake(None)}
     extra: dict[str, Any] = dict(d.carried) if _carries_answer(action) else {}
@@ -341,6 +343,26 @@ def _finish(d: _Draft, action: Finish) -> Plan:
         extra["excerpt"] = summary
     ev = d.event(action.event, action.state, cause=action.reason, **extra)
     return Plan(changes=changes, events=(ev,), result=stored)
+
+
+def _cleanup_first(d: _Draft, action: Finish) -> Plan:
+    """The job ended leaving resources ([cleanup]): not an end yet. The ending is kept in
+    ``ended_as`` and reached once the cleanup is confirmed (models/cleanup.py); a
+    partial result is stored now, as it would be at the end."""
+    to = S.cleanup_pending
+    changes: RowChanges = {"state": to.value, "ended_as": action.state.value, **d.wake(d.now)}
+    extra: dict[str, Any] = dict(d.carried) if _carries_answer(action) else {}
+    stored = _stored(action.kept)
+    summary: dict[str, Any] = {"ended_as": action.state.value}
+    if action.summary is not None:
+        summary |= dict(action.summary)
+        if stored is not None and stored.location is not None:
+            summary["location"] = stored.location
+        changes["validation_summary"] = dict(action.summary) | summary
+    extra["excerpt"] = {**extra.get("excerpt", {}), **summary}
+    cause = f"{action.reason}; the provider left resources: cleaning up before the end"
+    ev = d.event(action.event, to, cause=cause, **extra)
+    return Plan(changes=changes, events=(ev,), next_at=d.now, result=stored)
 
 
 def _succeed(d: _Draft, action: Succeed) -> Plan:

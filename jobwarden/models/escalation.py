@@ -33,6 +33,8 @@ class OptionKind(StrEnum):
     resume = "resume"  # observe again after the cause was fixed (credentials, provider outage)
     cancel_at_provider = "cancel_at_provider"  # only where the contract has a cancel
     recheck_cancel = "recheck_cancel"  # look for the cancel confirmation again, fresh deadline
+    recheck_cleanup = "recheck_cleanup"  # look for the cleanup confirmation again, no new call
+    retry_cleanup = "retry_cleanup"  # send the cleanup call once more (a person's decision)
     abandon = "abandon"  # stop for good; the history keeps everything
     resubmit = "resubmit"  # a new operation, new token, linked both ways to this one
     accept_result = "accept_result"  # take a result that failed validation as it is
@@ -51,10 +53,16 @@ class EscalationView:
     kept_result_sha256: str | None = None
     # Already resubmitted: the replacement exists, so resubmit is not offered again.
     resubmitted_as: str | None = None
+    # The contract names a check that can confirm a cleanup ([cleanup] check_path).
+    cleanup_checkable: bool = False
 
 
 def view_of(
-    op: Operation, *, contract_has_cancel: bool, business_deadline_passed: bool
+    op: Operation,
+    *,
+    contract_has_cancel: bool,
+    business_deadline_passed: bool,
+    cleanup_checkable: bool = False,
 ) -> EscalationView:
     """What the options depend on, read off the snapshot (the two flags need the shell)."""
     summary = op.validation_summary or {}
@@ -68,6 +76,7 @@ def view_of(
         business_deadline_passed=business_deadline_passed,
         kept_result_sha256=kept if isinstance(kept, str) else None,
         resubmitted_as=str(op.resubmitted_as) if op.resubmitted_as is not None else None,
+        cleanup_checkable=cleanup_checkable,
     )
 
 
@@ -109,6 +118,8 @@ def options_for(view: EscalationView) -> list[Option]:
         return [Option(kind=OptionKind.abandon, label="reject: abandon the operation")]
     if view.state in ENDED_WITH_OPTIONS:
         return _business_options(view)
+    if view.state is S.cleanup_unconfirmed:
+        return _cleanup_options(view)
     if view.state not in (S.escalated, S.result_timed_out, S.cancellation_unconfirmed):
         return []
     opts: list[Option] = []
@@ -154,6 +165,22 @@ def options_for(view: EscalationView) -> list[Option]:
             # The job outlived its deadline: starting over is a business decision too.
             opts += _business_options(view)
     opts.append(Option(kind=OptionKind.abandon, label="abandon"))
+    return opts
+
+
+def _cleanup_options(view: EscalationView) -> list[Option]:
+    """A cleanup nobody confirmed: look again, call once more, or leave it to a person's
+    own hands (abandon: the history keeps how the job ended and what was sent)."""
+    opts: list[Option] = []
+    if view.cleanup_checkable:
+        opts.append(
+            Option(
+                kind=OptionKind.recheck_cleanup,
+                label="check again whether the resources are gone, fresh deadline",
+            )
+        )
+    opts.append(Option(kind=OptionKind.retry_cleanup, label="send the cleanup call once more"))
+    opts.append(Option(kind=OptionKind.abandon, label="abandon: leave the resources as they are"))
     return opts
 
 
@@ -207,6 +234,18 @@ def apply_option(
             **cleared,
             "state": S.cancel_requested.value,
             "cancel_deadline": now + cancel_window,
+            "next_poll_at": now,
+            "dispatched_at": now,
+        }
+    if kind in (OptionKind.recheck_cleanup, OptionKind.retry_cleanup):
+        # More checks, never a reset counter; a retry is one more call, claimed as the
+        # first was (cleanup_pending -> cleaning_up before it leaves).
+        again = kind is OptionKind.retry_cleanup
+        return {
+            **cleared,
+            "state": (S.cleanup_pending if again else S.cleaning_up).value,
+            "cleanup_deadline": None if again else now + cancel_window,
+            "max_status_requests": bounds.max_status_requests + EXTEND_CHECKS,
             "next_poll_at": now,
             "dispatched_at": now,
         }

@@ -42,6 +42,9 @@ class EventKind(StrEnum):
     cancel_requested = "cancel_requested"  # somebody asked us to cancel
     cancel_sent = "cancel_sent"  # the cancel request is about to leave
     cancel_confirmed = "cancel_confirmed"  # the provider reports the job cancelled
+    cleanup_sent = "cleanup_sent"  # the one cleanup call is about to leave
+    cleanup_check_sent = "cleanup_check_sent"  # a read of whether the resources are gone
+    cleanup_confirmed = "cleanup_confirmed"  # the provider confirmed they are gone
     result_fetch_sent = "result_fetch_sent"  # the result download is about to leave
     result_collected = "result_collected"  # result stored and validated
     failed_items_collected = "failed_items_collected"  # the failed-items file, stored, counted

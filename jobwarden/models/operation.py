@@ -73,6 +73,10 @@ class Operation:
     # the one it replaces, and that one names its replacement; None when there is none.
     resubmit_of: uuid.UUID | None = None
     resubmitted_as: uuid.UUID | None = None
+    # How the job ended while its resources are being cleaned up ([cleanup], 0019): the
+    # state it ends in once the cleanup is confirmed; and the confirmation's deadline.
+    ended_as: str | None = None
+    cleanup_deadline: datetime | None = None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
@@ -161,6 +165,8 @@ class RowChanges(TypedDict, total=False):
     polling_mode: str | None
     resubmit_of: uuid.UUID | None
     resubmitted_as: uuid.UUID | None
+    ended_as: str | None
+    cleanup_deadline: datetime | None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

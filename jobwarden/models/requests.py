@@ -52,6 +52,8 @@ def job_id_problem(contract: ProviderContract, job_id: str) -> str | None:
     for template in (
         contract.status.path,
         contract.cancel.path if contract.cancel else None,
+        contract.cleanup.path if contract.cleanup else None,
+        contract.cleanup.check_path if contract.cleanup else None,
         contract.result.path if contract.result else None,
     ):
         placed = place_job_id(template, job_id) if template and "{job_id}" in template else ""

@@ -68,6 +68,9 @@ ROW_FACTS: Final[Mapping[str, str]] = {
     # a person's resubmission: the operation this one replaces, and its replacement
     "resubmit_of": "text",
     "resubmitted_as": "text",
+    # a job that ended leaving resources: how it ended, and the cleanup's deadline
+    "ended_as": "text",
+    "cleanup_deadline": "time",
 }
 # Facts added after rows were first digested: left out of the digest while unset, so a
 # row written before its column existed still digests as its history recorded it (and
@@ -80,6 +83,8 @@ LATER_FACTS: Final = frozenset(
         "polling_mode",
         "resubmit_of",
         "resubmitted_as",
+        "ended_as",
+        "cleanup_deadline",
     }
 )
 # Columns deliberately outside the digest, each for a reason:

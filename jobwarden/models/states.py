@@ -29,6 +29,11 @@ class OperationState(StrEnum):
     escalated = "escalated"  # automation stopped; a human picks from bounded options
     result_timed_out = "result_timed_out"  # result deadline passed while the job still ran
     cancellation_unconfirmed = "cancellation_unconfirmed"  # cancel deadline passed unconfirmed
+    # The job ended (failed, cancelled, expired: ``ended_as``) leaving resources the
+    # contract's [cleanup] endpoint removes: the one cleanup call may be sent.
+    cleanup_pending = "cleanup_pending"
+    cleaning_up = "cleaning_up"  # cleanup call sent; waiting for the provider to confirm
+    cleanup_unconfirmed = "cleanup_unconfirmed"  # cleanup bounds ran out unconfirmed
     succeeded = "succeeded"  # result collected and validated
     failed = "failed"  # provider reported failure, or the create was refused
     cancelled = "cancelled"  # provider confirmed the cancellation (remote fact)
@@ -66,12 +71,20 @@ TRANSITIONS: dict[OperationState, frozenset[OperationState]] = {
             S.cancel_requested,
             # The provider may report a cancellation nobody here asked for; it is a remote fact.
             S.cancelled,
+            S.cleanup_pending,
         }
     ),
     S.cancel_requested: frozenset({S.cancelling}),
     # A job past its commit point ends as it really ended: via result collection.
     S.cancelling: frozenset(
-        {S.cancelled, S.result_collecting, S.failed, S.expired, S.cancellation_unconfirmed}
+        {
+            S.cancelled,
+            S.result_collecting,
+            S.failed,
+            S.expired,
+            S.cancellation_unconfirmed,
+            S.cleanup_pending,
+        }
     ),
     # Back to observing only when a signed result URL expired unfetched and the contract
     # says a status read gives a fresh one (result.refresh_expired_url).
@@ -87,8 +100,17 @@ TRANSITIONS: dict[OperationState, frozenset[OperationState]] = {
             S.cancelled,
             S.failed,
             S.expired,
+            S.cleanup_pending,
         }
     ),
+    # A job that ended leaving resources ends as it ended (``ended_as``) only once the
+    # provider confirmed the cleanup; the call is sent once (the claim moves to
+    # cleaning_up before it leaves), and a cleanup nobody confirms stops for a person.
+    S.cleanup_pending: frozenset({S.cleaning_up, S.cleanup_unconfirmed}),
+    S.cleaning_up: frozenset({S.failed, S.cancelled, S.expired, S.cleanup_unconfirmed}),
+    # A person looks again (fresh deadline, no second call), calls it once more, or
+    # leaves the resources and abandons the operation (the history keeps ended_as).
+    S.cleanup_unconfirmed: frozenset({S.cleaning_up, S.cleanup_pending, S.abandoned}),
     S.escalated: frozenset({S.observing, S.cancel_requested, S.abandoned}),
     # Stopped-but-reconcilable states accept the same human decisions as escalated.
     S.result_timed_out: frozenset({S.observing, S.cancel_requested, S.abandoned}),
@@ -118,7 +140,7 @@ TERMINAL: frozenset[OperationState] = frozenset(
 
 # States in which no worker acts until a human decides.
 AUTOMATION_STOPPED: frozenset[OperationState] = frozenset(
-    {S.escalated, S.result_timed_out, S.cancellation_unconfirmed}
+    {S.escalated, S.result_timed_out, S.cancellation_unconfirmed, S.cleanup_unconfirmed}
 )
 
 # States waiting for room under their concurrency key: no task, no timer, no lease; the
@@ -127,6 +149,9 @@ WAITING_FOR_ROOM: frozenset[OperationState] = frozenset({S.queued})
 
 # States whose step is a status read: the decision recorded in one may reserve the next.
 POLLED: frozenset[OperationState] = frozenset({S.accepted, S.observing, S.cancelling})
+
+# States of the cleanup step (models/cleanup.py): the call, then its confirmation.
+CLEANING: frozenset[OperationState] = frozenset({S.cleanup_pending, S.cleaning_up})
 
 # States a human decision may leave from.
 HUMAN_ONLY_SOURCES: frozenset[OperationState] = AUTOMATION_STOPPED | {S.awaiting_approval}

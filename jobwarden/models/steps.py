@@ -34,6 +34,7 @@ from jobwarden.models.actions import (
     escalate,
 )
 from jobwarden.models.approvals import decide_window
+from jobwarden.models.cleanup import after_cleanup, before_cleanup
 from jobwarden.models.collection import collection, partial_collection
 from jobwarden.models.convention_steps import after_monitor_poll
 from jobwarden.models.create_decisions import (
@@ -59,12 +60,13 @@ from jobwarden.models.requests import (
 )
 from jobwarden.models.result_decisions import after_collect, before_collect
 from jobwarden.models.signals import RawResponse, SignalKind, classify_http, read_status
-from jobwarden.models.states import POLLED
+from jobwarden.models.states import CLEANING, POLLED
 from jobwarden.models.states import OperationState as S
 
 __all__ = [
     "APPROVAL_WINDOW",
     "CANCEL",
+    "CLEANUP",
     "COLLECT",
     "CREATE",
     "POLL",
@@ -287,6 +289,9 @@ def unsent(op: Operation, send: Send, now: datetime) -> Decided | None:
             detail = f"{late.detail}; reserved request not sent"
             return Decided(action=replace(late, detail=detail))
         return None
+    if purpose is RequestPurpose.cleanup_check:
+        detail = "cleanup deadline passed; reserved check not sent"
+        return Decided(action=escalate(op.state, EscalationReason.deadline_exceeded, detail))
     if purpose in (RequestPurpose.result, RequestPurpose.failed_items):
         if op.collect_deadline is not None and now < op.collect_deadline:
             # The signed URL's end came first (result.url_expiry_pointer): the next collect
@@ -343,7 +348,15 @@ COLLECT = StepKind(
     claim_point="after_collect_claim",
     response_point="after_collect_response",
 )
-STEPS: tuple[StepKind, ...] = (CREATE, RECONCILE, POLL, CANCEL, COLLECT)
+CLEANUP = StepKind(
+    name="cleanup",
+    states=CLEANING,
+    before=before_cleanup,
+    after=after_cleanup,
+    claim_point="after_cleanup_claim",
+    response_point="after_cleanup_response",
+)
+STEPS: tuple[StepKind, ...] = (CREATE, RECONCILE, POLL, CANCEL, COLLECT, CLEANUP)
 
 
 # --- the approval window ----------------------------------------------------------------

@@ -27,6 +27,8 @@ TASK_FOR_STATE: Mapping[S, str] = {
     S.cancelling: "jobwarden.poll",
     S.cancel_requested: "jobwarden.cancel",
     S.result_collecting: "jobwarden.collect",
+    S.cleanup_pending: "jobwarden.cleanup",
+    S.cleaning_up: "jobwarden.cleanup",
     # Due only when its approval window ends: the step ends it unapproved (approval_expired).
     S.awaiting_approval: "jobwarden.approval_window",
 }

@@ -102,11 +102,22 @@ def escalation_options(operation_id: str, runtime: Runtime | None = None) -> lis
 
 
 def _escalation_view(rt: Runtime, row: Operation) -> EscalationView:
+    contract = rt.contract(row.provider)
     return view_of(
         row,
-        contract_has_cancel=rt.contract(row.provider).cancel is not None,
+        contract_has_cancel=contract.cancel is not None,
         business_deadline_passed=passed(row.business_deadline, utcnow()),
+        cleanup_checkable=contract.cleanup is not None and contract.cleanup.check_path is not None,
     )
+
+
+def _decision_window(rt: Runtime, op: Operation) -> timedelta:
+    """The fresh deadline a picked option starts: the cleanup's for a cleanup, else the
+    cancel's."""
+    cleanup = rt.contract(op.provider).cleanup
+    if op.state is S.cleanup_unconfirmed and cleanup is not None:
+        return timedelta(seconds=cleanup.deadline_seconds)
+    return _cancel_window(rt, op)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,7 +158,7 @@ def decide_escalation(  # noqa: PLR0913 - the door names itself for the intake l
     def pick(op: Operation, now: datetime) -> Decided:
         view = _escalation_view(rt, op)
         return decide_option(
-            op, view, kind, note=note, now=now, cancel_window=_cancel_window(rt, op)
+            op, view, kind, note=note, now=now, cancel_window=_decision_window(rt, op)
         )
 
     stored = _as_person(rt, operation_id, approver, pick).stored

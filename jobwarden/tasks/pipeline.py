@@ -28,6 +28,7 @@ from jobwarden.models.states import AUTOMATION_STOPPED
 from jobwarden.models.steps import (
     APPROVAL_WINDOW,
     CANCEL,
+    CLEANUP,
     COLLECT,
     CREATE,
     POLL,
@@ -180,6 +181,11 @@ def cancel(operation_id: str) -> dict[str, Any]:
 @app.task(name="jobwarden.collect", base=JobwardenTask)
 def collect(operation_id: str) -> dict[str, Any]:
     return task_answer(operation_id, run_step(operation_id, COLLECT))
+
+
+@app.task(name="jobwarden.cleanup", base=JobwardenTask)
+def cleanup(operation_id: str) -> dict[str, Any]:
+    return task_answer(operation_id, run_step(operation_id, CLEANUP))
 
 
 @app.task(name="jobwarden.approval_window", base=JobwardenTask)

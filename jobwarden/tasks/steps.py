@@ -28,6 +28,7 @@ from jobwarden.models.actions import (
     Send,
     escalate,
 )
+from jobwarden.models.cleanup import with_cleanup
 from jobwarden.models.effects import Plan, plan
 from jobwarden.models.errors import LeaseNotAcquiredError, StaleVersionError
 from jobwarden.models.history import EventKind
@@ -155,6 +156,8 @@ def run(
         if isinstance(decided.action, Send):
             detail = f"{step.name} asked for more than {MAX_SENDS_PER_STEP} requests in one step"
             decided = Decided(action=escalate(op.state, EscalationReason.internal_error, detail))
+    # A job that ended leaving resources cleans up before it ends ([cleanup]).
+    decided = with_cleanup(op, ctx.contract, decided)
     p = settled(rt, op, planned(rt, op, decided, now, answer, sent=sent), marking)
     if p.empty:
         return op, None

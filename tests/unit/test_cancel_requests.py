@@ -63,6 +63,10 @@ def decide(state: S, **overrides: object) -> object:
         (S.result_timed_out, {}, S.cancel_requested, True),
         (S.result_collecting, {}, None, False),
         (S.cancellation_unconfirmed, {}, None, False),
+        # The job already ended; what it left is being cleaned up: recorded, not due.
+        (S.cleanup_pending, {}, None, False),
+        (S.cleaning_up, {}, None, False),
+        (S.cleanup_unconfirmed, {}, None, False),
     ],
 )
 def test_each_state_records_the_cancel_and_moves_only_along_the_table(

@@ -13,6 +13,7 @@ from jobwarden.models import contract_loader
 from jobwarden.models.contract import (
     AuthSpec,
     CancelSpec,
+    CleanupSpec,
     ConcurrencySpec,
     Convention,
     CreateSpec,
@@ -707,6 +708,7 @@ SPECS = {
     "status": StatusSpec,
     "states": StateTable,
     "cancel": CancelSpec,
+    "cleanup": CleanupSpec,
     "reconciliation": ReconciliationSpec,
     "result": ResultSpec,
     "webhook": WebhookSpec,

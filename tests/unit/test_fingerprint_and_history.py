@@ -328,6 +328,8 @@ EDITS: dict[str, Any] = {
     "polling_mode": "location",
     "resubmit_of": "0b6f3c58-8f0a-4d3e-9a51-6c1f1a2b3c4d",
     "resubmitted_as": "1c7a4d69-9a1b-4e4f-8b62-7d2a2b3c4d5e",
+    "ended_as": "failed",
+    "cleanup_deadline": T0,
 }
 
 

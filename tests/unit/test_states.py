@@ -71,6 +71,20 @@ EXPECTED: set[tuple[S, S]] = {
     (S.result_timed_out, S.abandoned),
     (S.cancellation_unconfirmed, S.cancelling),
     (S.cancellation_unconfirmed, S.abandoned),
+    # A job that ended leaving resources ([cleanup], issue 21): it cleans up first, and
+    # ends as it ended only once the provider confirmed the cleanup.
+    (S.observing, S.cleanup_pending),
+    (S.cancelling, S.cleanup_pending),
+    (S.result_collecting, S.cleanup_pending),
+    (S.cleanup_pending, S.cleaning_up),
+    (S.cleanup_pending, S.cleanup_unconfirmed),
+    (S.cleaning_up, S.failed),
+    (S.cleaning_up, S.cancelled),
+    (S.cleaning_up, S.expired),
+    (S.cleaning_up, S.cleanup_unconfirmed),
+    (S.cleanup_unconfirmed, S.cleaning_up),
+    (S.cleanup_unconfirmed, S.cleanup_pending),
+    (S.cleanup_unconfirmed, S.abandoned),
 }
 
 
@@ -124,4 +138,28 @@ def test_cancelled_is_never_entered_from_a_local_request_alone() -> None:
 
 def test_stopped_states_leave_only_by_human_decision_targets() -> None:
     for state in AUTOMATION_STOPPED:
-        assert TRANSITIONS[state] <= {S.observing, S.cancel_requested, S.cancelling, S.abandoned}
+        assert TRANSITIONS[state] <= {
+            S.observing,
+            S.cancel_requested,
+            S.cancelling,
+            S.abandoned,
+            # a person's recheck_cleanup and retry_cleanup
+            S.cleaning_up,
+            S.cleanup_pending,
+        }
+
+
+def test_a_cleanup_ends_only_as_a_job_that_left_resources_can_end() -> None:
+    # Never succeeded: a cleanup follows a failure, a cancel or an expiry, and a
+    # cleanup's end is how the job ended, or a person's.
+    assert TRANSITIONS[S.cleaning_up] - {S.cleanup_unconfirmed} == {
+        S.failed,
+        S.cancelled,
+        S.expired,
+    }
+    assert {s for s, nxt in TRANSITIONS.items() if S.cleanup_pending in nxt} == {
+        S.observing,
+        S.cancelling,
+        S.result_collecting,
+        S.cleanup_unconfirmed,
+    }

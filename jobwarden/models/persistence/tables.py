@@ -221,6 +221,10 @@ class OperationRow(Base):
     resubmitted_as: Mapped[uuid.UUID | None] = mapped_column(
         UUID(as_uuid=True), ForeignKey("operations.operation_id")
     )
+    # A job that ended leaving resources (0019): how it ended, while [cleanup] runs, and
+    # the deadline of the cleanup's confirmation.
+    ended_as: Mapped[str | None] = mapped_column(String(30))
+    cleanup_deadline: Mapped[datetime | None] = mapped_column(TZ)
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)
