@@ -22,6 +22,11 @@ from jobwarden.sandbox.webhooks import WebhookBehaviour, WebhookOptionError, par
 OUTCOMES = ("succeeded", "failed", "expired")
 CREATE_RESPONSES = ("normal", "drop", "hold")
 CANCEL_MODES = ("honour", "race", "never")
+# What a failed, cancelled or expired job leaves, and how its cleanup endpoint answers
+# (ARM RPC "Delete Resource Asynchronously", RPC-Delete-V1-01): nothing; resources a
+# DELETE removes at once (204); or removes in the background (202, then a GET of them
+# answers 200 "deleting" cleanup_checks times and 404 after); or never (409 each time).
+CLEANUP_MODES = ("none", "sync", "async", "refuse")
 ERROR_ACTIONS = ("drop", "hold", "malformed")
 # Hostile modes: what a misbehaving provider sends (first value: behave).
 HOSTILE_STATUS = (
@@ -149,6 +154,9 @@ class Behaviour:
     # A cancelled job keeps what it completed (OpenAI Batch guide: a cancelled batch's
     # output file holds the requests it finished): the cancelled status names a result.
     partial_on_cancel: bool = False
+    # What the job leaves when it ends badly, and its cleanup endpoint (CLEANUP_MODES).
+    leaves_resources: str = "none"
+    cleanup_checks: int = 2
 
     def status_error_for(self, index: int) -> StatusError | None:
         """The scripted error for the ``index``-th (0-based) status call, if any."""
@@ -274,6 +282,8 @@ _FIELDS = frozenset(
         "result_cut_after_bytes",
         "declared_failed_items",
         "partial_on_cancel",
+        "leaves_resources",
+        "cleanup_checks",
     }
 )
 # What a generated result cannot do: each needs the bytes in hand or a failed line.
@@ -349,6 +359,7 @@ def parse_behaviour(raw: Any) -> Behaviour:
     declared_failed = _int(raw, "declared_failed_items")
     if declared_failed is not None and shape != "openai_jsonl":
         raise BehaviourError('behaviour.declared_failed_items is the "openai_jsonl" shape')
+    checks = _int(raw, "cleanup_checks")
     return Behaviour(
         polls_to_finish=2 if polls is None else polls,
         seconds_to_finish=_float(raw, "seconds_to_finish"),
@@ -398,4 +409,6 @@ def parse_behaviour(raw: Any) -> Behaviour:
         result_cut_after_bytes=_int(raw, "result_cut_after_bytes"),
         declared_failed_items=declared_failed,
         partial_on_cancel=_bool(raw, "partial_on_cancel", False),
+        leaves_resources=_choice(raw, "leaves_resources", CLEANUP_MODES),
+        cleanup_checks=2 if checks is None else checks,
     )

@@ -54,6 +54,21 @@ class Job:
     late_event_sent: bool = False  # behaviour.webhook.out_of_order: sent once, after the result
     urls_issued: int = 0  # presigned result URLs handed out (behaviour.result_url_expires_in)
     link_used: bool = False  # behaviour.result_single_use: the one GET has been made
+    # behaviour.leaves_resources: what an ended job left ("none", "present", "deleting",
+    # "gone"), the cleanup calls received and the checks of a deletion under way.
+    resources_deleting: bool = False
+    resources_gone: bool = False
+    cleanup_calls: int = 0
+    resource_checks: int = 0
+
+    @property
+    def left_resources(self) -> bool:
+        """Whether this job left resources behind that are not gone yet."""
+        return (
+            self.behaviour.leaves_resources != "none"
+            and self.final in ("failed", "cancelled", "expired")
+            and not self.resources_gone
+        )
 
     @property
     def expires_at(self) -> datetime | None:
@@ -89,6 +104,16 @@ class Job:
             "status_calls": self.status_calls,
             "error_calls": self.error_calls,
             "cancel_requested": self.cancel_requested,
+            "cleanup_calls": self.cleanup_calls,
+            "resources": (
+                "gone"
+                if self.resources_gone
+                else "deleting"
+                if self.resources_deleting
+                else "present"
+                if self.left_resources
+                else "none"
+            ),
         }
 
 

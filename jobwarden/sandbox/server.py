@@ -11,6 +11,8 @@ Routes::
     GET  /v1/jobs/{id}               status
     POST /v1/jobs/{id}/cancel        cancel (DELETE /v1/jobs/{id} is an alias)
     GET  /v1/jobs/{id}/result        result document (presigned / one-time on request)
+    DELETE /v1/jobs/{id}/resources   cleanup of what a failed/cancelled/expired job left
+    GET  /v1/jobs/{id}/resources     whether those resources still exist (404: gone)
     GET  /v1/files/{file_id}/content OpenAI Batch error file (file-err-{job id})
     GET  /_sandbox/requests?key=&job=   request log (JSON list)
     GET  /_sandbox/jobs?key=            remote jobs (JSON list)
@@ -44,7 +46,7 @@ from jobwarden.sandbox.state import SandboxState
 
 __all__ = ["SandboxServer", "serve"]
 
-_JOB_PATH = re.compile(r"^/v1/jobs/(?P<id>[^/]+)(?P<action>/cancel|/result)?/?$")
+_JOB_PATH = re.compile(r"^/v1/jobs/(?P<id>[^/]+)(?P<action>/cancel|/result|/resources)?/?$")
 # OpenAI Files API: GET /v1/files/{file_id}/content (the batch's error_file_id).
 _FILE_PATH = re.compile(r"^/v1/files/(?P<id>[^/]+)/content/?$")
 _MAX_BODY = 10 * 1024 * 1024
@@ -85,6 +87,11 @@ def classify(method: str, path: str) -> tuple[str, str | None]:
         return "cancel", job_id
     if action == "/result" and method == "GET":
         return "result", job_id
+    if action == "/resources":
+        if method == "DELETE":
+            return "cleanup", job_id
+        if method == "GET":
+            return "resources", job_id
     return "other", job_id
 
 
@@ -200,7 +207,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(reply.status)
         for name, value in reply.headers.items():
             self.send_header(name, value)
-        self.send_header("Content-Length", str(length))
+        if reply.status != 204:
+            # RFC 9110, 8.6: no Content-Length in a 204 (it has no content to measure).
+            self.send_header("Content-Length", str(length))
         self.end_headers()
         if reply.drip_seconds > 0:
             self.wfile.flush()
@@ -366,6 +375,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return state.cancel(seq, job_id)
             if kind == "result":
                 return state.result(seq, job_id, path=path, query=query)
+            if kind == "cleanup":
+                return state.cleanup(seq, job_id)
+            if kind == "resources":
+                return state.resources(seq, job_id)
             return error_reply(405, "method_not_allowed", f"{self.command} {path}")
         return error_reply(404, "not_found", f"no route {self.command} {path}")
 

@@ -453,6 +453,42 @@ class SandboxState:
                 job.final = job.behaviour.outcome  # crossed its commit point first
             return json_reply(202, {"id": job.id, "status": "cancelling"})
 
+    def cleanup(self, seq: int, job_id: str) -> Reply:
+        """DELETE /v1/jobs/{id}/resources, as ARM RPC's "Delete Resource Asynchronously"
+        answers it (RPC-Delete-V1-01): 204 when removed at once, 202 with a Location when
+        removed in the background, 404 when nothing is there; "refuse" answers 409."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return error_reply(404, "not_found", f"no job {job_id}")
+            job.cleanup_calls += 1
+            if not job.left_resources:
+                return error_reply(404, "ResourceNotFound", "nothing left to delete")
+            mode = job.behaviour.leaves_resources
+            if mode == "refuse":
+                return error_reply(409, "resource_locked", "the resources are in use")
+            if mode == "sync":
+                job.resources_gone = True
+                return Reply(status=204)
+            job.resources_deleting = True
+            where = f"/v1/jobs/{quote(job.id, safe='')}/resources"
+            return json_reply(202, {"id": job.id, "status": "deleting"}, {"Location": where})
+
+    def resources(self, seq: int, job_id: str) -> Reply:
+        """GET /v1/jobs/{id}/resources: 200 while they exist (or are being deleted, for
+        ``cleanup_checks`` reads), then 404 as ARM answers for a deleted resource."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or not job.left_resources:
+                return error_reply(404, "ResourceNotFound", "no such resources")
+            if job.resources_deleting:
+                job.resource_checks += 1
+                if job.resource_checks > job.behaviour.cleanup_checks:
+                    job.resources_gone = True
+                    return error_reply(404, "ResourceNotFound", "deleted")
+                return json_reply(200, {"id": job.id, "status": "deleting"})
+            return json_reply(200, {"id": job.id, "status": "present"})
+
     def result(
         self, seq: int, job_id: str, *, path: str = "", query: dict[str, list[str]] | None = None
     ) -> Reply:

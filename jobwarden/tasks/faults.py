@@ -31,6 +31,8 @@ POINTS: frozenset[str] = frozenset(
         "after_cancel_response",
         "after_collect_claim",
         "after_collect_response",
+        "after_cleanup_claim",
+        "after_cleanup_response",
         "before_schedule",
         "before_hand_over",
     }

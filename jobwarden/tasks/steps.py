@@ -156,8 +156,9 @@ def run(
         if isinstance(decided.action, Send):
             detail = f"{step.name} asked for more than {MAX_SENDS_PER_STEP} requests in one step"
             decided = Decided(action=escalate(op.state, EscalationReason.internal_error, detail))
-    # A job that ended leaving resources cleans up before it ends ([cleanup]).
-    decided = with_cleanup(op, ctx.contract, decided)
+    # A job that ended leaving resources cleans up before it ends ([cleanup]); judged on
+    # the row as the request left it (a reserved poll has moved it to observing).
+    decided = with_cleanup(as_sent(op, sent) if sent is not None else op, ctx.contract, decided)
     p = settled(rt, op, planned(rt, op, decided, now, answer, sent=sent), marking)
     if p.empty:
         return op, None

@@ -84,6 +84,20 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (out / "sandbox_partial.toml").write_text(
         _variant(base, "sandbox_partial", max_failed_fraction='0.5\npartial_after = ["cancelled"]')
     )
+    # What a failed or cancelled job leaves, removed by one DELETE and confirmed by a
+    # GET answering 404 (ARM RPC "Delete Resource Asynchronously"; test_cleanup.py).
+    cleanup = (
+        "[cleanup]\n"
+        'after = ["failed", "cancelled", "expired"]\n'
+        'method = "DELETE"\n'
+        'path = "/v1/jobs/{job_id}/resources"\n'
+        'check_path = "/v1/jobs/{job_id}/resources"\n'
+        "deadline_seconds = 8\n\n"
+        "[reconciliation]"
+    )
+    (out / "sandbox_cleanup.toml").write_text(
+        _variant(base, "sandbox_cleanup").replace("[reconciliation]", cleanup, 1)
+    )
     (out / "sandbox_approval.toml").write_text(
         _variant(base, "sandbox_approval", requires_approval="true")
     )

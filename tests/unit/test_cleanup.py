@@ -141,6 +141,14 @@ def test_the_cleanup_step_acts_in_both_cleaning_states() -> None:
     assert CLEANUP.states == {S.cleanup_pending, S.cleaning_up}
 
 
+def test_every_steps_fault_points_are_known_to_the_fault_table() -> None:
+    # A point the table does not know raises in the step itself: every cleanup crashed.
+    from jobwarden.tasks import faults
+
+    for step in STEPS:
+        assert {step.claim_point, step.response_point} <= faults.POINTS, step.name
+
+
 # --- the one call ------------------------------------------------------------------------
 
 
