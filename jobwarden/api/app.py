@@ -23,7 +23,12 @@ from jobwarden.api.problems import ProblemError, install_handlers
 from jobwarden.api.token_cache import TokenCache
 from jobwarden.config.settings import Settings, get_settings
 from jobwarden.console import install as install_console
-from jobwarden.metrics import PostgresCollector, exposition, registry_for
+from jobwarden.metrics import (
+    PostgresCollector,
+    WebhookRefusalCollector,
+    exposition,
+    registry_for,
+)
 from jobwarden.models.persistence.db import snapshot
 from jobwarden.tasks.runtime import Runtime, build_runtime, current
 
@@ -65,7 +70,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["health"])
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["health"])
     # Prometheus text, not JSON: kept out of the OpenAPI document (docs/api.md lists it).
-    app.state.metrics = registry_for(PostgresCollector(resolved.database_url))
+    app.state.metrics = registry_for(
+        PostgresCollector(resolved.database_url),
+        WebhookRefusalCollector(resolved.redis_url, resolved.key_prefix),
+    )
     app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
     for module in (intake, queries, results, actions, webhooks):
         app.include_router(module.router)
@@ -82,11 +90,12 @@ def healthz() -> dict[str, str]:
 def metrics(request: Request) -> Response:
     """Prometheus metrics, read from Postgres (jobwarden.metrics); aggregates, no tenant.
 
-    Without Postgres there are no figures to give: a 503 problem, so the scrape fails
+    OpenMetrics when the Accept header asks for it (Prometheus does), else the text
+    format 0.0.4. Without Postgres there are no figures to give: a 503 problem, so the scrape fails
     (Prometheus's ``up`` is 0) rather than reporting zeros.
     """
     try:
-        body, content_type = exposition(request.app.state.metrics)
+        body, content_type = exposition(request.app.state.metrics, request.headers.get("accept"))
     except DBAPIError:
         raise ProblemError(503, "not_ready", "not answering: postgres", down=["postgres"]) from None
     return Response(body, media_type=content_type)
