@@ -141,8 +141,10 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
         port=settings.api_port if port is None else port,
         workers=workers or settings.api_workers,
         proxy_headers=False,
-        # Every process's lines (uvicorn's, the access log, jobwarden's) structured alike.
+        # Every process's lines (uvicorn's and jobwarden's) structured alike; the access
+        # line is jobwarden.api.access_log's http_request, with duration, trace and tenant.
         log_config=uvicorn_log_config(),
+        access_log=False,
     )
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from jobwarden.api import actions, intake, queries, results, webhooks
+from jobwarden.api.access_log import AccessLog
 from jobwarden.api.context import settings_of
 from jobwarden.api.limits import BodyLimit
 from jobwarden.api.problems import ProblemError, install_handlers
@@ -67,6 +68,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.token_cache = TokenCache(ttl) if ttl > 0 else None
     install_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=resolved.api_max_body_bytes)
+    # Added last, so outermost: its line covers every answer, a refused body's included.
+    app.add_middleware(AccessLog)
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["health"])
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["health"])
     # Prometheus text, not JSON: kept out of the OpenAPI document (docs/api.md lists it).

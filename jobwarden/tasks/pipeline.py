@@ -130,6 +130,8 @@ def log_escalation(op: Operation) -> None:
     log.warning(
         "operation_escalated",
         reason=op.escalation_reason.value if op.escalation_reason else op.state.value,
+        # What the stop says in words (the history's text, already free of secrets).
+        detail=op.escalation_detail,
         state=op.state.value,
         operation_id=str(op.operation_id),
         trace_id=op.trace_id,
