@@ -16,6 +16,7 @@ from redis import Redis
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+from jobwarden import telemetry
 from jobwarden.api import actions, intake, queries, results, webhooks
 from jobwarden.api.access_log import AccessLog
 from jobwarden.api.context import settings_of
@@ -82,6 +83,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     # The operators' console (/console): same tokens, held in a session cookie.
     install_console(app, resolved)
+    # Tracing only when the OTEL_* variables ask for it (jobwarden.telemetry).
+    telemetry.setup("jobwarden-api")
+    telemetry.instrument_app(app)
     return app
 
 
