@@ -129,10 +129,13 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
     """Serve create_app with uvicorn; flags override the api_* settings."""
     import uvicorn
 
+    from jobwarden import telemetry
     from jobwarden.config.settings import get_settings
     from jobwarden.logs import uvicorn_log_config
 
     settings = get_settings()
+    # A bad OTEL_* setting is one line before uvicorn starts, not a traceback per worker.
+    telemetry.check()
     # A factory import string, so each of several worker processes builds its own app.
     uvicorn.run(
         "jobwarden.api.app:create_app",

@@ -32,14 +32,16 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from jobwarden.models.errors import SettingsError
 from jobwarden.models.trace_context import trace_id_from
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
 
-class TelemetryConfigError(Exception):
-    """The OTEL_* variables ask for something this installation cannot do."""
+class TelemetryConfigError(SettingsError):
+    """The OTEL_* variables ask for something this installation cannot do; names the
+    variable (a SettingsError: the CLI prints it as one line and exits 2)."""
 
 
 def requested(environ: Mapping[str, str] = os.environ) -> bool:

@@ -64,3 +64,19 @@ def test_off_by_default_no_opentelemetry_module_is_imported() -> None:
     # (redis-py imports the OpenTelemetry API and metrics SDK itself when they are
     # installed; no tracer provider, exporter or instrumentation is ours to load.)
     assert done.stdout.strip() == "False []"
+
+
+def test_jobwarden_api_refuses_an_exporter_it_cannot_load_in_one_line() -> None:
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "zipkin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "jobwarden.cli", "api", "--port", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: OTEL_TRACES_EXPORTER='zipkin': no such span exporter is installed"
+    ]
