@@ -129,10 +129,13 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
     """Serve create_app with uvicorn; flags override the api_* settings."""
     import uvicorn
 
+    from jobwarden import telemetry
     from jobwarden.config.settings import get_settings
     from jobwarden.logs import uvicorn_log_config
 
     settings = get_settings()
+    # A bad OTEL_* setting is one line before uvicorn starts, not a traceback per worker.
+    telemetry.check()
     # A factory import string, so each of several worker processes builds its own app.
     uvicorn.run(
         "jobwarden.api.app:create_app",
@@ -141,8 +144,10 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
         port=settings.api_port if port is None else port,
         workers=workers or settings.api_workers,
         proxy_headers=False,
-        # Every process's lines (uvicorn's, the access log, jobwarden's) structured alike.
+        # Every process's lines (uvicorn's and jobwarden's) structured alike; the access
+        # line is jobwarden.api.access_log's http_request, with duration, trace and tenant.
         log_config=uvicorn_log_config(),
+        access_log=False,
     )
 
 

@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from jobwarden import telemetry
 from jobwarden.api.actions import Text
 from jobwarden.api.auth import TOKEN_PREFIX, Principal, principal_of
 from jobwarden.api.auth import Scope as TokenScope
@@ -483,6 +484,9 @@ def serve(
     or variable for an unknown transport or a missing, unknown or revoked stdio token.
     """
     chosen = transport or settings.mcp_transport
+    # Tracing when the OTEL_* variables ask for it: a tool call's submission is a span
+    # under the traceparent in its _meta (jobwarden.telemetry).
+    telemetry.setup("jobwarden-mcp")
     if chosen == "stdio":
         token = stdio_token(settings, token_env or settings.mcp_token_env)
         # Before the SDK's own basicConfig: its lines go to stderr (stdout is the protocol),

@@ -16,14 +16,21 @@ from redis import Redis
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+from jobwarden import telemetry
 from jobwarden.api import actions, intake, queries, results, webhooks
+from jobwarden.api.access_log import AccessLog
 from jobwarden.api.context import settings_of
 from jobwarden.api.limits import BodyLimit
 from jobwarden.api.problems import ProblemError, install_handlers
 from jobwarden.api.token_cache import TokenCache
 from jobwarden.config.settings import Settings, get_settings
 from jobwarden.console import install as install_console
-from jobwarden.metrics import PostgresCollector, exposition, registry_for
+from jobwarden.metrics import (
+    PostgresCollector,
+    WebhookRefusalCollector,
+    exposition,
+    registry_for,
+)
 from jobwarden.models.persistence.db import snapshot
 from jobwarden.tasks.runtime import Runtime, build_runtime, current
 
@@ -62,15 +69,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.token_cache = TokenCache(ttl) if ttl > 0 else None
     install_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=resolved.api_max_body_bytes)
+    # Added last, so outermost: its line covers every answer, a refused body's included.
+    app.add_middleware(AccessLog)
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["health"])
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["health"])
     # Prometheus text, not JSON: kept out of the OpenAPI document (docs/api.md lists it).
-    app.state.metrics = registry_for(PostgresCollector(resolved.database_url))
+    app.state.metrics = registry_for(
+        PostgresCollector(resolved.database_url),
+        WebhookRefusalCollector(resolved.redis_url, resolved.key_prefix),
+    )
     app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
     for module in (intake, queries, results, actions, webhooks):
         app.include_router(module.router)
     # The operators' console (/console): same tokens, held in a session cookie.
     install_console(app, resolved)
+    # Tracing only when the OTEL_* variables ask for it (jobwarden.telemetry).
+    telemetry.setup("jobwarden-api")
+    telemetry.instrument_app(app)
     return app
 
 
@@ -82,11 +97,12 @@ def healthz() -> dict[str, str]:
 def metrics(request: Request) -> Response:
     """Prometheus metrics, read from Postgres (jobwarden.metrics); aggregates, no tenant.
 
-    Without Postgres there are no figures to give: a 503 problem, so the scrape fails
+    OpenMetrics when the Accept header asks for it (Prometheus does), else the text
+    format 0.0.4. Without Postgres there are no figures to give: a 503 problem, so the scrape fails
     (Prometheus's ``up`` is 0) rather than reporting zeros.
     """
     try:
-        body, content_type = exposition(request.app.state.metrics)
+        body, content_type = exposition(request.app.state.metrics, request.headers.get("accept"))
     except DBAPIError:
         raise ProblemError(503, "not_ready", "not answering: postgres", down=["postgres"]) from None
     return Response(body, media_type=content_type)

@@ -20,6 +20,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from jobwarden.api.access_log import note_tenant
 from jobwarden.api.context import settings_of
 from jobwarden.api.problems import ProblemError
 from jobwarden.models.persistence import api_store
@@ -198,6 +199,7 @@ def require(scope: Scope) -> Callable[..., Awaitable[Principal]]:
         principal = _cached(request, credentials)
         if principal is None:
             principal = await run_in_threadpool(authenticate, request, credentials)
+        note_tenant(request, principal.tenant)
         if scope not in principal.scopes:
             raise ProblemError(
                 403,

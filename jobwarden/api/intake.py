@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from jobwarden import telemetry
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of, settings_of
 from jobwarden.api.problems import ProblemError, problem_responses
@@ -258,7 +259,9 @@ def _answer(result: SubmitResult, *, outcome: str, state: str) -> dict[str, Any]
 def _trace_headers(trace_id: str | None) -> dict[str, str]:
     if trace_id is None:
         return {}
-    return {"traceparent": traceparent(trace_id, secrets.token_hex(8))}
+    # Tracing on: the request's own span, when it is in the operation's trace.
+    current = telemetry.current_header(trace_id)
+    return {"traceparent": current or traceparent(trace_id, secrets.token_hex(8))}
 
 
 def _respond(result: SubmitResult) -> JSONResponse:

@@ -11,9 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
-from celery.signals import after_setup_logger, after_setup_task_logger
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+)
 from celery.utils.log import get_multiprocessing_logger
 
+from jobwarden import telemetry
 from jobwarden.config.broker import transport_for
 from jobwarden.config.settings import Settings, get_settings
 from jobwarden.logs import install_formatter
@@ -85,3 +92,25 @@ def _structured_logs(logger: Any, **_: Any) -> None:
 
 after_setup_logger.connect(_structured_logs, weak=False)
 after_setup_task_logger.connect(_structured_logs, weak=False)
+
+
+def _tracing_checked(sender: Any = None, **_: Any) -> None:
+    # In the main process, before the pool forks: a bad OTEL_* setting stops start-up
+    # with one line. A pool without processes (solo, threads) traces right here.
+    telemetry.check()
+    if "prefork" not in str(getattr(sender, "pool_cls", "")).lower():
+        telemetry.setup("jobwarden-worker")
+
+
+def _tracing(**_: Any) -> None:
+    # Each prefork pool process sets up its own exporter (jobwarden.telemetry).
+    telemetry.setup("jobwarden-worker")
+
+
+def _tracing_flushed(**_: Any) -> None:
+    telemetry.shutdown()
+
+
+worker_init.connect(_tracing_checked, weak=False)
+worker_process_init.connect(_tracing, weak=False)
+worker_process_shutdown.connect(_tracing_flushed, weak=False)

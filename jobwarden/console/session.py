@@ -24,6 +24,7 @@ from typing import Any
 from fastapi import Request, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
+from jobwarden.api.access_log import note_tenant
 from jobwarden.api.auth import Principal, principal_from
 from jobwarden.api.context import settings_of
 from jobwarden.models.persistence import api_store
@@ -108,6 +109,7 @@ def current(request: Request) -> ConsoleSession:
     principal = principal_for_hash(request, payload["h"])
     if principal is None:
         raise LoginRequiredError
+    note_tenant(request, principal.tenant)
     return ConsoleSession(principal=principal, csrf=payload["c"])
 
 

@@ -71,6 +71,21 @@ def wake_changes(at: datetime | None, now: datetime, max_countdown: float) -> Ro
     return {"next_poll_at": at, "dispatched_at": None if parked else at}
 
 
+def timed(p: Plan, step: str, seconds: float) -> Plan:
+    """``p`` with the step's name and duration (seconds, up to its write) on its last event.
+
+    /metrics reads them from the history (``jobwarden_step_duration_seconds``): the step
+    runs in a worker, the figure is served by the API, and the history is what both see.
+    """
+    if not p.events:
+        return p
+    last = p.events[-1]
+    timing = {"step": step, "step_seconds": round(max(seconds, 0.0), 6)}
+    return replace(
+        p, events=(*p.events[:-1], replace(last, excerpt={**(last.excerpt or {}), **timing}))
+    )
+
+
 def wait_event(wait: Wait, *, actor: str, now: datetime) -> EventDraft:
     """The decision to wait, with the source of the delay (DESIGN: every wait says why)."""
     return EventDraft(

@@ -18,6 +18,7 @@ from sqlalchemy import String
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
+from jobwarden import telemetry
 from jobwarden.models.concurrency import admits_now, key_limit
 from jobwarden.models.contract import ProviderContract
 from jobwarden.models.errors import RefusedInputError
@@ -141,7 +142,16 @@ def submit_request(
             rt, door, who, request.tenant, request.idempotency_key, request.requested_by, str(exc)
         )
         raise
-    return _submit(rt, sub, door, who, trace_id_from(request.trace_parent), resubmit_of)
+    # Tracing on: the submission's span continues the caller's trace (or the HTTP
+    # request's), and its context is what every step's span hangs from.
+    # Tracing off here (a service calling jobwarden.submit, say), the caller's own valid
+    # traceparent is what the steps' spans hang from.
+    with telemetry.submit_span(request.trace_parent) as traced:
+        caller_trace = trace_id_from(traced or request.trace_parent)
+        recorded = traced
+        if recorded is None and caller_trace is not None and request.trace_parent is not None:
+            recorded = request.trace_parent.strip(" \t")
+        return _submit(rt, sub, door, who, caller_trace, resubmit_of, recorded)
 
 
 def _log_invalid(
@@ -197,6 +207,7 @@ def _submit(
     who: Caller,
     caller_trace: str | None,
     resubmit_of: uuid.UUID | None = None,
+    traced: str | None = None,
 ) -> SubmitResult:
     contract = rt.contract(sub.provider)
     fingerprint = request_fingerprint(
@@ -230,7 +241,7 @@ def _submit(
                 now=now,
                 resubmit_of=resubmit_of,
             )
-            values, first = _intent(sub, contract, intake, actor)
+            values, first = _intent(sub, contract, intake, actor, traced)
             created = SubmitResult(
                 outcome=SubmitOutcome.created,
                 operation_id=str(op_id),
@@ -266,16 +277,25 @@ def _submit(
 
 
 def _intent(
-    sub: Submission, contract: ProviderContract, intake: Intake, actor: str
+    sub: Submission,
+    contract: ProviderContract,
+    intake: Intake,
+    actor: str,
+    traced: str | None = None,
 ) -> tuple[dict[str, Any], ChainedEvent]:
-    """The intent row's columns and its first event, as ``claim`` inserts them."""
+    """The intent row's columns and its first event, as ``claim`` inserts them.
+
+    ``traced``: the submission span's traceparent (tracing on), kept in the intent's
+    excerpt for the steps' spans (jobwarden.telemetry).
+    """
     op = opening(sub, contract, intake)
     # A column left unset takes its default (NULL for every one the snapshot has None).
     values = {name: getattr(op, name) for name in COLUMNS if getattr(op, name) is not None}
     values["state"] = op.state.value
-    (first,) = chain(
-        str(op.operation_id), [intent_event(op, actor)], last_seq=0, last_hash=GENESIS_HASH
-    )
+    draft = intent_event(op, actor)
+    if traced is not None:
+        draft = replace(draft, excerpt={**(draft.excerpt or {}), "traceparent": traced})
+    (first,) = chain(str(op.operation_id), [draft], last_seq=0, last_hash=GENESIS_HASH)
     return values, first
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from celery import Task
 from sqlalchemy.exc import DBAPIError
 
+from jobwarden import telemetry
 from jobwarden.config.celery_app import app
 from jobwarden.logs import bind, bound, get_logger
 from jobwarden.models.actions import EscalationReason
@@ -23,7 +24,7 @@ from jobwarden.models.errors import (
 )
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
-from jobwarden.models.persistence.db import step_session, transaction
+from jobwarden.models.persistence.db import snapshot, step_session, transaction
 from jobwarden.models.states import AUTOMATION_STOPPED
 from jobwarden.models.steps import (
     APPROVAL_WINDOW,
@@ -75,7 +76,10 @@ def _run_step(operation_id: str, step: StepKind) -> str | None:
             bind(trace_id=op.trace_id)
             faults.fault_point(rt.redis, rt.settings.key_prefix, "after_lease", op.idempotency_key)
             from_state = op.state
-            op, next_at = run(rt, op, step, session, lease)
+            with telemetry.step_span(
+                step.name, op.operation_id, op.trace_id, _recorded_context(rt, op.operation_id)
+            ):
+                op, next_at = run(rt, op, step, session, lease)
             # Committed: the next step's lease marks this reservation as it is acquired.
             lease.announce = op.reserved_request
             # One line per step, operation and trace id bound: grep either to follow a job.
@@ -123,6 +127,17 @@ def _run_step(operation_id: str, step: StepKind) -> str | None:
     return op.state.value
 
 
+def _recorded_context(rt: Runtime, operation_id: uuid.UUID) -> Callable[[], str | None]:
+    """Reads the submission's traceparent from the intent event (tracing on, once per
+    operation and process: jobwarden.telemetry keeps it)."""
+
+    def load() -> str | None:
+        with snapshot(rt.settings.database_url) as session:
+            return store.intent_traceparent(session, operation_id)
+
+    return load
+
+
 def log_escalation(op: Operation) -> None:
     """One WARNING line when ``op`` (as just written) has stopped automation: a human
     must act, so it must stand out from the INFO lines of every poll."""
@@ -131,6 +146,8 @@ def log_escalation(op: Operation) -> None:
     log.warning(
         "operation_escalated",
         reason=op.escalation_reason.value if op.escalation_reason else op.state.value,
+        # What the stop says in words (the history's text, already free of secrets).
+        detail=op.escalation_detail,
         state=op.state.value,
         operation_id=str(op.operation_id),
         trace_id=op.trace_id,

@@ -33,6 +33,7 @@ from typing import Final
 
 import httpx
 
+from jobwarden import telemetry
 from jobwarden.config.settings import Settings
 from jobwarden.models.actions import ProviderRequest, RequestPurpose
 from jobwarden.models.contract import ProviderContract
@@ -422,13 +423,31 @@ class ProviderClient:
         store and the core's judgement, tasks/result_collection.py): it is never held
         here. Raises GiveUpError only for the credential (missing or unusable):
         retrying cannot help, and the runner escalates ``authorization_denied``.
+
+        Tracing on (jobwarden.telemetry), the request is a client span and its
+        ``traceparent`` is that span's: real ids, the operation's sampling. Off, the
+        operation's trace id with a fresh span id, as before.
         """
+        with telemetry.request_span(request.method, request.url, request.purpose.value) as span:
+            parent = telemetry.header_of(span) if span is not None else traceparent(trace_id)
+            answer = self._send(contract, request, parent, trace_id, collect)
+            telemetry.answered(span, answer.observation.status_code)
+            return answer
+
+    def _send(
+        self,
+        contract: ProviderContract,
+        request: ProviderRequest,
+        parent: str,
+        trace_id: str,
+        collect: ResultCollector | None,
+    ) -> RawResponse:
         method, url = request.method, request.url
         # The same two functions build what an approval shows (models/outgoing.py).
         all_headers = outgoing_headers(
             contract,
             request,
-            traceparent=traceparent(trace_id),
+            traceparent=parent,
             trace_id=trace_id,
             # Invariant 10: the credential only where the core said it may go.
             credential=auth_headers(contract) if request.with_credential else {},

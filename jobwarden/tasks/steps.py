@@ -12,6 +12,7 @@ see a session and never read the clock.
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from jobwarden.models.actions import (
     escalate,
 )
 from jobwarden.models.cleanup import with_cleanup
-from jobwarden.models.effects import Plan, plan
+from jobwarden.models.effects import Plan, plan, timed
 from jobwarden.models.errors import LeaseNotAcquiredError, StaleVersionError
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
@@ -111,6 +112,7 @@ def run(
     other request is claimed (counted, with its ``*_sent`` event) in a commit first.
     ``marking``: what the worker's step lease marked, perhaps the reservation already.
     """
+    started = time.monotonic()
     ctx = rt.context(op.provider)
     fault_scope = op.idempotency_key
     now = utcnow()
@@ -162,7 +164,7 @@ def run(
     p = settled(rt, op, planned(rt, op, decided, now, answer, sent=sent), marking)
     if p.empty:
         return op, None
-    op = persist(rt, session, op, p, now)
+    op = persist(rt, session, op, timed(p, step.name, time.monotonic() - started), now)
     if isinstance(decided.action, Accept):
         faults.fault_point(rt.redis, rt.settings.key_prefix, "after_accept_commit", fault_scope)
     return op, p.next_at

@@ -90,22 +90,39 @@ class Receipt:
     wake_at: datetime | None = None
 
 
-def refused_key(prefix: str, provider: str, reason: str) -> str:
-    return f"{prefix}:webhooks:refused:{provider}:{reason}"
+def refused_key(prefix: str) -> str:
+    """One Redis hash of refusal counts, field ``reason:provider`` (a reason has no colon).
+
+    One hash, so /metrics reads every count with one HGETALL rather than a key scan.
+    """
+    return f"{prefix}:webhooks:refused"
+
+
+def _field(provider: str, reason: str) -> str:
+    return f"{reason}:{provider}"
 
 
 def count_refusal(redis: Redis, prefix: str, provider: str, reason: str) -> None:
     """Count a refused delivery; a Redis failure must not turn a 401 into a 500."""
     try:
-        redis.incr(refused_key(prefix, provider, reason))
+        redis.hincrby(refused_key(prefix), _field(provider, reason), 1)
     except Exception as exc:
         log.warning("webhook_refusal_not_counted", provider=provider, error=type(exc).__name__)
 
 
 def refused_count(redis: Redis, prefix: str, provider: str, reason: str) -> int:
     """How many deliveries to ``provider`` were refused for ``reason`` (a Refusal or too_large)."""
-    value = redis.get(refused_key(prefix, provider, reason))
+    value = redis.hget(refused_key(prefix), _field(provider, reason))
     return int(value) if value is not None else 0
+
+
+def refusal_counts(redis: Redis, prefix: str) -> dict[tuple[str, str], int]:
+    """Every refusal count, by (provider, reason)."""
+    counts: dict[tuple[str, str], int] = {}
+    for field, value in redis.hgetall(refused_key(prefix)).items():
+        reason, _, provider = (field.decode() if isinstance(field, bytes) else field).partition(":")
+        counts[(provider, reason)] = int(value)
+    return counts
 
 
 def webhook_spec(rt: Runtime, provider: str) -> tuple[ProviderContract, WebhookSpec]:
@@ -281,6 +298,7 @@ __all__ = [
     "WebhookSecretUnavailableError",
     "count_refusal",
     "receive",
+    "refusal_counts",
     "refused_count",
     "refused_key",
     "webhook_spec",

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 from sqlalchemy import text
@@ -76,17 +77,21 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_jobwarden_api_serves_the_app_and_history_shows_each_intake_attempt() -> None:
+def test_jobwarden_api_serves_the_app_and_history_shows_each_intake_attempt(
+    tmp_path: Path,
+) -> None:
     port = _free_port()
     tenant = f"cli-{secrets.token_hex(4)}"
     _, token = _create(tenant, "submit")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jobwarden.cli", "api", "--port", str(port)],
-        cwd=REPO,
-        env={**os.environ, "JOBWARDEN_API_HOST": "127.0.0.1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log_file = tmp_path / "api.log"
+    with log_file.open("wb") as stderr:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jobwarden.cli", "api", "--port", str(port)],
+            cwd=REPO,
+            env={**os.environ, "JOBWARDEN_API_HOST": "127.0.0.1", "JOBWARDEN_LOG_FORMAT": "json"},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -114,3 +119,14 @@ def test_jobwarden_api_serves_the_app_and_history_shows_each_intake_attempt() ->
     assert len(intake) == 2
     assert "created" in intake[0] and "replayed" in intake[1]
     assert all("door=http" in line and "http=201" in line for line in intake)
+    # One structured access line per request, from jobwarden's middleware; uvicorn's own
+    # preformatted access line is off.
+    records = [json.loads(line) for line in log_file.read_text().splitlines() if line]
+    assert not [r for r in records if r.get("logger") == "uvicorn.access"]
+    posts = [r for r in records if r["event"] == "http_request" and r["path"] == "/v1/operations"]
+    assert [(r["method"], r["status"], r["tenant"]) for r in posts] == [
+        ("POST", 201, tenant),
+        ("POST", 201, tenant),
+    ]
+    assert {r["trace_id"] for r in posts} == {first.json()["trace_id"]}
+    assert all(r["level"] == "info" and r["duration_ms"] > 0 for r in posts)

@@ -2,8 +2,10 @@
 and gauge of the mix's provider has exactly the expected value.
 
 Operations are written through the store with a hand-made history, so each figure
-(early requests, detection delay) has one event that makes it so. Each test uses a
-provider name of its own: other tests' rows never change its figures.
+(early requests, detection delay, step duration, provider answers) has one event that
+makes it so. Each test uses a provider name of its own: other tests' rows never change
+its figures; a test that reads the unlabelled figures (sweeper lag, early requests) has
+a freshly migrated database of its own.
 """
 
 from __future__ import annotations
@@ -11,24 +13,38 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import shutil
+import subprocess
+import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobwarden.harness import REPO
-from jobwarden.metrics import PostgresCollector, collect_families
+from jobwarden.metrics import STEP_BUCKETS, PostgresCollector, collect_families
 from jobwarden.models.history import EventDraft, EventKind
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.states import OperationState as S
+from jobwarden.tasks.webhooks import count_refusal
 from tests.api_server import serving
 
 NOW = datetime.now(UTC).replace(microsecond=0)
+# scripts/install_promtool puts promtool (from Debian's prometheus package) in the venv.
+PROMTOOL = next(
+    (str(p) for p in (Path(sys.executable).parent / "promtool",) if p.is_file()),
+    shutil.which("promtool"),
+)
 T0 = NOW - timedelta(hours=1)
 
 
@@ -109,7 +125,12 @@ def _known_mix(url: str, provider: str) -> None:
             _event(EventKind.poll_sent, 10, excerpt={"request": 1, "of": 10}),
             _event(EventKind.observed, 10.5, http_status=200, excerpt={"remote_state": "run"}),
             _wait(11, 20, "local_backoff"),
-            _event(EventKind.polled, 20, http_status=200, excerpt={"request": 2, "of": 10}),
+            _event(
+                EventKind.polled,
+                20,
+                http_status=200,
+                excerpt={"request": 2, "of": 10, "step": "poll", "step_seconds": 0.02},
+            ),
             _event(
                 EventKind.observed,
                 34,
@@ -117,7 +138,12 @@ def _known_mix(url: str, provider: str) -> None:
                 to_state=S.result_collecting.value,
                 excerpt={"request": 3, "of": 10},
             ),
-            _event(EventKind.result_collected, 35, to_state=S.succeeded.value),
+            _event(
+                EventKind.result_collected,
+                35,
+                to_state=S.succeeded.value,
+                excerpt={"step": "collect", "step_seconds": 1.5},
+            ),
         ],
         status_requests_used=3,
     )
@@ -130,6 +156,10 @@ def _known_mix(url: str, provider: str) -> None:
             _accepted(1),
             _wait(1, 60, "provider_retry_after"),
             _event(EventKind.poll_sent, 31, excerpt={"request": 1, "of": 10}),
+            # Answers of every other class: rate limited, a server error, none at all.
+            _event(EventKind.observed, 32, http_status=429),
+            _event(EventKind.observed, 33, http_status=503),
+            _event(EventKind.observed, 34, excerpt={"transport_failure": "read_timeout"}),
             _event(EventKind.escalated, 40, to_state=S.escalated.value),
         ],
         escalation_reason="request_budget_exhausted",
@@ -178,12 +208,13 @@ def _known_mix(url: str, provider: str) -> None:
 
 
 def _values(families: Sequence[Any], provider: str) -> dict[tuple[str, tuple[str, ...]], float]:
-    """Every sample of the provider, keyed by sample name and its other labels' values."""
+    """Every sample of the provider and every unlabelled one, keyed by sample name and its
+    other labels' values."""
     found: dict[tuple[str, tuple[str, ...]], float] = {}
     for family in families:
         for sample in family.samples:
             labels = dict(sample.labels)
-            if labels.pop("provider", None) == provider:
+            if not labels or labels.pop("provider", None) == provider:
                 found[(sample.name, tuple(labels[k] for k in sorted(labels)))] = sample.value
     return found
 
@@ -210,29 +241,73 @@ EXPECTED = {
     ("jobwarden_detection_delay_seconds_bucket", ("900.0",)): 2,
     ("jobwarden_detection_delay_seconds_bucket", ("3600.0",)): 2,
     ("jobwarden_detection_delay_seconds_bucket", ("+Inf",)): 2,
-    ("jobwarden_detection_delay_seconds_count", ()): 2,
-    ("jobwarden_detection_delay_seconds_sum", ()): 17,
+    # A gauge histogram (over a sliding window): _gcount and _gsum, never decreasing
+    # counters.
+    ("jobwarden_detection_delay_seconds_gcount", ()): 2,
+    ("jobwarden_detection_delay_seconds_gsum", ()): 17,
+    # One poll step of 0.02 s and one collect step of 1.5 s.
+    **{
+        ("jobwarden_step_duration_seconds_bucket", (str(b), step)): int(took <= b)
+        for b in STEP_BUCKETS
+        for step, took in (("poll", 0.02), ("collect", 1.5))
+    },
+    **{
+        (f"jobwarden_step_duration_seconds_{suffix}", (*extra, step)): value
+        for step, took in (("poll", 0.02), ("collect", 1.5))
+        for suffix, extra, value in (
+            ("bucket", ("+Inf",), 1),
+            ("gcount", (), 1),
+            ("gsum", (), took),
+        )
+    },
+    # Every answer, by class: 5 creates accepted (202) and 3 status answers (200); one 429,
+    # one 503, one that never came.
+    ("jobwarden_provider_responses_total", ("2xx",)): 8,
+    ("jobwarden_provider_responses_total", ("429",)): 1,
+    ("jobwarden_provider_responses_total", ("5xx",)): 1,
+    ("jobwarden_provider_responses_total", ("none",)): 1,
 }
 
 
+@pytest.fixture
+def fresh_url() -> Iterator[str]:
+    """A freshly migrated database of the test's own: the unlabelled figures are its own."""
+    from jobwarden.models.persistence.db import dispose_all
+    from jobwarden.models.persistence.migrate import upgrade
+    from tests.conftest import scratch_database
+
+    with scratch_database("jobwarden_metrics") as url:
+        upgrade(url)
+        try:
+            yield url
+        finally:
+            dispose_all()
+
+
 def test_after_a_known_mix_of_operations_every_metric_has_exactly_the_expected_value(
-    database_url: str,
+    fresh_url: str,
 ) -> None:
     provider = f"metrics-{secrets.token_hex(4)}"
-    _known_mix(database_url, provider)
-    assert _values(collect_families(database_url, NOW), provider) == EXPECTED
+    _known_mix(fresh_url, provider)
+    assert _values(collect_families(fresh_url, NOW), provider) == EXPECTED
 
 
-def test_metrics_are_served_as_prometheus_text_read_from_postgres(database_url: str) -> None:
+def _settings(url: str) -> Any:
+    from jobwarden.config.settings import Settings
+
+    return Settings(database_url=url)
+
+
+def test_metrics_are_served_as_prometheus_text_read_from_postgres(fresh_url: str) -> None:
     from jobwarden.api.app import create_app
 
     provider = f"metrics-{secrets.token_hex(4)}"
-    _known_mix(database_url, provider)
-    with serving(create_app()) as url:
+    _known_mix(fresh_url, provider)
+    with serving(create_app(_settings(fresh_url))) as url:
         answer = httpx.get(f"{url}/metrics", timeout=30)
     assert answer.status_code == 200
     # The text exposition format (https://prometheus.io/docs/instrumenting/exposition_formats/).
-    assert answer.headers["content-type"].startswith("text/plain; version=")
+    assert answer.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     served = _values(list(text_string_to_metric_families(answer.text)), provider)
     # The route's clock is the real one: everything but the two ages is exact.
     ages = {"jobwarden_oldest_waiting_escalation_age_seconds", "jobwarden_sweeper_lag_seconds"}
@@ -240,6 +315,103 @@ def test_metrics_are_served_as_prometheus_text_read_from_postgres(database_url: 
         k: v for k, v in EXPECTED.items() if k[0] not in ages
     }
     assert served[("jobwarden_sweeper_lag_seconds", ())] >= 42
+
+
+# What Prometheus 2.x/3.x sends (scrape_protocols default): OpenMetrics first.
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+
+def test_openmetrics_is_served_when_the_scraper_asks_for_it(fresh_url: str) -> None:
+    from jobwarden.api.app import create_app
+
+    provider = f"metrics-{secrets.token_hex(4)}"
+    _known_mix(fresh_url, provider)
+    with serving(create_app(_settings(fresh_url))) as url:
+        answer = httpx.get(f"{url}/metrics", headers={"Accept": PROMETHEUS_ACCEPT}, timeout=30)
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert answer.text.endswith("# EOF\n")
+    families = list(openmetrics_families(answer.text))  # type: ignore[no-untyped-call]
+    # The windowed figures say what they are: gauge histograms, not growing histograms.
+    types = {f.name: f.type for f in families}
+    assert types["jobwarden_detection_delay_seconds"] == "gaugehistogram"
+    assert types["jobwarden_step_duration_seconds"] == "gaugehistogram"
+    assert types["jobwarden_provider_responses"] == "counter"
+    served = _values(families, provider)
+    ages = {"jobwarden_oldest_waiting_escalation_age_seconds", "jobwarden_sweeper_lag_seconds"}
+    assert {k: v for k, v in served.items() if k[0] not in ages} == {
+        k: v for k, v in EXPECTED.items() if k[0] not in ages
+    }
+
+
+def test_on_an_empty_database_every_unlabelled_series_has_a_sample(fresh_url: str) -> None:
+    from jobwarden.api.app import create_app
+
+    with serving(create_app(_settings(fresh_url))) as url:
+        answer = httpx.get(f"{url}/metrics", timeout=30)
+    families = list(text_string_to_metric_families(answer.text))
+    unlabelled = {s.name: s.value for f in families for s in f.samples if not s.labels}
+    # Dashboards and alerts over these show 0, not "No data", on a fresh install.
+    assert unlabelled == {
+        "jobwarden_sweeper_lag_seconds": 0.0,
+        "jobwarden_early_status_requests": 0.0,
+    }
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed: run scripts/install_promtool")
+def test_promtool_finds_nothing_to_complain_about_in_the_exposition_or_the_alerts(
+    fresh_url: str, tmp_path: Path
+) -> None:
+    from jobwarden.api.app import create_app
+
+    assert PROMTOOL is not None
+    _known_mix(fresh_url, f"metrics-{secrets.token_hex(4)}")
+    with serving(create_app(_settings(fresh_url))) as url:
+        answer = httpx.get(f"{url}/metrics", timeout=30)
+    # promtool reads the text format; it lints names, units, types and HELP texts.
+    checked = subprocess.run(
+        [PROMTOOL, "check", "metrics"],
+        input=answer.content,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert (checked.returncode, checked.stdout, checked.stderr) == (0, b"", b"")
+    rules = subprocess.run(
+        [PROMTOOL, "check", "rules", str(REPO / "docs" / "prometheus" / "alerts.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert rules.returncode == 0, rules.stdout + rules.stderr
+
+
+def test_refused_webhook_deliveries_counted_in_redis_are_served(fresh_url: str) -> None:
+    from redis import Redis
+
+    from jobwarden.api.app import create_app
+
+    settings = _settings(fresh_url)
+    provider = f"hooks-{secrets.token_hex(4)}"
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        for reason in ("forged", "forged", "stale", "too_large"):
+            count_refusal(redis, settings.key_prefix, provider, reason)
+    finally:
+        redis.close()
+    with serving(create_app(settings)) as url:
+        answer = httpx.get(f"{url}/metrics", timeout=30)
+    served = _values(list(text_string_to_metric_families(answer.text)), provider)
+    refusals = {k: v for k, v in served.items() if k[0] == "jobwarden_webhook_refusals_total"}
+    assert refusals == {
+        ("jobwarden_webhook_refusals_total", ("forged",)): 2,
+        ("jobwarden_webhook_refusals_total", ("stale",)): 1,
+        ("jobwarden_webhook_refusals_total", ("too_large",)): 1,
+    }
 
 
 def test_a_scrape_within_the_cache_period_reuses_the_last_answer(database_url: str) -> None:
@@ -266,9 +438,19 @@ def test_a_scrape_within_the_cache_period_reuses_the_last_answer(database_url: s
 
 
 def _sample_names(database_url: str) -> set[str]:
+    from jobwarden.config.settings import get_settings
+    from jobwarden.metrics import WebhookRefusalCollector
+
     provider = f"metrics-{secrets.token_hex(4)}"
     _known_mix(database_url, provider)
-    return {s.name for f in collect_families(database_url, NOW) for s in f.samples}
+    settings = get_settings()
+    refusals = WebhookRefusalCollector(settings.redis_url, settings.key_prefix)
+    try:
+        count_refusal(refusals._redis(), settings.key_prefix, provider, "forged")
+        families = [*collect_families(database_url, NOW), *refusals.collect()]
+    finally:
+        refusals.close()
+    return {s.name for f in families for s in f.samples}
 
 
 def test_the_shipped_alert_rules_parse_and_query_only_metrics_jobwarden_serves(
@@ -311,6 +493,9 @@ def test_the_grafana_dashboard_is_valid_json_over_metrics_jobwarden_serves(
         "jobwarden_status_requests",
         "jobwarden_create_requests",
         "jobwarden_detection_delay_seconds_bucket",
+        "jobwarden_step_duration_seconds_bucket",
+        "jobwarden_provider_responses",
+        "jobwarden_webhook_refusals",
     }
 
 

@@ -955,3 +955,18 @@ def test_a_wait_is_parked_exactly_when_it_is_longer_than_a_countdown(
     assert p.changes["dispatched_at"] == (None if parked else wait.until)
     assert p.events[0].delay_source == source.value
     assert p.events[0].actor == ACTOR
+
+
+def test_a_step_is_timed_on_the_last_event_of_its_write_only() -> None:
+    from datetime import UTC
+
+    from jobwarden.models.effects import timed
+
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    first = EventDraft(kind=EventKind.polled, actor="w", at=at, excerpt={"request": 2, "of": 5})
+    last = EventDraft(kind=EventKind.decision, actor="w", at=at)
+    p = timed(Plan(events=(first, last)), "poll", 0.0421)
+    assert p.events[0] == first
+    assert p.events[1].excerpt == {"step": "poll", "step_seconds": 0.0421}
+    # Nothing written, nothing timed.
+    assert timed(Plan(), "poll", 1.0) == Plan()

@@ -157,12 +157,13 @@ def test_a_step_that_stops_automation_logs_one_warning_with_reason_operation_and
     stopped = operation(
         OperationState.escalated,
         escalation_reason=EscalationReason.rate_limited,
+        escalation_detail="429 four times in a row",
         trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
     )
     log_escalation(stopped)
     log_escalation(operation(OperationState.observing))  # not a stop: no line
     (line,) = _lines(stream)
     assert line["event"] == "operation_escalated" and line["level"] == "warning"
-    assert line["reason"] == "rate_limited"
+    assert (line["reason"], line["detail"]) == ("rate_limited", "429 four times in a row")
     assert line["operation_id"] == str(stopped.operation_id)
     assert line["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"

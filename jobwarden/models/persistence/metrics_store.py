@@ -8,7 +8,11 @@ is added to a step's write. Two kinds of query, each with a bounded cost:
   requests counted on the rows, escalations waiting and the sweeper's lag — one
   scan of the table, the last two on partial indexes;
 - over the most recent ``window`` events (an index range on the primary key):
-  early status requests and detection delay, which need the order of events.
+  early status requests, detection delay and step durations, which need the order of
+  events or are figures of the recent past (gauges, not counters);
+- over the whole history (append-only, never deleted): provider answers by status
+  class, so the counter only grows. One aggregate over ``operation_events``; its cost
+  grows with the history, which is why the collector caches an answer for a few seconds.
 """
 
 from __future__ import annotations
@@ -72,6 +76,8 @@ class RecentFacts:
     early_requests: dict[str, int]
     # (provider, seconds from first evidence to the observed end), one per operation.
     detection_delays: list[tuple[str, float]]
+    # (provider, step name, seconds the step took up to its write), one per step write.
+    step_durations: list[tuple[str, str, float]]
 
 
 def operation_counts(session: Session) -> list[OperationCounts]:
@@ -183,9 +189,46 @@ ORDER BY 1, 2
 )
 
 
+# The step runner puts the step's name and duration on the last event of its write
+# (jobwarden.models.effects.timed).
+_STEPS = (
+    _RECENT
+    + """
+SELECT o.provider, r.excerpt->>'step', (r.excerpt->>'step_seconds')::float8
+FROM recent r JOIN operations o USING (operation_id)
+WHERE r.excerpt ? 'step_seconds'
+ORDER BY 1, 2, 3
+"""
+)
+
+
 def recent_facts(session: Session, window: int) -> RecentFacts:
-    """Early requests and detection delays over the last ``window`` events (any operation)."""
+    """Early requests, detection delays and step durations over the last ``window`` events."""
     params = {"window": window}
     early = {p: int(n) for p, n in session.execute(text(_EARLY), params)}
     delays = [(p, float(s)) for p, s in session.execute(text(_DELAYS), params)]
-    return RecentFacts(early_requests=early, detection_delays=delays)
+    steps = [(p, st, float(s)) for p, st, s in session.execute(text(_STEPS), params)]
+    return RecentFacts(early_requests=early, detection_delays=delays, step_durations=steps)
+
+
+# 429 is a class of its own (rate limiting, DESIGN "HTTP signals"), so 4xx excludes it.
+# An answer that never came (a timeout, a reset, DNS, TLS) has no status: "none".
+_ANSWERS_BY_CLASS = """
+SELECT o.provider,
+    CASE WHEN e.http_status IS NULL THEN 'none'
+         WHEN e.http_status = 429 THEN '429'
+         ELSE (e.http_status / 100)::text || 'xx' END,
+    count(*)
+FROM operation_events e JOIN operations o USING (operation_id)
+WHERE e.http_status IS NOT NULL OR e.excerpt ? 'transport_failure'
+GROUP BY 1, 2 ORDER BY 1, 2
+"""
+
+
+def provider_answers(session: Session) -> dict[tuple[str, str], int]:
+    """Provider answers ever recorded, by (provider, status class).
+
+    The step records each answer once, with its status on the event that carries it
+    (jobwarden.models.effects), so counting those events counts the answers.
+    """
+    return {(p, c): int(n) for p, c, n in session.execute(text(_ANSWERS_BY_CLASS))}

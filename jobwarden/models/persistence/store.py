@@ -530,3 +530,13 @@ def check_head(
             ChainProblem(seq=seq, problem="head changed: this event's hash is not the exported one")
         )
     return problems
+
+
+def intent_traceparent(session: Session, operation_id: uuid.UUID) -> str | None:
+    """The submission span's traceparent the intent event recorded (tracing on), if any."""
+    found = session.scalar(
+        select(EventRow.excerpt["traceparent"].astext).where(
+            EventRow.operation_id == operation_id, EventRow.seq == 1
+        )
+    )
+    return str(found) if found is not None else None
