@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 
 from jobwarden.models.persistence import metrics_store, notification_store
 from jobwarden.models.persistence.db import snapshot
+from jobwarden.schedule_metrics import schedule_families
 
 # The early-request and detection-delay figures read this many most recent events.
 DEFAULT_EVENT_WINDOW = 100_000
@@ -145,6 +146,7 @@ def collect_families(
         lag,
         early,
         _histogram(recent.detection_delays),
+        *schedule_families(url, now),
     ]
 
 

@@ -1,6 +1,7 @@
 """The ASGI app of the HTTP door: create_app(settings) -> FastAPI.
 
-Routers: intake (POST /v1/operations), queries, results, actions and webhooks. Every
+Routers: intake (POST /v1/operations), queries, results, actions, webhooks and
+schedules (/v1/schedules). Every
 error answers RFC 9457 problem+json (jobwarden.api.problems). The operators'
 console (jobwarden.console) is served under /console by the same process.
 """
@@ -16,7 +17,7 @@ from redis import Redis
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from jobwarden.api import actions, intake, queries, results, webhooks
+from jobwarden.api import actions, intake, queries, results, schedules, webhooks
 from jobwarden.api.context import settings_of
 from jobwarden.api.limits import BodyLimit
 from jobwarden.api.problems import ProblemError, install_handlers
@@ -67,7 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Prometheus text, not JSON: kept out of the OpenAPI document (docs/api.md lists it).
     app.state.metrics = registry_for(PostgresCollector(resolved.database_url))
     app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
-    for module in (intake, queries, results, actions, webhooks):
+    for module in (intake, queries, results, actions, webhooks, schedules):
         app.include_router(module.router)
     # The operators' console (/console): same tokens, held in a session cookie.
     install_console(app, resolved)

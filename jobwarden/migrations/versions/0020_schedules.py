@@ -99,6 +99,12 @@ def upgrade() -> None:
         ["decided_at"],
         postgresql_where=sa.text("state IN ('submitting', 'buffered')"),
     )
+    op.create_index(
+        "ix_schedule_slots_missed",
+        "schedule_slots",
+        ["schedule_id"],
+        postgresql_where=sa.text("state = 'missed'"),
+    )
     op.create_table(
         "schedule_actions",
         sa.Column("action_id", sa.BigInteger(), sa.Identity(), nullable=False),

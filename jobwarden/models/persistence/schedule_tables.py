@@ -100,6 +100,12 @@ class ScheduleSlotRow(Base):
             "decided_at",
             postgresql_where=text("state IN ('submitting', 'buffered')"),
         ),
+        # /metrics counts missed slots per schedule without reading every fired one.
+        Index(
+            "ix_schedule_slots_missed",
+            "schedule_id",
+            postgresql_where=text("state = 'missed'"),
+        ),
     )
 
     schedule_id: Mapped[uuid.UUID] = mapped_column(
