@@ -214,3 +214,26 @@ def test_the_http_api_declares_lists_pauses_triggers_and_backfills_within_the_te
     one = client.get("/v1/schedules/nightly", headers=reader).json()
     assert [s["origin"] for s in one["slots"]] == ["backfill", "backfill", "trigger"]
     assert {s["requested_by"] for s in one["slots"]} == {"token:ana"}
+
+
+def test_the_console_lists_the_tenants_schedules_only(
+    client: httpx.Client, tenant: str, database_url: str
+) -> None:
+    from tests.integration.test_console import _csrf
+
+    writer = make_token(database_url, tenant, "ana", ["submit", "read"])
+    assert client.put("/v1/schedules/nightly", json=BODY, headers=writer).status_code == 201
+    assert client.post("/v1/schedules/nightly/trigger", headers=writer).status_code == 202
+    other = tenant_name()
+    stranger = make_token(database_url, other, "eve", ["submit", "read"])
+    assert client.put("/v1/schedules/secret", json=BODY, headers=stranger).status_code == 201
+    with httpx.Client(base_url=str(client.base_url), timeout=30) as browser:
+        form = browser.get("/console/login")
+        token = writer["Authorization"].split()[1]
+        browser.post("/console/login", data={"csrf": _csrf(form.text), "token": token})
+        shown = browser.get("/console/schedules")
+    assert shown.status_code == 200
+    assert 'data-schedule="nightly"' in shown.text and "secret" not in shown.text
+    assert "0 3 * * * (Europe/Berlin)" in shown.text and "create_pending" in shown.text
+    with transaction(database_url) as session:
+        session.execute(delete(ScheduleRow).where(ScheduleRow.tenant == other))
