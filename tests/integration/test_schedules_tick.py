@@ -24,7 +24,7 @@ from jobwarden.models.persistence.schedule_tables import ScheduleActionRow, Sche
 from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.schedules import OverlapPolicy, ScheduleError, parse_spec
 from jobwarden.tasks.runtime import Runtime, current
-from jobwarden.tasks.schedules import backfill, tick_once, trigger
+from jobwarden.tasks.schedules import backfill, run_ticks, tick_once, trigger
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, sec: int = 0) -> datetime:
@@ -254,3 +254,16 @@ def test_trigger_fires_now_and_a_refused_submission_is_recorded_on_its_slot(
     with pytest.raises(ScheduleError, match=r"^name: no schedule 'nope'"):
         trigger(rt, tenant, "nope", actor="ana")
     assert uuid.UUID(op)
+
+
+def test_one_beat_tick_keeps_claiming_while_batches_come_back_full(
+    rt: Runtime, tenant: str
+) -> None:
+    start = utc(2026, 7, 1)
+    for n in range(20):
+        declare(rt, tenant, f"b{n}", start, interval_seconds=60, start="2026-07-01T00:00:00Z")
+    small = dataclasses.replace(
+        rt, settings=rt.settings.model_copy(update={"schedule_batch_size": 7})
+    )
+    assert run_ticks(small, clock=lambda: start + timedelta(seconds=1), budget_seconds=60) == 20
+    assert len(operations(rt, tenant)) == 20

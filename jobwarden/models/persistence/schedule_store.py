@@ -11,9 +11,9 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy import Table, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -322,13 +322,21 @@ def claim_backfill(
 def advance(
     session: Session, moves: Sequence[tuple[uuid.UUID, datetime | None, datetime | None]]
 ) -> None:
-    """Move each schedule's timer past the slots just decided (rows locked by claim_due)."""
-    for schedule_id, next_slot_at, next_due_at in moves:
-        session.execute(
-            update(ScheduleRow)
-            .where(ScheduleRow.schedule_id == schedule_id)
-            .values(next_slot_at=next_slot_at, next_due_at=next_due_at)
-        )
+    """Move each schedule's timer past the slots just decided (rows locked by claim_due).
+
+    One executemany on the Core table: psycopg sends it as one pipeline, and the ORM's
+    session synchronisation (which evaluates every loaded row per statement) is skipped."""
+    if not moves:
+        return
+    table = cast(Table, ScheduleRow.__table__)
+    statement = (
+        table.update()
+        .where(table.c.schedule_id == bindparam("id"))
+        .values(next_slot_at=bindparam("slot"), next_due_at=bindparam("due"))
+    )
+    session.connection().execute(
+        statement, [{"id": i, "slot": slot, "due": due} for i, slot, due in moves]
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -383,21 +391,10 @@ def pending_submits(
     ]
 
 
-def record_submit(
-    session: Session,
-    schedule_id: uuid.UUID,
-    slot_at: datetime,
-    *,
-    operation_id: uuid.UUID | None,
-    refused: str | None = None,
-) -> bool:
-    """The slot's outcome: fired with its operation, or refused with intake's reason.
-    Conditional on the claim still being open; False when someone recorded it first."""
-    values: dict[str, Any] = (
-        {"state": SlotState.refused.value, "reason": refused[:2000]}
-        if refused is not None
-        else {"state": SlotState.fired.value, "operation_id": operation_id}
-    )
+def record_refused(session: Session, schedule_id: uuid.UUID, slot_at: datetime, why: str) -> bool:
+    """Intake refused the slot's submission: recorded with its reason. Conditional on the
+    claim still being open; False when someone recorded it first."""
+    values = {"state": SlotState.refused.value, "reason": why[:2000]}
     result = session.execute(
         update(ScheduleSlotRow)
         .where(
@@ -408,6 +405,30 @@ def record_submit(
         .values(**values)
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+# (schedule, slot time, operation): a fired slot's record.
+SubmitRecord = tuple[uuid.UUID, datetime, uuid.UUID]
+
+
+def record_submits(session: Session, records: Sequence[SubmitRecord]) -> None:
+    """Record fired slots' operations in one executemany; a slot no longer submitting
+    (recorded by another tick) is left as it is."""
+    if not records:
+        return
+    table = cast(Table, ScheduleSlotRow.__table__)
+    statement = (
+        table.update()
+        .where(
+            table.c.schedule_id == bindparam("id"),
+            table.c.slot_at == bindparam("at"),
+            table.c.state == SlotState.submitting.value,
+        )
+        .values(state=SlotState.fired.value, operation_id=bindparam("op"))
+    )
+    session.connection().execute(
+        statement, [{"id": s, "at": at, "op": op} for s, at, op in records]
+    )
 
 
 def release_buffered(session: Session, *, now: datetime) -> list[tuple[uuid.UUID, datetime]]:
