@@ -355,15 +355,13 @@ def pending_submits(
 ) -> list[PendingSlot]:
     """Slots to submit: those just claimed (``keys``) and any other claim older than
     ``stale_before`` (its claimer died between the claim and recording the operation)."""
-    key_list = list(keys)
+    wanted = set(keys)
+    # By schedule (a flat IN list), then the exact (schedule, slot) pairs in Python: a
+    # row-value IN list of thousands of pairs exhausts Postgres's expression stack.
     conditions = [ScheduleSlotRow.decided_at < stale_before]
-    if key_list:
-        conditions.append(
-            func.row(ScheduleSlotRow.schedule_id, ScheduleSlotRow.slot_at).in_(
-                [func.row(a, b) for a, b in key_list]
-            )
-        )
-    rows = session.execute(
+    if wanted:
+        conditions.append(ScheduleSlotRow.schedule_id.in_({s for s, _ in wanted}))
+    found = session.execute(
         select(
             ScheduleSlotRow.schedule_id,
             ScheduleRow.tenant,
@@ -372,11 +370,13 @@ def pending_submits(
             ScheduleSlotRow.origin,
             ScheduleSlotRow.requested_by,
             ScheduleSlotRow.cancel_previous,
+            ScheduleSlotRow.decided_at,
         )
         .join(ScheduleRow, ScheduleRow.schedule_id == ScheduleSlotRow.schedule_id)
         .where(ScheduleSlotRow.state == SlotState.submitting.value, or_(*conditions))
         .order_by(ScheduleSlotRow.slot_at)
     ).all()
+    rows = [r for r in found if (r[0], r[3]) in wanted or r[7] < stale_before]
     return [
         PendingSlot(
             schedule_id=r[0],
