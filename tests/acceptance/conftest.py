@@ -341,9 +341,9 @@ def worker_env(
         # Beat's relay delivers the outbox to the session's receiver (one tenant has it).
         "JOBWARDEN_NOTIFICATIONS_FILE": str(notifications_file),
         "JOBWARDEN_NOTIFY_INTERVAL_SECONDS": "0.5",
-        # Schedules (test_schedules.py): beat rings the tick four times a second, and a slot
+        # Schedules (test_schedules.py): beat rings the tick twice a second, and a slot
         # claim a killed worker left unrecorded is submitted again after 2 s.
-        "JOBWARDEN_SCHEDULE_INTERVAL_SECONDS": "0.25",
+        "JOBWARDEN_SCHEDULE_INTERVAL_SECONDS": "0.5",
         "JOBWARDEN_SCHEDULE_RESUBMIT_AFTER_SECONDS": "2",
         "JW_ACCEPTANCE_NOTIFY_SECRET": NOTIFY_SECRET,
     }

@@ -1,6 +1,6 @@
 """Schedules fired by a real beat through real workers (issue 22).
 
-Beat rings ``jobwarden.schedules`` every 0.25 s (worker_env); slots are whole seconds, so
+Beat rings ``jobwarden.schedules`` every 0.5 s (worker_env); slots are whole seconds, so
 these schedules use short intervals starting a few seconds ahead. Downtime is injected
 through the row, not the clock: a schedule declared "three hours ago" has its timer three
 hours back, exactly as after three hours without a beat; the tick reads the real time.
