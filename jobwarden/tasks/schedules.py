@@ -31,6 +31,7 @@ from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.persistence import schedule_store as sstore
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.schedules import (
+    EPOCH,
     ScheduleAction,
     ScheduleError,
     ScheduleSpec,
@@ -61,6 +62,7 @@ class TickReport:
     decided: dict[str, int] = field(default_factory=dict)
     submitted: int = 0
     resubmitted: int = 0
+    published: int = 0  # slots handed to other workers (jobwarden.schedule_submit)
 
     def count(self, state: SlotState) -> None:
         self.decided[state.value] = self.decided.get(state.value, 0) + 1
@@ -110,16 +112,53 @@ def tick_once(
         if d.state is SlotState.submitting and (s, d.slot_at) in inserted
     } | set(released)
     stale = now - timedelta(seconds=rt.settings.schedule_resubmit_after_seconds)
+    chunk = rt.settings.schedule_submit_chunk
+    if len(fresh) > chunk:
+        # Many slots at once (10,000 schedules every minute): one intake each is ~5 ms of
+        # CPU, more than one process has in a minute, so the submits are spread over the
+        # workers in messages of ``chunk`` slots. A lost message costs only time: its
+        # claims stay submitting and the stale path below submits them in a later tick.
+        ordered = sorted(fresh)
+        for start in range(0, len(ordered), chunk):
+            report.published += publish_submits(rt, ordered[start : start + chunk])
+        fresh = set()
     report.submitted, report.resubmitted = submit_pending(rt, fresh, stale_before=stale)
-    if report.decided or report.submitted or report.resubmitted:
+    if report.decided or report.submitted or report.resubmitted or report.published:
         log.info(
             "schedules_tick",
             schedules=report.schedules,
             decided=report.decided,
             submitted=report.submitted,
             resubmitted=report.resubmitted,
+            published=report.published,
         )
     return report
+
+
+def publish_submits(rt: Runtime, slots: list[tuple[uuid.UUID, datetime]]) -> int:
+    """One ``jobwarden.schedule_submit`` message naming these claimed slots; returns how
+    many slots it carries (0 when the broker refused it: the stale path takes them)."""
+    args = [[[str(s), at.isoformat()] for s, at in slots]]
+    try:
+        app.send_task(
+            "jobwarden.schedule_submit",
+            args=args,
+            queue=rt.settings.queue,
+            retry=False,
+            ignore_result=True,
+        )
+    except Exception as exc:
+        log.warning("schedule_submits_not_published", slots=len(slots), error=type(exc).__name__)
+        return 0
+    return len(slots)
+
+
+def submit_named(rt: Runtime, named: list[list[str]]) -> int:
+    """The body of ``jobwarden.schedule_submit``: submit the named claims still open (a
+    slot another tick recorded meanwhile is skipped); returns how many were submitted."""
+    wanted = {(uuid.UUID(s), datetime.fromisoformat(at)) for s, at in named}
+    done, _ = submit_pending(rt, wanted, stale_before=EPOCH)
+    return done
 
 
 def submit_pending(
@@ -334,3 +373,9 @@ def run_ticks(
 def schedules_tick() -> int:
     """Beat's entry (jobwarden-schedules): ticks for one interval; returns slots decided."""
     return run_ticks(current())
+
+
+@app.task(name="jobwarden.schedule_submit", acks_late=True, reject_on_worker_lost=True)
+def schedule_submit(slots: list[list[str]]) -> int:
+    """Submit a share of one tick's claimed slots (published by tick_once)."""
+    return submit_named(current(), slots)

@@ -30,7 +30,9 @@ from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.schedule_tables import ScheduleRow
 from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.schedules import parse_spec, rfc3339, slot_key
-from tests.acceptance.conftest import Pipeline
+from tests.acceptance.conftest import Pipeline, logged
+
+pytestmark = pytest.mark.usefixtures("stack")
 
 TENANT = "acceptance-schedules"
 QUICK = {"kind": "export", "slot": "{slot}", "behaviour": {"polls_to_finish": 1}}
@@ -176,7 +178,7 @@ def test_killed_tick_workers_and_a_killed_beat_neither_double_nor_drop_a_slot(
         assert len(pipeline.creates(str(op.operation_id))) == 1
 
 
-def test_three_hours_down_with_a_one_hour_catch_up_window(pipeline: Pipeline) -> None:
+def test_three_hours_down_with_a_one_hour_catch_up_window(stack: Stack, pipeline: Pipeline) -> None:
     # Declared three hours ago (its timer is there), every ten minutes: the state a
     # schedule is in after three hours without a beat. The last slot is 15 s ahead.
     start = soon(15) - timedelta(hours=3)
@@ -193,6 +195,9 @@ def test_three_hours_down_with_a_one_hour_catch_up_window(pipeline: Pipeline) ->
     assert all(r.operation_id is None for r in missed)
     ops = schedule_ops("downtime")
     assert len(ops) == 7
+    # The six slots caught up at once were more than one process's share (4): the tick
+    # handed them to the workers in two jobwarden.schedule_submit messages.
+    assert any(r.get("published") == 6 for r in logged(stack, "schedules_tick"))
     pipeline.created += [str(o.operation_id) for o in ops]
     for op in ops:
         assert pipeline.wait_state(str(op.operation_id), timeout=60).state == "succeeded"

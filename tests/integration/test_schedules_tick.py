@@ -7,7 +7,9 @@ submitted operations stay create_pending (active) unless a test ends them by han
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 import secrets
 import threading
 import uuid
@@ -24,7 +26,7 @@ from jobwarden.models.persistence.schedule_tables import ScheduleActionRow, Sche
 from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.schedules import OverlapPolicy, ScheduleError, parse_spec
 from jobwarden.tasks.runtime import Runtime, current
-from jobwarden.tasks.schedules import backfill, run_ticks, tick_once, trigger
+from jobwarden.tasks.schedules import backfill, run_ticks, submit_named, tick_once, trigger
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, sec: int = 0) -> datetime:
@@ -267,3 +269,36 @@ def test_one_beat_tick_keeps_claiming_while_batches_come_back_full(
     )
     assert run_ticks(small, clock=lambda: start + timedelta(seconds=1), budget_seconds=60) == 20
     assert len(operations(rt, tenant)) == 20
+
+
+def _messages(rt: Runtime) -> list[dict[str, Any]]:
+    """The private queue's Celery messages (kombu's Redis envelope), oldest first."""
+    raw = rt.redis.lrange(f"{rt.settings.key_prefix}:celery:{rt.settings.queue}", 0, -1)
+    out = []
+    for item in reversed(raw):
+        envelope = json.loads(item)
+        args, _kwargs, _embed = json.loads(base64.b64decode(envelope["body"]))
+        out.append({"task": envelope["headers"]["task"], "args": args})
+    return out
+
+
+def test_many_due_slots_are_spread_over_the_workers_and_a_lost_share_is_resubmitted(
+    rt: Runtime, tenant: str
+) -> None:
+    start = utc(2026, 8, 1)
+    for n in range(7):
+        declare(rt, tenant, f"f{n}", start, interval_seconds=60, start="2026-08-01T00:00:00Z")
+    shared = dataclasses.replace(
+        rt, settings=rt.settings.model_copy(update={"schedule_submit_chunk": 3})
+    )
+    report = tick_once(shared, clock=lambda: start + timedelta(seconds=1))
+    assert (report.published, report.submitted) == (7, 0)
+    shares = [m for m in _messages(rt) if m["task"] == "jobwarden.schedule_submit"]
+    assert [len(m["args"][0]) for m in shares] == [3, 3, 1]
+    # Two shares are run by workers; the third message is lost.
+    assert sum(submit_named(shared, m["args"][0]) for m in shares[:2]) == 6
+    assert submit_named(shared, shares[0]["args"][0]) == 0  # a duplicate message: nothing
+    assert len(operations(rt, tenant)) == 6
+    # A later tick, past schedule_resubmit_after_seconds, submits the lost share's claim.
+    later = tick_once(shared, clock=lambda: start + timedelta(seconds=45))
+    assert later.resubmitted == 1 and len(operations(rt, tenant)) == 7
