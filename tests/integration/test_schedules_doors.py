@@ -96,6 +96,9 @@ def test_check_names_file_and_field_and_sync_declares_only_valid_files(
     (view,) = json.loads(listed.stdout)
     assert view["status"] == "active" and view["timing"] == "30 2 * * *"
     assert view["overlap"] == "buffer_one" and view["missed"] == 0
+    plain = _cli("schedules", "list", "--tenant", tenant)
+    assert plain.stdout.startswith(f"{tenant}/nightly  active  30 2 * * * (Europe/Berlin)")
+    assert "last -  missed 0" in plain.stdout
     assert _cli("schedules", "pause", "nightly", "--tenant", tenant, "--by", "bo").returncode == 0
     assert (
         json.loads(_cli("schedules", "list", "--tenant", tenant, "--json").stdout)[0]["status"]
