@@ -173,6 +173,14 @@ def schedules_trigger(name: str, tenant: Tenant = "default", by: By = "cli") -> 
         op = trigger(current(), tenant, name, actor=by)
     except ScheduleError as exc:
         raise _fail(f"error: {exc}") from None
+    if op is None:
+        err.print(
+            f"the slot's submission was refused or is still in progress: see "
+            f"`jobwarden schedules list --tenant {tenant}`",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(1)
     console.print(json.dumps({"operation_id": op}))
 
 

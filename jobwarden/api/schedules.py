@@ -176,13 +176,15 @@ def resume_schedule(
 def _refused(exc: ScheduleError) -> ProblemError:
     if exc.field == "name":
         return ProblemError(404, "not_found", NOT_FOUND)
+    if exc.field == "slot":
+        return ProblemError(409, "conflict", str(exc))
     return ProblemError(422, "invalid_request", str(exc))
 
 
 @router.post(
     "/v1/schedules/{name}/trigger",
     status_code=202,
-    responses=problem_responses({404: NOT_FOUND}),
+    responses=problem_responses({404: NOT_FOUND, 409: "this second's slot is already decided"}),
 )
 def trigger_schedule(
     name: Name, request: Request, principal: Annotated[Principal, Depends(require(Scope.submit))]

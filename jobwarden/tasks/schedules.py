@@ -307,9 +307,13 @@ def backfill(
     return Backfill(claimed=claimed, already=len(wanted) - len(claimed), operations=ops)
 
 
-def trigger(rt: Runtime, tenant: str, name: str, *, actor: str) -> str | None:
-    """Fire one slot now (this second), recorded with who asked; returns its operation."""
-    now = utcnow().replace(microsecond=0)
+def trigger(
+    rt: Runtime, tenant: str, name: str, *, actor: str, now: datetime | None = None
+) -> str | None:
+    """Fire one slot now (this second), recorded with who asked; returns its operation,
+    None when intake refused it (recorded on the slot). ScheduleError ``slot`` when this
+    second's slot is already decided (a second trigger within the second, or a beat slot)."""
+    now = (now or utcnow()).replace(microsecond=0)
     with transaction(rt.settings.database_url) as session:
         row = sstore.find(session, tenant, name, lock=True)
         if row is None:
@@ -323,7 +327,7 @@ def trigger(rt: Runtime, tenant: str, name: str, *, actor: str) -> str | None:
             now=now,
         )
         if not inserted:
-            raise ScheduleError("name", f"slot {slot_key(name, now)} is already decided")
+            raise ScheduleError("slot", f"{slot_key(name, now)} is already decided")
         sstore.record_action(
             session,
             row,

@@ -255,6 +255,12 @@ def test_trigger_fires_now_and_a_refused_submission_is_recorded_on_its_slot(
     assert "unknown provider 'no-such-provider'" in (slot.reason or "")
     with pytest.raises(ScheduleError, match=r"^name: no schedule 'nope'"):
         trigger(rt, tenant, "nope", actor="ana")
+    # Two triggers within one second name one slot: the second is refused, nothing sent.
+    at = utc(2026, 9, 1, 12)
+    assert trigger(rt, tenant, "manual", actor="ana", now=at) is not None
+    with pytest.raises(ScheduleError, match=r"^slot: schedule:manual:2026-09-01T12:00:00Z is"):
+        trigger(rt, tenant, "manual", actor="bo", now=at)
+    assert len(operations(rt, tenant)) == 2
     assert uuid.UUID(op)
 
 
