@@ -171,7 +171,8 @@ def test_killed_tick_workers_and_a_killed_beat_neither_double_nor_drop_a_slot(
             .where(IntakeLogRow.tenant == TENANT, IntakeLogRow.idempotency_key == submitted)
             .order_by(IntakeLogRow.at)
         ).all()
-    assert answers == ["created", "replayed"]
+    # (Two ticks running side by side may both resubmit it: each is answered replayed.)
+    assert answers[0] == "created" and answers[1:] and set(answers[1:]) == {"replayed"}
     pipeline.created += [str(o.operation_id) for o in ops]
     for op in ops:
         assert pipeline.wait_state(str(op.operation_id), timeout=60).state == "succeeded"
