@@ -15,6 +15,7 @@ from jobwarden.api_cli import serve_api, tenants_app, tokens_app
 from jobwarden.config.settings import get_settings
 from jobwarden.models.errors import JobwardenError
 from jobwarden.result_cli import result_command
+from jobwarden.schedules_cli import schedules_app
 from jobwarden.watch_cli import dated_line, list_command, show_lines, watch_command
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ app.add_typer(providers_app, name="providers")
 app.add_typer(db_app, name="db")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(tenants_app, name="tenants")
+app.add_typer(schedules_app, name="schedules")
 app.command("list")(list_command)
 app.command("watch")(watch_command)
 app.command("result")(result_command)

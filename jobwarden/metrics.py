@@ -45,6 +45,7 @@ from sqlalchemy.orm import Session
 from jobwarden.logs import get_logger
 from jobwarden.models.persistence import metrics_store, notification_store
 from jobwarden.models.persistence.db import snapshot
+from jobwarden.schedule_metrics import schedule_families
 from jobwarden.tasks.webhooks import refusal_counts
 
 log = get_logger(__name__)
@@ -222,6 +223,11 @@ def provider_answer_figures(scrape: Scrape) -> Iterable[Metric]:
 
 
 # Every figure read from Postgres, in the order served; one snapshot session for all.
+def schedule_figures(scrape: Scrape) -> Iterable[Metric]:
+    """The schedules' lag and missed slots (jobwarden/schedule_metrics.py)."""
+    return schedule_families(scrape.session, scrape.now)
+
+
 SQL_FIGURES: tuple[Figures, ...] = (
     operation_figures,
     escalation_figures,
@@ -229,6 +235,7 @@ SQL_FIGURES: tuple[Figures, ...] = (
     sweeper_figures,
     recent_figures,
     provider_answer_figures,
+    schedule_figures,
 )
 
 

@@ -1,6 +1,7 @@
 """The ASGI app of the HTTP door: create_app(settings) -> FastAPI.
 
-Routers: intake (POST /v1/operations), queries, results, actions and webhooks. Every
+Routers: intake (POST /v1/operations), queries, results, actions, webhooks and
+schedules (/v1/schedules). Every
 error answers RFC 9457 problem+json (jobwarden.api.problems). The operators'
 console (jobwarden.console) is served under /console by the same process.
 """
@@ -17,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from jobwarden import telemetry
-from jobwarden.api import actions, intake, queries, results, webhooks
+from jobwarden.api import actions, intake, queries, results, schedules, webhooks
 from jobwarden.api.access_log import AccessLog
 from jobwarden.api.context import settings_of
 from jobwarden.api.limits import BodyLimit
@@ -79,7 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         WebhookRefusalCollector(resolved.redis_url, resolved.key_prefix),
     )
     app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
-    for module in (intake, queries, results, actions, webhooks):
+    for module in (intake, queries, results, actions, webhooks, schedules):
         app.include_router(module.router)
     # The operators' console (/console): same tokens, held in a session cookie.
     install_console(app, resolved)

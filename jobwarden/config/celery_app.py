@@ -32,7 +32,11 @@ def make_celery(settings: Settings) -> Celery:
         "jobwarden",
         broker=settings.broker_url,
         backend=settings.redis_url,
-        include=["jobwarden.tasks.pipeline", "jobwarden.tasks.notifications"],
+        include=[
+            "jobwarden.tasks.pipeline",
+            "jobwarden.tasks.notifications",
+            "jobwarden.tasks.schedules",
+        ],
     )
     transport = {
         "visibility_timeout": settings.visibility_timeout_seconds,
@@ -71,6 +75,13 @@ def make_celery(settings: Settings) -> Celery:
                 "task": "jobwarden.notify",
                 "schedule": settings.notify_interval_seconds,
                 "options": {"expires": settings.notify_interval_seconds, "ignore_result": True},
+            },
+            # Schedules: beat only rings; the due slots are read from Postgres, so a second
+            # beat or a restarted one never fires a slot twice (tasks/schedules.py).
+            "jobwarden-schedules": {
+                "task": "jobwarden.schedules",
+                "schedule": settings.schedule_interval_seconds,
+                "options": {"expires": settings.schedule_interval_seconds, "ignore_result": True},
             },
         },
         timezone="UTC",

@@ -14,6 +14,7 @@ from jobwarden.models.errors import SettingsError
 from jobwarden.models.result_objects import STORE_VARIABLE, parse_store_url
 
 DEFAULT_PROVIDERS_DIR = Path(__file__).resolve().parent / "providers"
+DEFAULT_SCHEDULES_DIR = Path(__file__).resolve().parent / "schedules"
 
 
 def default_result_store() -> str:
@@ -86,6 +87,17 @@ class Settings(BaseSettings):
     notify_batch_size: int = Field(default=50, gt=0)
     notify_timeout_seconds: float = Field(default=10.0, gt=0)
     approval_reminder_seconds: float = Field(default=3600.0, ge=0)
+    # Schedules (tasks/schedules.py): beat's tick period, how many due schedules one tick
+    # claims, how old an unrecorded slot claim must be before a tick submits it again
+    # (its claimer died), how many slots one process submits, and the folder
+    # `jobwarden schedules check|sync` reads.
+    schedule_interval_seconds: float = Field(default=5.0, gt=0)
+    schedule_batch_size: int = Field(default=500, gt=0)
+    schedule_resubmit_after_seconds: float = Field(default=30.0, gt=0)
+    # A tick submits up to this many claimed slots itself; more are spread over the
+    # workers in jobwarden.schedule_submit messages of this many slots each.
+    schedule_submit_chunk: int = Field(default=100, gt=0)
+    schedules_dir: Path = DEFAULT_SCHEDULES_DIR
     # Where collected results are streamed (tasks/result_store.py): file:///dir or
     # s3://bucket[/prefix]; S3 credentials come from the AWS_* variables, never from here.
     result_store: str = Field(default_factory=default_result_store)

@@ -15,8 +15,9 @@ from fastapi.staticfiles import StaticFiles
 
 from jobwarden.config.settings import Settings
 
-# Imported for its routes: search.py adds /console/search and /console/bulk to the router.
-from jobwarden.console import search  # noqa: F401
+# Imported for their routes: search.py adds /console/search and /console/bulk to the
+# router, schedules.py /console/schedules.
+from jobwarden.console import schedules, search  # noqa: F401
 from jobwarden.console.routes import HERE, ConsoleError, page, router
 from jobwarden.console.session import LoginRequiredError
 

@@ -8,7 +8,11 @@ from sqlalchemy import create_engine, pool
 from jobwarden.config.settings import get_settings
 
 # Every module that declares tables, so autogenerate and `alembic check` see them all.
-from jobwarden.models.persistence import notification_tables, webhook_tables  # noqa: F401
+from jobwarden.models.persistence import (  # noqa: F401
+    notification_tables,
+    schedule_tables,
+    webhook_tables,
+)
 from jobwarden.models.persistence.tables import Base
 
 config = context.config

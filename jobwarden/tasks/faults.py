@@ -35,6 +35,10 @@ POINTS: frozenset[str] = frozenset(
         "after_cleanup_response",
         "before_schedule",
         "before_hand_over",
+        # The schedules tick (tasks/schedules.py): a slot claimed, its submit not yet
+        # made; and submitted, its operation not yet recorded on the slot.
+        "schedule_after_claim",
+        "schedule_after_submit",
     }
 )
 

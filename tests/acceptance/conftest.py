@@ -355,6 +355,12 @@ def worker_env(
         # Beat's relay delivers the outbox to the session's receiver (one tenant has it).
         "JOBWARDEN_NOTIFICATIONS_FILE": str(notifications_file),
         "JOBWARDEN_NOTIFY_INTERVAL_SECONDS": "0.5",
+        # Schedules (test_schedules.py): beat rings the tick twice a second, and a slot
+        # claim a killed worker left unrecorded is submitted again after 2 s.
+        "JOBWARDEN_SCHEDULE_INTERVAL_SECONDS": "0.5",
+        "JOBWARDEN_SCHEDULE_RESUBMIT_AFTER_SECONDS": "2",
+        # More than 4 slots due in one tick are spread over the workers (schedule_submit).
+        "JOBWARDEN_SCHEDULE_SUBMIT_CHUNK": "4",
         "JW_ACCEPTANCE_NOTIFY_SECRET": NOTIFY_SECRET,
     }
     saved = {name: os.environ.get(name) for name in env}

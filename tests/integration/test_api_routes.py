@@ -19,7 +19,7 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
-from jobwarden.api import actions, intake, queries, results, webhooks
+from jobwarden.api import actions, intake, queries, results, schedules, webhooks
 from jobwarden.api.app import create_app
 from jobwarden.models.states import OperationState as S
 from tests.api_server import serving
@@ -30,7 +30,7 @@ TYPE = "tag:jobwarden.dev,2026:problem/"
 SCOPES = ["submit", "read", "cancel", "approve", "decide"]
 ROUTES = {
     f"{method} {route.path}": route
-    for module in (intake, queries, results, actions, webhooks)
+    for module in (intake, queries, results, actions, webhooks, schedules)
     for route in module.router.routes
     if isinstance(route, APIRoute)
     for method in sorted(route.methods or ())
@@ -42,6 +42,15 @@ BODIES: dict[str, Any] = {
     "POST /v1/operations": {"provider": "sandbox", "command": {"kind": "export"}},
     "POST /v1/operations/{operation_id}/cancel": {"reason": "not needed"},
     "POST /v1/operations/{operation_id}/decisions": {"option": "abandon"},
+    "PUT /v1/schedules/{name}": {
+        "cron": "0 3 * * *",
+        "provider": "sandbox",
+        "command": {"kind": "export"},
+    },
+    "POST /v1/schedules/{name}/backfill": {
+        "from": "2026-01-01T00:00:00Z",
+        "to": "2026-01-02T00:00:00Z",
+    },
 }
 
 
@@ -63,6 +72,7 @@ def _send(
 ) -> httpx.Response:
     method, path = label.split(" ")
     url = path.replace("{operation_id}", str(op)).replace("{provider}", "sandbox")
+    url = url.replace("{name}", "nightly")
     body = BODIES.get(label)
     if label.endswith("/approvals"):
         body = {"fingerprint": fingerprint}

@@ -284,7 +284,11 @@ def test_models_and_migrations_are_in_step(database_url: str) -> None:
     from alembic.migration import MigrationContext
 
     # Every module that declares tables, so the metadata holds the whole schema.
-    from jobwarden.models.persistence import notification_tables, webhook_tables  # noqa: F401
+    from jobwarden.models.persistence import (  # noqa: F401
+        notification_tables,
+        schedule_tables,
+        webhook_tables,
+    )
     from jobwarden.models.persistence.tables import Base
 
     engine = create_engine(database_url)
