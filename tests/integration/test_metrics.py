@@ -266,6 +266,8 @@ EXPECTED = {
     ("jobwarden_provider_responses_total", ("429",)): 1,
     ("jobwarden_provider_responses_total", ("5xx",)): 1,
     ("jobwarden_provider_responses_total", ("none",)): 1,
+    # No schedule in this database: the tick is not behind (jobwarden/schedule_metrics.py).
+    ("jobwarden_schedule_lag_seconds", ()): 0.0,
 }
 
 
@@ -358,6 +360,7 @@ def test_on_an_empty_database_every_unlabelled_series_has_a_sample(fresh_url: st
     assert unlabelled == {
         "jobwarden_sweeper_lag_seconds": 0.0,
         "jobwarden_early_status_requests": 0.0,
+        "jobwarden_schedule_lag_seconds": 0.0,
     }
 
 
