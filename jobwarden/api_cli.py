@@ -129,6 +129,7 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
     """Serve create_app with uvicorn; flags override the api_* settings."""
     import uvicorn
 
+    from jobwarden.api.server import BoundedReadProtocol
     from jobwarden.config.settings import get_settings
     from jobwarden.logs import uvicorn_log_config
 
@@ -141,6 +142,8 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
         port=settings.api_port if port is None else port,
         workers=workers or settings.api_workers,
         proxy_headers=False,
+        # httptools with a whole-request read deadline: slow clients are dropped.
+        http=BoundedReadProtocol,
         # Every process's lines (uvicorn's, the access log, jobwarden's) structured alike.
         log_config=uvicorn_log_config(),
     )

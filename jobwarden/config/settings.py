@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     # Request bodies are bounded before they are parsed: size while reading, depth by a scan.
     api_max_body_bytes: int = Field(default=1024 * 1024, gt=0)
     api_max_json_depth: int = Field(default=64, gt=0)
+    # A request (headers and body) must arrive whole within this many seconds of its
+    # connection opening or the previous answer; a slower client is dropped (jobwarden/api/
+    # server.py). uvicorn bounds only the idle time between requests.
+    api_read_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
     # Seconds an API process answers a live token from memory (jobwarden/api/token_cache.py);
     # a revoked token works for at most this long. 0: every request looks its token up.
     api_token_cache_seconds: float = Field(default=0.0, ge=0, le=10)
