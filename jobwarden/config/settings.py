@@ -5,10 +5,15 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from jobwarden.models.errors import SettingsError
 from jobwarden.models.result_objects import STORE_VARIABLE, parse_store_url
@@ -26,8 +31,65 @@ def default_result_store() -> str:
     return (Path(data).absolute() / "jobwarden" / "results").as_uri()
 
 
+PREFIX = "JOBWARDEN_"
+FILE_SUFFIX = "_FILE"
+
+
+class FileVariables(PydanticBaseSettingsSource):
+    """``JOBWARDEN_<NAME>_FILE=/run/secrets/x``: the setting is that file's content.
+
+    Docker's convention for secrets (the postgres image's POSTGRES_PASSWORD_FILE), which
+    compose's ``secrets:`` mount under /run/secrets: a database URL with its password, or
+    the console's session key, never rests in the environment. The content is stripped
+    of surrounding whitespace (``echo > file`` adds a newline). Setting both a variable
+    and its _FILE twin, or naming a file that cannot be read, is a SettingsError naming
+    the variable.
+    """
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads every field at once
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name in self.settings_cls.model_fields:
+            variable = f"{PREFIX}{name.upper()}"
+            path = os.environ.get(variable + FILE_SUFFIX)
+            if not path:
+                continue
+            if os.environ.get(variable):
+                raise SettingsError(
+                    f"{variable} and {variable}{FILE_SUFFIX} are both set: set one, not both"
+                )
+            try:
+                values[name] = Path(path).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = getattr(exc, "strerror", None) or type(exc).__name__
+                raise SettingsError(
+                    f"{variable}{FILE_SUFFIX}: cannot read {path} ({reason})"
+                ) from None
+        return values
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="JOBWARDEN_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", frozen=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment first, then JOBWARDEN_*_FILE (never both for one setting).
+        return (
+            init_settings,
+            env_settings,
+            FileVariables(settings_cls),
+            dotenv_settings,
+            file_secret_settings,
+        )
 
     database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/jobwarden"
     redis_url: str = "redis://127.0.0.1:6379/0"
