@@ -34,6 +34,7 @@ from jobwarden.tasks import runtime as runtime_module
 from jobwarden.tasks.interventions import request_cancel
 from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, build_runtime, utcnow
+from jobwarden.tasks.runtime import close as close_runtime
 from jobwarden.tasks.webhooks import WebhookBusyError, receive, refused_count
 from tests.api_server import serving
 
@@ -71,7 +72,7 @@ def providers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Pa
 def rt(providers: Path) -> Iterator[Runtime]:
     built = build_runtime(Settings(providers_dir=providers))
     yield built
-    built.http.close()
+    close_runtime(built)
     runtime_module.reset()
 
 
