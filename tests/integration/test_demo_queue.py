@@ -6,6 +6,7 @@ README on the configured queue, running all along, takes none of the demo's task
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,13 @@ def test_the_demo_routes_to_a_queue_and_prefix_beside_the_configured_ones() -> N
 def test_a_readme_worker_on_the_configured_queue_takes_none_of_the_demos_tasks(
     database_url: str, tmp_path: Path
 ) -> None:
-    env = {"JOBWARDEN_DATABASE_URL": database_url}
+    # A configured queue of this test's own: earlier tests leave wake-ups on the session's.
+    configured = f"{os.environ['JOBWARDEN_QUEUE']}-readme-{secrets.token_hex(3)}"
+    env = {
+        "JOBWARDEN_DATABASE_URL": database_url,
+        "JOBWARDEN_QUEUE": configured,
+        "JOBWARDEN_KEY_PREFIX": f"{os.environ['JOBWARDEN_KEY_PREFIX']}-{configured}",
+    }
     readme = Stack(env, log_dir=tmp_path)
     try:
         readme.start_worker("readme-worker", concurrency=2)
@@ -49,5 +56,4 @@ def test_a_readme_worker_on_the_configured_queue_takes_none_of_the_demos_tasks(
     assert " ready." in log  # it was consuming the configured queue all along
     assert "received" not in log, log[-3000:]
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-2000:]
-    configured = os.environ["JOBWARDEN_QUEUE"]
     assert f"queue {configured}-demo (the demo's own)" in demo.stdout, demo.stdout
