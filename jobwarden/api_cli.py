@@ -39,6 +39,9 @@ def tokens_create(
     ],
 ) -> None:
     """Create a token and print it once: only its hash is stored."""
+    from jobwarden.extras import require
+
+    require("jobwarden tokens create", "api")
     from jobwarden.api.auth import create_token
     from jobwarden.config.settings import get_settings
 
@@ -130,6 +133,7 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
     import uvicorn
 
     from jobwarden import telemetry
+    from jobwarden.api.server import BoundedReadProtocol
     from jobwarden.config.settings import get_settings
     from jobwarden.logs import uvicorn_log_config
 
@@ -144,6 +148,8 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
         port=settings.api_port if port is None else port,
         workers=workers or settings.api_workers,
         proxy_headers=False,
+        # httptools with a whole-request read deadline: slow clients are dropped.
+        http=BoundedReadProtocol,
         # Every process's lines (uvicorn's and jobwarden's) structured alike; the access
         # line is jobwarden.api.access_log's http_request, with duration, trace and tenant.
         log_config=uvicorn_log_config(),
@@ -152,13 +158,19 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
 
 
 def intake_lines(operation_id: uuid.UUID) -> list[str]:
-    """The submission attempts that named the operation, one line each (for `history`)."""
-    from jobwarden.api.intake import intake_attempts
-    from jobwarden.config.settings import get_settings
+    """The submission attempts that named the operation, one line each (for `history`).
 
+    Read from the store, not through jobwarden.api: `history` works without the api extra.
+    """
+    from jobwarden.config.settings import get_settings
+    from jobwarden.models.persistence import api_store
+    from jobwarden.models.persistence.db import snapshot
+
+    with snapshot(get_settings().database_url) as session:
+        entries = api_store.intake_for_operation(session, operation_id)
     return [
-        f"{a['at']}  intake {a['outcome']:<15} door={a['door']} actor={a['actor']} "
-        f"key={a['idempotency_key']} fingerprint={(a['fingerprint'] or '-')[:12]} "
-        f"http={a['http_status'] or '-'} trace={a['trace_id'] or '-'}"
-        for a in intake_attempts(get_settings().database_url, operation_id)
+        f"{a.at.isoformat()}  intake {a.outcome:<15} door={a.door} actor={a.actor} "
+        f"key={a.idempotency_key} fingerprint={(a.fingerprint or '-')[:12]} "
+        f"http={a.http_status or '-'} trace={a.trace_id or '-'}"
+        for a in entries
     ]

@@ -498,6 +498,9 @@ def api(
     workers: Annotated[int | None, typer.Option(envvar="JOBWARDEN_API_WORKERS")] = None,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) with uvicorn."""
+    from jobwarden.extras import require
+
+    require("jobwarden api", "api")
     serve_api(host, port, workers)
 
 
@@ -517,6 +520,9 @@ def mcp(
     ] = None,
 ) -> None:
     """Serve the MCP tools for agents: stdio (one token) or streamable HTTP at /mcp (Bearer)."""
+    from jobwarden.extras import require
+
+    require("jobwarden mcp", "api", "mcp")
     from jobwarden.mcp_server import serve
 
     serve(get_settings(), transport, host=host, port=port, token_env=token_env)
@@ -534,7 +540,7 @@ def main() -> None:
     try:
         app()
     except JobwardenError as exc:
-        err.print(f"error: {exc}", highlight=False)
+        err.print(f"error: {exc}", highlight=False, markup=False)
         sys.exit(2)
 
 

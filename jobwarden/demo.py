@@ -106,8 +106,24 @@ def run_demo(console: Console) -> int:
         sandbox.stop()
 
 
+def demo_routing(queue: str, key_prefix: str) -> dict[str, str]:
+    """The demo's own Celery queue and Redis key prefix, beside the configured ones.
+
+    A worker started from the README consumes the configured queue: were the demo's wake-ups
+    sent there, that worker (without the sandbox's URL and token) would take them and the
+    scenarios would end wrong. On queue and prefix of its own, only the demo's worker and
+    beat see its tasks and leases. (A beat of the configured stack on the same database
+    still sweeps every due row; it re-sends only one stalled past its redispatch delay.)
+    """
+    return {"JOBWARDEN_QUEUE": f"{queue}-demo", "JOBWARDEN_KEY_PREFIX": f"{key_prefix}-demo"}
+
+
 def _run(console: Console, sandbox: Any, token: str) -> int:
+    from jobwarden.config.settings import load_settings
+
+    configured = load_settings()
     env = {
+        **demo_routing(configured.queue, configured.key_prefix),
         "JOBWARDEN_SANDBOX_URL": sandbox.url,
         "JOBWARDEN_SANDBOX_TOKEN": token,
         "JOBWARDEN_SWEEP_INTERVAL_SECONDS": os.environ.get("JOBWARDEN_SWEEP_INTERVAL_SECONDS", "1"),
@@ -134,7 +150,7 @@ def _run(console: Console, sandbox: Any, token: str) -> int:
     upgrade(settings.database_url)
     console.print(
         f"sandbox provider at {sandbox.url}; database {settings.database_url}; "
-        f"broker {settings.broker_url}"
+        f"broker {settings.broker_url}, queue {settings.queue} (the demo's own)"
     )
     stack = Stack(env)
     stopped = {s.value for s in TERMINAL | AUTOMATION_STOPPED}

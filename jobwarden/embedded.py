@@ -63,7 +63,10 @@ class LocalPostgres:
 
     PostgreSQL refuses to run as root, so under root the cluster belongs to an existing
     unprivileged OS user, ``postgres`` or else ``nobody`` (``runuser``); no user is ever
-    created (pgserver-style packages call ``useradd`` here, which this avoids).
+    created (pgserver-style packages call ``useradd`` here, which this avoids). When that
+    user cannot reach the binaries — a checkout under a private folder such as /root/app
+    (0700), common in containers — the installation (bin/, lib/, share/) is copied into
+    the cluster's own temporary folder, owned by that user, and run from there.
     """
 
     def __init__(self, bin_dir: Path, *, prefix: str = "jobwarden-pg-") -> None:
@@ -80,6 +83,15 @@ class LocalPostgres:
                 raise ServerStartError("running as root and runuser is missing")
             os.chown(self.root, owner.pw_uid, owner.pw_gid)
             self._as = [runuser, "-u", owner.pw_name, "--"]
+            if not self._can_run(self.bin / "initdb"):
+                self.bin = _copy_installation(bin_dir, self.root / "install", owner)
+
+    def _can_run(self, program: Path) -> bool:
+        """Whether the cluster's OS user may execute ``program`` (every parent searchable)."""
+        done = subprocess.run(
+            [*self._as, "test", "-x", str(program)], capture_output=True, timeout=30, check=False
+        )
+        return done.returncode == 0
 
     @property
     def admin_url(self) -> str:
@@ -188,6 +200,19 @@ class LocalRedis:
         with contextlib.suppress(ServerStartError):
             self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _copy_installation(bin_dir: Path, into: Path, owner: pwd.struct_passwd) -> Path:
+    """Copy the installation holding ``bin_dir`` to ``into``, owned by ``owner``; its bin.
+
+    PostgreSQL finds its lib/ and share/ relative to the running binary, so the copy runs
+    as the original does. Headers (include/) are left out: nothing here compiles.
+    """
+    shutil.copytree(bin_dir.parent, into, symlinks=True, ignore=shutil.ignore_patterns("include"))
+    for folder, dirs, files in os.walk(into):
+        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+            os.chown(name, owner.pw_uid, owner.pw_gid, follow_symlinks=False)
+    return into / bin_dir.name
 
 
 def _unprivileged_user() -> pwd.struct_passwd:

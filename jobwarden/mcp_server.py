@@ -44,6 +44,7 @@ from jobwarden.api.intake import Bounds, SubmissionBody, caller_of, submission_r
 from jobwarden.api.problems import ProblemError, problem_response
 from jobwarden.api.queries import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor, result_of
 from jobwarden.api.queries import operation_view as http_operation_view
+from jobwarden.api.server import BoundedReadProtocol
 from jobwarden.api.views import EscalationCounts, OperationView, WaitingOperation, operation_links
 from jobwarden.config.settings import Settings
 from jobwarden.logs import uvicorn_log_config
@@ -504,4 +505,6 @@ def serve(
         host=bind,
         port=settings.mcp_port if port is None else port,
         log_config=uvicorn_log_config(),
+        # A request must arrive whole in time, as on the HTTP API (jobwarden/api/server.py).
+        http=BoundedReadProtocol,
     )

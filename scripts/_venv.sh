@@ -1,14 +1,19 @@
-# Sourced by scripts/test and scripts/demo: make .venv with the project and its test extras.
+# Sourced by scripts/test and scripts/demo: make .venv with the project and the extras the
+# caller names in JOBWARDEN_EXTRAS (scripts/test: "test", everything the suite drives;
+# scripts/demo: "" — the core alone, which is all the demo runs).
 VENV="${JOBWARDEN_VENV:-.venv}"
 PY="${PYTHON:-python3}"
+EXTRAS="${JOBWARDEN_EXTRAS-test}"
 if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
 fi
-# Reinstall only when the dependency list changed.
-STAMP="$VENV/.jobwarden-installed"
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+# Reinstall only when the dependency list changed; the test extras cover every other set.
+STAMP="$VENV/.jobwarden-installed-${EXTRAS:-core}"
+FULL="$VENV/.jobwarden-installed-test"
+if { [ ! -f "$FULL" ] || [ pyproject.toml -nt "$FULL" ]; } &&
+    { [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; }; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e ".[test]"
+    "$VENV/bin/python" -m pip install -q -e ".${EXTRAS:+[$EXTRAS]}"
     touch "$STAMP"
 fi
 

@@ -12,6 +12,7 @@ again; the draft names no header for that, so ours is ``Idempotent-Replayed: tru
 
 from __future__ import annotations
 
+import json
 import secrets
 import uuid
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from jobwarden import telemetry
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of, settings_of
 from jobwarden.api.problems import ProblemError, problem_responses
+from jobwarden.api.views import storable
 from jobwarden.models.errors import InvalidCommandError, RefusedInputError
 from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence.api_store import IntakeEntry
@@ -179,9 +181,44 @@ def _read_json(raw: bytes, max_depth: int) -> object:
             limit=max_depth,
         )
     body, problem = parse_json(raw)
+    if problem == "undecodable":
+        # Valid UTF-8 (checked above), so valid JSON holding text Postgres cannot store (a
+        # NUL or a lone surrogate, both legal JSON escapes): name the field, like any other.
+        pointer = _unstorable_pointer(json.loads(text))
+        if pointer is not None:
+            message = "must not contain NUL characters or unpaired surrogates"
+            raise ProblemError(
+                422,
+                "invalid_request",
+                f"{pointer}: {message}",
+                errors=[{"path": pointer, "message": message}],
+            )
     if problem is not None:
         raise ProblemError(400, "malformed_json", f"the body is not valid JSON ({problem})")
     return body
+
+
+def _unstorable_pointer(value: object, at: str = "") -> str | None:
+    """The RFC 6901 pointer of the first key or string Postgres cannot store, if any."""
+    if isinstance(value, str):
+        try:
+            storable(value)
+        except ValueError:
+            return at or "/"
+        return None
+    items: list[tuple[str, object]] = []
+    if isinstance(value, dict):
+        items = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, list):
+        items = [(str(i), v) for i, v in enumerate(value)]
+    for key, item in items:
+        escaped = key.replace("~", "~0").replace("/", "~1")
+        if _unstorable_pointer(key) is not None:
+            return f"{at}/{escaped}"
+        found = _unstorable_pointer(item, f"{at}/{escaped}")
+        if found is not None:
+            return found
+    return None
 
 
 def _submission(parsed: object) -> SubmissionBody:

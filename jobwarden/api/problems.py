@@ -18,6 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
 from jobwarden.logs import get_logger
 
@@ -202,13 +204,38 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     if not kind:
         kind = "internal_error"
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == 405:
+        # Starlette's 405 names only the first route whose path matched; a path served by
+        # several routes (GET and POST /v1/operations) allows all their methods (RFC 9110
+        # section 15.5.6: Allow lists the target resource's methods).
+        headers["Allow"] = ", ".join(allowed_methods(request))
     return problem_response(
         exc.status_code,
         kind,
         detail,
         instance=request.url.path,
-        headers=getattr(exc, "headers", None),
+        headers=headers,
     )
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app serves at the request's path, sorted.
+
+    Asked of the routes themselves, one method at a time (Route.matches is Starlette's
+    public interface, and FastAPI's included routers answer it too).
+    """
+    return [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in request.app.router.routes
+        )
+    ]
 
 
 async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
@@ -221,6 +248,18 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
         f"{first['path']}: {first['message']}",
         instance=request.url.path,
         extensions={"errors": errors},
+    )
+
+
+async def _on_disconnect(request: Request, exc: Exception) -> JSONResponse:
+    # A client that hangs up mid-body is the network's ordinary weather, not our fault: one
+    # info line, no traceback. The answer goes nowhere (nobody is left to read it).
+    log.info("api_client_disconnected", path=request.url.path, method=request.method)
+    return problem_response(
+        400,
+        "bad_request",
+        "the client closed the connection before sending the whole body",
+        instance=request.url.path,
     )
 
 
@@ -252,4 +291,5 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ProblemError, _on_problem)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(ClientDisconnect, _on_disconnect)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of, settings_of
@@ -31,6 +31,7 @@ from jobwarden.api.views import (
     ChainView,
     Counter,
     CreateRequest,
+    DateTimeParam,
     Deadlines,
     Escalation,
     EscalationCounts,
@@ -263,7 +264,7 @@ class ListParams(BaseModel):
     provider: Annotated[StorableStr | None, Field(min_length=1, max_length=200)] = None
     remote_job_id: Annotated[StorableStr | None, Field(min_length=1, max_length=500)] = None
     idempotency_key: Annotated[StorableStr | None, Field(min_length=1, max_length=255)] = None
-    since: AwareDatetime | None = None
+    since: DateTimeParam | None = None
     limit: Annotated[int, Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT
     cursor: Annotated[str | None, Field(min_length=1, max_length=200)] = None
 

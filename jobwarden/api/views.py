@@ -7,12 +7,13 @@ fingerprint), the same as the columns and events they show.
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import Path
-from pydantic import AfterValidator, BaseModel
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator
 
 from jobwarden.models.states import OperationState
 
@@ -34,6 +35,25 @@ def storable(value: str) -> str:
     except UnicodeEncodeError:
         raise ValueError("must be valid Unicode (no unpaired surrogates)") from None
     return value
+
+
+# RFC 3339 section 5.6 date-time (what OpenAPI's format "date-time" names): a date, "T",
+# a time with optional fraction, and "Z" or an offset. Nothing else: pydantic alone would
+# also read a number ("0.5") as Unix seconds, which the schema never promised.
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})",
+    re.ASCII,
+)
+
+
+def rfc3339(value: object) -> object:
+    """``value`` when it is an RFC 3339 date-time string; ValueError naming the form else."""
+    if isinstance(value, str) and _RFC3339.fullmatch(value):
+        return value
+    raise ValueError("must be an RFC 3339 date-time, e.g. 2026-01-31T09:00:00Z")
+
+
+DateTimeParam = Annotated[AwareDatetime, BeforeValidator(rfc3339)]
 
 
 # A str bounded like its column (a Field beside it) and storable in Postgres.

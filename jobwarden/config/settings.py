@@ -5,10 +5,15 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from jobwarden.models.errors import SettingsError
 from jobwarden.models.result_objects import STORE_VARIABLE, parse_store_url
@@ -27,8 +32,65 @@ def default_result_store() -> str:
     return (Path(data).absolute() / "jobwarden" / "results").as_uri()
 
 
+PREFIX = "JOBWARDEN_"
+FILE_SUFFIX = "_FILE"
+
+
+class FileVariables(PydanticBaseSettingsSource):
+    """``JOBWARDEN_<NAME>_FILE=/run/secrets/x``: the setting is that file's content.
+
+    Docker's convention for secrets (the postgres image's POSTGRES_PASSWORD_FILE), which
+    compose's ``secrets:`` mount under /run/secrets: a database URL with its password, or
+    the console's session key, never rests in the environment. The content is stripped
+    of surrounding whitespace (``echo > file`` adds a newline). Setting both a variable
+    and its _FILE twin, or naming a file that cannot be read, is a SettingsError naming
+    the variable.
+    """
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads every field at once
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name in self.settings_cls.model_fields:
+            variable = f"{PREFIX}{name.upper()}"
+            path = os.environ.get(variable + FILE_SUFFIX)
+            if not path:
+                continue
+            if os.environ.get(variable):
+                raise SettingsError(
+                    f"{variable} and {variable}{FILE_SUFFIX} are both set: set one, not both"
+                )
+            try:
+                values[name] = Path(path).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = getattr(exc, "strerror", None) or type(exc).__name__
+                raise SettingsError(
+                    f"{variable}{FILE_SUFFIX}: cannot read {path} ({reason})"
+                ) from None
+        return values
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="JOBWARDEN_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", frozen=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment first, then JOBWARDEN_*_FILE (never both for one setting).
+        return (
+            init_settings,
+            env_settings,
+            FileVariables(settings_cls),
+            dotenv_settings,
+            file_secret_settings,
+        )
 
     database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/jobwarden"
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -64,6 +126,10 @@ class Settings(BaseSettings):
     # Request bodies are bounded before they are parsed: size while reading, depth by a scan.
     api_max_body_bytes: int = Field(default=1024 * 1024, gt=0)
     api_max_json_depth: int = Field(default=64, gt=0)
+    # A request (headers and body) must arrive whole within this many seconds of its
+    # connection opening or the previous answer; a slower client is dropped (jobwarden/api/
+    # server.py). uvicorn bounds only the idle time between requests.
+    api_read_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
     # Seconds an API process answers a live token from memory (jobwarden/api/token_cache.py);
     # a revoked token works for at most this long. 0: every request looks its token up.
     api_token_cache_seconds: float = Field(default=0.0, ge=0, le=10)

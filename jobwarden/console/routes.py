@@ -48,6 +48,8 @@ router = APIRouter(prefix="/console", include_in_schema=False)
 STOPPED = {s.value for s in TERMINAL | AUTOMATION_STOPPED} | {S.awaiting_approval.value}
 ENDED = {s.value for s in TERMINAL}
 MAX_FORM_FIELD = 2000
+# No console form has more than a dozen fields; a body with more is not one of ours.
+MAX_FORM_FIELDS = 50
 # An idle stream sends a comment this often, so a vanished viewer is noticed and dropped.
 KEEPALIVE_SECONDS = 15.0
 NO_REASON = "a decision needs a reason: say why, for whoever reads the history"
@@ -69,7 +71,11 @@ async def form_of(request: Request) -> dict[str, str]:
     if kind != "application/x-www-form-urlencoded":
         raise ConsoleError(415, "a console form is sent as application/x-www-form-urlencoded")
     body = (await request.body()).decode("utf-8", "replace")
-    fields = dict(parse_qsl(body, keep_blank_values=True, max_num_fields=50))
+    try:
+        fields = dict(parse_qsl(body, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS))
+    except ValueError:
+        # parse_qsl raises ValueError past max_num_fields: the stranger's mistake, a 400 page.
+        raise ConsoleError(400, f"a console form has at most {MAX_FORM_FIELDS} fields") from None
     for name, value in fields.items():
         if len(value) > MAX_FORM_FIELD:
             raise ConsoleError(422, f"{name}: at most {MAX_FORM_FIELD} characters")

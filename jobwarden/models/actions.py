@@ -34,6 +34,7 @@ class DelaySource(StrEnum):
     initial_delay = "initial_delay"  # the contract's wait before the first poll
     manual_extension = "manual_extension"  # a human extended the bounds
     local_rate_limit = "local_rate_limit"  # no token from the provider's shared rate limiter
+    webhook_interval = "webhook_interval"  # a webhook woke a status read less than its interval ago
 
 
 class EscalationReason(StrEnum):

@@ -350,6 +350,9 @@ class WebhookSpec:
     secret_env: str | None = None
     secret_file: str | None = None
     tolerance_seconds: float = 300.0
+    # A webhook brings a status read forward at most once per this interval per operation:
+    # signed deliveries with no provider hint must not spend the status budget in seconds.
+    min_status_interval_seconds: float = 10.0
 
 
 # The backoff's growth per pending answer; every wait after one is also held to

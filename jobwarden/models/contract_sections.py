@@ -364,6 +364,10 @@ class WebhookTable(ContractTable):
     tolerance_seconds: Annotated[float, seconds(maximum=24 * 3600)] = default(
         WebhookSpec, "tolerance_seconds"
     )
+    min_status_interval_seconds: Annotated[float, seconds(zero_ok=True, maximum=3600)] = default(
+        WebhookSpec, "min_status_interval_seconds"
+    )
+    """A webhook wakes a status read at most once per this interval per operation."""
 
     @model_validator(mode="after")
     def _rules(self) -> Self:

@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from standardwebhooks.webhooks import Webhook
 
+from jobwarden.models.actions import DelaySource
 from jobwarden.models.contract import ChecksumEncoding, WebhookScheme, WebhookSpec
 from jobwarden.models.operation import Operation
 from jobwarden.models.pointers import MISSING, resolve_pointer
@@ -268,14 +269,21 @@ class WebhookDecision:
     outcome: WebhookOutcome
     wake_at: datetime | None = None  # set only for woke_poll: the new next_poll_at
     cause: str
+    # Why a woken read waits past now: the provider's word, or the webhook interval.
+    delay_source: DelaySource | None = None
 
 
-def after_webhook(op: Operation, now: datetime) -> WebhookDecision:
+def after_webhook(
+    op: Operation, now: datetime, *, webhook_not_before: datetime | None = None
+) -> WebhookDecision:
     """What a verified delivery does to ``op``: record only, or wake the poll at a time.
 
-    Never a state change. The earliest allowed status read is ``now`` or the end of
-    the provider's last Retry-After / poll hint (``poll_not_before``), whichever is
-    later; the poll step still checks the deadline and the budget before it sends.
+    Never a state change. The earliest allowed status read is the latest of ``now``, the
+    end of the provider's last Retry-After / poll hint (``poll_not_before``) and
+    ``webhook_not_before`` (the previous webhook-woken read plus the contract's
+    ``min_status_interval_seconds``: deliveries arriving in a burst wake one read per
+    interval, not one each, so they cannot spend the status budget); the poll step still
+    checks the deadline and the budget before it sends.
     """
     if op.state in TERMINAL:
         return WebhookDecision(
@@ -292,21 +300,29 @@ def after_webhook(op: Operation, now: datetime) -> WebhookDecision:
             outcome=WebhookOutcome.not_polled,
             cause=f"{op.state.value} is not waiting for a status read: recorded only",
         )
-    earliest = max(now, op.poll_not_before) if op.poll_not_before is not None else now
+    provider = max(now, op.poll_not_before) if op.poll_not_before is not None else now
+    earliest = max(provider, webhook_not_before or now)
     if op.next_poll_at is not None and op.next_poll_at <= earliest:
         return WebhookDecision(
             outcome=WebhookOutcome.poll_already_due,
-            cause="the next status read is already as early as the provider allows",
+            cause="the next status read is already as early as allowed",
         )
-    held = earliest > now
+    if earliest == now:
+        return WebhookDecision(
+            outcome=WebhookOutcome.woke_poll, wake_at=now, cause="webhook: status read now"
+        )
+    if earliest == provider:
+        return WebhookDecision(
+            outcome=WebhookOutcome.woke_poll,
+            wake_at=earliest,
+            cause="webhook: status read at the end of the provider's Retry-After",
+            delay_source=DelaySource.provider_retry_after,
+        )
     return WebhookDecision(
         outcome=WebhookOutcome.woke_poll,
         wake_at=earliest,
-        cause=(
-            "webhook: status read at the end of the provider's Retry-After"
-            if held
-            else "webhook: status read now"
-        ),
+        cause="webhook: status read one webhook interval after the last one a webhook woke",
+        delay_source=DelaySource.webhook_interval,
     )
 
 

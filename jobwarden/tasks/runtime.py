@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -55,6 +56,9 @@ class Runtime:
 
 
 _runtime: Runtime | None = None
+# The API answers in a thread pool: twenty first requests at once must build one runtime,
+# not twenty whose losers' Redis and HTTP clients nobody closes (a leaked socket later).
+_building = threading.Lock()
 
 
 def build_runtime(settings: Settings) -> Runtime:
@@ -104,16 +108,27 @@ def _as_is(body: object) -> object:
 
 def current() -> Runtime:
     global _runtime  # noqa: PLW0603 - one runtime per process, rebuilt after fork
-    if _runtime is None or _runtime.pid != os.getpid():
-        _runtime = build_runtime(get_settings())
-    return _runtime
+    found = _runtime
+    if found is not None and found.pid == os.getpid():
+        return found
+    with _building:
+        if _runtime is None or _runtime.pid != os.getpid():
+            _runtime = build_runtime(get_settings())
+        return _runtime
+
+
+def close(rt: Runtime) -> None:
+    """Close what ``rt`` holds open: its provider HTTP pools and its Redis connections."""
+    rt.http.close()
+    rt.redis.close()
 
 
 def reset() -> None:
     global _runtime  # noqa: PLW0603
-    if _runtime is not None:
-        _runtime.http.close()
-    _runtime = None
+    with _building:
+        if _runtime is not None and _runtime.pid == os.getpid():
+            close(_runtime)
+        _runtime = None
 
 
 # One registered script per (client, script): registering hashes the script text each time.

@@ -15,14 +15,14 @@ import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from redis import Redis
 from sqlalchemy.orm import Session
 
 from jobwarden.logs import get_logger
-from jobwarden.models.actions import Decided, DelaySource, Record
+from jobwarden.models.actions import Decided, Record
 from jobwarden.models.contract import ProviderContract, WebhookSpec
 from jobwarden.models.errors import (
     GiveUpError,
@@ -44,6 +44,7 @@ from jobwarden.models.webhooks import (
     Delivery,
     Refusal,
     Refused,
+    WebhookDecision,
     WebhookOutcome,
     WebhookSecretError,
     after_webhook,
@@ -52,7 +53,7 @@ from jobwarden.models.webhooks import (
 )
 from jobwarden.tasks.dispatch import schedule
 from jobwarden.tasks.runtime import Runtime, utcnow
-from jobwarden.tasks.steps import Decide, Writer, under_lease
+from jobwarden.tasks.steps import Writer, under_lease
 
 log = get_logger("jobwarden.webhooks")
 
@@ -181,20 +182,38 @@ class _DuplicateDeliveryError(Exception):
     """This delivery's event id has its dedup row: nothing is written twice."""
 
 
-def _delivery_write(delivery: Delivery) -> Decide:
-    def record(op: Operation, now: datetime) -> Decided:
-        decision = after_webhook(op, now)
-        held = decision.wake_at is not None and decision.wake_at > now
-        action = Record(
-            event=EventKind.webhook_received,
-            cause=decision.cause,
-            delay_source=DelaySource.provider_retry_after if held else None,
-            excerpt=delivery_excerpt(delivery, decision),
-            wake_at=decision.wake_at,
-        )
-        return Decided(action=action)
+def woken_key(prefix: str, operation_id: uuid.UUID) -> str:
+    """When a webhook last woke this operation's status read (Unix seconds), for its TTL."""
+    return f"{prefix}:webhooks:woke:{operation_id}"
 
-    return record
+
+class _Interval:
+    """The webhook interval of one operation, read and claimed under its lease.
+
+    Kept in Redis with a TTL, not in the row: it is a rate limit on wake-ups, not a fact
+    of the operation's history (the webhook_received event records each wake_at). Losing
+    it (a Redis restart) costs at most one early read, which the budget still bounds.
+    """
+
+    def __init__(self, rt: Runtime, operation_id: uuid.UUID, seconds: float) -> None:
+        self.redis = rt.redis
+        self.key = woken_key(rt.settings.key_prefix, operation_id)
+        self.seconds = seconds
+
+    def not_before(self) -> datetime | None:
+        if self.seconds <= 0:
+            return None
+        raw = self.redis.get(self.key)
+        if raw is None:
+            return None
+        return datetime.fromtimestamp(float(raw), UTC) + timedelta(seconds=self.seconds)
+
+    def claim(self, decision: WebhookDecision, now: datetime) -> None:
+        """Remember a woken read's time, for as long as it holds the next one back."""
+        if self.seconds <= 0 or decision.wake_at is None:
+            return
+        ttl = (decision.wake_at - now).total_seconds() + self.seconds
+        self.redis.set(self.key, decision.wake_at.timestamp(), px=max(1, int(ttl * 1000)))
 
 
 def _record(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:
@@ -202,6 +221,13 @@ def _record(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:
         op_id = operation_for_job(session, provider, delivery.remote_job_id)
     if op_id is None:
         return _unknown_job(rt, provider, delivery)
+    _, spec = webhook_spec(rt, provider)
+    interval = _Interval(rt, op_id, spec.min_status_interval_seconds)
+    decided: list[WebhookDecision] = []
+
+    def decide(op: Operation, now: datetime) -> Decided:
+        decided[:] = [after_webhook(op, now, webhook_not_before=interval.not_before())]
+        return _decided(delivery, decided[0])
 
     def dedup(session: Session, op: Operation, now: datetime) -> None:
         # In the event's transaction: a lost fenced race rolls the dedup row back too,
@@ -212,10 +238,13 @@ def _record(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:
             job_id=delivery.remote_job_id,
             received_at=now,
             operation_id=op_id,
-            outcome=after_webhook(op, now).outcome,
+            outcome=decided[0].outcome,
         )
         if not record_delivery(session, record):
             raise _DuplicateDeliveryError
+        # Under the lease, before the write: the next delivery's turn sees this wake-up.
+        # Should the fenced write then lose its race, the retry is only held back longer.
+        interval.claim(decided[0], now)
 
     writer = Writer(
         actor=f"webhook:{provider}",
@@ -223,7 +252,7 @@ def _record(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:
         attempts=MAX_ATTEMPTS,
     )
     try:
-        written = under_lease(rt, op_id, _delivery_write(delivery), writer, dedup)
+        written = under_lease(rt, op_id, decide, writer, dedup)
     except _DuplicateDeliveryError:
         return _duplicate(provider, delivery)
     except StaleVersionError:
@@ -232,7 +261,7 @@ def _record(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:
         raise WebhookBusyError("the operation is busy; deliver again later", 1.0) from None
     if written is None:  # pragma: no cover - operations are never deleted
         return _unknown_job(rt, provider, delivery)
-    decision = after_webhook(written.found, written.now)
+    decision = decided[0]
     if decision.wake_at is not None:
         schedule(rt, op_id, written.stored.state, decision.wake_at)
     log.info(
@@ -250,6 +279,17 @@ def _record(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:
         operation_id=op_id,
         wake_at=decision.wake_at,
     )
+
+
+def _decided(delivery: Delivery, decision: WebhookDecision) -> Decided:
+    action = Record(
+        event=EventKind.webhook_received,
+        cause=decision.cause,
+        delay_source=decision.delay_source,
+        excerpt=delivery_excerpt(delivery, decision),
+        wake_at=decision.wake_at,
+    )
+    return Decided(action=action)
 
 
 def _unknown_job(rt: Runtime, provider: str, delivery: Delivery) -> Receipt:

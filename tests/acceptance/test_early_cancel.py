@@ -13,6 +13,7 @@ from jobwarden.config.settings import get_settings
 from jobwarden.harness import wait_for
 from jobwarden.tasks.interventions import request_cancel
 from jobwarden.tasks.runtime import build_runtime
+from jobwarden.tasks.runtime import close as close_runtime
 from tests.acceptance.conftest import Pipeline
 
 pytestmark = pytest.mark.usefixtures("stack")
@@ -68,7 +69,7 @@ def test_a_cancel_while_the_create_is_ambiguous_waits_for_reconciliation_then_ca
         assert request_cancel(op, "pytest", "stop it", runtime=impatient) == "reconciling"
     finally:
         impatient.redis.close()
-        impatient.http.close()
+        close_runtime(impatient)
     row = pipeline.wait_state(op, timeout=40)
     kinds = pipeline.kinds(op)
     assert row.state == "cancelled", kinds

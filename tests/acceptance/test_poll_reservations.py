@@ -21,6 +21,7 @@ import pytest
 from redis import Redis
 
 from jobwarden.harness import wait_for
+from jobwarden.tasks.runtime import close as close_runtime
 from tests.acceptance.conftest import Pipeline
 
 pytestmark = pytest.mark.usefixtures("stack")
@@ -140,7 +141,7 @@ def test_a_reservation_marked_as_spent_is_never_sent_again_unclaimed(
     assert claims[0].cause is not None and "is not reused" in claims[0].cause
     assert len(pipeline.job_requests(str(op_id), "status")) == 1
     rt.redis.close()
-    rt.http.close()
+    close_runtime(rt)
 
 
 class _CountingRedis(Redis):
@@ -207,7 +208,7 @@ def test_a_poll_spends_the_reservation_its_lease_marked_with_no_redis_call_befor
     assert len(pipeline.job_requests(str(op_id), "status")) == 1
     assert reservations.spent(rt.redis, settings.key_prefix, op_id, 1)
     counting.close()
-    rt.http.close()
+    close_runtime(rt)
 
 
 def _reserved(pipeline: Pipeline, op: str) -> list[Any]:

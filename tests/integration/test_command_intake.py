@@ -21,6 +21,7 @@ from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import EventRow, OperationRow
 from jobwarden.tasks.intake import SubmitOutcome, submit_from_message, submit_operation
 from jobwarden.tasks.runtime import Runtime, build_runtime
+from jobwarden.tasks.runtime import close as close_runtime
 from tests.integration.test_cli import _cli
 
 QUEUE_SUFFIX = "command-schema"
@@ -55,7 +56,7 @@ def runtime(database_url: str) -> Iterator[Runtime]:
     for key in rt.redis.scan_iter(f"{base.key_prefix}:celery:*{QUEUE_SUFFIX}*"):
         rt.redis.delete(key)
     rt.redis.close()
-    rt.http.close()
+    close_runtime(rt)
 
 
 def _request(tenant: str, key: str, command: dict[str, Any]) -> dict[str, Any]:

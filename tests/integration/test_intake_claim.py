@@ -18,6 +18,7 @@ from jobwarden.models.persistence import api_store, intake_store, store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.tasks.intake import SubmitOutcome, submit_operation
 from jobwarden.tasks.runtime import Runtime, build_runtime, utcnow
+from jobwarden.tasks.runtime import close as close_runtime
 
 QUEUE_SUFFIX = "intake-claim"
 
@@ -31,7 +32,7 @@ def runtime(database_url: str) -> Iterator[Runtime]:
     for key in rt.redis.scan_iter(f"{base.key_prefix}:celery:*{QUEUE_SUFFIX}*"):
         rt.redis.delete(key)
     rt.redis.close()
-    rt.http.close()
+    close_runtime(rt)
 
 
 def _counts(url: str, tenant: str) -> tuple[int, int, int]:

@@ -33,6 +33,7 @@ from jobwarden.tasks.intake import (
     submit_operation,
 )
 from jobwarden.tasks.runtime import Runtime, build_runtime
+from jobwarden.tasks.runtime import close as close_runtime
 
 REPO = Path(__file__).resolve().parents[2]
 FUZZ_QUEUE_SUFFIX = "intake-fuzz"
@@ -172,7 +173,7 @@ def runtime(database_url: str) -> Iterator[Runtime]:
     for key in rt.redis.scan_iter(f"{base.key_prefix}:celery:*{FUZZ_QUEUE_SUFFIX}*"):
         rt.redis.delete(key)
     rt.redis.close()
-    rt.http.close()
+    close_runtime(rt)
 
 
 def _written(database_url: str, prefix: str) -> tuple[list[OperationRow], list[str]]:

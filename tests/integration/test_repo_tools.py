@@ -80,12 +80,12 @@ def test_the_compose_stack_migrates_once_before_workers_and_beat_start() -> None
     for name in ("worker", "beat"):
         needs = services[name]["depends_on"]
         assert needs["migrate"]["condition"] == "service_completed_successfully", name
-        assert needs["redis"]["condition"] == "service_healthy", name
+        assert needs["valkey"]["condition"] == "service_healthy", name
         assert services[name].get("restart"), name
     # Postgres is healthy before the migration runs, so before anything that waits for it.
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
-    assert "healthcheck" in services["postgres"] and "healthcheck" in services["redis"]
-    assert "noeviction" in json.dumps(services["redis"])
+    assert "healthcheck" in services["postgres"] and "healthcheck" in services["valkey"]
+    assert "noeviction" in json.dumps(services["valkey"])
 
 
 def test_the_compose_worker_outlives_its_lease_when_stopped_and_beat_runs_once() -> None:
@@ -108,11 +108,12 @@ def test_every_compose_service_running_jobwarden_shares_one_durable_result_store
     loaded = _compose()
     services = loaded["services"]
     # A result is an artifact (issue 21): workers write it, the API and the CLI read it back.
-    for name in ("worker", "beat", "migrate", "cli", "flower", "sandbox"):
+    for name in ("worker", "beat", "migrate", "cli", "flower", "sandbox", "api", "mcp"):
         service = services[name]
         store = service["environment"]["JOBWARDEN_RESULT_STORE"]
         assert store.endswith("file:///var/lib/jobwarden/results}"), name
         assert "results:/var/lib/jobwarden/results" in service["volumes"], name
+        assert service["environment"]["JOBWARDEN_PROVIDERS_DIR"] == "/etc/jobwarden/providers"
     assert "results" in loaded["volumes"]
     dockerfile = (REPO / "Dockerfile").read_text()
     assert "install -d -o jobwarden -g jobwarden /var/lib/jobwarden/results" in dockerfile

@@ -28,6 +28,7 @@ from jobwarden.models.states import OperationState as S
 from jobwarden.tasks import runtime as runtime_module
 from jobwarden.tasks.interventions import approve
 from jobwarden.tasks.runtime import Runtime, build_runtime
+from jobwarden.tasks.runtime import close as close_runtime
 from tests.api_server import serving
 from tests.integration.api_helpers import insert_operation, load, make_token, tenant_name
 from tests.integration.test_console import _csrf, _token, login
@@ -54,7 +55,7 @@ def providers(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def rt(providers: Path, database_url: str) -> Iterator[Runtime]:
     built = build_runtime(Settings(providers_dir=providers))
     yield built
-    built.http.close()
+    close_runtime(built)
     built.redis.close()
     runtime_module.reset()
 

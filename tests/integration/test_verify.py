@@ -36,6 +36,7 @@ from jobwarden.models.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.intake import submit_operation
 from jobwarden.tasks.runtime import Runtime, build_runtime
+from jobwarden.tasks.runtime import close as close_runtime
 from tests.integration.test_store import _new_row
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +77,7 @@ def runtime(database_url: str) -> Iterator[Runtime]:
     for key in rt.redis.scan_iter(f"{base.key_prefix}:celery:*{QUEUE_SUFFIX}*"):
         rt.redis.delete(key)
     rt.redis.close()
-    rt.http.close()
+    close_runtime(rt)
 
 
 def _step(url: str, op_id: uuid.UUID, plan: Plan) -> Operation:

@@ -34,6 +34,7 @@ from jobwarden.tasks import runtime as runtime_module
 from jobwarden.tasks.interventions import request_cancel
 from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.runtime import Runtime, build_runtime, utcnow
+from jobwarden.tasks.runtime import close as close_runtime
 from jobwarden.tasks.webhooks import WebhookBusyError, receive, refused_count
 from tests.api_server import serving
 
@@ -71,7 +72,7 @@ def providers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Pa
 def rt(providers: Path) -> Iterator[Runtime]:
     built = build_runtime(Settings(providers_dir=providers))
     yield built
-    built.http.close()
+    close_runtime(built)
     runtime_module.reset()
 
 
@@ -379,3 +380,43 @@ def test_a_cancel_request_under_the_lease_returns_the_unsent_reservation(
     )
     with transaction(database_url) as session:
         assert store.verify(session, op_id) == []
+
+
+# --- a burst of signed deliveries (issue 24: 30 webhooks in 10 s made 30 status reads) ---
+
+
+def test_a_burst_of_deliveries_wakes_one_status_read_per_interval_not_one_each(
+    rt: Runtime, database_url: str
+) -> None:
+    # Each delivery is followed by "the poll" whenever it is due: it reads, then parks
+    # the timer far ahead as a pending answer's backoff does. Without the interval every
+    # delivery would wake one more read; with it, the burst wakes one now and one later.
+    op_id, job_id = _operation(database_url, "sandbox_hooks")
+    started = utcnow()
+    reads = 0
+    held: list[object] = []
+    for n in range(30):
+        event = f"evt_burst_{n}_{job_id}"
+        receipt = receive(
+            rt, "sandbox_hooks", *signed_delivery("hmac", HMAC_SECRET, event, job_id, "running")
+        )
+        assert receipt.status == 200
+        if receipt.wake_at is not None and receipt.wake_at > utcnow():
+            held.append(receipt.wake_at)
+        with transaction(database_url) as session:
+            row = session.get(OperationRow, op_id)
+            assert row is not None
+            if row.next_poll_at is not None and row.next_poll_at <= utcnow():
+                reads += 1
+                row.next_poll_at = utcnow() + timedelta(minutes=10)
+                row.version += 1
+    interval = timedelta(seconds=10)  # the [webhook] default
+    assert utcnow() - started < interval, "the burst must fit one interval for this count"
+    assert reads == 1
+    assert held and all(at == held[0] for at in held)
+    assert started + interval <= held[0] <= utcnow() + interval  # type: ignore[operator]
+    with transaction(database_url) as session:
+        events = store.events_for(session, op_id)
+        assert store.verify(session, op_id) == []
+    sources = {e.draft.delay_source for e in events if e.draft.kind is EventKind.webhook_received}
+    assert "webhook_interval" in sources

@@ -4,6 +4,7 @@ lease long enough for the requests a step sends under it."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +94,46 @@ def test_a_lease_shorter_than_two_requests_and_a_margin_is_refused_naming_both(
     message = str(refused.value)
     assert "JOBWARDEN_LEASE_TTL_SECONDS" in message and "provider sandbox" in message
     assert "request_timeout_seconds" in message
+
+
+def test_a_setting_may_come_from_the_file_its_file_variable_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    secret = tmp_path / "database_url"
+    secret.write_text("postgresql+psycopg://jw:s3cret@db:5432/jobwarden\n")
+    monkeypatch.setenv("JOBWARDEN_DATABASE_URL_FILE", str(secret))
+    key = tmp_path / "console"
+    key.write_text("  console-key  ")
+    monkeypatch.setenv("JOBWARDEN_CONSOLE_SESSION_SECRET_FILE", str(key))
+    s = load_settings()
+    assert s.database_url == "postgresql+psycopg://jw:s3cret@db:5432/jobwarden"
+    assert s.console_session_secret is not None
+    assert s.console_session_secret.get_secret_value() == "console-key"
+
+
+def test_a_file_variable_that_cannot_be_read_or_doubles_its_twin_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nowhere"
+    monkeypatch.setenv("JOBWARDEN_DATABASE_URL_FILE", str(missing))
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"JOBWARDEN_DATABASE_URL_FILE: cannot read {missing} (No such file or directory)"
+    )
+    missing.write_text("postgresql+psycopg://jw@db/jobwarden")
+    monkeypatch.setenv("JOBWARDEN_DATABASE_URL", "postgresql+psycopg://other@db/jobwarden")
+    with pytest.raises(
+        SettingsError, match="JOBWARDEN_DATABASE_URL and JOBWARDEN_DATABASE_URL_FILE"
+    ):
+        load_settings()
+
+
+def test_a_bad_value_read_from_a_file_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    bad = tmp_path / "port"
+    bad.write_text("eighty")
+    monkeypatch.setenv("JOBWARDEN_API_PORT_FILE", str(bad))
+    with pytest.raises(SettingsError, match="JOBWARDEN_API_PORT"):
+        load_settings()

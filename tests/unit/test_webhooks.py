@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from jobwarden.models.actions import DelaySource
 from jobwarden.models.contract import ChecksumEncoding, WebhookScheme, WebhookSpec
 from jobwarden.models.contract_loader import load_contract
 from jobwarden.models.errors import ContractError
@@ -396,6 +397,78 @@ def test_a_webhook_wakes_the_poll_never_before_the_providers_retry_after(
     if decision.wake_at is not None:
         assert not_before is None or decision.wake_at >= not_before
         assert next_poll_at is None or decision.wake_at < next_poll_at
+
+
+INTERVAL_TABLE = [
+    # (case, next_poll_at, poll_not_before, webhook_not_before, outcome, wake_at, source)
+    (
+        "a webhook woke a read moments ago: the next one waits out the interval",
+        LATER,
+        None,
+        NOW + timedelta(seconds=8),
+        WebhookOutcome.woke_poll,
+        NOW + timedelta(seconds=8),
+        DelaySource.webhook_interval,
+    ),
+    (
+        "the interval is over: now",
+        LATER,
+        None,
+        NOW - timedelta(seconds=1),
+        WebhookOutcome.woke_poll,
+        NOW,
+        None,
+    ),
+    (
+        "the woken read is still pending: no change",
+        NOW + timedelta(seconds=8),
+        None,
+        NOW + timedelta(seconds=8),
+        WebhookOutcome.poll_already_due,
+        None,
+        None,
+    ),
+    (
+        "a Retry-After past the interval wins",
+        LATER,
+        NOW + timedelta(seconds=20),
+        NOW + timedelta(seconds=8),
+        WebhookOutcome.woke_poll,
+        NOW + timedelta(seconds=20),
+        DelaySource.provider_retry_after,
+    ),
+    (
+        "the interval past a Retry-After wins",
+        LATER,
+        NOW + timedelta(seconds=3),
+        NOW + timedelta(seconds=8),
+        WebhookOutcome.woke_poll,
+        NOW + timedelta(seconds=8),
+        DelaySource.webhook_interval,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("next_poll_at", "not_before", "webhook_not_before", "outcome", "wake_at", "source"),
+    [row[1:] for row in INTERVAL_TABLE],
+    ids=[row[0] for row in INTERVAL_TABLE],
+)
+def test_a_webhook_wakes_no_status_read_sooner_than_its_interval_after_the_last_it_woke(
+    next_poll_at: datetime,
+    not_before: datetime | None,
+    webhook_not_before: datetime,
+    outcome: WebhookOutcome,
+    wake_at: datetime | None,
+    source: DelaySource | None,
+) -> None:
+    op = operation(S.observing, next_poll_at=next_poll_at, poll_not_before=not_before)
+    decision = after_webhook(op, NOW, webhook_not_before=webhook_not_before)
+    assert (decision.outcome, decision.wake_at, decision.delay_source) == (
+        outcome,
+        wake_at,
+        source,
+    )
 
 
 # --- the contract's [webhook] table ------------------------------------------------------

@@ -1,0 +1,59 @@
+"""`jobwarden demo` runs on a queue and key prefix of its own: a worker started from the
+README on the configured queue, running all along, takes none of the demo's tasks
+(issue 24: it took them, and 4 of 5 scenarios came out wrong).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobwarden.demo import demo_routing
+from jobwarden.harness import REPO, Stack
+
+
+def test_the_demo_routes_to_a_queue_and_prefix_beside_the_configured_ones() -> None:
+    routing = demo_routing("jobwarden", "jobwarden")
+    assert routing == {
+        "JOBWARDEN_QUEUE": "jobwarden-demo",
+        "JOBWARDEN_KEY_PREFIX": "jobwarden-demo",
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_readme_worker_on_the_configured_queue_takes_none_of_the_demos_tasks(
+    database_url: str, tmp_path: Path
+) -> None:
+    # A configured queue of this test's own: earlier tests leave wake-ups on the session's.
+    configured = f"{os.environ['JOBWARDEN_QUEUE']}-readme-{secrets.token_hex(3)}"
+    env = {
+        "JOBWARDEN_DATABASE_URL": database_url,
+        "JOBWARDEN_QUEUE": configured,
+        "JOBWARDEN_KEY_PREFIX": f"{os.environ['JOBWARDEN_KEY_PREFIX']}-{configured}",
+    }
+    readme = Stack(env, log_dir=tmp_path)
+    try:
+        readme.start_worker("readme-worker", concurrency=2)
+        readme.wait_ready("readme-worker")
+        demo = subprocess.run(
+            [sys.executable, "-m", "jobwarden.cli", "demo"],
+            cwd=REPO,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=280,
+            check=False,
+        )
+    finally:
+        readme.stop()
+    log = (tmp_path / "readme-worker.log").read_text(errors="replace")
+    assert " ready." in log  # it was consuming the configured queue all along
+    assert "received" not in log, log[-3000:]
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-2000:]
+    assert f"queue {configured}-demo (the demo's own)" in demo.stdout, demo.stdout
