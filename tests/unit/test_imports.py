@@ -109,7 +109,7 @@ def third_party_imports() -> list[str]:
 def import_each_alone(names: list[str]) -> list[str]:
     """Import each module in its own freshly forked interpreter; problem descriptions."""
     # From the repository root, where a stray `import tasks` would succeed rather than fail.
-    job = json.dumps([third_party_imports(), list(FOLDER_NAMES), names])
+    job = json.dumps([THIRD_PARTY, list(FOLDER_NAMES), names])
     done = subprocess.run(
         [sys.executable, "-c", ZYGOTE, job],
         capture_output=True,
@@ -148,7 +148,7 @@ def test_discovery_walks_every_folder_of_the_package() -> None:
 
 
 def test_the_preloaded_libraries_are_third_party_only() -> None:
-    preload = third_party_imports()
+    preload = THIRD_PARTY
     assert {"celery", "fastapi", "sqlalchemy"} <= set(preload)
     assert not {"jobwarden", *FOLDER_NAMES} & set(preload)
 
@@ -365,3 +365,10 @@ def test_modules_inside_jobwarden_import_each_other_without_a_cycle() -> None:
     cycles = find_cycles(import_graph(MODULES))
     report = "\n\n".join("import cycle:\n    " + describe(c, MODULES) for c in cycles)
     assert cycles == [], report
+
+
+# Read once, as the module is collected: CPython 3.11's ast can raise "SystemError: AST
+# constructor recursion depth mismatch" when it parses after other tests in the same
+# process have recursed deeply (the deep-JSON and hypothesis tables); before any test has
+# run, its recursion counter is still in step.
+THIRD_PARTY = third_party_imports()
