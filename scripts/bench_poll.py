@@ -274,6 +274,33 @@ class Meter:
         return {pid: cpu_seconds(pid) for (pid,) in pids if pid not in self.own}
 
 
+def _updates(database: str) -> dict[str, tuple[int, int]]:
+    """Per table of ``database``: (rows updated, of them HOT) since the server started.
+
+    A HOT update writes no new index entry (issue 23): the poll's target is the
+    operations row, whose updates should all be HOT once the timer lives apart.
+    """
+    import psycopg
+
+    with psycopg.connect(_dsn(database), autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        rows = conn.execute(
+            "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+        ).fetchall()
+    return {name: (int(upd), int(hot)) for name, upd, hot in rows}
+
+
+def _hot_report(before: dict[str, dict[str, tuple[int, int]]], bench: Bench) -> None:
+    print("\nHOT updates over the whole run (pg_stat_user_tables; no index entry each):")
+    for s in SYSTEMS:
+        after = _updates(bench.database(s))
+        for table, (upd, hot) in sorted(after.items()):
+            was_upd, was_hot = before[s].get(table, (0, 0))
+            n, h = upd - was_upd, hot - was_hot
+            if n:
+                print(f"  {s:<10}{table:<22} updates {n:7d}   HOT {h:7d}   ratio {h / n:.2f}")
+
+
 def _measure(bench: Bench) -> int:
     import _poll_floor
 
@@ -291,6 +318,7 @@ def _measure(bench: Bench) -> int:
     db = {s: Counted(bench.database(s)) for s in SYSTEMS}
     meter = Meter(bench, {c.pid for c in db.values()})
     commits_before = meter.settled_commits()
+    updates_before = {s: _updates(bench.database(s)) for s in SYSTEMS}
     all_ops = [op for batch in bench.ops for op in batch]
     count_events = "SELECT count(*) FROM operation_events WHERE operation_id = ANY(%s::uuid[])"
     events_before = int(db["jobwarden"].scalar(count_events, (all_ops,)))
@@ -301,7 +329,7 @@ def _measure(bench: Bench) -> int:
     def run_jobwarden(r: int) -> None:
         ids = bench.ops[r]
         db["jobwarden"].scalar(
-            "UPDATE operations SET next_poll_at = now(), dispatched_at = now()"
+            "UPDATE operation_timers SET next_poll_at = now(), dispatched_at = now()"
             " WHERE operation_id = ANY(%s::uuid[]) RETURNING 1",
             (ids,),
         )
@@ -397,6 +425,7 @@ def _measure(bench: Bench) -> int:
         probes[s]["commits"] = commits_after[s] - commits_before[s] - own[s]
         probes[s]["events"] = events[s]
     _report(args, results, total_polls, probes)
+    _hot_report(updates_before, bench)
     return 0
 
 

@@ -75,15 +75,18 @@ def _clone(database_url: str, prototype: str, count: int, due: bool) -> None:
             "operation_id": "gen_random_uuid()",
             "idempotency_key": "idempotency_key || '-' || :tag || '-' || g",
             "provider_token": "provider_token || '-' || :tag || '-' || g",
-            "next_poll_at": "now() - interval '1 hour'" if due else "now() + interval '1 day'",
-            "dispatched_at": "NULL",
         }
         names = ", ".join(columns)
         values = ", ".join(override.get(c, c) for c in columns)
+        timer = "now() - interval '1 hour'" if due else "now() + interval '1 day'"
+        # Each copy with its timer row (operation_timers, 0021), in the same statement.
         session.execute(
             text(
-                f"INSERT INTO operations ({names}) SELECT {values} "
-                "FROM operations, generate_series(1, :n) AS g WHERE operation_id = :proto"
+                f"WITH copies AS (INSERT INTO operations ({names}) SELECT {values} "
+                "FROM operations, generate_series(1, :n) AS g WHERE operation_id = :proto "
+                "RETURNING operation_id) "
+                "INSERT INTO operation_timers (operation_id, next_poll_at, dispatched_at) "
+                f"SELECT operation_id, {timer}, NULL FROM copies"
             ),
             {"n": count, "proto": prototype, "tag": secrets.token_hex(4)},
         )
@@ -189,7 +192,7 @@ def _run(args: argparse.Namespace, env: dict[str, str], settings: Any) -> int:
         with transaction(settings.database_url) as session:
             session.execute(
                 text(
-                    "UPDATE operations SET next_poll_at = now() + interval '1 day' "
+                    "UPDATE operation_timers SET next_poll_at = now() + interval '1 day' "
                     "WHERE operation_id = :id"
                 ),
                 {"id": prototype},
@@ -214,9 +217,9 @@ def _run(args: argparse.Namespace, env: dict[str, str], settings: Any) -> int:
     with transaction(settings.database_url) as session:
         session.execute(
             text(
-                "UPDATE operations SET next_poll_at = now() - interval '1 hour', "
+                "UPDATE operation_timers SET next_poll_at = now() - interval '1 hour', "
                 "dispatched_at = NULL WHERE operation_id IN "
-                "(SELECT operation_id FROM operations WHERE operation_id <> :proto LIMIT :n)"
+                "(SELECT operation_id FROM operation_timers WHERE operation_id <> :proto LIMIT :n)"
             ),
             {"proto": prototype, "n": args.due},
         )

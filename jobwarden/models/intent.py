@@ -113,6 +113,7 @@ def opening(sub: Submission, contract: ProviderContract, intake: Intake) -> Oper
         event_count=1,
         last_event_hash=GENESIS_HASH,
         updated_at=now,
+        state_since=now,
     )
 
 

@@ -89,6 +89,8 @@ class Operation:
     event_count: int
     last_event_hash: str
     updated_at: datetime
+    # When the row entered its state (0021); None on a snapshot built without it.
+    state_since: datetime | None = None
     # Not a column: the kind of the newest event, read in the same query. A create_sent
     # or reconcile_sent with nothing after it means the sender died mid-request.
     last_event_kind: EventKind | None = None
@@ -179,6 +181,7 @@ class RowChanges(TypedDict, total=False):
     event_count: int
     last_event_hash: str
     updated_at: datetime
+    state_since: datetime | None
 
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Operation))

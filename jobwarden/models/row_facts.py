@@ -95,8 +95,11 @@ UNBOUND_COLUMNS: Final = frozenset(
         "updated_at",  # bookkeeping
         "event_count",  # the chain head: checked against the events themselves
         "last_event_hash",  # the chain head
-        "next_poll_at",  # timers: when to look next, not what happened
-        "dispatched_at",  # the sweeper sets it without an event
+        # timers, kept in operation_timers: when to look next, not what happened; the
+        # sweeper sets dispatched_at without an event
+        "next_poll_at",
+        "dispatched_at",
+        "state_since",  # bookkeeping: when the state (which is bound) was entered
         "poll_not_before",  # a timer (the hint itself is in the observed event)
         # which counted request the next poll may send: the sweeper drops it, without an
         # event, when that poll's message is presumed lost (the count itself is bound)

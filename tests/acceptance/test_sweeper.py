@@ -5,12 +5,13 @@ and finishes, with no message of its own but the sweeper's."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import update
 
 from jobwarden.models.persistence.db import transaction
-from jobwarden.models.persistence.tables import OperationRow
+from jobwarden.models.persistence.tables import OperationRow, TimerRow
 from tests.acceptance.conftest import Pipeline
 
 pytestmark = pytest.mark.usefixtures("stack")
@@ -32,15 +33,18 @@ def test_every_parked_operation_that_comes_due_is_woken_by_the_sweeper_and_run(
     assert all(pipeline.job_requests(op, "status") == [] for op in ops)
     # Move the clock for these rows: the Retry-After has passed, they are due, and no
     # wake-up was ever handed to the broker.
+    ids = [uuid.UUID(op) for op in ops]
     with transaction(pipeline.database_url) as session:
         session.execute(
             update(OperationRow)
-            .where(OperationRow.operation_id.in_([uuid.UUID(op) for op in ops]))
-            .values(
-                next_poll_at=OperationRow.created_at,
-                poll_not_before=OperationRow.created_at,
-                dispatched_at=None,
-            )
+            .where(OperationRow.operation_id.in_(ids))
+            .values(poll_not_before=OperationRow.created_at)
+        )
+        # The timer lives in operation_timers (0021).
+        session.execute(
+            update(TimerRow)
+            .where(TimerRow.operation_id.in_(ids))
+            .values(next_poll_at=datetime.now(UTC) - timedelta(hours=1), dispatched_at=None)
         )
     for op in ops:
         assert pipeline.wait_state(op, timeout=60).state == "succeeded"

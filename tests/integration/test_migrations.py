@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, create_engine, text
 
-from jobwarden.models.persistence.tables import ACTIVE_STATES
 from jobwarden.models.states import OperationState
 
 VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
@@ -115,15 +114,68 @@ def test_the_state_check_constraint_allows_exactly_the_states_of_the_enum(
     )
 
 
-def test_the_due_index_covers_exactly_the_active_states(connection: Connection) -> None:
-    predicate = connection.scalar(
+def _predicate(connection: Connection, index: str) -> str | None:
+    found = connection.scalar(
         text(
             "SELECT pg_get_expr(i.indpred, i.indrelid) FROM pg_index i "
-            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 'ix_operations_due'"
+            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = :index"
+        ),
+        {"index": index},
+    )
+    return str(found) if found is not None else None
+
+
+def test_the_due_index_is_on_the_narrow_timer_row_and_holds_only_rows_with_a_timer(
+    connection: Connection,
+) -> None:
+    # 0021: the timer moved out of the operations row so that polls are HOT updates there.
+    assert _predicate(connection, "ix_operations_due") is None
+    assert _predicate(connection, "ix_operation_timers_due") == "(next_poll_at IS NOT NULL)"
+
+
+def test_no_index_of_the_operations_row_names_a_column_a_waiting_poll_writes(
+    connection: Connection,
+) -> None:
+    # A poll that waits writes these (and the timer row); if any were indexed, no poll
+    # could be a HOT update (issue 23).
+    written_by_a_poll = {
+        "version",
+        "updated_at",
+        "event_count",
+        "last_event_hash",
+        "status_requests_used",
+        "reserved_request",
+        "poll_attempt",
+        "poll_not_before",
+        "last_remote_state",
+        "last_http_status",
+        "progress",
+        "consecutive_rate_limited",
+        "transport_failures_used",
+    }
+    indexed = set(
+        connection.scalars(
+            text(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a "
+                "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+                "WHERE i.indrelid = 'operations'::regclass"
+            )
         )
     )
-    assert predicate is not None, "ix_operations_due is missing or not partial"
-    assert string_literals(str(predicate)) == {s.value for s in ACTIVE_STATES}
+    predicates = " ".join(
+        connection.scalars(
+            text(
+                "SELECT coalesce(pg_get_expr(indpred, indrelid), '') FROM pg_index "
+                "WHERE indrelid = 'operations'::regclass"
+            )
+        )
+    )
+    assert indexed & written_by_a_poll == set()
+    assert [c for c in written_by_a_poll if c in predicates] == []
+    options = connection.scalar(
+        text("SELECT reloptions FROM pg_class WHERE relname = 'operations'")
+    )
+    assert "fillfactor=70" in (options or [])
 
 
 def test_every_state_a_constraint_names_is_a_state_of_the_enum(connection: Connection) -> None:

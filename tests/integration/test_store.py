@@ -387,3 +387,83 @@ def test_the_database_refuses_an_operation_past_approval_without_an_authorizer(
         store.fenced_update(
             session, row, changes={"state": S.create_pending.value}, drafts=[approved], now=NOW
         )
+
+
+def test_a_poll_that_waits_is_a_hot_update_of_the_operations_row(database_url: str) -> None:
+    # Issue 23: a poll moves the timer (in operation_timers), the counters and the chain
+    # head; none of them is indexed on the operations row, so with the room fillfactor
+    # leaves on its page the update is HOT: no new entry in any of its nine indexes. Read
+    # from this backend's own statistics, so no other backend's writes count.
+    op_id = _insert(
+        database_url, _new_row(S.observing, remote_job_id="job-1", max_status_requests=50)
+    )
+    hot = []
+    for n in range(1, 21):
+        with transaction(database_url) as session:
+            row = store.load(session, op_id)
+            assert row is not None
+            at = NOW + timedelta(seconds=n)
+            store.fenced_update(
+                session,
+                row,
+                changes={
+                    "status_requests_used": n,
+                    "reserved_request": n,
+                    "poll_attempt": n,
+                    "last_http_status": 200,
+                    "next_poll_at": at,
+                    "dispatched_at": at,
+                },
+                drafts=[EventDraft(kind=EventKind.polled, actor="tester", at=at)],
+                now=at,
+            )
+            counts = session.execute(
+                text(
+                    "SELECT pg_stat_get_xact_tuples_updated('operations'::regclass), "
+                    "pg_stat_get_xact_tuples_hot_updated('operations'::regclass)"
+                )
+            ).one()
+            hot.append(tuple(counts))
+    # The backend's statistics not yet flushed: this write, and maybe earlier ones of
+    # this connection. Every update among them was HOT.
+    assert all(updated >= 1 and hot_updated == updated for updated, hot_updated in hot), hot
+    with transaction(database_url) as session:
+        stored = store.load(session, op_id)
+    assert stored is not None
+    assert stored.next_poll_at == NOW + timedelta(seconds=20)
+    assert stored.status_requests_used == 20 and stored.version == 21
+
+
+def test_a_transition_moves_state_since_and_a_poll_does_not(database_url: str) -> None:
+    op_id = _insert(database_url, _new_row(S.accepted, remote_job_id="job-1"))
+    with transaction(database_url) as session:
+        row = store.load(session, op_id)
+        assert row is not None
+        first = NOW + timedelta(seconds=1)
+        row = store.fenced_update(
+            session,
+            row,
+            changes={"state": S.observing.value, "status_requests_used": 1},
+            drafts=[
+                EventDraft(
+                    kind=EventKind.poll_sent,
+                    actor="tester",
+                    at=first,
+                    from_state=S.accepted.value,
+                    to_state=S.observing.value,
+                )
+            ],
+            now=first,
+        )
+        later = NOW + timedelta(seconds=5)
+        store.fenced_update(
+            session,
+            row,
+            changes={"next_poll_at": later},
+            drafts=[EventDraft(kind=EventKind.polled, actor="tester", at=later)],
+            now=later,
+        )
+    with transaction(database_url) as session:
+        stored = store.load(session, op_id)
+    assert stored is not None
+    assert (stored.state_since, stored.updated_at) == (first, later)

@@ -536,7 +536,7 @@ def test_the_sweeper_marking_a_row_dispatched_does_not_unbind_it(
     with engine_for(database_url).begin() as conn:
         conn.execute(
             text(
-                "UPDATE operations SET dispatched_at = now(), next_poll_at = now() "
+                "UPDATE operation_timers SET dispatched_at = now(), next_poll_at = now() "
                 "WHERE operation_id = :id"
             ),
             {"id": honest},

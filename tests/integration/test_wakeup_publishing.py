@@ -23,7 +23,7 @@ from sqlalchemy import select, update
 
 from jobwarden.config.celery_app import app
 from jobwarden.models.persistence.db import transaction
-from jobwarden.models.persistence.tables import OperationRow
+from jobwarden.models.persistence.tables import TimerRow
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.pipeline import sweep_once
@@ -73,9 +73,7 @@ def park(database_url: str) -> Iterator[Callable[..., list[uuid.UUID]]]:
     yield _park
     with transaction(database_url) as session:
         session.execute(
-            update(OperationRow)
-            .where(OperationRow.operation_id.in_(parked))
-            .values(next_poll_at=None)
+            update(TimerRow).where(TimerRow.operation_id.in_(parked)).values(next_poll_at=None)
         )
 
 
@@ -108,7 +106,7 @@ def test_one_sweep_wakes_every_due_row_while_its_batches_come_back_full(
     assert all(m["headers"]["ignore_result"] is True for m in messages)
     with transaction(database_url) as session:
         marked = session.scalars(
-            select(OperationRow.dispatched_at).where(OperationRow.operation_id.in_(parked))
+            select(TimerRow.dispatched_at).where(TimerRow.operation_id.in_(parked))
         ).all()
     assert marked == [SWEEP_NOW] * 5
     # Claimed rows are not claimed again before redispatch_after_seconds.

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from jobwarden.models.concurrency import Occupancy
 from jobwarden.models.operation import Operation
-from jobwarden.models.persistence.tables import OperationRow
+from jobwarden.models.persistence.tables import OPERATION_WITH_TIMER, OperationRow
 from jobwarden.models.states import TERMINAL, WAITING_FOR_ROOM, OperationState
 
 OPERATIONS = OperationRow.__table__
@@ -62,8 +62,7 @@ def occupancy(session: Session, tenant: str, key: str) -> Occupancy:
 def queue(session: Session, tenant: str, key: str, *, limit: int) -> list[Operation]:
     """The key's queued operations, oldest first (submission order), at most ``limit``."""
     rows = session.execute(
-        select(OPERATIONS)
-        .where(_of_key(tenant, key))
+        OPERATION_WITH_TIMER.where(_of_key(tenant, key))
         .where(OPERATIONS.c.state == _QUEUED)
         .order_by(OPERATIONS.c.created_at, OPERATIONS.c.operation_id)
         .limit(limit)
@@ -74,8 +73,7 @@ def queue(session: Session, tenant: str, key: str, *, limit: int) -> list[Operat
 def last_ended(session: Session, tenant: str, key: str) -> Operation | None:
     """The key's most recently ended operation: the holder a late hand-over names."""
     found = session.execute(
-        select(OPERATIONS)
-        .where(_of_key(tenant, key))
+        OPERATION_WITH_TIMER.where(_of_key(tenant, key))
         .where(OPERATIONS.c.state.in_(_TERMINAL))
         .order_by(OPERATIONS.c.updated_at.desc())
         .limit(1)

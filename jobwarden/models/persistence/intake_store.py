@@ -35,7 +35,7 @@ from jobwarden.models.notifications import Notice, Subject, kind_for, notice
 from jobwarden.models.persistence import outbox
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.api_tables import IntakeLogRow
-from jobwarden.models.persistence.tables import EventRow, OperationRow
+from jobwarden.models.persistence.tables import TIMER_COLUMNS, EventRow, OperationRow
 from jobwarden.models.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.states import OperationState
 
@@ -74,16 +74,23 @@ def _select(prefix: str, casts: Mapping[str, str]) -> tuple[str, str]:
 
 @lru_cache(maxsize=64)
 def _claim_sql(columns: tuple[str, ...], notifications: int = 0) -> str:
-    unknown = set(columns) - set(_OPERATION_CASTS)
+    unknown = set(columns) - set(_OPERATION_CASTS) - TIMER_COLUMNS
     if unknown:
         raise ValueError(f"not operation columns: {', '.join(sorted(unknown))}")
-    op_names = ", ".join(f'"{c}"' for c in columns)
-    op_values = ", ".join(f"%(o_{c})s::{_OPERATION_CASTS[c]}" for c in columns)
+    row = [c for c in columns if c not in TIMER_COLUMNS]
+    op_names = ", ".join(f'"{c}"' for c in row)
+    op_values = ", ".join(f"%(o_{c})s::{_OPERATION_CASTS[c]}" for c in row)
+    timer = sorted(TIMER_COLUMNS)
+    timer_names = ", ".join(f'"{c}"' for c in timer)
+    timer_values = ", ".join(f"%(t_{c})s::timestamptz" for c in timer)
     event_names, event_values = _select("e_", _EVENT_CASTS)
     entry_names, entry_values = _select("l_", _ENTRY_CASTS)
     return (
         f"WITH claimed AS (INSERT INTO operations ({op_names}) VALUES ({op_values}) "
         "ON CONFLICT DO NOTHING RETURNING operation_id), "
+        # Every operation has its timer row from the start (tables.TimerRow).
+        f"timer AS (INSERT INTO operation_timers (operation_id, {timer_names}) "
+        f"SELECT operation_id, {timer_values} FROM claimed), "
         f"first_event AS (INSERT INTO operation_events ({event_names}) "
         f"SELECT {event_values} FROM claimed), "
         f"entry AS (INSERT INTO intake_log ({entry_names}) SELECT {entry_values} FROM claimed) "
@@ -166,7 +173,8 @@ def claim(
         "hash": bound.hash,
     }
     entry = {name: getattr(created, name) for name in _ENTRY_CASTS}
-    params = {f"o_{c}": _bound(f"o_{c}", v) for c, v in columns.items()}
+    params = {f"o_{c}": _bound(f"o_{c}", v) for c, v in columns.items() if c not in TIMER_COLUMNS}
+    params.update({f"t_{c}": columns.get(c) for c in TIMER_COLUMNS})
     params.update({f"e_{c}": _bound(f"e_{c}", event[c]) for c in _EVENT_CASTS})
     params.update({f"l_{c}": _bound(f"l_{c}", entry[c]) for c in _ENTRY_CASTS})
     # An operation that starts by waiting for a human's approval tells them, atomically.

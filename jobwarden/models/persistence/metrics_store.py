@@ -124,9 +124,10 @@ def oldest_due(session: Session, now: datetime) -> dict[str, datetime]:
     """
     rows = session.execute(
         text(
-            "SELECT provider, min(next_poll_at) FROM operations"
-            f" WHERE state IN ({_in([s.value for s in ACTIVE_STATES])})"
-            " AND next_poll_at <= :now GROUP BY provider"
+            "SELECT o.provider, min(t.next_poll_at) FROM operation_timers t"
+            " JOIN operations o ON o.operation_id = t.operation_id"
+            f" WHERE o.state IN ({_in([s.value for s in ACTIVE_STATES])})"
+            " AND t.next_poll_at <= :now GROUP BY o.provider"
         ),
         {"now": now},
     )

@@ -20,11 +20,12 @@ from sqlalchemy.orm import Session
 from jobwarden.models.notifications import CHANNELS, DeliveryStatus, Notice, NotificationKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence.notification_tables import NotificationRow
-from jobwarden.models.persistence.tables import OperationRow
+from jobwarden.models.persistence.tables import OperationRow, TimerRow
 from jobwarden.models.states import OperationState
 
 NOTIFICATIONS = cast(Table, NotificationRow.__table__)
 OPERATIONS = cast(Table, OperationRow.__table__)
+TIMERS = cast(Table, TimerRow.__table__)
 _PENDING = DeliveryStatus.pending.value
 
 
@@ -123,13 +124,15 @@ def expiring(session: Session, *, now: datetime, lead: timedelta, limit: int) ->
         .where(NOTIFICATIONS.c.kind == NotificationKind.approval_expiring.value)
         .exists()
     )
+    # The window's end is the operation's timer (operation_timers, beside the row).
     rows = session.execute(
-        select(OPERATIONS)
+        select(OPERATIONS, TIMERS.c.next_poll_at, TIMERS.c.dispatched_at)
+        .join(TIMERS, TIMERS.c.operation_id == OPERATIONS.c.operation_id)
         .where(OPERATIONS.c.state == OperationState.awaiting_approval.value)
-        .where(OPERATIONS.c.next_poll_at > now)
-        .where(OPERATIONS.c.next_poll_at <= now + lead)
+        .where(TIMERS.c.next_poll_at > now)
+        .where(TIMERS.c.next_poll_at <= now + lead)
         .where(~reminded)
-        .order_by(OPERATIONS.c.next_poll_at)
+        .order_by(TIMERS.c.next_poll_at)
         .limit(limit)
     ).all()
     return [Operation.from_mapping({**r._mapping, "last_event_kind": None}) for r in rows]

@@ -20,7 +20,12 @@ from sqlalchemy import Table, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from jobwarden.models.operation import Operation
-from jobwarden.models.persistence.tables import NEEDS_A_HUMAN, EventRow, OperationRow
+from jobwarden.models.persistence.tables import (
+    NEEDS_A_HUMAN,
+    OPERATION_WITH_TIMER,
+    EventRow,
+    OperationRow,
+)
 from jobwarden.models.states import OperationState
 
 OPERATIONS = cast(Table, OperationRow.__table__)
@@ -75,9 +80,9 @@ def operation_for_tenant(
 ) -> Operation | None:
     """The tenant's operation, or None when there is none (or it is another tenant's)."""
     found = session.execute(
-        select(OPERATIONS)
-        .where(OPERATIONS.c.operation_id == operation_id)
-        .where(OPERATIONS.c.tenant == tenant)
+        OPERATION_WITH_TIMER.where(OPERATIONS.c.operation_id == operation_id).where(
+            OPERATIONS.c.tenant == tenant
+        )
     ).first()
     return Operation.from_mapping(dict(found._mapping)) if found is not None else None
 
@@ -119,21 +124,21 @@ def list_operations(session: Session, f: OperationFilter) -> Page:
 def escalations(session: Session, tenant: str, *, limit: int, after: Position | None) -> Page:
     """The tenant's operations that need a human, longest waiting first.
 
-    A stopped operation is written again only when someone moves it, so its
-    updated_at is when it stopped (or, awaiting approval, when it was submitted).
+    Ordered by when each entered the state it waits in (``state_since``: when it
+    stopped, or, awaiting approval, when it was submitted).
     """
     query = (
-        select(*_SUMMARY, OPERATIONS.c.escalation_detail)
+        select(*_SUMMARY, OPERATIONS.c.escalation_detail, OPERATIONS.c.state_since)
         .where(OPERATIONS.c.tenant == tenant)
         .where(OPERATIONS.c.state.in_([s.value for s in NEEDS_A_HUMAN]))
     )
     if after is not None:
         query = query.where(
-            tuple_(OPERATIONS.c.updated_at, OPERATIONS.c.operation_id)
+            tuple_(OPERATIONS.c.state_since, OPERATIONS.c.operation_id)
             > tuple_(after.at, after.operation_id)
         )
-    query = query.order_by(OPERATIONS.c.updated_at, OPERATIONS.c.operation_id).limit(limit + 1)
-    return _page(session.execute(query).all(), limit, "updated_at")
+    query = query.order_by(OPERATIONS.c.state_since, OPERATIONS.c.operation_id).limit(limit + 1)
+    return _page(session.execute(query).all(), limit, "state_since")
 
 
 def escalation_counts(session: Session, tenant: str) -> list[tuple[str, str | None, int]]:

@@ -21,7 +21,6 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
-    case,
     func,
     insert,
     or_,
@@ -47,7 +46,14 @@ from jobwarden.models.notifications import NOTIFY_STATES, Notice, notices_for
 from jobwarden.models.operation import COLUMNS, Operation
 from jobwarden.models.persistence import outbox
 from jobwarden.models.persistence.db import driver_execute
-from jobwarden.models.persistence.tables import ACTIVE_STATES, EventRow, OperationRow, ResultRow
+from jobwarden.models.persistence.tables import (
+    ACTIVE_STATES,
+    TIMER_COLUMNS,
+    EventRow,
+    OperationRow,
+    ResultRow,
+    TimerRow,
+)
 from jobwarden.models.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.states import OperationState, check_transition
 from jobwarden.models.verification import ChainProblem, check_result, verify_chain
@@ -56,6 +62,7 @@ from jobwarden.models.verification import ChainProblem, check_result, verify_cha
 EVENTS = cast(Table, EventRow.__table__)
 OPERATIONS = cast(Table, OperationRow.__table__)
 RESULTS = cast(Table, ResultRow.__table__)
+TIMERS = cast(Table, TimerRow.__table__)
 _PG = psycopg_dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it untyped
 
 # The newest event's kind rides on the same SELECT: the (operation_id, seq) unique index
@@ -71,7 +78,11 @@ _LAST_KIND = (
     .scalar_subquery()
     .label("last_event_kind")
 )
-_LOAD = select(OPERATIONS, _LAST_KIND)
+# The timer lives in its own narrow row (tables.TimerRow: polls stay HOT updates); a
+# snapshot reads it with the row, and a row without one (none yet) reads as no timer.
+_LOAD = select(OPERATIONS, TIMERS.c.next_poll_at, TIMERS.c.dispatched_at, _LAST_KIND).select_from(
+    OPERATIONS.outerjoin(TIMERS, TIMERS.c.operation_id == OPERATIONS.c.operation_id)
+)
 
 
 def _event_rows(events: Sequence[ChainedEvent]) -> list[dict[str, Any]]:
@@ -109,21 +120,44 @@ _JSON_COLUMNS: Final = frozenset(
 )
 
 
+def _timer_upsert(columns: tuple[str, ...]) -> str:
+    """The timer row's write, for the operation the fenced update matched (none: nothing).
+
+    An upsert, so an operation inserted before it had a timer row still gets one.
+    """
+    names = ", ".join(f'"{c}"' for c in columns)
+    values = ", ".join(f"%(set_{c})s::timestamptz" for c in columns)
+    sets = ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in columns)
+    return (
+        f"INSERT INTO operation_timers (operation_id, {names}) "
+        f"SELECT operation_id, {values} FROM fenced "
+        f"ON CONFLICT (operation_id) DO UPDATE SET {sets}"
+    )
+
+
 @lru_cache(maxsize=512)
 def _fenced_sql(columns: tuple[str, ...], events: int, notifications: int = 0) -> str:
     """The fenced write as one statement, per shape (which columns, how many events).
 
     ``WITH fenced AS (UPDATE ... RETURNING) INSERT events SELECT ... WHERE EXISTS (fenced)``:
-    the events land only if the version matched. Built as text once per shape, because
-    composing and compiling it per poll cost more CPU than the rest of the write.
+    the events land only if the version matched. The timer columns go to operation_timers
+    in one more CTE of the same statement, so the operations row changes no indexed
+    column on a poll (a HOT update). Built as text once per shape, because composing and
+    compiling it per poll cost more CPU than the rest of the write.
     """
-    sets = ", ".join(f'"{c}" = %(set_{c})s' for c in columns)
+    timer = tuple(c for c in columns if c in TIMER_COLUMNS)
+    sets = ", ".join(f'"{c}" = %(set_{c})s' for c in columns if c not in TIMER_COLUMNS)
     fenced = (
         f"UPDATE operations SET {sets} "
         "WHERE operation_id = %(fenced_id)s AND version = %(fenced_version)s"
     )
     if not events:
-        return fenced
+        # Its row count says whether the version matched: the upsert's, else the update's.
+        return (
+            f"WITH fenced AS ({fenced} RETURNING operation_id) {_timer_upsert(timer)}"
+            if timer
+            else fenced
+        )
     names = ", ".join(f'"{c}"' for c in _EVENT_CASTS)
     rows = " UNION ALL ".join(
         "SELECT "
@@ -132,6 +166,8 @@ def _fenced_sql(columns: tuple[str, ...], events: int, notifications: int = 0) -
         for i in range(events)
     )
     ctes = [f"fenced AS ({fenced} RETURNING operation_id)"]
+    if timer:
+        ctes.append(f"timed AS ({_timer_upsert(timer)})")
     if notifications:
         # A write that needs a human adds its outbox rows as one more CTE of the same
         # statement (Postgres runs every data-modifying CTE, read or not); a poll's
@@ -177,7 +213,8 @@ def _default(name: str) -> Any:
 
 
 def insert_operation(session: Session, row: OperationRow, drafts: Sequence[EventDraft]) -> None:
-    """Add a new operation with its first events; flushes so unique violations surface here."""
+    """Add a new operation with its first events and its timer row; flushes so unique
+    violations surface here."""
     for name in ROW_FACTS:
         if getattr(row, name) is None:
             setattr(row, name, _default(name))  # spelled out, so the digest sees what is stored
@@ -186,10 +223,14 @@ def insert_operation(session: Session, row: OperationRow, drafts: Sequence[Event
         str(row.operation_id), drafts, last_seq=0, last_hash=GENESIS_HASH, row_digest=digest
     )
     row.version = 1
+    if row.state_since is None:
+        row.state_since = row.updated_at  # it entered its first state when it was written
     row.event_count = len(chained)
     row.last_event_hash = chained[-1].hash if chained else GENESIS_HASH
     session.add(row)
     session.flush()
+    timer = getattr(row, "timer", {})  # absent on a row SQLAlchemy loaded itself
+    session.execute(insert(TIMERS).values(operation_id=row.operation_id, **timer))
     if chained:
         session.execute(insert(EVENTS), _event_rows(chained))
 
@@ -272,6 +313,8 @@ def fenced_update(
     values = dict(changes)
     values["version"] = row.version + 1
     values["updated_at"] = now
+    if new_state is not None and new_state != row.state:
+        values["state_since"] = now
     if chained:
         values["event_count"] = chained[-1].seq
         values["last_event_hash"] = chained[-1].hash
@@ -348,37 +391,41 @@ def claim_due(
     taking the same row.
     """
     due = (
-        select(OperationRow.operation_id, OperationRow.state)
-        .where(OperationRow.state.in_([s.value for s in ACTIVE_STATES]))
-        .where(OperationRow.next_poll_at <= now)
+        select(TIMERS.c.operation_id, OPERATIONS.c.state, TIMERS.c.dispatched_at)
+        .join(OPERATIONS, OPERATIONS.c.operation_id == TIMERS.c.operation_id)
+        .where(OPERATIONS.c.state.in_([s.value for s in ACTIVE_STATES]))
+        .where(TIMERS.c.next_poll_at <= now)
         .where(
             or_(
-                OperationRow.dispatched_at.is_(None),
-                OperationRow.dispatched_at <= now - redispatch_after,
+                TIMERS.c.dispatched_at.is_(None),
+                TIMERS.c.dispatched_at <= now - redispatch_after,
             )
         )
-        .order_by(OperationRow.next_poll_at)
+        .order_by(TIMERS.c.next_poll_at)
         .limit(limit)
-        .with_for_update(skip_locked=True)
+        # Both rows: a step's fenced write locks the operation, then its timer; skipping a
+        # row either of them has locked means the sweeper never waits, so never deadlocks.
+        .with_for_update(of=(TIMERS, OPERATIONS), skip_locked=True)
     )
-    rows = [(op_id, OperationState(state)) for op_id, state in session.execute(due)]
+    found = list(session.execute(due))
+    rows = [(op_id, OperationState(state)) for op_id, state, _ in found]
     if rows:
-        # dispatched_at is a delivery hint, not owned data: no version bump, no event. A
-        # message presumed lost may have sent its reserved request before it was lost (the
+        # dispatched_at is a delivery hint, not owned data: no version bump, no event.
+        session.execute(
+            update(TIMERS)
+            .where(TIMERS.c.operation_id.in_([r[0] for r in rows]))
+            .values(dispatched_at=now)
+        )
+        # A message presumed lost may have sent its reserved request before it was lost (the
         # guard against reuse lives in Redis, which may have lost it too), so the request
         # stays counted and the redispatched poll claims a fresh one.
-        session.execute(
-            update(OperationRow)
-            .where(OperationRow.operation_id.in_([r[0] for r in rows]))
-            .values(
-                dispatched_at=now,
-                reserved_request=case(
-                    (OperationRow.dispatched_at.is_(None), OperationRow.reserved_request),
-                    else_=None,
-                ),
+        lost = [op_id for op_id, _, dispatched in found if dispatched is not None]
+        if lost:
+            session.execute(
+                update(OPERATIONS)
+                .where(OPERATIONS.c.operation_id.in_(lost))
+                .values(reserved_request=None)
             )
-            .execution_options(synchronize_session=False)
-        )
     return rows
 
 

@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    select,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
@@ -52,6 +53,13 @@ ACTIVE_STATE_VALUES = ", ".join(f"'{s.value}'" for s in ACTIVE_STATES)
 TERMINAL_STATE_VALUES = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 
 
+# The operation's columns that live in operation_timers, read and written with the row.
+TIMER_COLUMNS: frozenset[str] = frozenset({"next_poll_at", "dispatched_at"})
+
+# Percent of each operations page filled by inserts: a 1-2 KiB row leaves room for the
+# new version a poll writes, so it lands on the same page (a HOT update).
+OPERATIONS_FILLFACTOR = 70
+
 # What the escalations list shows: stopped automation, and operations awaiting approval.
 NEEDS_A_HUMAN = tuple(sorted(AUTOMATION_STOPPED | {OperationState.awaiting_approval}))
 # The HTTP API's keyset lists (models/persistence/query_store.py, migration 0010): each
@@ -78,7 +86,7 @@ QUERY_INDEXES = (
     Index(
         "ix_operations_needs_a_human",
         "tenant",
-        "updated_at",
+        "state_since",
         "operation_id",
         postgresql_where=text(f"state IN ({', '.join(repr(s.value) for s in NEEDS_A_HUMAN)})"),
     ),
@@ -130,11 +138,6 @@ class OperationRow(Base):
             unique=True,
             postgresql_where=text("source_event_id IS NOT NULL"),
         ),
-        Index(
-            "ix_operations_due",
-            "next_poll_at",
-            postgresql_where=text(f"state IN ({ACTIVE_STATE_VALUES})"),
-        ),
         # A verified webhook names its remote job: find the operation without a scan (0009).
         Index(
             "ix_operations_provider_remote_job",
@@ -155,7 +158,18 @@ class OperationRow(Base):
             ),
         ),
         *QUERY_INDEXES,
+        # Room on each page for the row's next version: a poll's update stays on its page
+        # (HOT), so old versions are pruned without touching any index (0021).
+        {"postgresql_with": {"fillfactor": OPERATIONS_FILLFACTOR}},
     )
+
+    def __init__(self, **values: Any) -> None:
+        # The timer columns live in operation_timers (TimerRow); a row built with them is
+        # inserted with its timer row by store.insert_operation.
+        self.timer: dict[str, datetime | None] = {
+            name: values.pop(name) for name in TIMER_COLUMNS if name in values
+        }
+        super().__init__(**values)
 
     operation_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(200))
@@ -182,10 +196,6 @@ class OperationRow(Base):
     cancel_deadline: Mapped[datetime | None] = mapped_column(TZ)
     # How long a cancel may take to be confirmed, when the submission overrides the contract.
     cancel_window_seconds: Mapped[float | None] = mapped_column(Float)
-    next_poll_at: Mapped[datetime | None] = mapped_column(TZ)
-    # When a wake-up message for next_poll_at was last handed to the broker; the sweeper
-    # re-sends only when that message is overdue, so a lost message is recovered.
-    dispatched_at: Mapped[datetime | None] = mapped_column(TZ)
     create_attempts: Mapped[int] = mapped_column(Integer, default=0)
     status_requests_used: Mapped[int] = mapped_column(Integer, default=0)
     max_status_requests: Mapped[int] = mapped_column(Integer)
@@ -237,6 +247,9 @@ class OperationRow(Base):
     event_count: Mapped[int] = mapped_column(Integer, default=0)
     last_event_hash: Mapped[str] = mapped_column(String(64))
     updated_at: Mapped[datetime] = mapped_column(TZ)
+    # When the row entered its state (0021): the escalations list's order. Unlike
+    # updated_at it does not move on a poll, so indexing it keeps polls HOT updates.
+    state_since: Mapped[datetime | None] = mapped_column(TZ)
 
 
 class EventRow(Base):
@@ -264,6 +277,39 @@ class EventRow(Base):
     hash: Mapped[str] = mapped_column(String(64))
 
 
+class TimerRow(Base):
+    """When each operation is next due, and when its wake-up was handed to the broker (0021).
+
+    Apart from the operations row so that a poll, which moves only these, the counters and
+    the chain head, changes no indexed column of that wide row: its update is HOT (no new
+    entry in any of its indexes). This narrow row and its two indexes take the churn.
+    The due claim reads it (FOR UPDATE SKIP LOCKED) joined to the operation's state; the
+    fenced write updates it in the same statement as the operation (models/persistence/
+    store.py), so one write is still one round trip.
+    """
+
+    __tablename__ = "operation_timers"
+    __table_args__ = (
+        # The sweeper's due claim: only rows with a timer are indexed (an ended or stopped
+        # operation has none), so the index holds the active operations and no more.
+        Index(
+            "ix_operation_timers_due",
+            "next_poll_at",
+            postgresql_where=text("next_poll_at IS NOT NULL"),
+        ),
+    )
+
+    operation_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True),
+        ForeignKey("operations.operation_id", ondelete="CASCADE"),
+        primary_key=True,
+    )
+    next_poll_at: Mapped[datetime | None] = mapped_column(TZ)
+    # When a wake-up message for next_poll_at was last handed to the broker; the sweeper
+    # re-sends only when that message is overdue, so a lost message is recovered.
+    dispatched_at: Mapped[datetime | None] = mapped_column(TZ)
+
+
 class ResultRow(Base):
     """A collected result's integrity data, written once, and where its bytes are: in the
     result store (``location``), or inline when small (``content``, 0018)."""
@@ -285,3 +331,12 @@ class ResultRow(Base):
     record_count: Mapped[int | None] = mapped_column(BigInteger)
     failed_items: Mapped[list[Any] | None] = mapped_column(JSONB)
     collected_at: Mapped[datetime] = mapped_column(TZ)
+
+
+# An operation as a snapshot reads it: the row and its timer (operation_timers, 0021); a
+# row without a timer row reads as one without a timer.
+_OPERATIONS = OperationRow.__table__
+_TIMERS = TimerRow.__table__
+OPERATION_WITH_TIMER = select(
+    _OPERATIONS, _TIMERS.c.next_poll_at, _TIMERS.c.dispatched_at
+).select_from(_OPERATIONS.outerjoin(_TIMERS, _TIMERS.c.operation_id == _OPERATIONS.c.operation_id))
