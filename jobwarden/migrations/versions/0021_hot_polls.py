@@ -16,7 +16,7 @@ stopped row, as the escalations list read it). The fillfactor applies to pages w
 from now on; ``VACUUM FULL operations`` (a lock, so the operator's call) rewrites the rest.
 
 Revision ID: 0021
-Revises: 0019
+Revises: 0020
 Create Date: 2026-12-03
 """
 
@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0021"
-down_revision = "0019"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 
