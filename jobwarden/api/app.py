@@ -9,6 +9,7 @@ console (jobwarden.console) is served under /console by the same process.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 
 from fastapi import FastAPI, Request
@@ -34,12 +35,12 @@ from jobwarden.metrics import (
 )
 from jobwarden.models.persistence.db import snapshot
 from jobwarden.tasks.runtime import Runtime, build_runtime, current
+from jobwarden.tasks.runtime import close as close_runtime
 
 
-def _runtime_provider(settings: Settings | None) -> Callable[[], Runtime]:
+def _runtime_provider(settings: Settings | None, built: list[Runtime]) -> Callable[[], Runtime]:
     if settings is None:
         return current  # the process's runtime, rebuilt after a fork
-    built: list[Runtime] = []
     lock = threading.Lock()
 
     def provide() -> Runtime:
@@ -51,6 +52,19 @@ def _runtime_provider(settings: Settings | None) -> Callable[[], Runtime]:
             return built[0]
 
     return provide
+
+
+def _close_clients(built: list[Runtime], refusals: WebhookRefusalCollector) -> None:
+    """Close the Redis clients an app made for itself, when the app goes away.
+
+    An app built for given settings (tests, tools) owns its runtime and the refusal
+    collector's client; dropped without a shutdown, their sockets would be closed only by
+    the garbage collector, with a ResourceWarning in whichever test runs then. A weakref
+    finalizer runs before the collector finalizes the sockets, so they close quietly.
+    """
+    for rt in built:
+        close_runtime(rt)
+    refusals.close()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -65,7 +79,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = resolved
-    app.state.runtime = _runtime_provider(settings)
+    built: list[Runtime] = []
+    app.state.runtime = _runtime_provider(settings, built)
     ttl = resolved.api_token_cache_seconds
     app.state.token_cache = TokenCache(ttl) if ttl > 0 else None
     install_handlers(app)
@@ -75,10 +90,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["health"])
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["health"])
     # Prometheus text, not JSON: kept out of the OpenAPI document (docs/api.md lists it).
-    app.state.metrics = registry_for(
-        PostgresCollector(resolved.database_url),
-        WebhookRefusalCollector(resolved.redis_url, resolved.key_prefix),
-    )
+    refusals = WebhookRefusalCollector(resolved.redis_url, resolved.key_prefix)
+    app.state.metrics = registry_for(PostgresCollector(resolved.database_url), refusals)
+    weakref.finalize(app, _close_clients, built, refusals)
     app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
     for module in (intake, queries, results, actions, webhooks, schedules):
         app.include_router(module.router)
