@@ -98,6 +98,12 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (out / "sandbox_cleanup.toml").write_text(
         _variant(base, "sandbox_cleanup").replace("[reconciliation]", cleanup, 1)
     )
+    # A cleanup nobody confirms stops at its deadline: a short one, so the test is short.
+    (out / "sandbox_cleanup_short.toml").write_text(
+        _variant(base, "sandbox_cleanup_short").replace(
+            "[reconciliation]", cleanup.replace("deadline_seconds = 8", "deadline_seconds = 3"), 1
+        )
+    )
     (out / "sandbox_approval.toml").write_text(
         _variant(base, "sandbox_approval", requires_approval="true")
     )

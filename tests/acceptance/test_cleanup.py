@@ -77,7 +77,7 @@ def test_a_cleanup_nobody_confirms_stops_for_a_person_and_is_never_resent_by_aut
 
     op = pipeline.submit(
         {"polls_to_finish": 1, "outcome": "failed", "leaves_resources": "refuse"},
-        provider=CLEANUP,
+        provider="sandbox_cleanup_short",
     )
     row = pipeline.wait_state(op, timeout=40)
     assert row.state == "cleanup_unconfirmed", pipeline.kinds(op)
