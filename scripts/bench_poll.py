@@ -32,6 +32,9 @@ Polls are the status requests the sandbox received for the round's jobs. Databas
 and key prefixes are private to the run and removed at the end. Machines are noisy:
 read the ratios of one run, not absolute figures. Linux only (/proc).
 
+``--private-redis`` runs a redis-server of the run's own (the machine's serves other
+work too) and prints its CPU per poll beside the workers' and Postgres's.
+
 ``--mode in-process`` keeps the older measurement (scripts/_poll_in_process.py).
 
     .venv/bin/python scripts/bench_poll.py --operations 20 --polls 25 --rounds 3
@@ -40,6 +43,7 @@ read the ratios of one run, not absolute figures. Linux only (/proc).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import secrets
 import shutil
@@ -48,6 +52,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +103,20 @@ class Round:
     worker_cpu: float
     pg_cpu: float
     main_cpu: float  # of worker_cpu, the Celery main process's (consumer, acks)
+    redis_cpu: float | None  # the private redis-server's (--private-redis), else None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What one workers-mode run measured, per system (scripts/bench_scale.py reads it)."""
+
+    rate: dict[str, float]  # polls/s, median of the measured rounds
+    worker_ms: dict[str, float]  # worker CPU per poll, ms (median)
+    pg_ms: dict[str, float]  # Postgres backends' CPU per poll, ms (median)
+    redis_ms: dict[str, float] | None  # redis-server's CPU per poll, ms (--private-redis)
+    paired_rate: float  # median over round pairs of jobwarden's polls/s / the floor's
+    per_poll: dict[str, dict[str, float]]  # pg round trips, redis commands, commits, events
+    hot: dict[str, dict[str, tuple[int, int]]]  # table: (updates, of them HOT), whole run
 
 
 @dataclass
@@ -112,6 +131,10 @@ class Bench:
     sandbox: Any = None
     redis: Any = None
     workers: list[Worker] = field(default_factory=list)
+    redis_pid: int | None = None  # a private redis-server's, whose CPU is all the bench's
+    # Run on the jobwarden database once it is migrated, before the benchmark's operations
+    # are created (scripts/bench_scale.py preloads it there).
+    prepare: Callable[[str], None] | None = None
     ops: list[list[str]] = field(default_factory=list)  # jobwarden's, per round
     jobs: list[list[tuple[int, str]]] = field(default_factory=list)  # the floor's, per round
 
@@ -151,27 +174,57 @@ class Bench:
         }
 
 
-def _workers_mode(args: argparse.Namespace) -> int:
+def run_workers(
+    args: argparse.Namespace,
+    prepare: Callable[[str], None] | None = None,
+    inspect: Callable[[str, list[str]], None] | None = None,
+) -> Summary:
+    """One workers-mode run on databases, key prefixes (and with ``--private-redis`` a
+    redis-server) of its own, all removed at the end; ``prepare(database_url)`` runs on
+    jobwarden's database once it is migrated, ``inspect(database_url, operation_ids)``
+    once the workers have stopped."""
     from redis import Redis
 
+    from jobwarden.config.settings import get_settings
+    from jobwarden.embedded import LocalRedis
     from jobwarden.sandbox.server import SandboxServer
 
     tmp = Path(tempfile.mkdtemp(prefix="jobwarden-bench-poll-"))
     (tmp / "providers").mkdir()
     bench_contract(tmp / "providers", polls=args.polls, parked=True)
-    redis_url = os.environ.get("JOBWARDEN_REDIS_URL", "redis://127.0.0.1:6379/0")
+    private = None
+    if getattr(args, "private_redis", False):
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise SystemExit("--private-redis: redis-server is not on PATH")
+        private = LocalRedis(binary, prefix="jobwarden-bench-redis-")
+        private.start()
+    redis_url = (
+        private.url
+        if private is not None
+        else os.environ.get("JOBWARDEN_REDIS_URL", "redis://127.0.0.1:6379/0")
+    )
     bench = Bench(args, secrets.token_hex(3), tmp, secrets.token_hex(8), redis_url)
+    bench.prepare = prepare
+    bench.redis_pid = private.proc.pid if private is not None and private.proc else None
     bench.redis = Redis.from_url(redis_url)
     bench.sandbox = SandboxServer(token=bench.token)
     bench.sandbox.start()
     try:
         for system in SYSTEMS:
             os.environ.update(bench.env(system))
+        get_settings.cache_clear()  # a second run in this process reads its own settings
         _set_up_jobwarden(bench)
         _set_up_floor(bench)
-        return _measure(bench)
+        summary = _measure(bench)
+        if inspect is not None:
+            inspect(get_settings().database_url, [op for batch in bench.ops for op in batch])
+        return summary
     finally:
         _clean_up(bench)
+        if private is not None:
+            private.stop()
+            shutil.rmtree(private.root, ignore_errors=True)
 
 
 def _set_up_jobwarden(bench: Bench) -> None:
@@ -187,6 +240,8 @@ def _set_up_jobwarden(bench: Bench) -> None:
     settings = get_settings()
     ensure_database(settings.database_url)
     upgrade(settings.database_url)
+    if bench.prepare is not None:
+        bench.prepare(settings.database_url)
     rt = current()
     for r in range(bench.args.rounds + 1):
         batch = []
@@ -268,8 +323,12 @@ class Meter:
         return previous
 
     def backends(self, system: str) -> dict[int, float]:
+        # Client backends only: an autovacuum worker on the database would be counted only
+        # if it happened to live at both snapshots.
         pids = self.admin.conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.bench.database(system),)
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+            " AND backend_type = 'client backend'",
+            (self.bench.database(system),),
         ).fetchall()
         return {pid: cpu_seconds(pid) for (pid,) in pids if pid not in self.own}
 
@@ -290,18 +349,25 @@ def _updates(database: str) -> dict[str, tuple[int, int]]:
     return {name: (int(upd), int(hot)) for name, upd, hot in rows}
 
 
-def _hot_report(before: dict[str, dict[str, tuple[int, int]]], bench: Bench) -> None:
+def _hot_report(
+    before: dict[str, dict[str, tuple[int, int]]], bench: Bench
+) -> dict[str, dict[str, tuple[int, int]]]:
+    """Print and return, per system and table, (updates, of them HOT) over the run."""
     print("\nHOT updates over the whole run (pg_stat_user_tables; no index entry each):")
+    out: dict[str, dict[str, tuple[int, int]]] = {}
     for s in SYSTEMS:
         after = _updates(bench.database(s))
+        out[s] = {}
         for table, (upd, hot) in sorted(after.items()):
             was_upd, was_hot = before[s].get(table, (0, 0))
             n, h = upd - was_upd, hot - was_hot
             if n:
+                out[s][table] = (n, h)
                 print(f"  {s:<10}{table:<22} updates {n:7d}   HOT {h:7d}   ratio {h / n:.2f}")
+    return out
 
 
-def _measure(bench: Bench) -> int:
+def _measure(bench: Bench) -> Summary:
     import _poll_floor
 
     from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
@@ -371,18 +437,22 @@ def _measure(bench: Bench) -> int:
     steps = {"jobwarden": (run_jobwarden, jobwarden_polls), "floor": (run_floor, floor_polls)}
     results: list[Round] = []
     total_polls = dict.fromkeys(SYSTEMS, 0)
+    redis_pid = bench.redis_pid
     print(
         f"{'round':>5} {'system':<10}{'polls':>7}{'seconds':>9}{'polls/s':>9}"
         f"{'worker ms/poll':>16}{'of it main':>12}{'postgres ms/poll':>18}"
+        + (f"{'redis ms/poll':>15}" if redis_pid else "")
     )
     for r in range(args.rounds + 1):
         for system in SYSTEMS:
             run, polls_of = steps[system]
             cpu0, pg0 = group_cpu(group[system]), meter.backends(system)
+            redis0 = cpu_seconds(redis_pid) if redis_pid else 0.0
             start = time.perf_counter()
             run(r)
             wall = time.perf_counter() - start
             cpu1, pg1 = group_cpu(group[system]), meter.backends(system)
+            redis1 = cpu_seconds(redis_pid) if redis_pid else 0.0
             polls = polls_of(r)
             total_polls[system] += polls
             main = group[system]
@@ -393,12 +463,14 @@ def _measure(bench: Bench) -> int:
                 cpu_delta(cpu0, cpu1),
                 cpu_delta(pg0, pg1),
                 cpu1.get(main, 0.0) - cpu0.get(main, 0.0),
+                redis1 - redis0 if redis_pid else None,
             )
             print(
                 f"{'warm' if r == 0 else r:>5} {system:<10}{polls:>7}{wall:>9.2f}"
                 f"{polls / wall:>9.1f}{1000 * res.worker_cpu / polls:>16.2f}"
                 f"{1000 * res.main_cpu / polls:>12.2f}"
                 f"{1000 * res.pg_cpu / polls:>18.2f}"
+                + (f"{1000 * (redis1 - redis0) / polls:>15.2f}" if redis_pid else "")
             )
             if r > 0:  # round 0 warms imports, pools and caches up
                 results.append(res)
@@ -424,9 +496,8 @@ def _measure(bench: Bench) -> int:
     for s in SYSTEMS:
         probes[s]["commits"] = commits_after[s] - commits_before[s] - own[s]
         probes[s]["events"] = events[s]
-    _report(args, results, total_polls, probes)
-    _hot_report(updates_before, bench)
-    return 0
+    summary = _report(args, results, total_polls, probes)
+    return dataclasses.replace(summary, hot=_hot_report(updates_before, bench))
 
 
 def _report(
@@ -434,25 +505,34 @@ def _report(
     results: list[Round],
     polls: dict[str, int],
     counts: dict[str, dict[str, int]],
-) -> None:
+) -> Summary:
     """Print medians and ratios; `counts[system]`: pg, redis, commits and events totals."""
 
     def median(system: str, per: str) -> float:
         values = []
         for x in results:
             if x.system == system:
-                value = {"rate": x.polls / x.wall, "cpu": x.worker_cpu, "pg": x.pg_cpu}[per]
+                value = {
+                    "rate": x.polls / x.wall,
+                    "cpu": x.worker_cpu,
+                    "pg": x.pg_cpu,
+                    "redis": x.redis_cpu or 0.0,
+                }[per]
                 values.append(value if per == "rate" else 1000 * value / x.polls)
         return statistics.median(values)
 
     rate = {s: median(s, "rate") for s in SYSTEMS}
     cpu = {s: median(s, "cpu") for s in SYSTEMS}
     pg = {s: median(s, "pg") for s in SYSTEMS}
+    measured_redis = all(x.redis_cpu is not None for x in results)
+    redis = {s: median(s, "redis") for s in SYSTEMS} if measured_redis else None
     print(f"\nmedians over {args.rounds} rounds each (warm-up left out):")
     for s in SYSTEMS:
+        extra = f"   Redis CPU {redis[s]:5.2f} ms/poll" if redis else ""
+        together = cpu[s] + pg[s] + (redis[s] if redis else 0.0)
         print(
             f"  {s:<10}{rate[s]:8.1f} polls/s   worker CPU {cpu[s]:6.2f} ms/poll"
-            f"   Postgres CPU {pg[s]:5.2f} ms/poll   together {cpu[s] + pg[s]:6.2f} ms/poll"
+            f"   Postgres CPU {pg[s]:5.2f} ms/poll{extra}   together {together:6.2f} ms/poll"
         )
     jw, fl = "jobwarden", "floor"
     print(
@@ -481,6 +561,15 @@ def _report(
             f"   commits {c['commits'] / n:5.2f}   event rows {c['events'] / n:5.2f}"
             f"   ({n} polls)"
         )
+    return Summary(
+        rate=rate,
+        worker_ms=cpu,
+        pg_ms=pg,
+        redis_ms=redis,
+        paired_rate=paired_rate,
+        per_poll={s: {k: v / polls[s] for k, v in counts[s].items()} for s in SYSTEMS},
+        hot={},
+    )
 
 
 def _clean_up(bench: Bench) -> None:
@@ -518,13 +607,20 @@ def main() -> int:
         help="cProfile every pool process on CPU time into DIR/<queue>-<pid>.pstats"
         " (slows both systems; for finding costs, not for the ratios)",
     )
+    parser.add_argument(
+        "--private-redis",
+        action="store_true",
+        help="run a redis-server of the benchmark's own and print its CPU per poll"
+        " (the machine's Redis serves others too)",
+    )
     parser.add_argument("--database", default="jobwarden_bench", help="in-process mode's")
     args = parser.parse_args()
     if args.mode == "in-process":
         from _poll_in_process import in_process_mode
 
         return in_process_mode(args)
-    return _workers_mode(args)
+    run_workers(args)
+    return 0
 
 
 if __name__ == "__main__":
