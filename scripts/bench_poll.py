@@ -135,10 +135,14 @@ class Bench:
     # Run on the jobwarden database once it is migrated, before the benchmark's operations
     # are created (scripts/bench_scale.py preloads it there).
     prepare: Callable[[str], None] | None = None
+    # An existing jobwarden database to run on and keep (scripts/bench_scale.py's).
+    kept_database: str | None = None
     ops: list[list[str]] = field(default_factory=list)  # jobwarden's, per round
     jobs: list[list[tuple[int, str]]] = field(default_factory=list)  # the floor's, per round
 
     def database(self, system: str) -> str:
+        if system == "jobwarden" and self.kept_database:
+            return self.kept_database
         return f"jobwarden_bench_{'poll' if system == 'jobwarden' else 'floor'}_{self.run}"
 
     def prefix(self, system: str) -> str:
@@ -178,11 +182,13 @@ def run_workers(
     args: argparse.Namespace,
     prepare: Callable[[str], None] | None = None,
     inspect: Callable[[str, list[str]], None] | None = None,
+    database: str | None = None,
 ) -> Summary:
     """One workers-mode run on databases, key prefixes (and with ``--private-redis`` a
     redis-server) of its own, all removed at the end; ``prepare(database_url)`` runs on
     jobwarden's database once it is migrated, ``inspect(database_url, operation_ids)``
-    once the workers have stopped."""
+    once the workers have stopped. ``database``: run jobwarden on that existing database
+    (migrated on the way) and keep it."""
     from redis import Redis
 
     from jobwarden.config.settings import get_settings
@@ -206,6 +212,7 @@ def run_workers(
     )
     bench = Bench(args, secrets.token_hex(3), tmp, secrets.token_hex(8), redis_url)
     bench.prepare = prepare
+    bench.kept_database = database
     bench.redis_pid = private.proc.pid if private is not None and private.proc else None
     bench.redis = Redis.from_url(redis_url)
     bench.sandbox = SandboxServer(token=bench.token)
@@ -249,7 +256,7 @@ def _set_up_jobwarden(bench: Bench) -> None:
             answer = submit_operation(
                 tenant="bench",
                 provider="sandbox",
-                idempotency_key=f"bench-{r}-{i}",
+                idempotency_key=f"bench-{bench.run}-{r}-{i}",  # a kept database is reused
                 command={"kind": "bench", "behaviour": BEHAVIOUR},
                 requested_by="bench",
                 runtime=rt,
@@ -585,7 +592,8 @@ def _clean_up(bench: Bench) -> None:
     dispose_all()
     with psycopg.connect(_dsn("postgres"), autocommit=True) as admin:
         for system in SYSTEMS:
-            admin.execute(f'DROP DATABASE IF EXISTS "{bench.database(system)}" WITH (FORCE)')
+            if bench.database(system) != bench.kept_database:
+                admin.execute(f'DROP DATABASE IF EXISTS "{bench.database(system)}" WITH (FORCE)')
     for system in SYSTEMS:
         for key in bench.redis.scan_iter(f"{bench.prefix(system)}*"):
             bench.redis.delete(key)

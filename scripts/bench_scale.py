@@ -1,28 +1,33 @@
 """Cost of one poll at scale: scripts/bench_poll.py on 10,000 operations and on a million.
 
 Issue 23: polls/s with a million operations (a tenth active, the rest ended) and fifty
-million events must stay >= 0.9 x polls/s with 10,000. Two runs of bench_poll's
-workers mode (jobwarden's real Celery workers beside the hand-written floor, alternating
-rounds, with a redis-server of the run's own so its CPU is the benchmark's), each on a
-scratch database preloaded with filler rows by COPY (scripts/_scale_preload.py says how
-they look and how they are loaded):
+million events must stay >= 0.9 x polls/s with 10,000. Two scratch databases are
+preloaded with filler rows by COPY (scripts/_scale_preload.py says how they look and
+how they are loaded):
 
 1. ``--baseline-operations`` (10,000) operations, a tenth active, with as many events per
-   operation as the large run;
+   operation as the large one;
 2. ``--operations`` (1,000,000), ``--active`` of them active (default a tenth), and
    ``--events`` (50,000,000) events.
 
-The active filler operations wait a year ahead, so nothing claims them; the benchmark's
-own operations are created after the preload and polled as bench_poll does. For each
-size it prints the preload's time and the database size, polls/s, worker, Postgres and
-Redis CPU per poll and the HOT ratio per table, then the ratios large / baseline (raw,
-and against the floor, whose tables stay small: the floor's ratio says how much the
-machine's load moved between the two runs), a capacity table (active operations one core
-keeps polled at 10 s, 30 s and 300 s intervals, from the large run's CPU per poll) and
-EXPLAIN (ANALYZE, BUFFERS, WAL) of the poll's two statements at each size.
+The active filler operations wait a year ahead, so nothing claims them. Then bench_poll's
+workers mode (jobwarden's real Celery workers beside the hand-written floor, in
+alternating rounds, with a redis-server of the run's own so its CPU is the benchmark's)
+runs ``--pairs`` times on each database, small and large alternately, each run in a child
+process on the kept database with operations of its own. Alternating runs share the
+machine's load: on a busy machine a size's figures drift by more than the 10 % to be
+resolved, so each large run is compared with the small run just before it.
 
-At full size the preload writes about 25 GB and takes a while on two cores; scale down
-with --operations/--events while trying it out. Linux only (/proc).
+It prints the preload's time and the database size; per run bench_poll's report; per
+size the medians of polls/s, worker, Postgres and Redis CPU per poll and the HOT ratio;
+per pair and as their median the ratios large / small (raw, and against the floor,
+whose tables stay small); a capacity table (active operations one core keeps polled at
+10 s, 30 s and 300 s intervals, from the large runs' CPU per poll); and EXPLAIN
+(ANALYZE, BUFFERS, WAL) of a poll's two statements at each size. The databases are
+dropped at the end.
+
+At full size the preload writes about 23 GiB (14 minutes on the 2-core development VM);
+scale down with --operations/--events while trying it out. Linux only (/proc).
 
     .venv/bin/python scripts/bench_scale.py --operations 100000 --events 1000000
 """
@@ -31,6 +36,8 @@ from __future__ import annotations
 
 import argparse
 import pickle
+import secrets
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,8 +54,8 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 from _scale_preload import Loaded, Shape, preload  # noqa: E402 - after the path set-up
 from bench_poll import Summary, run_workers  # noqa: E402
 
-# A size's shape, preload, poll figures and EXPLAIN lines.
-Measured = tuple[Shape, Loaded, Summary, list[str]]
+# One run's poll figures and (on the last run) EXPLAIN lines.
+Measured = tuple[Summary, list[str]]
 INTERVALS = (10, 30, 300)  # poll intervals of the capacity table, seconds
 # What a poll that waits writes to the operations row and its timer (models/effects.py):
 # the EXPLAIN below replays that write on one of the benchmark's operations.
@@ -132,26 +139,31 @@ def _explain(label: str, plans: dict[str, list[str]]) -> Callable[[str, list[str
     return inspect
 
 
-def _run_here(label: str, shape: Shape, args: argparse.Namespace) -> Measured:
-    """One size, in this process (a --one-size child: see main)."""
-    loaded: list[Loaded] = []
+def _preload(label: str, shape: Shape, database: str) -> Loaded:
+    """Create and migrate ``database``, then fill it (scripts/_scale_preload.py)."""
+    from jobwarden.models.persistence.migrate import ensure_database, upgrade
+
+    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
+    ensure_database(url)
+    upgrade(url)
+    print(
+        f"\n== {label}: preloading {shape.operations:,} operations"
+        f" ({shape.active:,} active) and {shape.events:,} events",
+        flush=True,
+    )
+    done = preload(_dsn(url), shape, log=lambda line: print(line, flush=True))
+    print(
+        f"  preload took {done.seconds:.0f} s (COPY {done.seconds_copy:.0f} s, indexes"
+        f" {done.seconds_indexes:.0f} s, VACUUM ANALYZE and CHECKPOINT"
+        f" {done.seconds_vacuum:.0f} s); database {done.database_bytes / 2**30:.2f} GiB",
+        flush=True,
+    )
+    return done
+
+
+def _run_here(label: str, database: str, explain: bool, args: argparse.Namespace) -> Measured:
+    """One bench_poll run on a preloaded database, in this process (a child: see _run)."""
     plans: dict[str, list[str]] = {}
-
-    def prepare(database_url: str) -> None:
-        print(
-            f"\n== {label}: preloading {shape.operations:,} operations"
-            f" ({shape.active:,} active) and {shape.events:,} events",
-            flush=True,
-        )
-        done = preload(_dsn(database_url), shape, log=lambda line: print(line, flush=True))
-        loaded.append(done)
-        print(
-            f"  preload took {done.seconds:.0f} s (COPY {done.seconds_copy:.0f} s, indexes"
-            f" {done.seconds_indexes:.0f} s, VACUUM ANALYZE and CHECKPOINT"
-            f" {done.seconds_vacuum:.0f} s); database {done.database_bytes / 2**30:.2f} GiB",
-            flush=True,
-        )
-
     poll_args = argparse.Namespace(
         operations=args.poll_operations,
         polls=args.polls,
@@ -162,16 +174,17 @@ def _run_here(label: str, shape: Shape, args: argparse.Namespace) -> Measured:
         profile=None,
         private_redis=True,
     )
-    summary = run_workers(poll_args, prepare, _explain(label, plans))
-    return shape, loaded[0], summary, plans[label]
+    inspect = _explain(label, plans) if explain else None
+    summary = run_workers(poll_args, inspect=inspect, database=database)
+    return summary, plans.get(label, [])
 
 
-def _run(label: str, shape: Shape, args: argparse.Namespace) -> Measured:
-    """One size in a child process: the Celery app and the settings read the run's key
-    prefix, queue and Redis once per process, at import."""
+def _run(label: str, database: str, explain: bool) -> Measured:
+    """One bench_poll run in a child process: the Celery app and the settings read the
+    run's key prefix, queue and Redis once per process, at import."""
     with tempfile.NamedTemporaryFile(prefix="jobwarden-bench-scale-", suffix=".pickle") as out:
-        command = [sys.executable, __file__, *sys.argv[1:], "--one-size", label, out.name]
-        subprocess.run(command, check=True)
+        child = ["--one-size", label, database, out.name] + (["--explain"] if explain else [])
+        subprocess.run([sys.executable, __file__, *sys.argv[1:], *child], check=True)
         with open(out.name, "rb") as figures:
             measured: Measured = pickle.load(figures)  # our own child's file
     return measured
@@ -181,45 +194,69 @@ def _cpu_ms(s: Summary) -> float:
     return s.worker_ms["jobwarden"] + s.pg_ms["jobwarden"] + (s.redis_ms or {}).get("jobwarden", 0)
 
 
-def _report(runs: dict[str, Measured]) -> bool:
-    (small_label, (_, _, small, _)), (large_label, (large_shape, _, large, _)) = runs.items()
-    print("\n== scale: jobwarden's polls at both sizes (medians of the measured rounds)")
+def _median(summaries: list[Summary], figure: Callable[[Summary], float]) -> float:
+    return statistics.median(figure(s) for s in summaries)
+
+
+def _report(sizes: dict[str, tuple[Shape, Loaded]], runs: dict[str, list[Measured]]) -> bool:
+    """Medians per size over its runs, and the large / small ratios of each pair of runs."""
+    (small_label, large_label) = sizes
+    by_size = {label: [summary for summary, _ in measured] for label, measured in runs.items()}
+    print(
+        f"\n== scale: jobwarden's polls at both sizes (medians over {len(by_size[small_label])}"
+        " runs each, run alternately; CPU in ms per poll)"
+    )
     print(
         f"  {'size':<34}{'polls/s':>9}{'worker':>9}{'Postgres':>10}{'Redis':>8}"
         f"{'together':>10}{'vs floor':>10}   HOT ratio (operations, timers)"
     )
-    for label, (_, loaded, s, _) in runs.items():
-        hot = s.hot["jobwarden"]
-        ratios = "  ".join(
-            f"{h / n:.2f}" if n else "-"
-            for n, h in (hot.get("operations", (0, 0)), hot.get("operation_timers", (0, 0)))
-        )
+    for label, summaries in by_size.items():
+        hot = [
+            tuple(
+                map(sum, zip(*(s.hot["jobwarden"].get(t, (0, 0)) for s in summaries), strict=True))
+            )
+            for t in ("operations", "operation_timers")
+        ]
+        ratios = "  ".join(f"{h / n:.2f}" if n else "-" for n, h in hot)
         print(
-            f"  {label:<34}{s.rate['jobwarden']:9.1f}{s.worker_ms['jobwarden']:9.2f}"
-            f"{s.pg_ms['jobwarden']:10.2f}{(s.redis_ms or {}).get('jobwarden', 0):8.2f}"
-            f"{_cpu_ms(s):10.2f}{s.paired_rate:10.2f}   {ratios}"
+            f"  {label:<34}{_median(summaries, lambda s: s.rate['jobwarden']):9.1f}"
+            f"{_median(summaries, lambda s: s.worker_ms['jobwarden']):9.2f}"
+            f"{_median(summaries, lambda s: s.pg_ms['jobwarden']):10.2f}"
+            f"{_median(summaries, lambda s: (s.redis_ms or {}).get('jobwarden', 0)):8.2f}"
+            f"{_median(summaries, _cpu_ms):10.2f}"
+            f"{_median(summaries, lambda s: s.paired_rate):10.2f}   {ratios}"
         )
-        print(f"  {'':<34}(ms of CPU per poll; database {loaded.database_bytes / 2**30:.2f} GiB)")
-    raw = large.rate["jobwarden"] / small.rate["jobwarden"]
-    paired = large.paired_rate / small.paired_rate
-    pg = large.pg_ms["jobwarden"] / max(small.pg_ms["jobwarden"], 1e-9)
+        print(f"  {'':<34}(database {sizes[label][1].database_bytes / 2**30:.2f} GiB)")
+    pairs = list(zip(by_size[small_label], by_size[large_label], strict=True))
+    print(f"  {large_label} / {small_label}, run by run:")
+    for n, (small, large) in enumerate(pairs, 1):
+        print(
+            f"    pair {n}: polls/s {large.rate['jobwarden'] / small.rate['jobwarden']:.2f},"
+            f" against the floor {large.paired_rate / small.paired_rate:.2f},"
+            f" Postgres CPU {large.pg_ms['jobwarden'] / small.pg_ms['jobwarden']:.2f},"
+            f" all CPU {_cpu_ms(large) / _cpu_ms(small):.2f}"
+        )
+    raw = statistics.median(b.rate["jobwarden"] / a.rate["jobwarden"] for a, b in pairs)
+    paired = statistics.median(b.paired_rate / a.paired_rate for a, b in pairs)
+    pg = statistics.median(b.pg_ms["jobwarden"] / a.pg_ms["jobwarden"] for a, b in pairs)
+    every = statistics.median(_cpu_ms(b) / _cpu_ms(a) for a, b in pairs)
     met = raw >= 0.9
     print(
-        f"  {large_label} / {small_label}: polls/s {raw:.2f}"
-        f" ({'met' if met else 'MISSED'}: target >= 0.9), against the floor {paired:.2f},"
-        f" Postgres CPU per poll {pg:.2f}, all CPU per poll"
-        f" {_cpu_ms(large) / _cpu_ms(small):.2f}"
+        f"  median of the pairs: polls/s {raw:.2f} ({'met' if met else 'MISSED'}: target"
+        f" >= 0.9), against the floor {paired:.2f}, Postgres CPU per poll {pg:.2f},"
+        f" all CPU per poll {every:.2f}"
     )
-    cpu = _cpu_ms(large) / 1000
+    large_shape = sizes[large_label][0]
+    cpu = _median(by_size[large_label], _cpu_ms) / 1000
     print(
         f"\n== capacity at {large_shape.operations:,} operations: active operations one core"
         f" keeps polled ({1000 * cpu:.2f} ms of CPU per poll: worker + Postgres + Redis)"
     )
     for interval in INTERVALS:
         print(f"  every {interval:>3} s: {interval / cpu:>10,.0f} per core")
-    for label, (*_, lines) in runs.items():
-        print(f"\n== EXPLAIN of a poll's statements, {label}")
-        print("\n".join(lines))
+    for label, measured in runs.items():
+        print(f"\n== EXPLAIN of a poll's statements, {label} (the last run)")
+        print("\n".join(measured[-1][1]))
     return met
 
 
@@ -229,16 +266,22 @@ def main() -> int:
     parser.add_argument("--active", type=int, default=None, help="default: a tenth")
     parser.add_argument("--events", type=int, default=50_000_000, help="large run's")
     parser.add_argument("--baseline-operations", type=int, default=10_000)
+    parser.add_argument("--pairs", type=int, default=3, help="runs per size, alternating")
     parser.add_argument("--poll-operations", type=int, default=20, help="polled per round")
     parser.add_argument("--polls", type=int, default=25, help="polls per operation per round")
-    parser.add_argument("--rounds", type=int, default=5, help="measured rounds per system")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds per run")
     parser.add_argument("--concurrency", type=int, default=2, help="worker processes each")
     parser.add_argument(
         "--loglevel", default="INFO", help="the workers' (INFO: readiness is read from it)"
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per round")
-    parser.add_argument("--one-size", nargs=2, metavar=("LABEL", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--one-size", nargs=3, help=argparse.SUPPRESS)  # LABEL DATABASE OUT
+    parser.add_argument("--explain", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_size:
+        label, database, out = args.one_size
+        Path(out).write_bytes(pickle.dumps(_run_here(label, database, args.explain, args)))
+        return 0
     if args.operations < args.baseline_operations or args.events < args.operations:
         raise SystemExit(
             "--operations must be at least --baseline-operations, --events at least --operations"
@@ -253,14 +296,28 @@ def main() -> int:
         ),
         f"{args.operations:,} operations": Shape(args.operations, active, args.events),
     }
-    if args.one_size:
-        label, out = args.one_size
-        measured = _run_here(label, shapes[label], args)
-        Path(out).write_bytes(pickle.dumps(measured))
-        return 0
+    run = secrets.token_hex(3)
+    databases = {label: f"jobwarden_bench_scale_{run}_{n}" for n, label in enumerate(shapes)}
     started = time.perf_counter()
-    runs = {label: _run(label, shape, args) for label, shape in shapes.items()}
-    met = _report(runs)
+    try:
+        sizes = {
+            label: (shape, _preload(label, shape, databases[label]))
+            for label, shape in shapes.items()
+        }
+        runs: dict[str, list[Measured]] = {label: [] for label in shapes}
+        for pair in range(args.pairs):
+            for label in shapes:
+                print(f"\n== {label}, run {pair + 1} of {args.pairs}", flush=True)
+                runs[label].append(_run(label, databases[label], pair == args.pairs - 1))
+        met = _report(sizes, runs)
+    finally:
+        import psycopg
+
+        with psycopg.connect(
+            _dsn("postgresql://postgres@127.0.0.1/postgres"), autocommit=True
+        ) as admin:
+            for database in databases.values():
+                admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     print(f"\nwhole run {time.perf_counter() - started:.0f} s")
     return 0 if met else 1
 
