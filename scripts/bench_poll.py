@@ -132,9 +132,6 @@ class Bench:
     redis: Any = None
     workers: list[Worker] = field(default_factory=list)
     redis_pid: int | None = None  # a private redis-server's, whose CPU is all the bench's
-    # Run on the jobwarden database once it is migrated, before the benchmark's operations
-    # are created (scripts/bench_scale.py preloads it there).
-    prepare: Callable[[str], None] | None = None
     # An existing jobwarden database to run on and keep (scripts/bench_scale.py's).
     kept_database: str | None = None
     ops: list[list[str]] = field(default_factory=list)  # jobwarden's, per round
@@ -180,15 +177,16 @@ class Bench:
 
 def run_workers(
     args: argparse.Namespace,
-    prepare: Callable[[str], None] | None = None,
+    *,
     inspect: Callable[[str, list[str]], None] | None = None,
     database: str | None = None,
 ) -> Summary:
     """One workers-mode run on databases, key prefixes (and with ``--private-redis`` a
-    redis-server) of its own, all removed at the end; ``prepare(database_url)`` runs on
-    jobwarden's database once it is migrated, ``inspect(database_url, operation_ids)``
-    once the workers have stopped. ``database``: run jobwarden on that existing database
-    (migrated on the way) and keep it."""
+    redis-server) of its own, all removed at the end; ``inspect(database_url,
+    operation_ids)`` runs once the workers have stopped. ``database``: run jobwarden on
+    that existing database (migrated on the way; scripts/bench_scale.py's preloaded
+    ones) and keep it. One run per process: the Celery app reads its broker and key
+    prefix at import."""
     from redis import Redis
 
     from jobwarden.config.settings import get_settings
@@ -211,7 +209,6 @@ def run_workers(
         else os.environ.get("JOBWARDEN_REDIS_URL", "redis://127.0.0.1:6379/0")
     )
     bench = Bench(args, secrets.token_hex(3), tmp, secrets.token_hex(8), redis_url)
-    bench.prepare = prepare
     bench.kept_database = database
     bench.redis_pid = private.proc.pid if private is not None and private.proc else None
     bench.redis = Redis.from_url(redis_url)
@@ -220,7 +217,7 @@ def run_workers(
     try:
         for system in SYSTEMS:
             os.environ.update(bench.env(system))
-        get_settings.cache_clear()  # a second run in this process reads its own settings
+        get_settings.cache_clear()  # read again with this run's database and prefix
         _set_up_jobwarden(bench)
         _set_up_floor(bench)
         summary = _measure(bench)
@@ -247,8 +244,6 @@ def _set_up_jobwarden(bench: Bench) -> None:
     settings = get_settings()
     ensure_database(settings.database_url)
     upgrade(settings.database_url)
-    if bench.prepare is not None:
-        bench.prepare(settings.database_url)
     rt = current()
     for r in range(bench.args.rounds + 1):
         batch = []
