@@ -7,7 +7,7 @@ does (uvicorn, workers from JOBWARDEN_API_WORKERS or ``--api-workers``) on a fre
 port, creates a token, then for 1 and 4 client processes drives, for ``--seconds``
 each and in the same run:
 
-- ``submit_operation`` called in the client process (the floor: no HTTP, no auth);
+- ``submit_operation`` called in the client process (in-process: no HTTP, no auth);
 - ``POST /v1/operations`` from an ``http.client`` connection kept alive per process;
 - the same request to a hand-written FastAPI endpoint (scripts/_intake_floor.py: one
   bearer check against a constant, one ``INSERT ... ON CONFLICT DO NOTHING`` claim, one
