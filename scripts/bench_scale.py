@@ -57,11 +57,13 @@ from bench_poll import Summary, run_workers  # noqa: E402
 # One run's poll figures and (on the last run) EXPLAIN lines.
 Measured = tuple[Summary, list[str]]
 INTERVALS = (10, 30, 300)  # poll intervals of the capacity table, seconds
-# What a poll that waits writes to the operations row and its timer (models/effects.py):
-# the EXPLAIN below replays that write on one of the benchmark's operations.
+# About what a poll that waits writes to the operations row and its timer (the workers'
+# statement names a few more counters): the EXPLAIN below replays a write of that shape,
+# with the row's own values, on one of the benchmark's operations.
 POLL_COLUMNS = (
     "status_requests_used",
     "reserved_request",
+    "transport_failures_used",
     "poll_attempt",
     "last_remote_state",
     "last_http_status",
