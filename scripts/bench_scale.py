@@ -196,6 +196,11 @@ def _cpu_ms(s: Summary) -> float:
     return s.worker_ms["jobwarden"] + s.pg_ms["jobwarden"] + (s.redis_ms or {}).get("jobwarden", 0)
 
 
+def _ratio(a: float, b: float) -> float:
+    # A tiny run can measure no CPU at all (the kernel counts in 10 ms ticks).
+    return a / b if b else float("nan")
+
+
 def _median(summaries: list[Summary], figure: Callable[[Summary], float]) -> float:
     return statistics.median(figure(s) for s in summaries)
 
@@ -233,15 +238,15 @@ def _report(sizes: dict[str, tuple[Shape, Loaded]], runs: dict[str, list[Measure
     print(f"  {large_label} / {small_label}, run by run:")
     for n, (small, large) in enumerate(pairs, 1):
         print(
-            f"    pair {n}: polls/s {large.rate['jobwarden'] / small.rate['jobwarden']:.2f},"
-            f" against the floor {large.paired_rate / small.paired_rate:.2f},"
-            f" Postgres CPU {large.pg_ms['jobwarden'] / small.pg_ms['jobwarden']:.2f},"
-            f" all CPU {_cpu_ms(large) / _cpu_ms(small):.2f}"
+            f"    pair {n}: polls/s {_ratio(large.rate['jobwarden'], small.rate['jobwarden']):.2f},"
+            f" against the floor {_ratio(large.paired_rate, small.paired_rate):.2f},"
+            f" Postgres CPU {_ratio(large.pg_ms['jobwarden'], small.pg_ms['jobwarden']):.2f},"
+            f" all CPU {_ratio(_cpu_ms(large), _cpu_ms(small)):.2f}"
         )
-    raw = statistics.median(b.rate["jobwarden"] / a.rate["jobwarden"] for a, b in pairs)
-    paired = statistics.median(b.paired_rate / a.paired_rate for a, b in pairs)
-    pg = statistics.median(b.pg_ms["jobwarden"] / a.pg_ms["jobwarden"] for a, b in pairs)
-    every = statistics.median(_cpu_ms(b) / _cpu_ms(a) for a, b in pairs)
+    raw = statistics.median(_ratio(b.rate["jobwarden"], a.rate["jobwarden"]) for a, b in pairs)
+    paired = statistics.median(_ratio(b.paired_rate, a.paired_rate) for a, b in pairs)
+    pg = statistics.median(_ratio(b.pg_ms["jobwarden"], a.pg_ms["jobwarden"]) for a, b in pairs)
+    every = statistics.median(_ratio(_cpu_ms(b), _cpu_ms(a)) for a, b in pairs)
     met = raw >= 0.9
     print(
         f"  median of the pairs: polls/s {raw:.2f} ({'met' if met else 'MISSED'}: target"
@@ -255,7 +260,7 @@ def _report(sizes: dict[str, tuple[Shape, Loaded]], runs: dict[str, list[Measure
         f" keeps polled ({1000 * cpu:.2f} ms of CPU per poll: worker + Postgres + Redis)"
     )
     for interval in INTERVALS:
-        print(f"  every {interval:>3} s: {interval / cpu:>10,.0f} per core")
+        print(f"  every {interval:>3} s: {_ratio(interval, cpu):>10,.0f} per core")
     for label, measured in runs.items():
         print(f"\n== EXPLAIN of a poll's statements, {label} (the last run)")
         print("\n".join(measured[-1][1]))
