@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 # every third a decision carrying a step's timing.
 EVENTS = """
 INSERT INTO operation_events (operation_id, seq, actor, at, kind, http_status, excerpt,
-    prev_hash, hash)
+    prev_hash, hash, operation_created_at)
 SELECT md5('op' || i)::uuid, n, 'worker',
     timestamptz '2026-01-01 00:00+00' + (i * interval '2 seconds') + (n * interval '1 second'),
     CASE WHEN n % 3 = 0 THEN 'decision' ELSE 'polled' END,
@@ -39,8 +39,10 @@ SELECT md5('op' || i)::uuid, n, 'worker',
          WHEN (i + n) % 90 = 3 THEN '{"transport_failure": "read_timeout"}'::jsonb
          ELSE '{"request": 1, "of": 10}'::jsonb END,
     md5('p' || i || ':' || n) || md5('q' || i || ':' || n),
-    md5('h' || i || ':' || n) || md5('g' || i || ':' || n)
-FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS i,
+    md5('h' || i || ':' || n) || md5('g' || i || ':' || n),
+    o.created_at
+FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS i
+JOIN operations o ON o.operation_id = md5('op' || i)::uuid,
      generate_series(1, CAST(:per AS int)) AS n
 """
 

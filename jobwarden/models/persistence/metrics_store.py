@@ -7,7 +7,7 @@ is added to a step's write. Two kinds of query, each with a bounded cost:
 - over ``operations`` (one row per operation): counts by state and provider, the
   requests counted on the rows, escalations waiting and the sweeper's lag — one
   scan of the table, the last two on partial indexes;
-- over the most recent ``window`` events (an index range on the primary key):
+- over the most recent ``window`` events (a range of event_id, on its BRIN index):
   early status requests, detection delay and step durations, which need the order of
   events or are figures of the recent past (gauges, not counters);
 - over the whole history (append-only, never deleted): provider answers by status
@@ -138,7 +138,10 @@ _RECENT = """
 WITH recent AS (
     SELECT operation_id, seq, at, kind, from_state, to_state, delay_source, excerpt
     FROM operation_events
-    WHERE event_id > (SELECT coalesce(max(event_id), 0) FROM operation_events) - :window
+    -- The sequence's last value, not max(event_id): the index on event_id is a BRIN
+    -- (0022), which cannot answer max(); a number taken by a rolled-back insert only
+    -- narrows the window by one.
+    WHERE event_id > (SELECT last_value FROM operation_events_event_id_seq) - :window
 )
 """
 

@@ -73,6 +73,8 @@ _LAST_KIND = (
         and_(
             EVENTS.c.operation_id == OPERATIONS.c.operation_id,
             EVENTS.c.seq == OPERATIONS.c.event_count,
+            # The partition key: only the operation's own partition is probed.
+            EVENTS.c.operation_created_at == OPERATIONS.c.created_at,
         )
     )
     .scalar_subquery()
@@ -85,10 +87,12 @@ _LOAD = select(OPERATIONS, TIMERS.c.next_poll_at, TIMERS.c.dispatched_at, _LAST_
 )
 
 
-def _event_rows(events: Sequence[ChainedEvent]) -> list[dict[str, Any]]:
+def _event_rows(events: Sequence[ChainedEvent], created_at: datetime) -> list[dict[str, Any]]:
+    """The events' rows; ``created_at`` is their operation's (the partition key, 0022)."""
     return [
         {
             "operation_id": uuid.UUID(ev.operation_id),
+            "operation_created_at": created_at,
             "seq": ev.seq,
             "actor": ev.draft.actor,
             "at": ev.draft.at,
@@ -187,7 +191,7 @@ def _fenced_params(
     params = {f"set_{c}": _bound(c, v) for c, v in values.items()}
     params["fenced_id"] = row.operation_id
     params["fenced_version"] = row.version
-    for i, event in enumerate(_event_rows(chained)):
+    for i, event in enumerate(_event_rows(chained, row.created_at)):
         params.update({f"e{i}_{c}": _bound(c, event[c]) for c in _EVENT_CASTS})
     return params
 
@@ -232,7 +236,7 @@ def insert_operation(session: Session, row: OperationRow, drafts: Sequence[Event
     timer = getattr(row, "timer", {})  # absent on a row SQLAlchemy loaded itself
     session.execute(insert(TIMERS).values(operation_id=row.operation_id, **timer))
     if chained:
-        session.execute(insert(EVENTS), _event_rows(chained))
+        session.execute(insert(EVENTS), _event_rows(chained, row.created_at))
 
 
 # Compiled once and run by the driver: composing and compiling the statement per call
