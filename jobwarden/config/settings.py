@@ -167,6 +167,10 @@ class Settings(BaseSettings):
     # Where collected results are streamed (tasks/result_store.py): file:///dir or
     # s3://bucket[/prefix]; S3 credentials come from the AWS_* variables, never from here.
     result_store: str = Field(default_factory=default_result_store)
+    # History retention (tasks/history_archive.py): a month of history whose operations
+    # all ended more than this many days ago may be archived to the result store and its
+    # partition dropped, by `jobwarden archive` (whose --retention-days overrides it).
+    history_retention_days: float = Field(default=90.0, ge=0)
 
     @field_validator("result_store")
     @classmethod

@@ -496,8 +496,13 @@ def stored_events(session: Session, operation_id: uuid.UUID) -> list[StoredEvent
 _VERIFY_READS = 5
 
 
-def verify(session: Session, operation_id: uuid.UUID) -> list[ChainProblem]:
+def verify(
+    session: Session, operation_id: uuid.UUID, *, archived: Sequence[StoredEvent] = ()
+) -> list[ChainProblem]:
     """Prove an operation's history and what it vouches for; [] when all holds.
+
+    ``archived``: the events the live table no longer holds (read from the operation's
+    archived segment, tasks/history_archive.py), proven with the live ones after them.
 
     Every hash recomputed; the head matching the row; an empty history refused;
     the live row's bound facts against the digest its head event recorded; the
@@ -511,7 +516,7 @@ def verify(session: Session, operation_id: uuid.UUID) -> list[ChainProblem]:
         if found is None:
             return [ChainProblem(seq=0, problem="no such operation")]
         row = found._mapping
-        events = stored_events(session, operation_id)
+        events = [*archived, *stored_events(session, operation_id)]
         result = session.execute(
             select(
                 RESULTS.c.content, RESULTS.c.sha256, RESULTS.c.size_bytes, RESULTS.c.location
@@ -552,18 +557,26 @@ def heads(session: Session) -> Iterator[tuple[uuid.UUID, int, str]]:
 
 
 def check_head(
-    session: Session, operation_id: uuid.UUID, seq: int, head_hash: str
+    session: Session,
+    operation_id: uuid.UUID,
+    seq: int,
+    head_hash: str,
+    *,
+    archived: Sequence[StoredEvent] = (),
 ) -> list[ChainProblem]:
     """Verify an operation against a head exported earlier (``heads``).
 
     History only grows, so the live chain must still hold the exported event
     ``seq`` with ``head_hash``; events appended since are fine. Also runs ``verify``.
     """
-    problems = verify(session, operation_id)
+    problems = verify(session, operation_id, archived=archived)
     if problems and problems[0].problem == "no such operation":
         return [ChainProblem(seq=0, problem="disappeared: no such operation")]
+    kept = {ev.seq: ev.hash for ev in archived}
     if seq == 0:
         live: str | None = GENESIS_HASH
+    elif seq in kept:
+        live = kept[seq]
     else:
         live = session.scalar(
             select(EVENTS.c.hash)
