@@ -38,7 +38,7 @@ def archive_command(
             min=0,
             envvar="JOBWARDEN_HISTORY_RETENTION_DAYS",
             help="Archive months whose operations all ended this many days ago or more "
-            "(default: the setting, 90).",
+            "(0: every month whose operations all ended).",
             show_default=False,
         ),
     ] = None,
@@ -58,6 +58,9 @@ def archive_command(
 
     settings = get_settings()
     days = settings.history_retention_days if retention_days is None else retention_days
+    if days is None:
+        _say("archive needs --retention-days N (or JOBWARDEN_HISTORY_RETENTION_DAYS)")
+        raise typer.Exit(2)
     try:
         results = ResultStore.from_url(settings.result_store)
     except JobwardenError as exc:

@@ -36,6 +36,7 @@ def make_celery(settings: Settings) -> Celery:
             "jobwarden.tasks.pipeline",
             "jobwarden.tasks.notifications",
             "jobwarden.tasks.schedules",
+            "jobwarden.tasks.history_archive",
         ],
     )
     transport = {
@@ -82,6 +83,13 @@ def make_celery(settings: Settings) -> Celery:
                 "task": "jobwarden.schedules",
                 "schedule": settings.schedule_interval_seconds,
                 "options": {"expires": settings.schedule_interval_seconds, "ignore_result": True},
+            },
+            # The history's months: partitions made ahead, old months archived when a
+            # retention is set (tasks/history_archive.py).
+            "jobwarden-history": {
+                "task": "jobwarden.history",
+                "schedule": settings.history_interval_seconds,
+                "options": {"expires": settings.history_interval_seconds, "ignore_result": True},
             },
         },
         timezone="UTC",

@@ -167,10 +167,13 @@ class Settings(BaseSettings):
     # Where collected results are streamed (tasks/result_store.py): file:///dir or
     # s3://bucket[/prefix]; S3 credentials come from the AWS_* variables, never from here.
     result_store: str = Field(default_factory=default_result_store)
-    # History retention (tasks/history_archive.py): a month of history whose operations
-    # all ended more than this many days ago may be archived to the result store and its
-    # partition dropped, by `jobwarden archive` (whose --retention-days overrides it).
-    history_retention_days: float = Field(default=90.0, ge=0)
+    # History (tasks/history_archive.py). Every history_interval_seconds beat creates the
+    # coming months' partitions of operation_events and, only when
+    # history_retention_days is set, archives each month whose operations all ended that
+    # many days ago to the result store and drops its partition (unset: never archived
+    # but by `jobwarden archive --retention-days N`, whose default it also is).
+    history_retention_days: float | None = Field(default=None, gt=0)
+    history_interval_seconds: float = Field(default=86400.0, gt=0)
 
     @field_validator("result_store")
     @classmethod

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-import structlog
 from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
+from jobwarden.config.celery_app import app
+from jobwarden.logs import get_logger
 from jobwarden.models.errors import JobwardenError, ResultMissingError
 from jobwarden.models.history import StoredEvent
 from jobwarden.models.history_archive import (
@@ -48,8 +49,9 @@ from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.history_store import ArchivedHistory, PartitionNotArchivedError
 from jobwarden.models.result_objects import StoredObject, mismatch
 from jobwarden.tasks.result_store import ResultStore
+from jobwarden.tasks.runtime import Runtime, current, utcnow
 
-log = structlog.get_logger("jobwarden.history")
+log = get_logger("jobwarden.history")
 
 # The detach waits this long for its lock, then gives up for this run (see detach_and_drop).
 LOCK_TIMEOUT: Final = "2s"
@@ -161,6 +163,30 @@ def _archive_partition(run: _Run, partition: str) -> PartitionOutcome:
         operations=len(held),
         rows=rows,
     )
+
+
+def maintain(rt: Runtime) -> list[PartitionOutcome]:
+    """Beat's run: the coming months' partitions always; archiving only when
+    JOBWARDEN_HISTORY_RETENTION_DAYS is set (an operator opts in to moving history out)."""
+    settings = rt.settings
+    if settings.history_retention_days is None:
+        with transaction(settings.database_url) as session:
+            problems = history_store.ensure_partitions(session, utcnow(), lock_timeout=LOCK_TIMEOUT)
+        for problem in problems:
+            log.warning("history_partition_not_created", problem=problem)
+        return []
+    return archive(
+        settings.database_url,
+        rt.result_store,
+        now=utcnow(),
+        retention_days=settings.history_retention_days,
+    )
+
+
+@app.task(name="jobwarden.history", acks_late=True, reject_on_worker_lost=True)
+def history() -> int:
+    """Beat's entry (jobwarden-history): returns how many months were archived."""
+    return sum(o.outcome == "archived" for o in maintain(current()))
 
 
 def first_live_seq(url: str, operation_id: uuid.UUID) -> int | None:

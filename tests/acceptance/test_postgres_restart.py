@@ -22,9 +22,9 @@ from sqlalchemy import text
 
 from jobwarden.harness import wait_for
 from jobwarden.models.history_archive import month_start, partition_name
+from jobwarden.models.intent import opening
 from jobwarden.models.persistence.db import transaction
 from jobwarden.sandbox.server import SandboxServer
-from jobwarden.tasks import intake
 from tests.acceptance.conftest import Pipeline
 from tests.private_servers import PrivateRun, machine_servers_untouched, private_run
 
@@ -53,10 +53,10 @@ def _submitted_last_month(
     """Operations whose created_at (so their history's partition) is last month; their
     deadlines still run from now. Each waits 4 s between polls, longer than the
     workers' 3 s countdown limit: parked on its timer row for the sweeper's due claim."""
-    opened = intake.opening
     with monkeypatch.context() as patched:
         patched.setattr(
-            intake, "opening", lambda *a: opened(*a).with_changes({"created_at": created})
+            "jobwarden.tasks.intake.opening",
+            lambda *a: opening(*a).with_changes({"created_at": created}),
         )
         return [pipeline.submit({"polls_to_finish": 3, "retry_after": 4}) for _ in range(2)]
 

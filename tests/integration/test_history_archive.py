@@ -23,7 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain
-from jobwarden.models.history_archive import partition_name
+from jobwarden.models.history_archive import months_ahead, partition_name
 from jobwarden.models.persistence import history_store, store
 from jobwarden.models.persistence.db import dispose_all, engine_for, transaction
 from jobwarden.models.persistence.history_store import ArchivedHistory, PartitionNotArchivedError
@@ -355,3 +355,49 @@ def test_a_month_whose_rows_went_to_the_default_partition_is_named_not_created(u
     assert "operation_events_203106" in parts and "operation_events_203108" in parts
     assert parts["operation_events_default"] >= 3
     _verified(url, row.operation_id)
+
+
+# --- beat's run, and the command's retention --------------------------------------------------
+
+
+def test_beat_makes_partitions_ahead_and_archives_only_once_a_retention_is_set(
+    url: str, results: ResultStore
+) -> None:
+    from types import SimpleNamespace
+
+    from jobwarden.config.settings import Settings
+    from jobwarden.tasks.history_archive import maintain
+
+    op = _operation(url, _month(2009, 9))
+    name = "operation_events_200909"
+    ahead = [partition_name(m) for m in months_ahead(NOW)]
+    with transaction(url) as session:  # the last month made ahead, away: to see it made again
+        session.execute(
+            text(f'ALTER TABLE operation_events DETACH PARTITION event_partitions."{ahead[-1]}"')
+        )
+        session.execute(
+            text(f'ALTER TABLE event_partitions."{ahead[-1]}" RENAME TO set_aside_for_a_test')
+        )
+    unset = SimpleNamespace(settings=Settings(database_url=url), result_store=results)
+    assert maintain(unset) == []  # type: ignore[arg-type]
+    parts = _partitions(url)
+    assert name in parts  # no retention set: nothing archived
+    assert set(ahead) <= set(parts)
+    kept = Settings(database_url=url, history_retention_days=30)
+    outcomes = maintain(SimpleNamespace(settings=kept, result_store=results))  # type: ignore[arg-type]
+    assert [o.outcome for o in outcomes if o.partition == name] == ["archived"]
+    assert name not in _partitions(url)
+    _verified_from_archive_cli(url, op)
+
+
+def _verified_from_archive_cli(url: str, op: uuid.UUID) -> None:
+    answer = _cli_on(url, "verify", str(op))
+    assert answer.stdout.strip() == "chain verified from archive: 3 events", answer.stderr
+
+
+def test_the_archive_command_needs_a_retention(url: str) -> None:
+    done = _cli_on(url, "archive")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "archive needs --retention-days N (or JOBWARDEN_HISTORY_RETENTION_DAYS)"
+    )
