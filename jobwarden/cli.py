@@ -142,7 +142,17 @@ def _row_and_events(operation_id: str) -> tuple[Operation, list[ChainedEvent]]:
         if row is None:
             _say(f"no operation {operation_id}")
             raise typer.Exit(1)
-        return row, store.events_for(session, op_id)
+        live = store.events_for(session, op_id)
+    if live and live[0].seq == 1:
+        return row, live
+    # Its history (or its start) was archived: read back from its segment.
+    from jobwarden.models.history_archive import as_chained
+
+    _, archived, problems = _archived(op_id)
+    for line in problems:
+        _say(line)
+    kept = [as_chained(operation_id, ev) for ev in archived]
+    return row, [*(ev for ev in kept if ev is not None), *live]
 
 
 @app.command()
@@ -224,16 +234,10 @@ def verify(
 
 def _archived(op_id: uuid.UUID) -> tuple[bool, list[StoredEvent], list[str]]:
     """(archived?, the archived events the live table lacks, problems with the segment)."""
-    from jobwarden.models.errors import JobwardenError
     from jobwarden.tasks.history_archive import archived_events
-    from jobwarden.tasks.result_store import ResultStore
 
     settings = get_settings()
-    try:
-        results = ResultStore.from_url(settings.result_store)
-    except JobwardenError as exc:
-        return True, [], [f"archived history: {exc}"]
-    done, events, problems = archived_events(settings.database_url, results, op_id)
+    done, events, problems = archived_events(settings.database_url, settings.result_store, op_id)
     return done is not None and (bool(events) or bool(problems)), events, problems
 
 

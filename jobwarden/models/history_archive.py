@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from jobwarden.models.history import EVENT_FIELDS, StoredEvent
+from jobwarden.models.history import EVENT_FIELDS, ChainedEvent, EventDraft, EventKind, StoredEvent
 from jobwarden.models.states import TERMINAL, OperationState
 
 PARTITION_PREFIX: Final = "operation_events_"
@@ -179,4 +179,35 @@ def _event(operation_id: str, number: int, line: str) -> StoredEvent:
         prev_hash=value["prev_hash"],
         hash=value["hash"],
         row_digest=value["row_digest"],
+    )
+
+
+def as_chained(operation_id: str, ev: StoredEvent) -> ChainedEvent | None:
+    """An archived event as the story reads events; None for one whose kind is unknown
+    (it can only have been altered before it was archived: verify names it)."""
+    fields = ev.fields
+    try:
+        kind = EventKind(fields["kind"])
+        at = datetime.fromisoformat(str(fields["at"]))
+    except ValueError:
+        return None
+    draft = EventDraft(
+        kind=kind,
+        actor=str(fields["actor"]),
+        at=at,
+        from_state=fields["from_state"],
+        to_state=fields["to_state"],
+        cause=fields["cause"],
+        delay_source=fields["delay_source"],
+        http_status=fields["http_status"],
+        provider_request_id=fields["provider_request_id"],
+        excerpt=fields["excerpt"],
+    )
+    return ChainedEvent(
+        operation_id=operation_id,
+        seq=ev.seq,
+        draft=draft,
+        prev_hash=ev.prev_hash,
+        hash=ev.hash,
+        row_digest=ev.row_digest,
     )

@@ -199,21 +199,25 @@ def first_live_seq(url: str, operation_id: uuid.UUID) -> int | None:
 
 
 def archived_events(
-    url: str, results: ResultStore, operation_id: uuid.UUID
+    url: str, store_url: str, operation_id: uuid.UUID
 ) -> tuple[ArchivedHistory | None, list[StoredEvent], list[str]]:
     """(the archive row, the archived events the live table lacks, problems).
 
-    Nothing archived, or the live table still starting the chain: no events, no
-    problems. Otherwise the segment is read (bounded by its recorded size), checked
-    against its recorded size and sha256, and decoded; a missing, altered or unreadable
-    segment is a problem naming its location, with no events.
+    Nothing archived (one primary-key read), or the live table still starting the
+    chain: no events, no problems, and the result store is not opened. Otherwise the
+    segment is read from the store ``store_url`` names (bounded by its recorded size),
+    checked against its recorded size and sha256, and decoded; a missing, altered or
+    unreadable segment (or a store that fails) is a problem naming its location, with
+    no events.
     """
     with transaction(url) as session:
         done = history_store.archived(session, operation_id)
-    if done is None or first_live_seq(url, operation_id) == 1:
+    first_live = first_live_seq(url, operation_id) if done is not None else None
+    if done is None or first_live == 1:
         return done, [], []
     expected = StoredObject(location=done.location, sha256=done.sha256, size=done.size_bytes)
     try:
+        results = ResultStore.from_url(store_url)
         data = b"".join(results.read(done.location, 0, done.size_bytes + 1))
     except ResultMissingError:
         return done, [], [f"archived history segment {mismatch(expected, size=None, sha256=None)}"]
@@ -226,7 +230,6 @@ def archived_events(
         events = decode_segment(str(operation_id), data)
     except SegmentError as exc:
         return done, [], [f"archived history segment {done.location}: {exc}"]
-    first_live = first_live_seq(url, operation_id)
     return done, [e for e in events if first_live is None or e.seq < first_live], []
 
 

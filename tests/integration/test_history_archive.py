@@ -248,6 +248,12 @@ def test_an_archived_month_is_dropped_and_each_operation_verifies_from_its_segme
         assert done_row.head_hash == before[op][-1].hash and done_row.event_count == 3
     live = _cli_on(url, "verify", str(current))
     assert live.stdout.strip() == "chain verified: 3 events"
+    story = _cli_on(url, "history", str(old[0])).stdout.splitlines()
+    assert [line.split("  ")[-1].strip() for line in story] == [
+        "intent recorded -> create_pending",
+        "create sent",
+        "decision -> failed",
+    ]
     # Heads exported before the archive still hold, now proven from the segments.
     path = tmp_path / "heads.txt"
     path.write_text(heads.stdout)
@@ -401,3 +407,35 @@ def test_the_archive_command_needs_a_retention(url: str) -> None:
     assert done.stderr.strip() == (
         "archive needs --retention-days N (or JOBWARDEN_HISTORY_RETENTION_DAYS)"
     )
+
+
+def test_the_api_story_and_the_console_page_show_an_archived_history_verified(
+    url: str,
+) -> None:
+    import httpx
+
+    from jobwarden.api.app import create_app
+    from jobwarden.config.settings import Settings
+    from tests.api_server import serving
+    from tests.integration.api_helpers import make_token
+    from tests.integration.test_console import login
+
+    op = _operation(url, _month(2010, 10))
+    _archived_now(url, "operation_events_201010")
+    headers = make_token(url, "t1", "reader", ["read"])
+    app = create_app(Settings(database_url=url))
+    with serving(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+        story = client.get(f"/v1/operations/{op}/events", headers=headers).json()
+        assert [(e["seq"], e["kind"]) for e in story["events"]] == [
+            (1, "intent_recorded"),
+            (2, "create_sent"),
+            (3, "decision"),
+        ]
+        assert story["chain"] == {"verified": True, "problems": []}
+        with login(base, headers["Authorization"].split()[1]) as console:
+            page = console.get(f"/console/operations/{op}")
+            assert page.status_code == 200 and "✔ chain verified" in page.text
+        _segment_path(url, op).unlink()
+        gone = client.get(f"/v1/operations/{op}/events", headers=headers).json()
+        assert gone["chain"]["verified"] is False
+        assert gone["chain"]["problems"][0]["problem"].endswith(": missing")
