@@ -136,7 +136,8 @@ def oldest_due(session: Session, now: datetime) -> dict[str, datetime]:
 
 _RECENT = """
 WITH recent AS (
-    SELECT operation_id, seq, at, kind, from_state, to_state, delay_source, excerpt
+    SELECT operation_id, operation_created_at, seq, at, kind, from_state, to_state,
+        delay_source, excerpt
     FROM operation_events
     -- The sequence's last value, not max(event_id): the index on event_id is a BRIN
     -- (0022), which cannot answer max(); a number taken by a rolled-back insert only
@@ -167,24 +168,27 @@ GROUP BY o.provider
 )
 
 # Detection delay: the observed end minus the first evidence it could be seen — the first
-# verified webhook after the last pending answer, else that answer.
+# verified webhook after the last pending answer, else that answer. The lookups name the
+# partition key (0022), so each probes its operation's partition only.
 _DELAYS = (
     _RECENT
     + f"""
 , ends AS (
-    SELECT DISTINCT ON (operation_id) operation_id, seq, at FROM recent
+    SELECT DISTINCT ON (operation_id) operation_id, operation_created_at, seq, at FROM recent
     WHERE from_state IN ({_in(_WATCHING)}) AND to_state IN ({_in(_ENDED)})
     ORDER BY operation_id, seq
 )
 SELECT o.provider, extract(epoch FROM e.at - coalesce(
     (SELECT min(w.at) FROM operation_events w
      WHERE w.operation_id = e.operation_id AND w.kind = 'webhook_received'
+       AND w.operation_created_at = e.operation_created_at
        AND w.seq > a.seq AND w.seq < e.seq),
     a.at))
 FROM ends e
 JOIN LATERAL (
     SELECT seq, at FROM operation_events p
-    WHERE p.operation_id = e.operation_id AND p.seq < e.seq AND p.kind IN ({_in(_ANSWERS)})
+    WHERE p.operation_id = e.operation_id AND p.operation_created_at = e.operation_created_at
+      AND p.seq < e.seq AND p.kind IN ({_in(_ANSWERS)})
     ORDER BY p.seq DESC LIMIT 1
 ) a ON true
 JOIN operations o ON o.operation_id = e.operation_id
