@@ -433,6 +433,13 @@ def claim_due(
     return rows
 
 
+def own_partition(operation_id: uuid.UUID) -> Any:
+    """The condition that keeps a read of one operation's events in its partition (0022):
+    the partition key from its row, so Postgres prunes the other partitions as it runs."""
+    created = select(OPERATIONS.c.created_at).where(OPERATIONS.c.operation_id == operation_id)
+    return EVENTS.c.operation_created_at == created.scalar_subquery()
+
+
 def _chained(row: EventRow) -> ChainedEvent:
     draft = EventDraft(
         kind=EventKind(row.kind),
@@ -460,14 +467,16 @@ def entered_at(session: Session, operation_id: uuid.UUID, state: OperationState)
     """When the operation last entered ``state`` (its event's time); None if it never did."""
     return session.scalar(
         select(func.max(EventRow.at))
-        .where(EventRow.operation_id == operation_id)
+        .where(EventRow.operation_id == operation_id, own_partition(operation_id))
         .where(EventRow.to_state == state.value)
     )
 
 
 def events_for(session: Session, operation_id: uuid.UUID) -> list[ChainedEvent]:
     rows = session.scalars(
-        select(EventRow).where(EventRow.operation_id == operation_id).order_by(EventRow.seq)
+        select(EventRow)
+        .where(EventRow.operation_id == operation_id, own_partition(operation_id))
+        .order_by(EventRow.seq)
     )
     return [_chained(r) for r in rows]
 
@@ -478,7 +487,9 @@ def stored_events(session: Session, operation_id: uuid.UUID) -> list[StoredEvent
     Unlike ``events_for`` it needs no known kind, so an edited row is reported, not raised.
     """
     found = session.execute(
-        select(EVENTS).where(EVENTS.c.operation_id == operation_id).order_by(EVENTS.c.seq)
+        select(EVENTS)
+        .where(EVENTS.c.operation_id == operation_id, own_partition(operation_id))
+        .order_by(EVENTS.c.seq)
     )
     return [
         StoredEvent(
@@ -580,7 +591,7 @@ def check_head(
     else:
         live = session.scalar(
             select(EVENTS.c.hash)
-            .where(EVENTS.c.operation_id == operation_id)
+            .where(EVENTS.c.operation_id == operation_id, own_partition(operation_id))
             .where(EVENTS.c.seq == seq)
         )
     if live is None:
@@ -600,7 +611,7 @@ def intent_traceparent(session: Session, operation_id: uuid.UUID) -> str | None:
     """The submission span's traceparent the intent event recorded (tracing on), if any."""
     found = session.scalar(
         select(EventRow.excerpt["traceparent"].astext).where(
-            EventRow.operation_id == operation_id, EventRow.seq == 1
+            EventRow.operation_id == operation_id, EventRow.seq == 1, own_partition(operation_id)
         )
     )
     return str(found) if found is not None else None
