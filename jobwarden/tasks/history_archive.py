@@ -10,7 +10,8 @@ deleted: a partition leaves whole, after every history in it is in the store.
 
 Crash-safe and idempotent: a segment's key carries its event count, so re-writing it
 writes the same bytes; an operation whose recorded segment already covers its history
-is skipped; the partition stays attached until the last step, which re-checks, under
+is skipped once that segment is read back intact (a missing or altered one is written
+again); the partition stays attached until the last step, which re-checks, under
 the detach's lock, that every history in it is covered. A run killed anywhere leaves
 the partition attached, and the next run completes it.
 
@@ -129,8 +130,8 @@ def _archive_partition(run: _Run, partition: str) -> PartitionOutcome:
     for op in held:
         with transaction(run.url) as session:
             done = history_store.archived(session, op.operation_id)
-        if done is not None and done.event_count == op.event_count:
-            continue  # an earlier run archived it whole
+        if done is not None and done.event_count == op.event_count and _still_there(run, done):
+            continue  # an earlier run archived it whole, and its segment is intact
         with transaction(run.url) as session:
             events = store.stored_events(session, op.operation_id)
         data = encode_segment(str(op.operation_id), events)
@@ -187,6 +188,16 @@ def maintain(rt: Runtime) -> list[PartitionOutcome]:
 def history() -> int:
     """Beat's entry (jobwarden-history): returns how many months were archived."""
     return sum(o.outcome == "archived" for o in maintain(current()))
+
+
+def _still_there(run: _Run, done: ArchivedHistory) -> bool:
+    """Whether a segment an earlier run wrote is still in the store, unaltered: rows leave
+    the database only while their segment is readable (a missing one is written again)."""
+    expected = StoredObject(location=done.location, sha256=done.sha256, size=done.size_bytes)
+    problem = run.results.verify(expected)
+    if problem is not None:
+        log.warning("history_segment_rewritten", problem=problem)
+    return problem is None
 
 
 def first_live_seq(url: str, operation_id: uuid.UUID) -> int | None:

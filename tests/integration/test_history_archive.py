@@ -439,3 +439,26 @@ def test_the_api_story_and_the_console_page_show_an_archived_history_verified(
         gone = client.get(f"/v1/operations/{op}/events", headers=headers).json()
         assert gone["chain"]["verified"] is False
         assert gone["chain"]["problems"][0]["problem"].endswith(": missing")
+
+
+def test_a_segment_lost_after_an_interrupted_run_is_written_again_before_the_drop(
+    url: str, results: ResultStore
+) -> None:
+    from jobwarden.tasks.history_archive import archive
+
+    op = _operation(url, _month(2013, 2))
+    name = "operation_events_201302"
+
+    def stop_before_drop(point: str, scope: str) -> None:
+        if (point, scope) == ("archive_before_drop", name):
+            raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        archive(url, results, now=NOW, retention_days=0, fault=stop_before_drop)
+    assert name in _partitions(url)
+    _segment_path(url, op).unlink()  # the store lost it while the month was still attached
+    outcomes = archive(url, results, now=NOW, retention_days=0)
+    assert [o.detail for o in outcomes if o.partition == name] == [
+        "1 histories in the result store (1 written now); partition detached and dropped"
+    ]
+    _verified_from_archive_cli(url, op)
