@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
 from jobwarden.config.celery_app import app
@@ -203,10 +202,7 @@ def _still_there(run: _Run, done: ArchivedHistory) -> bool:
 def first_live_seq(url: str, operation_id: uuid.UUID) -> int | None:
     """The first event of the operation still in operation_events; None when none is."""
     with transaction(url) as session:
-        found = session.scalar(
-            select(func.min(store.EVENTS.c.seq)).where(store.EVENTS.c.operation_id == operation_id)
-        )
-    return int(found) if found is not None else None
+        return history_store.first_live_seq(session, operation_id)
 
 
 def archived_events(

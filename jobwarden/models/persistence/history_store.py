@@ -26,6 +26,7 @@ from jobwarden.models.history_archive import (
     months_ahead,
     partition_name,
 )
+from jobwarden.models.persistence.store import EVENTS, own_partition
 from jobwarden.models.persistence.tables import ArchivedHistoryRow
 
 SCHEMA: Final = "event_partitions"  # where 0022 puts the partitions
@@ -117,6 +118,16 @@ def held_operations(session: Session, partition: str) -> list[HeldOperation]:
         )
         for op_id, state, updated, count, head in rows
     ]
+
+
+def first_live_seq(session: Session, operation_id: uuid.UUID) -> int | None:
+    """The first of the operation's events still in operation_events; None when none is."""
+    found = session.scalar(
+        select(func.min(EVENTS.c.seq)).where(
+            EVENTS.c.operation_id == operation_id, own_partition(operation_id)
+        )
+    )
+    return int(found) if found is not None else None
 
 
 def archived(session: Session, operation_id: uuid.UUID) -> ArchivedHistory | None:
