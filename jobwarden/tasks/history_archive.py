@@ -46,7 +46,7 @@ from jobwarden.models.history_archive import (
 )
 from jobwarden.models.persistence import history_store, store
 from jobwarden.models.persistence.db import transaction
-from jobwarden.models.persistence.history_store import ArchivedHistory, PartitionNotArchivedError
+from jobwarden.models.persistence.history_store import ArchivedHistory
 from jobwarden.models.result_objects import StoredObject, mismatch
 from jobwarden.tasks.result_store import ResultStore
 from jobwarden.tasks.runtime import Runtime, current, utcnow
@@ -96,7 +96,7 @@ def archive(
     for partition in due:
         try:
             outcome = _archive_partition(run, partition.name)
-        except (JobwardenError, PartitionNotArchivedError, DBAPIError) as exc:
+        except (JobwardenError, DBAPIError) as exc:
             detail = str(exc.orig if isinstance(exc, DBAPIError) else exc).splitlines()[0]
             outcome = PartitionOutcome(partition=partition.name, outcome="failed", detail=detail)
         log.info(

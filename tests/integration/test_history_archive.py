@@ -22,11 +22,12 @@ from alembic import command
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+from jobwarden.models.errors import PartitionNotArchivedError
 from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain
 from jobwarden.models.history_archive import months_ahead, partition_name
 from jobwarden.models.persistence import history_store, store
 from jobwarden.models.persistence.db import dispose_all, engine_for, transaction
-from jobwarden.models.persistence.history_store import ArchivedHistory, PartitionNotArchivedError
+from jobwarden.models.persistence.history_store import ArchivedHistory
 from jobwarden.models.persistence.migrate import alembic_config, upgrade
 from jobwarden.models.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.states import OperationState as S

@@ -19,6 +19,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from jobwarden.models.errors import PartitionNotArchivedError
 from jobwarden.models.history_archive import (
     DEFAULT_PARTITION,
     HeldOperation,
@@ -155,10 +156,6 @@ def record_archived(session: Session, done: ArchivedHistory) -> None:
             set_={k: statement.excluded[k] for k in values if k != "operation_id"},
         )
     )
-
-
-class PartitionNotArchivedError(Exception):
-    """A partition still holds history no segment covers; it was left attached."""
 
 
 def detach_and_drop(session: Session, partition: str, *, lock_timeout: str) -> int:
