@@ -249,7 +249,7 @@ def partition_listing(url: str) -> list[tuple[str, str, int, str]]:
     for p in live:
         if p.low is None or p.high is None:
             span = "default"
-            state = "holds rows: add the month's partition" if p.rows else "empty"
+            state = "holds rows of months that had no partition" if p.rows else "empty"
         else:
             span = f"{p.low.astimezone(UTC):%Y-%m-%d} .. {p.high.astimezone(UTC):%Y-%m-%d}"
             archived = counts.pop(p.name, 0)

@@ -41,7 +41,8 @@ def _verified_from_archive(url: str, ops: list[uuid.UUID]) -> None:
 def test_a_month_is_archived_and_dropped_while_workers_poll_other_operations(
     pipeline: Pipeline, stack: Any, database_url: str
 ) -> None:
-    polling = [pipeline.submit({"polls_to_finish": 6, "retry_after": 1}) for _ in range(3)]
+    # About 15 s of polling each: longer than the archive run, even on a busy machine.
+    polling = [pipeline.submit({"polls_to_finish": 15, "retry_after": 1}) for _ in range(3)]
     for op in polling:
         pipeline.wait_state(op, "observing")
     partition = "operation_events_201103"

@@ -362,6 +362,11 @@ def test_a_month_whose_rows_went_to_the_default_partition_is_named_not_created(u
     assert "operation_events_203106" in parts and "operation_events_203108" in parts
     assert parts["operation_events_default"] >= 3
     _verified(url, row.operation_id)
+    listing = _cli_on(url, "partitions").stdout.splitlines()
+    default = [line for line in listing if line.startswith("operation_events_default")]
+    assert len(default) == 1 and default[0].endswith("holds rows of months that had no partition")
+    june = [line for line in listing if line.startswith("operation_events_203106")]
+    assert june == ["operation_events_203106    2031-06-01 .. 2031-07-01          0 rows  attached"]
 
 
 # --- beat's run, and the command's retention --------------------------------------------------
