@@ -1,7 +1,7 @@
 """Postgres CPU of one event insert: the plain history table (0021) against the
-partitioned one (0022).
+partitioned one (0023).
 
-A poll appends one event row; before 0022 that row wrote two btree entries (the
+A poll appends one event row; before 0023 that row wrote two btree entries (the
 ``event_id`` primary key and the unique ``(operation_id, seq)``), after it one btree
 entry (the primary key ``(operation_id, seq, operation_created_at)``) and a BRIN index
 that an append touches only to widen a summarised range, through partition routing.

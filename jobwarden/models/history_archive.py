@@ -2,7 +2,7 @@
 history may leave the database.
 
 Pure. ``operation_events`` is partitioned by the month its operation was created in
-(migration 0022), so an operation's whole history lives in one partition. A partition
+(migration 0023), so an operation's whole history lives in one partition. A partition
 may be archived (each operation's history written to the result store as a segment)
 and then dropped whole once its month is older than the retention and every operation
 in it ended before the cutoff; ``archive_refusal`` says why not, naming an operation.

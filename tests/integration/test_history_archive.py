@@ -1,4 +1,4 @@
-"""The partitioned history against a real Postgres (migration 0022): the migration with
+"""The partitioned history against a real Postgres (migration 0023): the migration with
 rows in place and back, partitions made ahead, append-only on every partition, archiving
 old months to the result store and verifying from it.
 

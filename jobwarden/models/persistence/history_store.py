@@ -1,4 +1,4 @@
-"""SQL of the history's partitions and archive (migration 0022): list the partitions,
+"""SQL of the history's partitions and archive (migration 0023): list the partitions,
 create them ahead, read what a partition holds, record an archived segment, and detach
 and drop a partition whose every history is archived.
 
@@ -30,7 +30,7 @@ from jobwarden.models.history_archive import (
 from jobwarden.models.persistence.store import EVENTS, own_partition
 from jobwarden.models.persistence.tables import ArchivedHistoryRow
 
-SCHEMA: Final = "event_partitions"  # where 0022 puts the partitions
+SCHEMA: Final = "event_partitions"  # where 0023 puts the partitions
 ARCHIVED = cast(Table, ArchivedHistoryRow.__table__)
 _NAME: Final = re.compile(r"operation_events_(\d{6}|default)")
 _BOUNDS: Final = re.compile(r"FROM \('([^']+)'\) TO \('([^']+)'\)")

@@ -140,7 +140,7 @@ WITH recent AS (
         delay_source, excerpt
     FROM operation_events
     -- The sequence's last value, not max(event_id): the index on event_id is a BRIN
-    -- (0022), which cannot answer max(); a number taken by a rolled-back insert only
+    -- (0023), which cannot answer max(); a number taken by a rolled-back insert only
     -- narrows the window by one.
     WHERE event_id > (SELECT last_value FROM operation_events_event_id_seq) - :window
 )
@@ -169,7 +169,7 @@ GROUP BY o.provider
 
 # Detection delay: the observed end minus the first evidence it could be seen — the first
 # verified webhook after the last pending answer, else that answer. The lookups name the
-# partition key (0022), so each probes its operation's partition only.
+# partition key (0023), so each probes its operation's partition only.
 _DELAYS = (
     _RECENT
     + f"""

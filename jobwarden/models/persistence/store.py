@@ -88,7 +88,7 @@ _LOAD = select(OPERATIONS, TIMERS.c.next_poll_at, TIMERS.c.dispatched_at, _LAST_
 
 
 def _event_rows(events: Sequence[ChainedEvent], created_at: datetime) -> list[dict[str, Any]]:
-    """The events' rows; ``created_at`` is their operation's (the partition key, 0022)."""
+    """The events' rows; ``created_at`` is their operation's (the partition key, 0023)."""
     return [
         {
             "operation_id": uuid.UUID(ev.operation_id),
@@ -434,7 +434,7 @@ def claim_due(
 
 
 def own_partition(operation_id: uuid.UUID) -> Any:
-    """The condition that keeps a read of one operation's events in its partition (0022):
+    """The condition that keeps a read of one operation's events in its partition (0023):
     the partition key from its row, so Postgres prunes the other partitions as it runs."""
     created = select(OPERATIONS.c.created_at).where(OPERATIONS.c.operation_id == operation_id)
     return EVENTS.c.operation_created_at == created.scalar_subquery()

@@ -253,7 +253,7 @@ class OperationRow(Base):
 
 
 class EventRow(Base):
-    """One event of an operation's history (0022: partitioned by month of the operation's
+    """One event of an operation's history (0023: partitioned by month of the operation's
     creation, so a whole history lives in one partition; see models/persistence/
     history_store.py for archiving a month and dropping its partition)."""
 
@@ -358,7 +358,7 @@ OPERATION_WITH_TIMER = select(
 
 
 class ArchivedHistoryRow(Base):
-    """Where an operation's archived history is (0022): a JSON Lines segment in the result
+    """Where an operation's archived history is (0023): a JSON Lines segment in the result
     store, its sha256 and size, and the chain head it reaches, written before the
     partition that held the events is dropped (models/persistence/history_store.py)."""
 

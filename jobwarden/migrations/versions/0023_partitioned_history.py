@@ -21,8 +21,8 @@ Append-only: the row trigger on the parent is cloned to every partition (Postgre
 a statement trigger is not, so ``jobwarden_add_history_partition`` gives each partition
 its own TRUNCATE refusal. Existing rows are copied with their operation's created_at.
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0023
+Revises: 0022
 Create Date: 2026-12-04
 """
 
@@ -32,8 +32,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = "0022"
-down_revision = "0021"
+revision = "0023"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 
