@@ -94,7 +94,14 @@ def _write_cost(url: str, writes: int) -> None:
     from jobwarden.models.persistence import store
     from jobwarden.models.persistence.db import engine_for, step_session
 
-    with engine_for(url).connect() as conn:
+    with engine_for(url).begin() as conn:
+        # The fill leaves event_count at 1; a write chains after the last event.
+        conn.execute(
+            text(
+                "UPDATE operations o SET event_count = (SELECT max(seq) FROM operation_events e"
+                " WHERE e.operation_id = o.operation_id) WHERE state = 'observing'"
+            )
+        )
         ids = list(
             conn.scalars(text("SELECT operation_id FROM operations WHERE state = 'observing'"))
         )
