@@ -169,8 +169,9 @@ def check_values(environ: Mapping[str, str] = os.environ) -> None:
     would reject, ignore or fail on later: endpoints, timeouts, compression, TLS files,
     the batch processor's sizes, the sampler and its ratio."""
     for name in _ENDPOINTS:
-        if (value := _set(environ, name)) is not None:
-            _endpoint(name, value)
+        if name in environ:
+            # Set but empty, the exporter would send to "/v1/traces" and fail at each export.
+            _endpoint(name, environ[name].strip())
     for name in _SECONDS:
         if (value := _set(environ, name)) is not None:
             try:

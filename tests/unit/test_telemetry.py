@@ -49,6 +49,7 @@ OTLP = {"OTEL_TRACES_EXPORTER": "otlp"}
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://collector:4318"),
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://:4318/v1/traces"),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:port"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", " "),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "ten"),
         ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "0"),
         ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip"),
