@@ -110,7 +110,7 @@ def _write_cost(url: str, writes: int) -> None:
         "ALTER TABLE operations {} TRIGGER tally_ended_operations_updated",
     )
     costs: dict[str, list[float]] = {"on": [], "off": []}
-    for round_ in range(6):
+    for round_ in range(10):
         arm = "on" if round_ % 2 == 0 else "off"
         with engine_for(url).begin() as conn:
             for toggle in toggles:
@@ -137,7 +137,7 @@ def _write_cost(url: str, writes: int) -> None:
             conn.execute(text(toggle.format("ENABLE")))
     on, off = statistics.median(costs["on"]), statistics.median(costs["off"])
     print(
-        f"a poll's write, {writes} per round, median of 3 rounds each: {on:.3f} ms with the "
+        f"a poll's write, {writes} per round, median of 5 rounds each: {on:.3f} ms with the "
         f"tallies' triggers, {off:.3f} ms without ({(on / off - 1) * 100:+.0f} %)"
     )
 

@@ -37,6 +37,7 @@ def make_celery(settings: Settings) -> Celery:
             "jobwarden.tasks.pipeline",
             "jobwarden.tasks.notifications",
             "jobwarden.tasks.schedules",
+            "jobwarden.tasks.metrics_tallies",
         ],
     )
     transport = {
@@ -83,6 +84,13 @@ def make_celery(settings: Settings) -> Celery:
                 "task": "jobwarden.schedules",
                 "schedule": settings.schedule_interval_seconds,
                 "options": {"expires": settings.schedule_interval_seconds, "ignore_result": True},
+            },
+            # /metrics: the deltas written since the last fold, added to their totals, so
+            # a scrape sums one interval of writes, not the history (tasks/metrics_tallies.py).
+            "jobwarden-fold-tallies": {
+                "task": "jobwarden.fold_tallies",
+                "schedule": settings.tally_fold_interval_seconds,
+                "options": {"expires": settings.tally_fold_interval_seconds, "ignore_result": True},
             },
         },
         timezone="UTC",

@@ -24,7 +24,7 @@ from sqlalchemy import event, text
 
 from jobwarden.metrics import collect_families
 from jobwarden.models.history import EventDraft, EventKind
-from jobwarden.models.persistence import store
+from jobwarden.models.persistence import metrics_store, store
 from jobwarden.models.persistence.db import engine_for, step_session, transaction
 from jobwarden.models.persistence.metrics_tables import ENDED_STATES
 from jobwarden.models.states import TERMINAL
@@ -187,6 +187,10 @@ def test_the_tallied_counters_equal_a_recount_of_the_history_and_never_go_down(
     def check() -> None:
         served = _served(url, provider)
         assert served == _recount(url, provider)
+        # Folding the deltas into the totals (beat's jobwarden.fold_tallies) changes nothing.
+        with transaction(url) as session:
+            metrics_store.fold_tallies(session)
+        assert _served(url, provider) == served
         if seen:
             before = seen[-1]
             assert served["status"] >= before["status"]
@@ -319,3 +323,35 @@ def test_the_counters_go_on_from_the_history_written_before_migration_0022(
     command.downgrade(alembic_config(fresh_url), "0021")
     upgrade(fresh_url)
     assert _served(fresh_url, provider) == before
+
+
+def test_a_fold_empties_the_deltas_into_the_totals_and_a_scrape_sums_what_is_left(
+    database_url: str,
+) -> None:
+    # The shared database: the beat task folds the settings' database, as a worker does.
+    fresh_url = database_url
+    provider = f"fold-{secrets.token_hex(4)}"
+    _known_mix(fresh_url, provider)
+    before = _served(fresh_url, provider)
+
+    def deltas() -> int:
+        with transaction(fresh_url) as session:
+            return int(
+                session.scalar(
+                    text(
+                        "SELECT (SELECT count(*) FROM provider_answer_deltas)"
+                        " + (SELECT count(*) FROM ended_operation_deltas)"
+                    )
+                )
+                or 0
+            )
+
+    assert deltas() > 0
+    from jobwarden.tasks.metrics_tallies import fold
+
+    assert fold() > 0  # the beat task, run as its worker runs it
+    assert deltas() == 0 and _served(fresh_url, provider) == before
+    _known_mix(fresh_url, provider)  # the same again: every counter doubles
+    again = _served(fresh_url, provider)
+    assert again["answers"] == {c: 2 * n for c, n in before["answers"].items()}
+    assert (again["status"], again["creates"]) == (2 * before["status"], 2 * before["creates"])

@@ -15,8 +15,8 @@ every plan; scripts/bench_metrics.py measures a scrape at two history sizes):
   figures of the recent past (gauges, not counters). Each operation's provider is looked
   up by its key (a scalar subquery, never flattened into a join the planner could serve by
   reading every operation);
-- provider answers by status class, a counter over the whole history, from
-  ``provider_answer_tallies`` (kept by a trigger as events are written).
+- provider answers by status class, a counter over the whole history, from the tallies
+  and the deltas of the last fold interval (kept by a trigger as events are written).
 """
 
 from __future__ import annotations
@@ -101,9 +101,9 @@ class RecentFacts:
     step_durations: list[tuple[str, str, float]]
 
 
-# One statement, one snapshot: the rows in flight and the tallies of the ended ones. A
-# group whose operations all moved on (result_validation_failed -> result_accepted) has
-# nothing left to show, as before the tallies.
+# The rows in flight and the ended ones' tallies and deltas, in one statement (the scrape's
+# snapshot holds across statements too). A group whose operations all moved on
+# (result_validation_failed -> result_accepted) has nothing left to show, as before.
 _OPERATION_COUNTS = f"""
 SELECT provider, state, sum(operations), sum(status_requests), sum(create_attempts) FROM (
     SELECT provider, state, count(*) AS operations,
@@ -111,8 +111,11 @@ SELECT provider, state, sum(operations), sum(status_requests), sum(create_attemp
         coalesce(sum(create_attempts), 0) AS create_attempts
     FROM operations WHERE state NOT IN ({ENDED_STATE_VALUES}) GROUP BY provider, state
     UNION ALL
-    SELECT provider, state, sum(operations), sum(status_requests), sum(create_attempts)
-    FROM ended_operation_tallies GROUP BY provider, state
+    SELECT provider, state, operations, status_requests, create_attempts
+    FROM ended_operation_tallies
+    UNION ALL
+    SELECT provider, state, operations, status_requests, create_attempts
+    FROM ended_operation_deltas
 ) parts
 GROUP BY provider, state HAVING sum(operations) > 0 ORDER BY provider, state
 """
@@ -254,14 +257,50 @@ def provider_answers(session: Session) -> dict[tuple[str, str], int]:
     """Provider answers ever recorded, by (provider, status class).
 
     The step records each answer once, with its status on the event that carries it
-    (jobwarden.models.effects); migration 0022's trigger adds each such event to
-    ``provider_answer_tallies`` as it is written (429 a class of its own, so 4xx excludes
-    it; an answer that never came, a timeout, reset, DNS or TLS failure: "none").
+    (jobwarden.models.effects); migration 0022's trigger appends each write's count to
+    ``provider_answer_deltas`` (429 a class of its own, so 4xx excludes it; an answer that
+    never came, a timeout, reset, DNS or TLS failure: "none").
     """
     rows = session.execute(
         text(
-            "SELECT provider, status_class, sum(answers) FROM provider_answer_tallies"
-            " GROUP BY 1, 2 ORDER BY 1, 2"
+            "SELECT provider, status_class, sum(answers) FROM ("
+            " SELECT provider, status_class, answers FROM provider_answer_tallies"
+            " UNION ALL SELECT provider, status_class, answers FROM provider_answer_deltas"
+            ") parts GROUP BY 1, 2 ORDER BY 1, 2"
         )
     )
     return {(p, c): int(n) for p, c, n in rows}
+
+
+# Each fold deletes the deltas it can see and adds them to the totals in one statement: a
+# delta still uncommitted is invisible to it and waits for the next fold; two folds at once
+# cannot add a delta twice (the second finds it deleted when the first commits).
+_FOLDS = (
+    """
+WITH folded AS (DELETE FROM provider_answer_deltas RETURNING provider, status_class, answers)
+INSERT INTO provider_answer_tallies AS t (provider, status_class, answers)
+SELECT provider, status_class, sum(answers) FROM folded GROUP BY 1, 2 ORDER BY 1, 2
+ON CONFLICT (provider, status_class) DO UPDATE SET answers = t.answers + EXCLUDED.answers
+""",
+    """
+WITH folded AS (DELETE FROM ended_operation_deltas
+    RETURNING provider, state, operations, status_requests, create_attempts)
+INSERT INTO ended_operation_tallies AS t
+    (provider, state, operations, status_requests, create_attempts)
+SELECT provider, state, sum(operations), sum(status_requests), sum(create_attempts)
+FROM folded GROUP BY 1, 2 ORDER BY 1, 2
+ON CONFLICT (provider, state) DO UPDATE SET
+    operations = t.operations + EXCLUDED.operations,
+    status_requests = t.status_requests + EXCLUDED.status_requests,
+    create_attempts = t.create_attempts + EXCLUDED.create_attempts
+""",
+)
+
+
+def fold_tallies(session: Session) -> int:
+    """Fold the deltas written since the last fold into the tallies; returns how many tally
+    rows it added to.
+
+    The figures are the same before and after (a scrape reads both), only cheaper to sum.
+    """
+    return sum(int(getattr(session.execute(text(sql)), "rowcount", 0)) for sql in _FOLDS)

@@ -2,36 +2,35 @@
 
 A counter such as ``jobwarden_provider_responses_total`` counts rows of a history that only
 grows; counting them at every scrape made a scrape cost about 0.3 s per million events.
-These tallies are kept as the rows are written, by triggers of migration 0022 (so the
-write path in store.py is unchanged and no writer can forget them), in the same
-transaction: a rolled-back write never counts, a committed one always does.
+These are kept as the rows are written, by triggers of migration 0022 (so the write path
+in store.py is unchanged and no writer can forget them), in the same transaction: a
+rolled-back write never counts, a committed one always does.
 
-- ``provider_answer_tallies``: provider answers by status class, one row added to per
-  answer (operation_events insert).
-- ``ended_operation_tallies``: operations that have ended (a TERMINAL state), with their
-  request counters, added to when a row enters an ended state (once per operation, never
-  on a poll). Operations not ended are counted from their rows (``ix_operations_not_ended``,
-  bounded by the work in flight); a row moves from one part to the other in the
-  transaction that ends it, and a scrape reads both parts in one statement (one snapshot),
-  so the sum never goes down.
+- ``provider_answer_deltas``: one row appended per write of provider answers, by status
+  class (operation_events insert);
+- ``ended_operation_deltas``: one row appended when a row enters an ended state (a
+  TERMINAL one), leaves one or changes its counters in one (once per operation, never on
+  a poll), with its request counters. Operations not ended are counted from their rows
+  (``ix_operations_not_ended``, bounded by the work in flight); a row moves from one part
+  to the other in the transaction that ends it;
+- ``*_tallies``: the totals the deltas are folded into, in one statement, by the beat task
+  ``jobwarden.fold_tallies`` (metrics_store.fold_tallies), so the deltas a scrape adds up
+  are those of the last fold interval.
 
-Each tally is split into ``shard`` rows by the writer's backend (``pg_backend_pid() %
-TALLY_SHARDS``): a row being added to stays locked until its transaction commits, and one
-row per provider would make every poll of that provider wait for the previous one's
-commit. A scrape sums the shards; shards may hold negative parts (a row that ended on one
-backend and was moved on by another), their sum is exact.
+A scrape reads the tallies, the deltas and the rows in flight in one snapshot, so a fold
+or an operation ending meanwhile never counts a thing twice or loses it: the sums never
+go down. Deltas are appended, never updated: one total row that every poll updated would
+make each poll wait for the previous one's commit, and leave a dead row version per poll.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Index, SmallInteger, String, text
+from sqlalchemy import BigInteger, Identity, Index, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from jobwarden.models.persistence.tables import Base, OperationRow
 from jobwarden.models.states import TERMINAL
 
-# How many rows each tally is split into (see the module docstring).
-TALLY_SHARDS = 16
 # The ended states as migration 0022 wrote them into its trigger (a migration carries
 # literals); tests/integration/test_metrics_plans.py fails when TERMINAL changes without
 # a migration that rewrites the trigger and the index.
@@ -45,7 +44,15 @@ class ProviderAnswerTallyRow(Base):
     provider: Mapped[str] = mapped_column(String(200), primary_key=True)
     # 2xx, 3xx, 4xx (429 apart), 429, 5xx, none (no answer came).
     status_class: Mapped[str] = mapped_column(String(10), primary_key=True)
-    shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    answers: Mapped[int] = mapped_column(BigInteger)
+
+
+class ProviderAnswerDeltaRow(Base):
+    __tablename__ = "provider_answer_deltas"
+
+    delta_id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    provider: Mapped[str] = mapped_column(String(200))
+    status_class: Mapped[str] = mapped_column(String(10))
     answers: Mapped[int] = mapped_column(BigInteger)
 
 
@@ -54,9 +61,19 @@ class EndedOperationTallyRow(Base):
 
     provider: Mapped[str] = mapped_column(String(200), primary_key=True)
     state: Mapped[str] = mapped_column(String(40), primary_key=True)
-    shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     operations: Mapped[int] = mapped_column(BigInteger)
     # As the figure counts them: status_requests_used less a reservation not yet spent.
+    status_requests: Mapped[int] = mapped_column(BigInteger)
+    create_attempts: Mapped[int] = mapped_column(BigInteger)
+
+
+class EndedOperationDeltaRow(Base):
+    __tablename__ = "ended_operation_deltas"
+
+    delta_id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    provider: Mapped[str] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(40))
+    operations: Mapped[int] = mapped_column(BigInteger)
     status_requests: Mapped[int] = mapped_column(BigInteger)
     create_attempts: Mapped[int] = mapped_column(BigInteger)
 
