@@ -7,10 +7,11 @@ provider answers of every status class, decisions with a step's timing). The wor
 flight stays fixed as the history grows: the first ``--in-flight`` operations keep the
 fill's mix of states (observing, stopped, awaiting approval ...), every later one has
 ended (succeeded or failed), as a long-running service's history looks. After each size
-it ANALYZEs and times each figure of jobwarden.metrics.SQL_FIGURES and the whole
+it folds the counters' deltas (as beat does every 15 s), ANALYZEs and times each figure of jobwarden.metrics.SQL_FIGURES and the whole
 collection (the collector's cache off), p50/max in ms; last, the ratio of the largest
-size's whole scrape to the smallest's (flat history cost: near 1). A benchmark prints
-figures; no test times anything.
+size's whole scrape to the smallest's (flat history cost: near 1). ``--write-cost N``
+also times N poll writes per round with the counters' triggers on and off. A benchmark
+prints figures; no test times anything.
 
     .venv/bin/python scripts/bench_metrics.py --sizes 10000 100000 --events-per-operation 10
 """
@@ -193,6 +194,13 @@ def main() -> int:
                             text(ENDED), {"first": max(first, args.in_flight), "last": last}
                         )
             filled = size
+            # As beat's jobwarden.fold_tallies does every 15 s: the fill's deltas into totals.
+            with engine.begin() as conn:
+                from sqlalchemy.orm import Session
+
+                from jobwarden.models.persistence.metrics_store import fold_tallies
+
+                fold_tallies(Session(bind=conn))
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 conn.execute(text("VACUUM ANALYZE"))
                 active = conn.scalar(
