@@ -7,8 +7,9 @@ provider answers of every status class, decisions with a step's timing). The wor
 flight stays fixed as the history grows: the first ``--in-flight`` operations keep the
 fill's mix of states (observing, stopped, awaiting approval ...), every later one has
 ended (succeeded or failed), as a long-running service's history looks. After each size
-it folds the counters' deltas (as beat does every 15 s), ANALYZEs and times each figure of jobwarden.metrics.SQL_FIGURES and the whole
-collection (the collector's cache off), p50/max in ms; last, the ratio of the largest
+it folds the counters' deltas (as beat does every 15 s), ANALYZEs and times each figure
+of jobwarden.metrics.SQL_FIGURES and the whole collection (the collector's cache off),
+p50/max in ms; last, the ratio of the largest
 size's whole scrape to the smallest's (flat history cost: near 1). ``--write-cost N``
 also times N poll writes per round with the counters' triggers on and off. A benchmark
 prints figures; no test times anything.
