@@ -285,6 +285,7 @@ def test_models_and_migrations_are_in_step(database_url: str) -> None:
 
     # Every module that declares tables, so the metadata holds the whole schema.
     from jobwarden.models.persistence import (  # noqa: F401
+        metrics_tables,
         notification_tables,
         schedule_tables,
         webhook_tables,
