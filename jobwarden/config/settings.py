@@ -158,6 +158,9 @@ class Settings(BaseSettings):
     # (its claimer died), how many slots one process submits, and the folder
     # `jobwarden schedules check|sync` reads.
     schedule_interval_seconds: float = Field(default=5.0, gt=0)
+    # /metrics (tasks/metrics_tallies.py): how often beat folds the counters' delta rows
+    # into their totals; a scrape adds up what was written since.
+    tally_fold_interval_seconds: float = Field(default=15.0, gt=0)
     schedule_batch_size: int = Field(default=500, gt=0)
     schedule_resubmit_after_seconds: float = Field(default=30.0, gt=0)
     # A tick submits up to this many claimed slots itself; more are spread over the

@@ -69,6 +69,13 @@ $$
 """
 
 
+TALLY_PROVIDER_ANSWERS = (
+    "CREATE TRIGGER tally_provider_answers AFTER INSERT ON operation_events "
+    "REFERENCING NEW TABLE AS added "
+    "FOR EACH STATEMENT EXECUTE FUNCTION jobwarden_tally_provider_answers()"
+)
+
+
 def upgrade() -> None:
     # No write may slip between the copy and the swap.
     op.execute("LOCK TABLE operation_events IN ACCESS EXCLUSIVE MODE")
@@ -142,6 +149,11 @@ def upgrade() -> None:
         "CREATE TRIGGER operation_events_no_truncate BEFORE TRUNCATE ON operation_events "
         "FOR EACH STATEMENT EXECUTE FUNCTION jobwarden_refuse_history_change()"
     )
+    # 0022's provider-answer tally goes with the table it was on; made again once the rows
+    # are copied, so the copy itself is not counted a second time. A statement trigger with
+    # a transition table is allowed on a partitioned table and sees the rows of every
+    # partition an insert was routed to.
+    op.execute(TALLY_PROVIDER_ANSWERS)
     op.create_table(
         "archived_histories",
         sa.Column("operation_id", postgresql.UUID(as_uuid=True), nullable=False),
@@ -217,3 +229,8 @@ def downgrade() -> None:
         "CREATE TRIGGER operation_events_no_truncate BEFORE TRUNCATE ON operation_events "
         "FOR EACH STATEMENT EXECUTE FUNCTION jobwarden_refuse_history_change()"
     )
+    # 0022's provider-answer tally goes with the table it was on; made again once the rows
+    # are copied, so the copy itself is not counted a second time. A statement trigger with
+    # a transition table is allowed on a partitioned table and sees the rows of every
+    # partition an insert was routed to.
+    op.execute(TALLY_PROVIDER_ANSWERS)
