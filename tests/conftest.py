@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from sqlalchemy.engine import make_url
+
+# No test is timed (speed is the benchmarks' business, scripts/bench_*): Hypothesis's
+# per-example deadline would fail a property on a loaded machine, not a wrong answer.
+# Its too_slow health check likewise measures the machine: off for the same reason.
+settings.register_profile("jobwarden", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("jobwarden")
 
 RUN_ID = secrets.token_hex(4)
 TEST_DB = f"jobwarden_test_{RUN_ID}"
