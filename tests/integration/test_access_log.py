@@ -33,7 +33,7 @@ class AccessLines(logging.Handler):
         self.seen: list[tuple[str, dict[str, Any]]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.seen.append((record.threadName, json.loads(self.format(record))))
+        self.seen.append((record.threadName or "", json.loads(self.format(record))))
 
     def of(self, url: str) -> list[dict[str, Any]]:
         return [line for thread, line in self.seen if thread == serving_thread(url)]
