@@ -13,13 +13,14 @@ from rich.console import Console
 
 from jobwarden.api_cli import serve_api, tenants_app, tokens_app
 from jobwarden.config.settings import get_settings
+from jobwarden.history_cli import archive_command, partitions_command
 from jobwarden.models.errors import JobwardenError
 from jobwarden.result_cli import result_command
 from jobwarden.schedules_cli import schedules_app
 from jobwarden.watch_cli import dated_line, list_command, show_lines, watch_command
 
 if TYPE_CHECKING:
-    from jobwarden.models.history import ChainedEvent
+    from jobwarden.models.history import ChainedEvent, StoredEvent
     from jobwarden.models.operation import Operation
     from jobwarden.models.verification import ChainProblem
 
@@ -38,6 +39,8 @@ app.add_typer(schedules_app, name="schedules")
 app.command("list")(list_command)
 app.command("watch")(watch_command)
 app.command("result")(result_command)
+app.command("archive")(archive_command)
+app.command("partitions")(partitions_command)
 console = Console(soft_wrap=True)
 # soft_wrap: an error is one line whatever the terminal width (scripts grep for it).
 err = Console(stderr=True, soft_wrap=True)
@@ -139,7 +142,17 @@ def _row_and_events(operation_id: str) -> tuple[Operation, list[ChainedEvent]]:
         if row is None:
             _say(f"no operation {operation_id}")
             raise typer.Exit(1)
-        return row, store.events_for(session, op_id)
+        live = store.events_for(session, op_id)
+    if live and live[0].seq == 1:
+        return row, live
+    # Its history (or its start) was archived: read back from its segment.
+    from jobwarden.models.history_archive import as_chained
+
+    _, archived, problems = _archived(op_id)
+    for line in problems:
+        _say(line)
+    kept = [as_chained(operation_id, ev) for ev in archived]
+    return row, [*(ev for ev in kept if ev is not None), *live]
 
 
 @app.command()
@@ -219,15 +232,34 @@ def verify(
         _verify_one(operation_id)
 
 
+def _archived(op_id: uuid.UUID) -> tuple[bool, list[StoredEvent], list[str]]:
+    """(archived?, the archived events the live table lacks, problems with the segment)."""
+    from jobwarden.tasks.history_archive import archived_events
+
+    settings = get_settings()
+    done, events, problems = archived_events(settings.database_url, settings.result_store, op_id)
+    return done is not None and (bool(events) or bool(problems)), events, problems
+
+
 def _verify_one(operation_id: str) -> None:
-    from jobwarden.models.persistence import result_rows, store
+    from jobwarden.models.persistence import history_store, result_rows, store
     from jobwarden.models.persistence.db import transaction
     from jobwarden.models.verification import row_bound
 
     op_id = _operation_id(operation_id)
     with transaction(get_settings().database_url) as session:
-        problems = store.verify(session, op_id)
-        events = store.stored_events(session, op_id)
+        archive_row = history_store.archived(session, op_id)
+    from_archive, archived, segment_problems = (
+        _archived(op_id) if archive_row is not None else (False, [], [])
+    )
+    if segment_problems:
+        # The segment is gone or altered: nothing of the archived part can be proven.
+        for line in segment_problems:
+            _say(line)
+        raise typer.Exit(1)
+    with transaction(get_settings().database_url) as session:
+        problems = store.verify(session, op_id, archived=archived)
+        events = [*archived, *store.stored_events(session, op_id)]
         result = result_rows.result_of(session, op_id)
     lines = [
         _problem_line(p) if p.problem != "no such operation" else f"no operation {op_id}"
@@ -246,7 +278,12 @@ def _verify_one(operation_id: str) -> None:
     note = (
         "" if row_bound(events) else " (the row is not bound: its last write predates row digests)"
     )
-    console.print(f"chain verified: {len(events)} events{note}", highlight=False, markup=False)
+    source = "from archive" if from_archive else ""
+    console.print(
+        f"chain verified{' ' + source if source else ''}: {len(events)} events{note}",
+        highlight=False,
+        markup=False,
+    )
 
 
 def _export_heads() -> None:
@@ -281,14 +318,24 @@ def _read_heads(path: Path) -> list[tuple[uuid.UUID, int, str]]:
 
 
 def _compare_heads(path: Path) -> None:
-    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence import history_store, store
     from jobwarden.models.persistence.db import transaction
 
     anchors = _read_heads(path)
     failed = 0
     for op_id, count, head in anchors:
         with transaction(get_settings().database_url) as session:
-            problems = store.check_head(session, op_id, count, head)
+            archived_row = history_store.archived(session, op_id)
+        _, archived, segment_problems = (
+            _archived(op_id) if archived_row is not None else (False, [], [])
+        )
+        if segment_problems:
+            failed += 1
+            for line in segment_problems:
+                _say(f"operation {op_id}: {line}")
+            continue
+        with transaction(get_settings().database_url) as session:
+            problems = store.check_head(session, op_id, count, head, archived=archived)
         failed += bool(problems)
         for p in problems:
             _say(f"operation {op_id}: {_problem_line(p)}")

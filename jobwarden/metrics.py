@@ -44,7 +44,6 @@ from sqlalchemy.orm import Session
 
 from jobwarden.logs import get_logger
 from jobwarden.models.persistence import metrics_store, notification_store
-from jobwarden.models.persistence.db import snapshot
 from jobwarden.schedule_metrics import schedule_families
 from jobwarden.tasks.webhooks import refusal_counts
 
@@ -62,7 +61,7 @@ STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scrape:
-    """What a figure reads: one snapshot session, the scrape's time, the event window."""
+    """What a figure reads: the scrape's session (one snapshot), its time, the event window."""
 
     session: Session
     now: datetime
@@ -246,8 +245,8 @@ def collect_families(
     event_window: int = DEFAULT_EVENT_WINDOW,
     figures: Sequence[Figures] = SQL_FIGURES,
 ) -> list[Metric]:
-    """Every metric family read from Postgres now, in one snapshot session."""
-    with snapshot(url) as session:
+    """Every metric family read from Postgres now, in one read-only snapshot."""
+    with metrics_store.scrape_session(url) as session:
         scrape = Scrape(session=session, now=now, event_window=event_window)
         return [family for figure in figures for family in figure(scrape)]
 

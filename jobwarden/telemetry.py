@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from jobwarden.models.errors import SettingsError
 from jobwarden.models.trace_context import trace_id_from
@@ -76,6 +77,119 @@ def check(environ: Mapping[str, str] = os.environ) -> None:
     except ImportError:
         raise TelemetryConfigError(_MISSING) from None
     _exporters(environ, make=False)
+    check_values(environ)
+
+
+# The SDK reads these itself, and on a bad value it raises (a traceback in each process),
+# logs an error and falls back to its default, or fails at the first export, long after
+# start-up. An operator who set one wants it to hold: it is refused at start-up instead.
+_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+_SECONDS = ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+_COMPRESSIONS = ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION")
+_FILES = tuple(
+    f"OTEL_EXPORTER_OTLP_{scope}{name}"
+    for scope in ("", "TRACES_")
+    for name in ("CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY")
+)
+# The batch span processor's integers (BatchSpanProcessor._validate_arguments): each > 0.
+_BATCH = {
+    "OTEL_BSP_SCHEDULE_DELAY": 5000,
+    "OTEL_BSP_EXPORT_TIMEOUT": 30000,
+    "OTEL_BSP_MAX_QUEUE_SIZE": 2048,
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": 512,
+}
+# The samplers the SDK's TracerProvider knows by name (sampling._KNOWN_SAMPLERS: it reads
+# no entry points); any other name it replaces by its default, with a warning.
+_SAMPLERS = (
+    "always_on",
+    "always_off",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "traceidratio",
+    "parentbased_traceidratio",
+)
+_RATIO_SAMPLERS = ("traceidratio", "parentbased_traceidratio")
+
+
+def _set(environ: Mapping[str, str], name: str) -> str | None:
+    value = environ.get(name, "").strip()
+    return value or None
+
+
+def _endpoint(name: str, value: str) -> None:
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TelemetryConfigError(
+            f"{name}={value!r}: not an http:// or https:// URL with a host "
+            "(such as http://otel-collector:4318)"
+        )
+
+
+def _batch_sizes(environ: Mapping[str, str]) -> None:
+    sizes = {}
+    for name, default in _BATCH.items():
+        value = _set(environ, name)
+        try:
+            sizes[name] = default if value is None else int(value)
+        except ValueError:
+            sizes[name] = 0
+        if sizes[name] <= 0:
+            raise TelemetryConfigError(f"{name}={value!r}: not a whole number above 0")
+    if sizes["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] > sizes["OTEL_BSP_MAX_QUEUE_SIZE"]:
+        raise TelemetryConfigError(
+            f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={sizes['OTEL_BSP_MAX_EXPORT_BATCH_SIZE']}: above "
+            f"OTEL_BSP_MAX_QUEUE_SIZE={sizes['OTEL_BSP_MAX_QUEUE_SIZE']}"
+        )
+
+
+def _sampler(environ: Mapping[str, str]) -> None:
+    sampler = _set(environ, "OTEL_TRACES_SAMPLER")
+    if sampler is not None and sampler.lower() not in _SAMPLERS:
+        raise TelemetryConfigError(
+            f"OTEL_TRACES_SAMPLER={sampler!r}: not a sampler; one of {', '.join(_SAMPLERS)}"
+        )
+    ratio = _set(environ, "OTEL_TRACES_SAMPLER_ARG")
+    if ratio is not None and (sampler or "").lower() in _RATIO_SAMPLERS:
+        try:
+            fraction = float(ratio)
+        except ValueError:
+            fraction = -1.0
+        if not 0.0 <= fraction <= 1.0:
+            raise TelemetryConfigError(
+                f"OTEL_TRACES_SAMPLER_ARG={ratio!r}: not a sampling ratio from 0 to 1"
+            )
+
+
+def check_values(environ: Mapping[str, str] = os.environ) -> None:
+    """Raise TelemetryConfigError naming the first OTEL_* variable whose value the SDK
+    would reject, ignore or fail on later: endpoints, timeouts, compression, TLS files,
+    the batch processor's sizes, the sampler and its ratio."""
+    for name in _ENDPOINTS:
+        if name in environ:
+            # Set but empty, the exporter would send to "/v1/traces" and fail at each export.
+            _endpoint(name, environ[name].strip())
+    for name in _SECONDS:
+        if (value := _set(environ, name)) is not None:
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = 0.0
+            if not seconds > 0:
+                raise TelemetryConfigError(f"{name}={value!r}: not a number of seconds above 0")
+    for name in _COMPRESSIONS:
+        value = _set(environ, name)
+        if value is not None and value.lower() not in ("gzip", "deflate", "none"):
+            raise TelemetryConfigError(f"{name}={value!r}: not gzip, deflate or none")
+    for name in _FILES:
+        value = _set(environ, name)
+        if value is not None and not os.access(value, os.R_OK):
+            raise TelemetryConfigError(f"{name}={value!r}: no file readable there")
+    _batch_sizes(environ)
+    _sampler(environ)
 
 
 _MISSING = (
@@ -138,6 +252,7 @@ def setup(service: str, environ: Mapping[str, str] = os.environ) -> bool:
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
         except ImportError:
             raise TelemetryConfigError(_MISSING) from None
+        check_values(environ)
         if not _tracer:
             # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read by Resource.create, win.
             resource = Resource.create(

@@ -1,13 +1,20 @@
-"""What one /metrics scrape costs the database as the history grows.
+"""What one /metrics scrape costs the database as the history grows, at a fixed load.
 
-Creates a scratch database of its own (dropped at the end, whatever happens), applies the
-migrations, fills ``--rows`` operations (scripts/bench_queries.py's fill) and
-``--events-per-operation`` events each (provider answers of every status class, decisions
-with a step's timing), ANALYZEs, then times each figure of jobwarden.metrics.SQL_FIGURES
-and the whole collection (the collector's cache off). Prints p50/max in ms. A benchmark
+Creates a scratch database of its own (dropped at the end, whatever happens, unless
+``--keep``), applies the migrations, then grows the history to each of ``--sizes``
+operations (scripts/bench_queries.py's fill, ``--events-per-operation`` events each:
+provider answers of every status class, decisions with a step's timing). The work in
+flight stays fixed as the history grows: the first ``--in-flight`` operations keep the
+fill's mix of states (observing, stopped, awaiting approval ...), every later one has
+ended (succeeded or failed), as a long-running service's history looks. After each size
+it folds the counters' deltas (as beat does every 15 s), ANALYZEs and times each figure
+of jobwarden.metrics.SQL_FIGURES and the whole collection (the collector's cache off),
+p50/max in ms; last, the ratio of the largest
+size's whole scrape to the smallest's (flat history cost: near 1). ``--write-cost N``
+also times N poll writes per round with the counters' triggers on and off. A benchmark
 prints figures; no test times anything.
 
-    .venv/bin/python scripts/bench_metrics.py --rows 100000 --events-per-operation 10
+    .venv/bin/python scripts/bench_metrics.py --sizes 10000 100000 --events-per-operation 10
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 # every third a decision carrying a step's timing.
 EVENTS = """
 INSERT INTO operation_events (operation_id, seq, actor, at, kind, http_status, excerpt,
-    prev_hash, hash)
+    prev_hash, hash, operation_created_at)
 SELECT md5('op' || i)::uuid, n, 'worker',
     timestamptz '2026-01-01 00:00+00' + (i * interval '2 seconds') + (n * interval '1 second'),
     CASE WHEN n % 3 = 0 THEN 'decision' ELSE 'polled' END,
@@ -39,18 +46,117 @@ SELECT md5('op' || i)::uuid, n, 'worker',
          WHEN (i + n) % 90 = 3 THEN '{"transport_failure": "read_timeout"}'::jsonb
          ELSE '{"request": 1, "of": 10}'::jsonb END,
     md5('p' || i || ':' || n) || md5('q' || i || ':' || n),
-    md5('h' || i || ':' || n) || md5('g' || i || ':' || n)
-FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS i,
+    md5('h' || i || ':' || n) || md5('g' || i || ':' || n),
+    o.created_at
+FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS i
+JOIN operations o ON o.operation_id = md5('op' || i)::uuid,
      generate_series(1, CAST(:per AS int)) AS n
 """
+
+# Operations past the in-flight ones have ended, the way the fill's own mix ends most.
+ENDED = """
+UPDATE operations SET state = CASE WHEN state = 'failed' THEN 'failed' ELSE 'succeeded' END,
+    escalation_reason = NULL
+WHERE operation_id IN (
+    SELECT md5('op' || i)::uuid
+    FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS i)
+  AND state NOT IN ('succeeded', 'failed')
+"""
+
+
+def _time_scrapes(url: str, repeat: int) -> float:
+    """Print each figure's p50/max and return the whole scrape's p50 (ms)."""
+    from jobwarden.metrics import SQL_FIGURES, Scrape, collect_families
+    from jobwarden.models.persistence.metrics_store import scrape_session
+
+    now = datetime.now(UTC)
+    print(f"  {'figure':<28} {'p50 ms':>9} {'max ms':>9}")
+    for figure in SQL_FIGURES:
+        samples = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            with scrape_session(url) as session:
+                list(figure(Scrape(session=session, now=now, event_window=100_000)))
+            samples.append((time.perf_counter() - t0) * 1000)
+        print(f"  {figure.__name__:<28} {statistics.median(samples):>9.1f} {max(samples):>9.1f}")
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        collect_families(url, now)
+        samples.append((time.perf_counter() - t0) * 1000)
+    whole = "one scrape (all figures)"
+    print(f"  {whole:<28} {statistics.median(samples):>9.1f} {max(samples):>9.1f}")
+    return statistics.median(samples)
+
+
+def _write_cost(url: str, writes: int) -> None:
+    """A poll's write (one answer event, the request counter) with the tallies' triggers on
+    and off, in alternating rounds; per write, the fenced statement alone."""
+    from sqlalchemy import text
+
+    from jobwarden.models.history import EventDraft, EventKind
+    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence.db import engine_for, step_session
+
+    with engine_for(url).begin() as conn:
+        # The fill leaves event_count at 1; a write chains after the last event.
+        conn.execute(
+            text(
+                "UPDATE operations o SET event_count = (SELECT max(seq) FROM operation_events e"
+                " WHERE e.operation_id = o.operation_id) WHERE state = 'observing'"
+            )
+        )
+        ids = list(
+            conn.scalars(text("SELECT operation_id FROM operations WHERE state = 'observing'"))
+        )
+    toggles = (
+        "ALTER TABLE operation_events {} TRIGGER tally_provider_answers",
+        "ALTER TABLE operations {} TRIGGER tally_ended_operations_updated",
+    )
+    costs: dict[str, list[float]] = {"on": [], "off": []}
+    for round_ in range(10):
+        arm = "on" if round_ % 2 == 0 else "off"
+        with engine_for(url).begin() as conn:
+            for toggle in toggles:
+                conn.execute(text(toggle.format("ENABLE" if arm == "on" else "DISABLE")))
+        spent = 0.0
+        for n in range(writes):
+            at = datetime.now(UTC)
+            with step_session(url) as session:
+                op = store.load(session, ids[n % len(ids)])
+                assert op is not None
+                answer = EventDraft(kind=EventKind.polled, actor="bench", at=at, http_status=200)
+                t0 = time.perf_counter()
+                store.fenced_update(
+                    session,
+                    op,
+                    changes={"status_requests_used": op.status_requests_used + 1},
+                    drafts=[answer],
+                    now=at,
+                )
+                spent += time.perf_counter() - t0
+        costs[arm].append(spent / writes * 1000)
+    with engine_for(url).begin() as conn:
+        for toggle in toggles:
+            conn.execute(text(toggle.format("ENABLE")))
+    on, off = statistics.median(costs["on"]), statistics.median(costs["off"])
+    print(
+        f"a poll's write, {writes} per round, median of 5 rounds each: {on:.3f} ms with the "
+        f"tallies' triggers, {off:.3f} ms without ({(on / off - 1) * 100:+.0f} %)"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--in-flight", type=int, default=10_000)
     parser.add_argument("--events-per-operation", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--chunk", type=int, default=20_000)
+    parser.add_argument(
+        "--write-cost", type=int, default=0, help="also time N poll writes, triggers on/off"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the database, print its URL")
     parser.add_argument(
         "--admin-url",
         default=os.environ.get(
@@ -71,48 +177,61 @@ def main() -> int:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     try:
         os.environ["JOBWARDEN_DATABASE_URL"] = url
-        from jobwarden.metrics import SQL_FIGURES, Scrape, collect_families
-        from jobwarden.models.persistence.db import dispose_all, engine_for, snapshot
+        from jobwarden.models.persistence.db import dispose_all, engine_for
         from jobwarden.models.persistence.migrate import upgrade
 
         upgrade(url)
         engine = engine_for(url)
-        started = time.perf_counter()
-        with engine.begin() as conn:
-            for first in range(0, args.rows, args.chunk):
-                last = min(args.rows, first + args.chunk) - 1
-                conn.execute(text(FILL), {"first": first, "last": last})
-                conn.execute(
-                    text(EVENTS), {"first": first, "last": last, "per": args.events_per_operation}
+        scrapes: dict[int, float] = {}
+        filled = 0
+        for size in sorted(args.sizes):
+            started = time.perf_counter()
+            with engine.begin() as conn:
+                for first in range(filled, size, args.chunk):
+                    last = min(size, first + args.chunk) - 1
+                    params = {"first": first, "last": last}
+                    conn.execute(text(FILL), params)
+                    conn.execute(text(EVENTS), {**params, "per": args.events_per_operation})
+                    if last >= args.in_flight:
+                        conn.execute(
+                            text(ENDED), {"first": max(first, args.in_flight), "last": last}
+                        )
+            filled = size
+            # As beat's jobwarden.fold_tallies does every 15 s: the fill's deltas into totals.
+            with engine.begin() as conn:
+                from sqlalchemy.orm import Session
+
+                from jobwarden.models.persistence.metrics_store import fold_tallies
+
+                fold_tallies(Session(bind=conn))
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.execute(text("VACUUM ANALYZE"))
+                active = conn.scalar(
+                    text(
+                        "SELECT count(*) FROM operations WHERE state NOT IN ('succeeded', 'failed')"
+                    )
                 )
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(text("VACUUM ANALYZE"))
-        events = args.rows * args.events_per_operation
+            events = size * args.events_per_operation
+            print(
+                f"history: {size:,} operations ({active:,} not ended), {events:,} events "
+                f"(filled in {time.perf_counter() - started:.1f} s)"
+            )
+            scrapes[events] = _time_scrapes(url, args.repeat)
+        smallest, largest = min(scrapes), max(scrapes)
         print(
-            f"filled {args.rows:,} operations, {events:,} events "
-            f"in {time.perf_counter() - started:.1f} s"
+            f"whole scrape p50: {scrapes[smallest]:.1f} ms at {smallest:,} events, "
+            f"{scrapes[largest]:.1f} ms at {largest:,} events: ratio "
+            f"{scrapes[largest] / scrapes[smallest]:.2f} for {largest / smallest:.0f}x the history"
         )
-        now = datetime.now(UTC)
-        print(f"{'figure':<28} {'p50 ms':>9} {'max ms':>9}")
-        for figure in SQL_FIGURES:
-            samples = []
-            for _ in range(args.repeat):
-                t0 = time.perf_counter()
-                with snapshot(url) as session:
-                    list(figure(Scrape(session=session, now=now, event_window=100_000)))
-                samples.append((time.perf_counter() - t0) * 1000)
-            print(f"{figure.__name__:<28} {statistics.median(samples):>9.1f} {max(samples):>9.1f}")
-        samples = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            collect_families(url, now)
-            samples.append((time.perf_counter() - t0) * 1000)
-        whole = "one scrape (all figures)"
-        print(f"{whole:<28} {statistics.median(samples):>9.1f} {max(samples):>9.1f}")
+        if args.write_cost:
+            _write_cost(url, args.write_cost)
         dispose_all()
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        if args.keep:
+            print(f"kept: {url}")
+        else:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
     return 0
 

@@ -16,6 +16,11 @@ import uvicorn
 from fastapi import FastAPI
 
 
+def serving_thread(url: str) -> str:
+    """The name of the thread serving ``url``: what it logs can be told from other servers'."""
+    return f"uvicorn {url}"
+
+
 @contextmanager
 def serving(app: FastAPI, *, timeout: float = 15.0) -> Iterator[str]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -24,7 +29,12 @@ def serving(app: FastAPI, *, timeout: float = 15.0) -> Iterator[str]:
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="none", access_log=False)
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread = threading.Thread(
+        target=server.run,
+        kwargs={"sockets": [sock]},
+        daemon=True,
+        name=serving_thread(f"http://127.0.0.1:{port}"),
+    )
     thread.start()
     deadline = time.monotonic() + timeout
     while not server.started:

@@ -24,9 +24,17 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from sqlalchemy.engine import make_url
+
+# No test is timed (speed is the benchmarks' business, scripts/bench_*): Hypothesis's
+# per-example deadline would fail a property on a loaded machine, not a wrong answer.
+# Its too_slow health check likewise measures the machine: off for the same reason.
+settings.register_profile("jobwarden", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("jobwarden")
 
 RUN_ID = secrets.token_hex(4)
 TEST_DB = f"jobwarden_test_{RUN_ID}"
@@ -113,3 +121,50 @@ def database_url() -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{TEST_DB}" WITH (FORCE)'))
     admin.dispose()
+
+
+# The suite on several processes (scripts/test runs pytest-xdist with --dist loadgroup):
+# each process has its own scratch database, key prefix and queue (RUN_ID above is drawn
+# per process). A test file runs whole on one process, so its module fixtures start once.
+# The acceptance tests share a package-scoped stack (two workers and a beat): they run as
+# ACCEPTANCE_PROCESSES groups of whole files, each on one process that starts the stack
+# once, and no integration test interleaves with them there to stop and restart it.
+ACCEPTANCE_PROCESSES = 2
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not getattr(config.option, "numprocesses", None):
+        return
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    acceptance = {f: tests for f, tests in files.items() if f.startswith("tests/acceptance/")}
+    # Greedy by test count, biggest file first: the groups come out within a file of even.
+    loads = [0] * ACCEPTANCE_PROCESSES
+    group_of: dict[str, str] = {}
+    for name, tests in sorted(acceptance.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        lightest = loads.index(min(loads))
+        loads[lightest] += len(tests)
+        group_of[name] = f"acceptance-{lightest}"
+    for name, tests in files.items():
+        for item in tests:
+            item.add_marker(pytest.mark.xdist_group(group_of.get(name, name)))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line per Microsoft LRO scenario run (tests/acceptance/test_spector_lro.py), from
+    the property each run recorded in its report, whichever process ran it."""
+    verdicts: dict[str, str] = {}
+    for outcome in ("passed", "failed"):
+        for report in terminalreporter.stats.get(outcome, []):
+            props = dict(getattr(report, "user_properties", ()))
+            if report.when != "call" or "test_spector_lro.py" not in report.nodeid:
+                continue
+            verdicts[report.nodeid] = props.get("spector_verdict", "FAIL (before its verdict)")
+    if not verdicts:
+        return
+    terminalreporter.section("Microsoft TypeSpec LRO scenarios (tsp-spector)")
+    for nodeid, verdict in sorted(verdicts.items()):
+        scenario = nodeid.split("[", 1)[-1].split("]", 1)[0]
+        terminalreporter.write_line(f"{verdict} {scenario}")

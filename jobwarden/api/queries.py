@@ -58,6 +58,8 @@ from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.persistence.result_rows import StoredResultRow
 from jobwarden.models.result_access import validated
 from jobwarden.models.states import OFFERS_OPTIONS, OperationState
+from jobwarden.models.verification import ChainProblem
+from jobwarden.tasks.history_archive import archived_events
 from jobwarden.tasks.interventions import escalation_options
 from jobwarden.tasks.provider_edge import shown_create_request
 from jobwarden.tasks.runtime import Runtime
@@ -316,9 +318,19 @@ def operation_events(
 ) -> OperationStory:
     """The operation's story: every event, whether its hash chain verifies, every intake attempt."""
     row = owned_operation(request, principal, operation_id)
-    with transaction(settings_of(request).database_url) as session:
-        events = query_store.history(session, row.operation_id)
-        problems = store.verify(session, row.operation_id)
+    settings = settings_of(request)
+    # An archived history (tasks/history_archive.py) is read back from its segment.
+    _, archived, segment = archived_events(
+        settings.database_url, settings.result_store, row.operation_id
+    )
+    with transaction(settings.database_url) as session:
+        events = [
+            *({"seq": ev.seq, **ev.fields} for ev in archived),
+            *query_store.history(session, row.operation_id),
+        ]
+        problems = [ChainProblem(seq=0, problem=p) for p in segment] or store.verify(
+            session, row.operation_id, archived=archived
+        )
         attempts = api_store.intake_for_operation(session, row.operation_id)
     return OperationStory(
         operation_id=row.operation_id,

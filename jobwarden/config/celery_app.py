@@ -8,6 +8,7 @@ are parked in Postgres), which avoids Redis redelivering held ETA tasks.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from celery import Celery
@@ -36,6 +37,8 @@ def make_celery(settings: Settings) -> Celery:
             "jobwarden.tasks.pipeline",
             "jobwarden.tasks.notifications",
             "jobwarden.tasks.schedules",
+            "jobwarden.tasks.history_archive",
+            "jobwarden.tasks.metrics_tallies",
         ],
     )
     transport = {
@@ -83,6 +86,20 @@ def make_celery(settings: Settings) -> Celery:
                 "schedule": settings.schedule_interval_seconds,
                 "options": {"expires": settings.schedule_interval_seconds, "ignore_result": True},
             },
+            # The history's months: partitions made ahead, old months archived when a
+            # retention is set (tasks/history_archive.py).
+            "jobwarden-history": {
+                "task": "jobwarden.history",
+                "schedule": settings.history_interval_seconds,
+                "options": {"expires": settings.history_interval_seconds, "ignore_result": True},
+            },
+            # /metrics: the deltas written since the last fold, added to their totals, so
+            # a scrape sums one interval of writes, not the history (tasks/metrics_tallies.py).
+            "jobwarden-fold-tallies": {
+                "task": "jobwarden.fold_tallies",
+                "schedule": settings.tally_fold_interval_seconds,
+                "options": {"expires": settings.tally_fold_interval_seconds, "ignore_result": True},
+            },
         },
         timezone="UTC",
     )
@@ -107,10 +124,18 @@ after_setup_task_logger.connect(_structured_logs, weak=False)
 
 def _tracing_checked(sender: Any = None, **_: Any) -> None:
     # In the main process, before the pool forks: a bad OTEL_* setting stops start-up
-    # with one line. A pool without processes (solo, threads) traces right here.
-    telemetry.check()
-    if "prefork" not in str(getattr(sender, "pool_cls", "")).lower():
-        telemetry.setup("jobwarden-worker")
+    # with one line and exit status 2, as `jobwarden api` does. Celery logs an exception
+    # from a signal handler (a traceback) and starts anyway, so the handler exits itself:
+    # SystemExit is no Exception, Celery lets it through. Running on without the tracing
+    # the operator asked for would leave them looking for traces that never come.
+    # A pool without processes (solo, threads) traces right here.
+    try:
+        telemetry.check()
+        if "prefork" not in str(getattr(sender, "pool_cls", "")).lower():
+            telemetry.setup("jobwarden-worker")
+    except telemetry.TelemetryConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 def _tracing(**_: Any) -> None:

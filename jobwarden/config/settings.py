@@ -158,6 +158,9 @@ class Settings(BaseSettings):
     # (its claimer died), how many slots one process submits, and the folder
     # `jobwarden schedules check|sync` reads.
     schedule_interval_seconds: float = Field(default=5.0, gt=0)
+    # /metrics (tasks/metrics_tallies.py): how often beat folds the counters' delta rows
+    # into their totals; a scrape adds up what was written since.
+    tally_fold_interval_seconds: float = Field(default=15.0, gt=0)
     schedule_batch_size: int = Field(default=500, gt=0)
     schedule_resubmit_after_seconds: float = Field(default=30.0, gt=0)
     # A tick submits up to this many claimed slots itself; more are spread over the
@@ -167,6 +170,13 @@ class Settings(BaseSettings):
     # Where collected results are streamed (tasks/result_store.py): file:///dir or
     # s3://bucket[/prefix]; S3 credentials come from the AWS_* variables, never from here.
     result_store: str = Field(default_factory=default_result_store)
+    # History (tasks/history_archive.py). Every history_interval_seconds beat creates the
+    # coming months' partitions of operation_events and, only when
+    # history_retention_days is set, archives each month whose operations all ended that
+    # many days ago to the result store and drops its partition (unset: never archived
+    # but by `jobwarden archive --retention-days N`, whose default it also is).
+    history_retention_days: float | None = Field(default=None, gt=0)
+    history_interval_seconds: float = Field(default=86400.0, gt=0)
 
     @field_validator("result_store")
     @classmethod

@@ -23,13 +23,16 @@ from jobwarden.models.contract import DEFAULT_APPROVAL_WINDOW_SECONDS
 from jobwarden.models.escalation import Option
 from jobwarden.models.excerpts import redacted
 from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
+from jobwarden.models.history_archive import as_chained
 from jobwarden.models.operation import Operation
 from jobwarden.models.outgoing import ShownRequest
 from jobwarden.models.persistence import query_store, store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import AUTOMATION_STOPPED, OFFERS_OPTIONS, TERMINAL
 from jobwarden.models.states import OperationState as S
+from jobwarden.models.verification import ChainProblem
 from jobwarden.story import event_line
+from jobwarden.tasks.history_archive import archived_events
 from jobwarden.tasks.interventions import escalation_options
 from jobwarden.tasks.provider_edge import secret_forms, shown_create_request
 from jobwarden.tasks.runtime import Runtime
@@ -157,8 +160,14 @@ def operation_page(
         row = query_store.operation_for_tenant(session, principal.tenant, operation_id)
         if row is None:
             return None
-        events = store.events_for(session, operation_id)
-        problems = store.verify(session, operation_id)
+    # An archived history (tasks/history_archive.py) is read back from its segment.
+    _, archived, segment = archived_events(database_url, rt.settings.result_store, operation_id)
+    with transaction(database_url) as session:
+        kept = [as_chained(str(operation_id), ev) for ev in archived]
+        events = [*(ev for ev in kept if ev is not None), *store.events_for(session, operation_id)]
+        problems = [ChainProblem(seq=0, problem=p) for p in segment] or store.verify(
+            session, operation_id, archived=archived
+        )
     contract = rt.contracts.get(row.provider)
     limits = contract.limits if contract is not None else None
     options = (

@@ -124,6 +124,11 @@ class LeaseNotAcquiredError(LostRaceError):
     """Another worker holds the operation's lease."""
 
 
+class PartitionNotArchivedError(LostRaceError):
+    """A history partition gained an event its archived segment lacks; it stays attached
+    (the next archiving run archives that history again)."""
+
+
 class RetryLaterError(JobwardenError):
     """A transient failure; the same action may succeed later."""
 

@@ -10,7 +10,8 @@ reschedules instead of sleeping through it in a worker.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Final
 
 from jobwarden.models.actions import Decided, DelaySource, Send, Wait
@@ -24,6 +25,7 @@ __all__ = [
     "RateLimit",
     "RateLimitTable",
     "credential_reference",
+    "granted",
     "rate_limited",
 ]
 
@@ -62,6 +64,20 @@ def credential_reference(secret_env: str | None, secret_file: str | None) -> str
     if secret_file is not None:
         return f"file:{secret_file}"
     return "anonymous"
+
+
+def granted(send: Send, at: float | None) -> Send:
+    """``send`` with the limiter's grant time (Unix seconds, its own clock) in its record.
+
+    The request's event (its ``*_sent`` claim, or the answer a reserved request's record
+    rides on) then says when the shared limiter let it go: the history alone shows that
+    the requests to one credential kept its rate, whatever the network did to them after.
+    No limit, no grant time, nothing added.
+    """
+    if at is None:
+        return send
+    stamp = datetime.fromtimestamp(at, UTC).isoformat()
+    return replace(send, excerpt={**send.excerpt, "rate_limit_granted_at": stamp})
 
 
 def rate_limited(decided: Decided, send: Send, *, retry_after: float, now: datetime) -> Decided:

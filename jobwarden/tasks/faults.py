@@ -39,6 +39,10 @@ POINTS: frozenset[str] = frozenset(
         # made; and submitted, its operation not yet recorded on the slot.
         "schedule_after_claim",
         "schedule_after_submit",
+        # An archiving run (tasks/history_archive.py), scoped by partition: a history's
+        # segment recorded; and every one recorded, the partition not yet dropped.
+        "archive_after_segment",
+        "archive_before_drop",
     }
 )
 

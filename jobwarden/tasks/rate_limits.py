@@ -29,8 +29,9 @@ from jobwarden.models.rate_limits import credential_reference
 
 # KEYS[1]: the bucket's theoretical arrival time (TAT); KEYS[2] and KEYS[3]: the next retry
 # slot handed to a refused follow-up request and to a refused create. ARGV: emission
-# interval (s), burst, now (s, '' = Redis TIME), '1' for a create. Times travel as decimal
-# strings: Lua numbers returned to Redis become integers.
+# interval (s), burst, now (s, '' = Redis TIME), '1' for a create. Returns {1, the grant's
+# time} or {0, seconds to wait}. Times travel as decimal strings: Lua numbers returned to
+# Redis become integers.
 _TAKE = """
 local now
 if ARGV[3] == '' then
@@ -48,7 +49,7 @@ if now >= free_at then
   local new_tat = tat + interval
   redis.call('SET', KEYS[1], string.format('%.6f', new_tat),
              'PX', math.ceil((new_tat - now) * 1000) + 1000)
-  return {1, '0'}
+  return {1, string.format('%.6f', now)}
 end
 local follow = tonumber(redis.call('GET', KEYS[2]) or '0')
 if follow < free_at then follow = free_at end
@@ -65,10 +66,12 @@ return {0, string.format('%.6f', slot - now)}
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Token:
-    """The limiter's answer: ``granted``, or ask again in ``retry_after`` seconds."""
+    """The limiter's answer: ``granted`` (``at``: when, on the limiter's clock, Unix
+    seconds; None without a limit), or ask again in ``retry_after`` seconds."""
 
     granted: bool
     retry_after: float = 0.0
+    at: float | None = None
 
 
 GRANTED = Token(granted=True)
@@ -108,10 +111,10 @@ def take_from(
 ) -> Token:
     script = redis.register_script(_TAKE)
     interval = 1.0 / limit.requests_per_second
-    granted, wait = script(
+    granted, wait = script(  # wait: the grant's time when granted
         keys=[key, f"{key}:retry", f"{key}:retry-create"],
         args=[repr(interval), limit.burst, "" if now is None else repr(now), int(create)],
     )
     if int(granted):
-        return GRANTED
+        return Token(granted=True, at=float(wait))
     return Token(granted=False, retry_after=float(wait))

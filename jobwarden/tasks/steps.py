@@ -15,7 +15,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy.orm import Session
@@ -36,7 +36,7 @@ from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import snapshot, transaction
-from jobwarden.models.rate_limits import rate_limited
+from jobwarden.models.rate_limits import granted, rate_limited
 from jobwarden.models.reservations import as_sent
 from jobwarden.models.signals import RawResponse
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
@@ -132,9 +132,10 @@ def run(
             break
         reserved = spendable(rt, op, send, marking) if sent is None and answer is None else None
         if reserved is None:
-            claim = settled(rt, op, planned(rt, op, decided, now, answer, sent=sent), marking)
+            stamped = replace(decided, action=granted(send, token.at))
+            claim = settled(rt, op, planned(rt, op, stamped, now, answer, sent=sent), marking)
             op = persist(rt, session, op, claim, now)
-        sent = reserved
+        sent = granted(reserved, token.at) if reserved is not None else None
         faults.fault_point(rt.redis, rt.settings.key_prefix, step.claim_point, fault_scope)
         now = utcnow()
         late = unsent(op, send, now)

@@ -207,17 +207,6 @@ def _spector_contracts(out: Path) -> None:
     (out / "azure_lro_rpc.toml").write_text(rpc)
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """One line per Microsoft LRO scenario run (tests/acceptance/test_spector_lro.py)."""
-    from tests.acceptance.test_spector_lro import SCENARIOS, VERDICTS
-
-    if not VERDICTS:
-        return
-    terminalreporter.section("Microsoft TypeSpec LRO scenarios (tsp-spector)")
-    for scenario in SCENARIOS:
-        terminalreporter.write_line(f"{VERDICTS.get(scenario, 'NOT RUN')} {scenario}")
-
-
 @pytest.fixture(scope="session")
 def spector() -> Iterator[SpectorServer]:
     """Microsoft's TypeSpec scenario mocks (installed by scripts/install_spector)."""

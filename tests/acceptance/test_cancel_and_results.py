@@ -246,14 +246,20 @@ def test_cancel_of_a_terminal_operation_is_refused_and_records_nothing(
 
 
 def test_cancel_requested_twice_sends_one_cancel(stack: Stack, pipeline: Pipeline) -> None:
+    from jobwarden.models.errors import RefusedInputError
     from jobwarden.tasks.interventions import request_cancel
 
     op = pipeline.submit(NEVER_FINISHES)
     _observing(pipeline, op)
     first = request_cancel(op, "pytest", "first ask")
-    second = request_cancel(op, "someone-else", "second ask")
+    try:
+        second = request_cancel(op, "someone-else", "second ask")
+    except RefusedInputError:
+        # A worker sent the first cancel and the provider confirmed it in between (a loaded
+        # machine gives it the time): nothing is left to stop, and nothing more is sent.
+        second = "ended"
     assert first == "cancel_requested"
-    assert second in {"cancel_requested", "cancelling"}
+    assert second in {"cancel_requested", "cancelling", "ended"}
     row = pipeline.wait_state(op)
     assert row.state == "cancelled"
     assert (row.cancel_requested_by, row.cancel_reason) == ("pytest", "first ask")

@@ -104,3 +104,12 @@ def test_a_step_that_stops_automation_is_a_failed_task_that_is_not_retried(
     assert after.step_failures == 0 and after.version == row.version
     assert pipeline.kinds(op).count("escalated") == 1
     assert logged(stack, "step_failed", operation_id=op) == []
+    # The stop is one WARNING line with its reason and detail (README "Logs"), written by
+    # the worker that stopped it, with the operation's trace id bound.
+    (stop,) = wait_for(
+        lambda: logged(stack, "operation_escalated", operation_id=op),
+        timeout=10,
+        what="the stop's WARNING line",
+    )
+    assert (stop["level"], stop["reason"]) == ("warning", "authorization_denied")
+    assert stop["detail"] and stop["trace_id"] == row.trace_id

@@ -224,3 +224,41 @@ def test_a_python_submission_that_does_not_trace_still_parents_the_steps_on_the_
     # And each provider request carried its own exported client span's id.
     sent = pipeline.creates(result.operation_id) + pipeline.job_requests(result.operation_id)
     assert sent and all(r["traceparent"].split("-")[2] in by_id for r in sent)
+
+
+@pytest.mark.parametrize(
+    ("variable", "line"),
+    [
+        (
+            {"OTEL_TRACES_EXPORTER": "nonsense"},
+            "error: OTEL_TRACES_EXPORTER='nonsense': no such span exporter is installed",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "not-a-url"},
+            "error: OTEL_EXPORTER_OTLP_ENDPOINT='not-a-url': not an http:// or https:// URL "
+            "with a host (such as http://otel-collector:4318)",
+        ),
+    ],
+)
+def test_a_worker_refuses_a_bad_otel_setting_in_one_line_with_exit_status_2(
+    database_url: str, variable: dict[str, str], line: str
+) -> None:
+    # Celery logs an exception raised by a start-up signal handler (a traceback) and starts
+    # anyway; the worker must stop instead, as `jobwarden api` does (tests/unit/
+    # test_telemetry.py). Its own queue: were it to start, it takes nobody's tasks.
+    queue = f"refused-{secrets.token_hex(4)}"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "celery", "-A", "jobwarden.config.celery_app", "worker"),
+            *("--pool=prefork", "--concurrency=1", "-Q", queue, "--without-gossip"),
+            *("--without-mingle", "--loglevel=INFO"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "JOBWARDEN_QUEUE": queue, **variable},  # this run's servers
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr.strip().splitlines()[-1:]) == (2, [line])
+    assert "Traceback" not in done.stdout + done.stderr

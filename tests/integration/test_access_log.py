@@ -3,7 +3,6 @@ per request, with method, path, status, duration, trace id and the authenticated
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import secrets
@@ -16,31 +15,44 @@ import pytest
 from jobwarden.api.app import create_app
 from jobwarden.api.auth import Scope, create_token
 from jobwarden.logs import formatter
-from tests.api_server import serving
+from tests.api_server import serving, serving_thread
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
+class AccessLines(logging.Handler):
+    """Each access line with the thread that wrote it: a server's lines are its thread's.
+
+    Another test's server, still answering in a thread of this process, writes to the same
+    logger; with the suite on several processes, which tests ran before this one varies.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(formatter("json"))
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append((record.threadName or "", json.loads(self.format(record))))
+
+    def of(self, url: str) -> list[dict[str, Any]]:
+        return [line for thread, line in self.seen if thread == serving_thread(url)]
+
+
 @pytest.fixture
-def lines() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(formatter("json"))
+def lines() -> Iterator[AccessLines]:
+    handler = AccessLines()
     access = logging.getLogger("jobwarden.access")
     level = access.level
     access.addHandler(handler)
     access.setLevel(logging.INFO)
-    yield stream
+    yield handler
     access.removeHandler(handler)
     access.setLevel(level)
 
 
-def _records(stream: io.StringIO) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stream.getvalue().splitlines()]
-
-
 def test_every_request_is_one_structured_line_with_status_duration_trace_and_tenant(
-    database_url: str, lines: io.StringIO
+    database_url: str, lines: AccessLines
 ) -> None:
     tenant = f"t-{secrets.token_hex(4)}"
     bearer = create_token(
@@ -54,7 +66,7 @@ def test_every_request_is_one_structured_line_with_status_duration_trace_and_ten
             f"{url}/v1/operations", headers={"Authorization": f"Bearer {bearer}"}, timeout=10
         )
     assert listed.status_code == 200
-    health, refused, read = (r for r in _records(lines) if r["event"] == "http_request")
+    health, refused, read = (r for r in lines.of(url) if r["event"] == "http_request")
     assert (health["method"], health["path"], health["status"]) == ("GET", "/healthz", 200)
     # The caller's trace id, from its traceparent; nobody authenticated: no tenant.
     assert (health["trace_id"], health["tenant"]) == (TRACE, None)

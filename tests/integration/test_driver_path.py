@@ -53,8 +53,8 @@ def test_a_refused_statement_keeps_sqlalchemys_error_class_and_the_connection(
 ) -> None:
     first = _insert(database_url, _new_row())
     clash = (
-        "INSERT INTO operation_events (operation_id, seq)"
-        " SELECT operation_id, 1 FROM operations WHERE operation_id = %(id)s"
+        "INSERT INTO operation_events (operation_id, seq, operation_created_at)"
+        " SELECT operation_id, 1, created_at FROM operations WHERE operation_id = %(id)s"
     )
     with step_session(database_url) as session:
         pid = driver_execute(session, "SELECT pg_backend_pid()", {}).fetchone()[0]  # type: ignore[index]

@@ -41,6 +41,15 @@ def test_a_full_bucket_grants_the_burst_then_refuses_until_the_next_token(
     assert take_from(redis_client, key, limit, now=T0 + 0.2).granted
 
 
+def test_a_grant_says_when_on_the_limiters_clock(redis_client: Redis) -> None:
+    limit, key = RateLimit(requests_per_second=5, burst=2), _key()
+    assert [take_from(redis_client, key, limit, now=T0).at for _ in range(2)] == [T0, T0]
+    assert take_from(redis_client, key, limit, now=T0).at is None  # refused: no grant, no time
+    seconds, micros = redis_client.time()
+    at = take_from(redis_client, _key(), limit).at  # Redis's own TIME
+    assert at is not None and 0 <= at - (seconds + micros / 1e6) < 5
+
+
 def test_requests_refused_together_are_told_to_come_back_one_interval_apart(
     redis_client: Redis,
 ) -> None:

@@ -269,7 +269,12 @@ def test_a_history_written_before_row_digests_verifies_and_says_the_row_is_unbou
     with engine_for(database_url).begin() as conn:
         conn.execute(
             insert(store.EVENTS),
-            {**values, "operation_id": row.operation_id, "hash": old_hash},
+            {
+                **values,
+                "operation_id": row.operation_id,
+                "operation_created_at": row.created_at,
+                "hash": old_hash,
+            },
         )
         conn.execute(
             text(ROW.format("event_count = 1, last_event_hash = :h")),
@@ -460,7 +465,7 @@ def _rewrite_consistently(url: str, op_id: uuid.UUID) -> None:
     with engine_for(url).begin() as conn:
         conn.execute(text("ALTER TABLE operation_events DISABLE TRIGGER USER"))
         conn.execute(text("DELETE FROM operation_events WHERE operation_id = :id"), {"id": op_id})
-        conn.execute(insert(store.EVENTS), store._event_rows(forged))
+        conn.execute(insert(store.EVENTS), store._event_rows(forged, op.created_at))
         conn.execute(
             text("UPDATE operations SET last_event_hash = :h WHERE operation_id = :id"),
             {"h": forged[-1].hash, "id": op_id},

@@ -42,3 +42,21 @@ def test_the_shipped_flower_enables_events_on_the_workers_it_watches() -> None:
     worker = " ".join(str(part) for part in compose["services"]["worker"].get("entrypoint", []))
     command = " ".join(str(part) for part in compose["services"]["worker"].get("command", []) or [])
     assert " -E" not in f" {worker} {command}" and "--task-events" not in f"{worker} {command}"
+
+
+def test_beat_rings_the_history_maintenance_once_a_day_without_a_result() -> None:
+    # tasks/history_archive.py: partitions made two months ahead, so a daily run has slack.
+    entry = app.conf.beat_schedule["jobwarden-history"]
+    assert (entry["task"], entry["schedule"]) == ("jobwarden.history", 86400.0)
+    assert entry["options"]["ignore_result"] is True
+
+
+def test_beat_folds_the_metrics_deltas_with_a_task_the_workers_know() -> None:
+    # Without the fold the deltas the /metrics counters append grow with the history, and
+    # every scrape adds them all up (tasks/metrics_tallies.py).
+    from jobwarden.config.settings import get_settings
+
+    entry = app.conf.beat_schedule["jobwarden-fold-tallies"]
+    assert entry["task"] == "jobwarden.fold_tallies"
+    assert entry["schedule"] == get_settings().tally_fold_interval_seconds
+    assert "jobwarden.tasks.metrics_tallies" in app.conf.include

@@ -23,7 +23,7 @@ from jobwarden.models.contract_loader import load_contract
 from jobwarden.models.effects import plan
 from jobwarden.models.errors import ContractError
 from jobwarden.models.history import EventKind
-from jobwarden.models.rate_limits import credential_reference, rate_limited
+from jobwarden.models.rate_limits import credential_reference, granted, rate_limited
 from jobwarden.models.states import OperationState as S
 from tests.unit.factories import NOW, SHIPPED, operation
 
@@ -188,3 +188,17 @@ def test_a_held_poll_keeps_a_reservation_it_already_holds() -> None:
     p = plan(op, held, actor="worker:t", now=NOW, answer=None, max_countdown=30)
     assert "status_requests_used" not in p.changes
     assert "reserved_request" not in p.changes
+
+
+def test_a_granted_request_records_the_limiters_grant_time_on_its_claim() -> None:
+    # The claim event of the request says when the shared limiter let it go (its clock),
+    # so the history alone shows that one credential's requests kept its rate.
+    op = operation(S.observing, remote_job_id="j", status_url="http://x/v1/jobs/j")
+    at = NOW.timestamp() + 0.25
+    send = granted(_send(), at)
+    p = plan(op, Decided(action=send), actor="worker:t", now=NOW, answer=None, max_countdown=30)
+    (claim,) = p.events
+    assert claim.kind is EventKind.poll_sent
+    assert claim.excerpt == {"rate_limit_granted_at": (NOW + timedelta(seconds=0.25)).isoformat()}
+    # No limit, no grant time: nothing added.
+    assert granted(_send(), None) == _send()

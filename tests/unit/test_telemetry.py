@@ -39,6 +39,58 @@ def test_an_exporter_that_is_not_installed_is_refused_naming_the_variable() -> N
     check({"OTEL_TRACES_EXPORTER": "otlp,console"})  # both installed with [otel]
 
 
+OTLP = {"OTEL_TRACES_EXPORTER": "otlp"}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "not-a-url"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://collector:4318"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://:4318/v1/traces"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:port"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", " "),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "ten"),
+        ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "0"),
+        ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip"),
+        ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "soon"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "-1"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4096"),  # above the default queue of 2048
+        ("OTEL_TRACES_SAMPLER", "nonsense"),
+        ("OTEL_TRACES_SAMPLER", "parentbased_alwayson"),
+    ],
+)
+def test_a_bad_otel_value_is_refused_at_start_up_naming_the_variable(name: str, value: str) -> None:
+    # The SDK would raise in each process, log and fall back, or fail at the first export.
+    with pytest.raises(TelemetryConfigError, match=f"^{name}="):
+        check({**OTLP, name: value})
+
+
+def test_a_sampling_ratio_outside_0_to_1_is_refused_for_a_ratio_sampler_only() -> None:
+    ratio = {**OTLP, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio"}
+    with pytest.raises(TelemetryConfigError, match=r"^OTEL_TRACES_SAMPLER_ARG='1\.5'"):
+        check({**ratio, "OTEL_TRACES_SAMPLER_ARG": "1.5"})
+    check({**ratio, "OTEL_TRACES_SAMPLER_ARG": "0.25"})
+    check({**OTLP, "OTEL_TRACES_SAMPLER": "always_on", "OTEL_TRACES_SAMPLER_ARG": "x"})
+
+
+def test_good_otel_values_and_values_of_tracing_that_is_off_pass() -> None:
+    check(
+        {
+            **OTLP,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "https://otel-collector.example:4318",
+            "OTEL_EXPORTER_OTLP_TIMEOUT": "2.5",
+            "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_BSP_MAX_QUEUE_SIZE": "4096",
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "4096",
+            "OTEL_TRACES_SAMPLER": "PARENTBASED_ALWAYS_ON",
+        }
+    )
+    check({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "not-a-url"})
+
+
 def test_off_by_default_no_opentelemetry_module_is_imported() -> None:
     # A fresh interpreter without OTEL_* variables: the app, a step and the provider edge.
     code = (
@@ -66,8 +118,24 @@ def test_off_by_default_no_opentelemetry_module_is_imported() -> None:
     assert done.stdout.strip() == "False []"
 
 
-def test_jobwarden_api_refuses_an_exporter_it_cannot_load_in_one_line() -> None:
-    env = {**os.environ, "OTEL_TRACES_EXPORTER": "zipkin"}
+@pytest.mark.parametrize(
+    ("variable", "line"),
+    [
+        (
+            {"OTEL_TRACES_EXPORTER": "zipkin"},
+            "error: OTEL_TRACES_EXPORTER='zipkin': no such span exporter is installed",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "not-a-url"},
+            "error: OTEL_EXPORTER_OTLP_ENDPOINT='not-a-url': not an http:// or https:// URL "
+            "with a host (such as http://otel-collector:4318)",
+        ),
+    ],
+)
+def test_jobwarden_api_refuses_a_bad_otel_setting_in_one_line(
+    variable: dict[str, str], line: str
+) -> None:
+    env = {**os.environ, **variable}
     done = subprocess.run(
         [sys.executable, "-m", "jobwarden.cli", "api", "--port", "1"],
         env=env,
@@ -77,6 +145,12 @@ def test_jobwarden_api_refuses_an_exporter_it_cannot_load_in_one_line() -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
-        "error: OTEL_TRACES_EXPORTER='zipkin': no such span exporter is installed"
-    ]
+    assert done.stderr.strip().splitlines() == [line]
+
+
+def test_the_samplers_accepted_are_those_the_sdk_knows_by_name() -> None:
+    from opentelemetry.sdk.trace import sampling
+
+    from jobwarden.telemetry import _SAMPLERS
+
+    assert set(_SAMPLERS) == set(sampling._KNOWN_SAMPLERS)

@@ -157,6 +157,7 @@ def claim(
     draft = bound.draft
     event = {
         "operation_id": uuid.UUID(bound.operation_id),
+        "operation_created_at": columns["created_at"],  # the partition key (0023)
         "seq": bound.seq,
         "actor": draft.actor,
         "at": draft.at,

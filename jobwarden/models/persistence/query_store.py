@@ -20,6 +20,7 @@ from sqlalchemy import Table, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from jobwarden.models.operation import Operation
+from jobwarden.models.persistence import store
 from jobwarden.models.persistence.tables import (
     NEEDS_A_HUMAN,
     OPERATION_WITH_TIMER,
@@ -169,7 +170,7 @@ def history(session: Session, operation_id: uuid.UUID) -> list[dict[str, Any]]:
             EVENTS.c.provider_request_id,
             EVENTS.c.excerpt,
         )
-        .where(EVENTS.c.operation_id == operation_id)
+        .where(EVENTS.c.operation_id == operation_id, store.own_partition(operation_id))
         .order_by(EVENTS.c.seq)
     )
     return [dict(r._mapping) for r in rows]

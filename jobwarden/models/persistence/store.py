@@ -73,6 +73,8 @@ _LAST_KIND = (
         and_(
             EVENTS.c.operation_id == OPERATIONS.c.operation_id,
             EVENTS.c.seq == OPERATIONS.c.event_count,
+            # The partition key: only the operation's own partition is probed.
+            EVENTS.c.operation_created_at == OPERATIONS.c.created_at,
         )
     )
     .scalar_subquery()
@@ -85,10 +87,12 @@ _LOAD = select(OPERATIONS, TIMERS.c.next_poll_at, TIMERS.c.dispatched_at, _LAST_
 )
 
 
-def _event_rows(events: Sequence[ChainedEvent]) -> list[dict[str, Any]]:
+def _event_rows(events: Sequence[ChainedEvent], created_at: datetime) -> list[dict[str, Any]]:
+    """The events' rows; ``created_at`` is their operation's (the partition key, 0023)."""
     return [
         {
             "operation_id": uuid.UUID(ev.operation_id),
+            "operation_created_at": created_at,
             "seq": ev.seq,
             "actor": ev.draft.actor,
             "at": ev.draft.at,
@@ -187,7 +191,7 @@ def _fenced_params(
     params = {f"set_{c}": _bound(c, v) for c, v in values.items()}
     params["fenced_id"] = row.operation_id
     params["fenced_version"] = row.version
-    for i, event in enumerate(_event_rows(chained)):
+    for i, event in enumerate(_event_rows(chained, row.created_at)):
         params.update({f"e{i}_{c}": _bound(c, event[c]) for c in _EVENT_CASTS})
     return params
 
@@ -232,7 +236,7 @@ def insert_operation(session: Session, row: OperationRow, drafts: Sequence[Event
     timer = getattr(row, "timer", {})  # absent on a row SQLAlchemy loaded itself
     session.execute(insert(TIMERS).values(operation_id=row.operation_id, **timer))
     if chained:
-        session.execute(insert(EVENTS), _event_rows(chained))
+        session.execute(insert(EVENTS), _event_rows(chained, row.created_at))
 
 
 # Compiled once and run by the driver: composing and compiling the statement per call
@@ -429,6 +433,13 @@ def claim_due(
     return rows
 
 
+def own_partition(operation_id: uuid.UUID) -> Any:
+    """The condition that keeps a read of one operation's events in its partition (0023):
+    the partition key from its row, so Postgres prunes the other partitions as it runs."""
+    created = select(OPERATIONS.c.created_at).where(OPERATIONS.c.operation_id == operation_id)
+    return EVENTS.c.operation_created_at == created.scalar_subquery()
+
+
 def _chained(row: EventRow) -> ChainedEvent:
     draft = EventDraft(
         kind=EventKind(row.kind),
@@ -456,14 +467,16 @@ def entered_at(session: Session, operation_id: uuid.UUID, state: OperationState)
     """When the operation last entered ``state`` (its event's time); None if it never did."""
     return session.scalar(
         select(func.max(EventRow.at))
-        .where(EventRow.operation_id == operation_id)
+        .where(EventRow.operation_id == operation_id, own_partition(operation_id))
         .where(EventRow.to_state == state.value)
     )
 
 
 def events_for(session: Session, operation_id: uuid.UUID) -> list[ChainedEvent]:
     rows = session.scalars(
-        select(EventRow).where(EventRow.operation_id == operation_id).order_by(EventRow.seq)
+        select(EventRow)
+        .where(EventRow.operation_id == operation_id, own_partition(operation_id))
+        .order_by(EventRow.seq)
     )
     return [_chained(r) for r in rows]
 
@@ -474,7 +487,9 @@ def stored_events(session: Session, operation_id: uuid.UUID) -> list[StoredEvent
     Unlike ``events_for`` it needs no known kind, so an edited row is reported, not raised.
     """
     found = session.execute(
-        select(EVENTS).where(EVENTS.c.operation_id == operation_id).order_by(EVENTS.c.seq)
+        select(EVENTS)
+        .where(EVENTS.c.operation_id == operation_id, own_partition(operation_id))
+        .order_by(EVENTS.c.seq)
     )
     return [
         StoredEvent(
@@ -492,8 +507,13 @@ def stored_events(session: Session, operation_id: uuid.UUID) -> list[StoredEvent
 _VERIFY_READS = 5
 
 
-def verify(session: Session, operation_id: uuid.UUID) -> list[ChainProblem]:
+def verify(
+    session: Session, operation_id: uuid.UUID, *, archived: Sequence[StoredEvent] = ()
+) -> list[ChainProblem]:
     """Prove an operation's history and what it vouches for; [] when all holds.
+
+    ``archived``: the events the live table no longer holds (read from the operation's
+    archived segment, tasks/history_archive.py), proven with the live ones after them.
 
     Every hash recomputed; the head matching the row; an empty history refused;
     the live row's bound facts against the digest its head event recorded; the
@@ -507,7 +527,7 @@ def verify(session: Session, operation_id: uuid.UUID) -> list[ChainProblem]:
         if found is None:
             return [ChainProblem(seq=0, problem="no such operation")]
         row = found._mapping
-        events = stored_events(session, operation_id)
+        events = [*archived, *stored_events(session, operation_id)]
         result = session.execute(
             select(
                 RESULTS.c.content, RESULTS.c.sha256, RESULTS.c.size_bytes, RESULTS.c.location
@@ -548,22 +568,30 @@ def heads(session: Session) -> Iterator[tuple[uuid.UUID, int, str]]:
 
 
 def check_head(
-    session: Session, operation_id: uuid.UUID, seq: int, head_hash: str
+    session: Session,
+    operation_id: uuid.UUID,
+    seq: int,
+    head_hash: str,
+    *,
+    archived: Sequence[StoredEvent] = (),
 ) -> list[ChainProblem]:
     """Verify an operation against a head exported earlier (``heads``).
 
     History only grows, so the live chain must still hold the exported event
     ``seq`` with ``head_hash``; events appended since are fine. Also runs ``verify``.
     """
-    problems = verify(session, operation_id)
+    problems = verify(session, operation_id, archived=archived)
     if problems and problems[0].problem == "no such operation":
         return [ChainProblem(seq=0, problem="disappeared: no such operation")]
+    kept = {ev.seq: ev.hash for ev in archived}
     if seq == 0:
         live: str | None = GENESIS_HASH
+    elif seq in kept:
+        live = kept[seq]
     else:
         live = session.scalar(
             select(EVENTS.c.hash)
-            .where(EVENTS.c.operation_id == operation_id)
+            .where(EVENTS.c.operation_id == operation_id, own_partition(operation_id))
             .where(EVENTS.c.seq == seq)
         )
     if live is None:
@@ -583,7 +611,7 @@ def intent_traceparent(session: Session, operation_id: uuid.UUID) -> str | None:
     """The submission span's traceparent the intent event recorded (tracing on), if any."""
     found = session.scalar(
         select(EventRow.excerpt["traceparent"].astext).where(
-            EventRow.operation_id == operation_id, EventRow.seq == 1
+            EventRow.operation_id == operation_id, EventRow.seq == 1, own_partition(operation_id)
         )
     )
     return str(found) if found is not None else None

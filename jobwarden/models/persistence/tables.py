@@ -253,14 +253,29 @@ class OperationRow(Base):
 
 
 class EventRow(Base):
-    __tablename__ = "operation_events"
-    __table_args__ = (UniqueConstraint("operation_id", "seq", name="uq_operation_events_seq"),)
+    """One event of an operation's history (0023: partitioned by month of the operation's
+    creation, so a whole history lives in one partition; see models/persistence/
+    history_store.py for archiving a month and dropping its partition)."""
 
-    event_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    operation_id: Mapped[uuid.UUID] = mapped_column(
-        UUID(as_uuid=True), ForeignKey("operations.operation_id")
+    __tablename__ = "operation_events"
+    __table_args__ = (
+        # BRIN: the metrics' recent window reads event_id ranges, and an append writes a
+        # BRIN index only to widen a summarised range (a btree cost every poll an entry).
+        Index("ix_operation_events_event_id", "event_id", postgresql_using="brin"),
+        {"postgresql_partition_by": "RANGE (operation_created_at)"},
     )
-    seq: Mapped[int] = mapped_column(Integer)
+
+    event_id: Mapped[int] = mapped_column(
+        BigInteger, server_default=text("nextval('operation_events_event_id_seq'::regclass)")
+    )
+    # The primary key is the one index an event insert writes: (operation, seq) is unique
+    # because an operation has one created_at, which every partition's key must include.
+    operation_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("operations.operation_id"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # The operation's created_at: the partition key, the same on each of its events.
+    operation_created_at: Mapped[datetime] = mapped_column(TZ, primary_key=True)
     actor: Mapped[str] = mapped_column(String(200))
     at: Mapped[datetime] = mapped_column(TZ)
     from_state: Mapped[str | None] = mapped_column(String(40))
@@ -340,3 +355,23 @@ _TIMERS = TimerRow.__table__
 OPERATION_WITH_TIMER = select(
     _OPERATIONS, _TIMERS.c.next_poll_at, _TIMERS.c.dispatched_at
 ).select_from(_OPERATIONS.outerjoin(_TIMERS, _TIMERS.c.operation_id == _OPERATIONS.c.operation_id))
+
+
+class ArchivedHistoryRow(Base):
+    """Where an operation's archived history is (0023): a JSON Lines segment in the result
+    store, its sha256 and size, and the chain head it reaches, written before the
+    partition that held the events is dropped (models/persistence/history_store.py)."""
+
+    __tablename__ = "archived_histories"
+    __table_args__ = (Index("ix_archived_histories_partition", "partition"),)
+
+    operation_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("operations.operation_id"), primary_key=True
+    )
+    partition: Mapped[str] = mapped_column(String(63))  # the partition the events were in
+    location: Mapped[str] = mapped_column(Text)  # the segment's URL in the result store
+    sha256: Mapped[str] = mapped_column(String(64))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    event_count: Mapped[int] = mapped_column(Integer)
+    head_hash: Mapped[str] = mapped_column(String(64))
+    archived_at: Mapped[datetime] = mapped_column(TZ)
