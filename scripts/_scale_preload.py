@@ -158,6 +158,8 @@ TIMER_FILLERS: dict[str, Callable[[FillerOp], str]] = {
 EVENT_FILLERS: dict[str, Callable[[FillerOp, int], str]] = {
     "operation_id": lambda op, seq: str(op.id),
     "seq": lambda op, seq: str(seq),
+    # The partition key (migration 0023): the operation's created_at on each of its events.
+    "operation_created_at": lambda op, seq: op.created.isoformat(),
     "actor": lambda op, seq: "worker",
     "at": lambda op, seq: op.at(seq).isoformat(),
     "from_state": lambda op, seq: _states(op, seq)[0] or NULL,
@@ -306,6 +308,15 @@ def preload(
                 "SELECT relname, relkind FROM pg_class WHERE relname = ANY(%s)", (tables,)
             ).fetchall()
         )
+        if kinds[events.name] == "p":
+            # The fillers were created over the last 30 days: each of those months gets its
+            # partition, as the migration and beat's maintenance make them for real ones.
+            conn.execute(
+                "SELECT jobwarden_add_history_partition(m) FROM generate_series("
+                "date_trunc('month', %s::timestamptz - interval '31 days'), %s, "
+                "interval '1 month') m",
+                (now, now),
+            )
         rebuild = [pair for t in tables for pair in _secondary(conn, t)]
         for drop, _ in rebuild:
             conn.execute(drop)
