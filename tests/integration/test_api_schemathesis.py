@@ -14,11 +14,20 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis.internal.lambda_sources import lambda_description
 from schemathesis.core.result import Ok
+from schemathesis.generation.jsonschema.strategy import _TYPE_CHECKS
 
 from jobwarden.api.app import create_app
 from jobwarden.api.auth import Scope, create_token
 from tests.api_server import serving
+
+# CPython 3.11.7's ast.parse can fail with "SystemError: AST constructor recursion depth
+# mismatch" (gh-106905, fixed in 3.11.8), which this machine's 3.11.7 raised deep inside a
+# run under load. Hypothesis parses the source of schemathesis's strategy module to describe
+# its lambdas, the first time in the middle of a test; described here, at collection, the
+# parse is cached for the run (hypothesis.internal.lambda_sources keeps it per source).
+lambda_description(_TYPE_CHECKS["null"])  # type: ignore[no-untyped-call]
 
 SCHEMA = schemathesis.openapi.from_dict(create_app().openapi())
 LOADED = list(SCHEMA.get_all_operations())
