@@ -24,9 +24,10 @@ from tests.api_server import serving
 
 # CPython 3.11's ast.parse can fail with "SystemError: AST constructor recursion depth
 # mismatch" (python/cpython gh-106905: its counter is shared, and a threaded program can
-# meet it), which this machine's 3.11.7 raised deep inside a run under load. Hypothesis parses the source of schemathesis's strategy module to describe
-# its lambdas, the first time in the middle of a test; described here, at collection, the
-# parse is cached for the run (hypothesis.internal.lambda_sources keeps it per source).
+# meet it), which this machine's 3.11.7 raised deep inside a run under load. Hypothesis
+# parses the source of schemathesis's strategy module to describe its lambdas, the first
+# time in the middle of a test; described here, at collection, the parse is cached for the
+# run (hypothesis.internal.lambda_sources keeps it per source).
 lambda_description(_TYPE_CHECKS["null"])  # type: ignore[no-untyped-call]
 
 SCHEMA = schemathesis.openapi.from_dict(create_app().openapi())
