@@ -134,8 +134,26 @@ def _reconfigure(
     # The result backend is cached with its own Redis client: one left pointing at a
     # stopped private server failed the next result subscription ("Retry limit exceeded
     # while trying to reconnect to the Celery result store").
+    close_result_backends(app)
     app._backend_cache = None
     app._local.__dict__.pop("backend", None)
+
+
+def close_result_backends(app: Any) -> None:
+    """Close the sockets of the Celery result backends this thread can reach.
+
+    A backend and its result consumer refer to each other, so one dropped with a result
+    subscription open is freed only by the garbage collector, which may finalize the
+    socket before redis-py's own finalizer closes it: a ResourceWarning that failed
+    whichever later test was running then, in runs where a test waiting on a result
+    (test_intake, test_api_doors) and a restart test shared a process.
+    """
+    found = (app._backend_cache, app._local.__dict__.get("backend"))
+    for backend in {id(b): b for b in found if b is not None}.values():
+        backend.result_consumer.stop()  # the subscription's own connection
+        client = backend.__dict__.get("client")  # a cached property: only if it was made
+        if client is not None:
+            client.connection_pool.disconnect()
 
 
 @contextlib.contextmanager
