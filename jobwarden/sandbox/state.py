@@ -95,6 +95,10 @@ class SandboxState:
                 "host": host,  # whom the client thought it was talking to
                 "authorized": authorized,  # an Authorization header arrived (never its value)
                 "ended": None,  # monotonic time the exchange ended (answered, dropped, left)
+                # Monotonic time just before the answer's bytes were written: the client
+                # cannot have had its answer earlier (a lower bound, unlike "ended", which
+                # a loaded machine can take well after the client read the answer).
+                "answering": None,
                 # Every header as received (Authorization as a digest, never its value) and
                 # the body bytes: what an approval showed is compared with these.
                 "headers": headers or [],
@@ -108,6 +112,7 @@ class SandboxState:
             if entry is not None:
                 entry["status"] = status
                 entry["retry_after"] = retry_after
+                entry["answering"] = time.monotonic()
 
     def ended(self, seq: int) -> None:
         with self._lock:

@@ -96,7 +96,11 @@ def _early_requests(log: list[dict[str, Any]]) -> tuple[list[str], int]:
             if asked is None or not str(asked).isdigit():
                 continue
             followed += 1
-            answered = answer["ended"] or answer["monotonic"]
+            # The answer written (a lower bound of when the worker read it) to the next
+            # request logged (an upper bound of when it was sent): a gap shorter than
+            # Retry-After here is one the worker really left short, never a loaded
+            # machine's late bookkeeping (the sandbox shares this process).
+            answered = answer["answering"]
             if nxt["monotonic"] - answered < int(asked):
                 early.append(f"{job}: {nxt['kind']} {nxt['monotonic'] - answered:.3f}s < {asked}")
     return early, followed
