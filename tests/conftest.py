@@ -25,10 +25,13 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import HealthCheck, settings
 from sqlalchemy.engine import make_url
+
+from tests import socket_origins
 
 # No test is timed (speed is the benchmarks' business, scripts/bench_*): Hypothesis's
 # per-example deadline would fail a property on a loaded machine, not a wrong answer.
@@ -84,6 +87,18 @@ def _configure_environment() -> tuple[str, str]:
 
 
 ADMIN_URL, REDIS_URL = _configure_environment()
+socket_origins.watch(urlsplit(REDIS_URL).port or 6379)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
+    """An unclosed-socket failure says where that socket was opened (tests/socket_origins.py)."""
+    report = yield
+    if report.failed:
+        found = socket_origins.origins_named_in(report.longreprtext)
+        if found:
+            report.sections.append(("where the unclosed socket was opened", "\n".join(found)))
+    return report
 
 
 @contextlib.contextmanager
