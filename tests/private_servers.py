@@ -146,11 +146,15 @@ def close_result_backends(app: Any) -> None:
     subscription open is freed only by the garbage collector, which may finalize the
     socket before redis-py's own finalizer closes it: a ResourceWarning that failed
     whichever later test was running then, in runs where a test waiting on a result
-    (test_intake, test_api_doors) and a restart test shared a process.
+    (test_intake, test_api_doors) and a restart test shared a process. The consumer
+    also forgets its subscription: each of that backend's AsyncResults, collected later
+    in any thread, unsubscribes through it, and a closed one would connect again, a
+    socket nobody closes (traced by tests/socket_origins.py to ``AsyncResult.__del__``).
     """
     found = (app._backend_cache, app._local.__dict__.get("backend"))
     for backend in {id(b): b for b in found if b is not None}.values():
         backend.result_consumer.stop()  # the subscription's own connection
+        backend.result_consumer._pubsub = None  # cancel_for is a no-op without one
         client = backend.__dict__.get("client")  # a cached property: only if it was made
         if client is not None:
             client.connection_pool.disconnect()

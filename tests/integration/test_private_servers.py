@@ -8,6 +8,7 @@ in some later test finalized it with a ResourceWarning (issue 24, item 8).
 
 from __future__ import annotations
 
+import gc
 import uuid
 
 from jobwarden.config.celery_app import app
@@ -21,14 +22,21 @@ def test_pointing_the_process_elsewhere_closes_the_result_subscription_it_drops(
     # A send that keeps its result subscribes in this thread's result backend, as
     # test_intake's jobwarden.submit does before a restart test shares its process.
     kept = app.send_task("jobwarden.poll", args=[str(uuid.uuid4())], queue=queue)
-    pubsub = app.backend.result_consumer._pubsub
+    dropped = app.backend
+    pubsub = dropped.result_consumer._pubsub
     sock = pubsub.connection._sock
     try:
         assert sock is not None and sock.fileno() != -1
         with pointed_at({}):  # the same servers: what matters is the swap
             assert sock.fileno() == -1  # closed by the swap, not left to the collector
-    finally:
+        # The result outlives the swap; collected, it unsubscribes through the dropped
+        # backend, which must not connect again for it (a socket nobody would close).
         del kept
+        gc.collect()
+        pool = dropped.client.connection_pool
+        held = [*pool._available_connections, *pool._in_use_connections]
+        assert pubsub.connection is None and all(c._sock is None for c in held)
+    finally:
         prefix = f"{rt.settings.key_prefix}:celery:"
         rt.redis.delete(
             f"{prefix}{queue}",
