@@ -304,6 +304,59 @@ def test_a_segment_rewritten_with_its_recorded_digest_still_fails_against_the_ro
     assert "event 3: hash does not match contents" in answer.stderr
 
 
+def test_an_event_written_after_its_month_was_archived_joins_the_chain_from_default(
+    url: str,
+) -> None:
+    # An ended operation can still gain an event after its month left (a person's
+    # resubmit or accept_result records one on the old operation): with its partition
+    # dropped the row goes to DEFAULT, and verify proves segment and live rows as one chain.
+    op = _operation(url, _month(2006, 9))
+    _archived_now(url, "operation_events_200609")
+    decided_at = NOW.replace(microsecond=0)
+    with transaction(url) as session:
+        row = store.load(session, op)
+        assert row is not None
+        store.append_events(
+            session,
+            row,
+            [EventDraft(kind=EventKind.decision, actor="person:ann", at=decided_at, cause="note")],
+            now=decided_at,
+        )
+    with transaction(url) as session:
+        where = session.execute(
+            text(
+                "SELECT tableoid::regclass::text, seq FROM operation_events "
+                "WHERE operation_id = :id"
+            ),
+            {"id": op},
+        ).all()
+    assert where == [("event_partitions.operation_events_default", 4)]
+    answer = _cli_on(url, "verify", str(op))
+    assert answer.stdout.strip() == "chain verified from archive: 4 events", answer.stderr
+    # The next run leaves it be: its month is gone, the DEFAULT partition stays attached.
+    again = _cli_on(url, "archive", "--retention-days", "0")
+    assert "operation_events_200609" not in again.stdout + again.stderr
+    assert _partitions(url)["operation_events_default"] >= 1
+    assert _cli_on(url, "verify", str(op)).returncode == 0
+    # Tampering with the live part is still caught against the segment's head.
+    with engine_for(url).begin() as conn:
+        conn.execute(text("ALTER TABLE operation_events DISABLE TRIGGER USER"))
+    try:
+        with engine_for(url).begin() as conn:
+            conn.execute(
+                text(
+                    "UPDATE event_partitions.operation_events_default SET actor = 'mallory' "
+                    "WHERE operation_id = :id"
+                ),
+                {"id": op},
+            )
+    finally:
+        with engine_for(url).begin() as conn:
+            conn.execute(text("ALTER TABLE operation_events ENABLE TRIGGER USER"))
+    answer = _cli_on(url, "verify", str(op))
+    assert answer.returncode == 1 and "event 4: hash does not match contents" in answer.stderr
+
+
 def test_a_month_holding_an_operation_that_has_not_ended_is_refused_naming_it(url: str) -> None:
     ended = _operation(url, _month(2007, 3))
     running = _operation(url, _month(2007, 3), S.observing)
