@@ -28,6 +28,7 @@ from jobwarden.api import result_checks
 from jobwarden.api.app import create_app
 from jobwarden.logs import formatter
 from jobwarden.models.errors import ResultIntegrityError
+from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.result_rows import result_of
 from jobwarden.tasks.result_store import ResultStore
@@ -127,6 +128,11 @@ def test_an_object_replaced_by_one_of_the_same_size_is_never_served(
     recorded = _integrity_events(database_url, op)
     assert len(recorded) == 1
     assert recorded[0]["location"] == location and "sha256" in recorded[0]["problem"]
+    # The event joins the operation's hash chain like any other (DESIGN invariant 6). The
+    # helper inserts the result row without a result_collected event: that one is expected.
+    with transaction(database_url) as session:
+        problems = [p.problem for p in store.verify(session, op)]
+    assert problems == ["result bytes are stored, but no result_collected event records them"]
 
 
 def test_a_range_read_after_the_object_changed_is_refused_not_sliced(
