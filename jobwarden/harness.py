@@ -70,9 +70,20 @@ class Stack:
             )
 
     def start_worker(
-        self, name: str = "w1", *, concurrency: int = 2, extra_env: Mapping[str, str] | None = None
+        self,
+        name: str = "w1",
+        *,
+        concurrency: int = 2,
+        extra_env: Mapping[str, str] | None = None,
+        notifications: bool = True,
     ) -> subprocess.Popen[bytes]:
+        """A worker on the stack's queue and, unless ``notifications`` is False, on its
+        notifications queue too (``Settings.notifications_queue``). One process for both
+        keeps a test or demo stack small; docker-compose.yml runs them apart, so that in
+        production a slow receiver never holds a seat of the workers that poll."""
         queue = self.env.get("JOBWARDEN_QUEUE", "jobwarden")
+        if notifications:
+            queue = f"{queue},{queue}.notifications"
         self._ready_seen[name] = self._ready_lines(name)
         proc = self._spawn(
             name,

@@ -61,6 +61,7 @@ TITLES: dict[str, str] = {
     "no_result": "The operation has no result to download",
     "result_missing": "The result's stored bytes are gone from the result store",
     "range_not_satisfiable": "No byte of the requested range is in the result",
+    "result_integrity_failed": "The stored result's bytes do not match its recorded digest",
     "result_store_unavailable": "The result store does not answer",
     "not_ready": "A backing service does not answer",
     "internal_error": "Internal error",

@@ -23,17 +23,23 @@ What a client can act on:
   ones, of another size) at its location. Not a 5xx: retrying cannot help, the result is
   gone until an operator restores it, and ``jobwarden verify`` names the same fact; the
   event is logged at error level so the operator sees it without a client's report.
+- 502 ``result_integrity_failed``: the stored bytes (in the store or the row) are not
+  the ones whose digest was recorded; nothing was served, the mismatch is logged at
+  WARNING and recorded in the operation's history (``api/result_checks.py``: every
+  download, HEAD included, is checked against the digest before its first byte).
 - 503 ``result_store_unavailable`` with ``Retry-After``: the store failed; try later.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import StreamingResponse
 
+from jobwarden.api import result_checks
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of, settings_of
 from jobwarden.api.problems import ProblemError
@@ -42,6 +48,7 @@ from jobwarden.api.responses import problem_responses
 from jobwarden.api.views import NOT_FOUND, NOT_FOUND_DETAIL, OperationId
 from jobwarden.logs import get_logger
 from jobwarden.models.errors import (
+    ResultChangedError,
     ResultLocationError,
     ResultMissingError,
     ResultStoreUnavailableError,
@@ -59,7 +66,7 @@ from jobwarden.models.result_access import (
     validated,
     validated_header,
 )
-from jobwarden.tasks.result_store import ResultStore
+from jobwarden.tasks.runtime import Runtime
 
 router = APIRouter(tags=["operations"])
 log = get_logger("jobwarden.api")
@@ -84,6 +91,7 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
             404: f"{NOT_FOUND}; or no_result: the operation has no result to download",
             410: "result_missing: the stored bytes are gone from the result store",
             416: "range_not_satisfiable: no byte of the range is in the result",
+            502: "result_integrity_failed: the stored bytes do not match the recorded digest",
             503: "result_store_unavailable: the result store failed (Retry-After)",
         }
     ),
@@ -131,21 +139,22 @@ def _store_problem(exc: Exception, operation_id: str, location: str) -> ProblemE
     )
 
 
-def _check_object(rs: ResultStore, result: StoredResultRow, operation_id: str) -> str:
-    """The object's location once the store holds an object of the recorded size there."""
+def _check_object(rt: Runtime, result: StoredResultRow, operation_id: uuid.UUID) -> str | None:
+    """The store tag of the object at the result's location once the store holds the
+    recorded bytes there (their size, then their sha256: ``result_checks``)."""
     location = result.location
     assert location is not None
     try:
-        size = rs.size(location)
-    except (ResultStoreUnavailableError, ResultLocationError) as exc:
-        raise _store_problem(exc, operation_id, location) from None
-    if size != result.size_bytes:
-        raise _store_problem(
-            ResultMissingError(location) if size is None else ValueError(f"{size} bytes"),
-            operation_id,
-            location,
-        )
-    return location
+        found = rt.result_store.head(location)
+        if found is None or found[0] != result.size_bytes:
+            raise _store_problem(
+                ResultMissingError(location) if found is None else ValueError(f"{found[0]} bytes"),
+                str(operation_id),
+                location,
+            )
+        return result_checks.check_object(rt, operation_id, result, found[1])
+    except (ResultStoreUnavailableError, ResultLocationError, ResultMissingError) as exc:
+        raise _store_problem(exc, str(operation_id), location) from None
 
 
 def _streamed(chunks: Iterator[bytes], operation_id: str) -> Iterator[bytes]:
@@ -167,7 +176,8 @@ def get_result(
 ) -> Response:
     """The operation's collected result, streamed; one byte range with ``Range``."""
     state, result = _owned_result(request, principal, operation_id)
-    op_id = str(parse_operation_id(operation_id))
+    op_uuid = parse_operation_id(operation_id)
+    op_id = str(op_uuid)
     etag = strong_etag(result.sha256)
     headers = {
         "Repr-Digest": repr_digest(result.sha256),
@@ -191,20 +201,47 @@ def get_result(
     headers["Content-Length"] = str(length)
     if chosen is not None:
         headers["Content-Range"] = chosen.content_range
+    rt = runtime_of(request)
     if result.content is not None:
+        result_checks.check_inline(rt, op_uuid, result)
         body = _slice(result.content, chosen)
         return Response(b"" if request.method == "HEAD" else body, status, headers, media)
-    rs = runtime_of(request).result_store
-    location = _check_object(rs, result, op_id)
-    if request.method == "HEAD":
-        # The object's presence and size are checked; its bytes are not read.
-        return Response(b"", status, headers, media)
+    # The object is checked, then read with If-Match on the tag the check saw; an object
+    # replaced in between is checked again, once (a second change: try again later).
+    for attempt in range(2):
+        tag = _check_object(rt, result, op_uuid)
+        if request.method == "HEAD":
+            return Response(b"", status, headers, media)
+        chunks = _opened(rt, result, op_id, chosen, tag, last=attempt == 1)
+        if chunks is not None:
+            if chosen is None:
+                chunks = result_checks.held_back(rt, op_uuid, result, chunks)
+            return StreamingResponse(_streamed(chunks, op_id), status, headers, media)
+    raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
+
+
+def _opened(  # noqa: PLR0913 - the read's own inputs, each named at the one call
+    rt: Runtime,
+    result: StoredResultRow,
+    op_id: str,
+    chosen: ByteRange | None,
+    tag: str | None,
+    *,
+    last: bool,
+) -> Iterator[bytes] | None:
+    """The object's bytes (the chosen range) if it still has ``tag``; None: check again."""
+    location = result.location
+    assert location is not None
     start, end = (chosen.start, chosen.end) if chosen else (None, None)
     try:
-        chunks = rs.read(location, start, end)
-    except (ResultMissingError, ResultStoreUnavailableError, ResultLocationError) as exc:
-        raise _store_problem(exc, op_id, location) from None
-    return StreamingResponse(_streamed(chunks, op_id), status, headers, media)
+        return rt.result_store.read(location, start, end, if_match=tag)
+    except ResultChangedError:
+        if not last:
+            return None
+        exc: Exception = ResultStoreUnavailableError(f"{location} changed while being read")
+    except (ResultMissingError, ResultStoreUnavailableError, ResultLocationError) as err:
+        exc = err
+    raise _store_problem(exc, op_id, location) from None
 
 
 # One route per method: each needs its own OpenAPI operation id.

@@ -54,6 +54,13 @@ def make_celery(settings: Settings) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         task_default_queue=settings.queue,
+        # Notifications go to a queue of their own, consumed by the notifications worker
+        # (docker-compose.yml) and never by the workers that poll: a slow receiver must
+        # never take a poller's seat (issue 33, finding 8; tasks/notifications.py).
+        task_routes={
+            "jobwarden.notify": {"queue": settings.notifications_queue},
+            "jobwarden.deliver_notifications": {"queue": settings.notifications_queue},
+        },
         broker_transport=transport_for(settings.broker_url),
         broker_transport_options=transport,
         result_backend_transport_options=transport,
@@ -72,8 +79,9 @@ def make_celery(settings: Settings) -> Celery:
                 # ignore_result: a sweep answers in the rows it wakes; no result subscription.
                 "options": {"expires": settings.sweep_interval_seconds, "ignore_result": True},
             },
-            # The notification relay and the approval reminders: apart from the sweep, so
-            # a slow receiver delays only notifications, never a wake-up.
+            # The notification relay and the approval reminders: apart from the sweep, on
+            # the notifications queue (task_routes), so a slow receiver delays only
+            # notifications, never a wake-up nor a poll.
             "jobwarden-notify": {
                 "task": "jobwarden.notify",
                 "schedule": settings.notify_interval_seconds,

@@ -178,6 +178,13 @@ class Settings(BaseSettings):
     history_retention_days: float | None = Field(default=None, gt=0)
     history_interval_seconds: float = Field(default=86400.0, gt=0)
 
+    @property
+    def notifications_queue(self) -> str:
+        """The queue notification deliveries go to (config/celery_app.py routes them): the
+        workers that poll (``-Q`` JOBWARDEN_QUEUE) never take one, so a receiver that
+        answers slowly never holds a poller's seat (issue 33, finding 8)."""
+        return f"{self.queue}.notifications"
+
     @field_validator("result_store")
     @classmethod
     def _store_url(cls, value: str) -> str:

@@ -188,6 +188,26 @@ class ResultLocationError(RefusedInputError):
         return f"{self.location}: {self.problem}"
 
 
+class ResultChangedError(LostRaceError):
+    """The stored object changed between its check and its read (its store tag moved):
+    check it again before trusting it."""
+
+
+class ResultIntegrityError(GiveUpError):
+    """A stored result's bytes are not the ones its row records (sha256 or size).
+
+    Retrying cannot help: the bytes stay wrong until an operator restores them.
+    """
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(where, problem)
+        self.where = where
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.problem}"
+
+
 class SettingsError(RefusedInputError):
     """A JOBWARDEN_ setting is invalid; names the variable."""
 

@@ -50,6 +50,7 @@ class EventKind(StrEnum):
     failed_items_collected = "failed_items_collected"  # the failed-items file, stored, counted
     result_rejected = "result_rejected"  # result unavailable or failed validation
     result_accepted = "result_accepted"  # a person accepted a result that failed validation
+    result_integrity_failed = "result_integrity_failed"  # stored bytes no longer match the digest
     escalated = "escalated"  # automation stopped with a reason and options
     human_decision = "human_decision"  # a human picked an option
     resubmitted = "resubmitted"  # a person resubmitted it: a new operation replaces it

@@ -5,10 +5,19 @@ outbox rows (in its own statement) and never waits on a receiver. Time is a
 parameter (``now``), so tests move a clock instead of sleeping.
 
 A webhook is signed with Standard Webhooks (``webhook-id`` = the outbox event id, the
-receiver's dedup key), POSTed with an explicit timeout, no redirects (the spec's
-"Delivery success and failure": a 3xx is a failure) and without reading the answer's
-body: only the status decides. 2xx is delivered; anything else is retried with
-backoff until the policy's attempts or age run out (models/notifications.py).
+receiver's dedup key), POSTed with no redirects (the spec's "Delivery success and
+failure": a 3xx is a failure) and without reading the answer's body: only the status
+decides. 2xx is delivered; anything else is retried with backoff until the policy's
+attempts or age run out (models/notifications.py).
+
+A receiver is a stranger's server (issue 33, finding 8): httpx bounds each socket read,
+so one dripping its answer a byte at a time held a worker for minutes. Every send is
+bounded as a whole by the provider edge's own mechanism (``provider_transport``: one
+wall-clock deadline cuts connect, TLS, headers and body together), and deliveries run
+on a Celery queue of their own (``Settings.notifications_queue``, consumed by the
+``notifications`` worker, never by the workers that poll), one task per tenant with a
+due notification, each tenant's under a Redis lock: a slow or dead receiver holds at
+most one seat of that worker and delays only its own tenant's notifications.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
+from redis import Redis
 from standardwebhooks import Webhook
 
 from jobwarden.config.celery_app import app
@@ -40,13 +50,18 @@ from jobwarden.models.notifications import (
 from jobwarden.models.persistence import notification_store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.notification_store import Claimed
-from jobwarden.tasks.runtime import utcnow
+from jobwarden.tasks.provider_transport import new_client, request_deadline
+from jobwarden.tasks.runtime import current, utcnow
 
 log = get_logger("jobwarden.notifications")
 
 # Expiring approvals reminded per tick; more wait for the next tick (they are ordered
 # by the window's end, so the most urgent go first).
 REMINDERS_PER_TICK = 500
+# Tenants handed a delivery task per tick; more wait for the next tick (most overdue first).
+TENANTS_PER_TICK = 1000
+# A receiver gets at most this many connections from one relay process.
+RECEIVER_CONNECTIONS = 4
 
 
 class DeliveryFailedError(Exception):
@@ -68,13 +83,20 @@ class Relay:
 
     @property
     def hold(self) -> timedelta:
-        # Longer than any one send of the batch, so nobody sends a claimed row meanwhile.
-        return timedelta(seconds=self.timeout * 2 + 30)
+        # Longer than all the sends of one claim (each bounded by ``timeout`` as a whole),
+        # so nobody sends a claimed row meanwhile.
+        return timedelta(seconds=self.timeout * self.batch + 30)
 
 
 def make_client(timeout: float) -> httpx.Client:
-    """The relay's client: explicit timeout, no redirects, no environment proxies."""
-    return httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False)
+    """The relay's client: the provider edge's deadline transport (no redirects, no cookies).
+
+    ``timeout`` is also each socket operation's own bound; ``send_webhook`` bounds the
+    whole request by it too. Proxies come from the standard variables, as for providers.
+    """
+    del timeout  # each send passes it (httpx's per-operation timeout and the deadline)
+    limits = httpx.Limits(max_connections=RECEIVER_CONNECTIONS * 4, max_keepalive_connections=8)
+    return new_client(limits, "jobwarden-notifications")
 
 
 def _secret(target: TenantTargets, environ: Callable[[str], str | None]) -> str:
@@ -107,8 +129,15 @@ def send_webhook(relay: Relay, target: TenantTargets, c: Claimed, now: datetime)
         "webhook-signature": signature,
     }
     try:
-        # stream(): the answer's body is never read, only its status line and headers.
-        with relay.client.stream("POST", target.url, content=body, headers=headers) as answer:
+        # One deadline for the whole exchange (connect, send, status line and headers): a
+        # receiver dripping its answer trips it, not just one that stops. stream(): the
+        # answer's body is never read.
+        with (
+            request_deadline(relay.timeout),
+            relay.client.stream(
+                "POST", target.url, content=body, headers=headers, timeout=relay.timeout
+            ) as answer,
+        ):
             status = answer.status_code
     except httpx.HTTPError as exc:
         # The class only: an exception's text may echo the URL, which may be private.
@@ -157,13 +186,16 @@ class RelayReport:
     no_target: int = 0
 
 
-def relay_once(relay: Relay, *, now: datetime) -> RelayReport:
-    """Claim one batch of due rows (committed), send each, record each outcome.
+def relay_once(relay: Relay, *, now: datetime, tenant: str | None = None) -> RelayReport:
+    """Claim one batch of due rows (``tenant``'s only, when given; committed), send each,
+    record each outcome.
 
     No transaction is open while a receiver is called. Returns what happened.
     """
     with transaction(relay.database_url) as session:
-        claimed = notification_store.claim_due(session, now=now, hold=relay.hold, limit=relay.batch)
+        claimed = notification_store.claim_due(
+            session, now=now, hold=relay.hold, limit=relay.batch, tenant=tenant
+        )
     counts = {s: 0 for s in DeliveryStatus}
     for c in claimed:
         status, retry_at, error = _attempt(relay, c, now)
@@ -247,13 +279,56 @@ def process_relay(settings: Settings) -> Relay:
     return relay
 
 
-def _relay_and_remind(settings: Settings, now: datetime) -> dict[str, Any]:
+def tenant_lock_key(prefix: str, tenant: str) -> str:
+    return f"{prefix}:notify:tenant:{tenant}"
+
+
+def deliver_for(relay: Relay, redis: Redis, prefix: str, tenant: str, now: datetime) -> bool:
+    """Deliver ``tenant``'s due notifications unless a delivery for it already runs.
+
+    The lock (with the claim's hold as its TTL, so a killed worker's lock expires) keeps a
+    tenant to one seat of the notifications worker: a slow receiver never takes two.
+    False: another delivery holds the tenant; its rows are left for it or the next tick.
+    """
+    lock = redis.lock(
+        tenant_lock_key(prefix, tenant), timeout=relay.hold.total_seconds(), blocking=False
+    )
+    if not lock.acquire():
+        return False
+    try:
+        relay_once(relay, now=now, tenant=tenant)
+    finally:
+        # An expired lock (a claim that outlived its hold) is no error: someone else's now.
+        if lock.owned():
+            lock.release()
+    return True
+
+
+def fan_out(settings: Settings, now: datetime) -> list[str]:
+    """Remind of expiring approvals, then hand each tenant with a due notification a
+    delivery task of its own on the notifications queue (task_routes)."""
     lead = timedelta(seconds=settings.approval_reminder_seconds)
-    reminded = remind_once(settings.database_url, now=now, lead=lead) if lead else 0
-    report = relay_once(process_relay(settings), now=now)
-    return {"reminded": reminded, "claimed": report.claimed, "delivered": report.delivered}
+    if lead:
+        remind_once(settings.database_url, now=now, lead=lead)
+    with transaction(settings.database_url) as session:
+        tenants = notification_store.due_tenants(session, now=now, limit=TENANTS_PER_TICK)
+    for tenant in tenants:
+        # A delivery older than one tick is covered by the next tick's own.
+        deliver.apply_async(
+            args=[tenant], expires=settings.notify_interval_seconds, ignore_result=True
+        )
+    return tenants
 
 
 @app.task(name="jobwarden.notify", ignore_result=True)
 def notify() -> dict[str, Any]:
-    return _relay_and_remind(get_settings(), utcnow())
+    return {"tenants": len(fan_out(get_settings(), utcnow()))}
+
+
+@app.task(name="jobwarden.deliver_notifications", ignore_result=True)
+def deliver(tenant: str) -> dict[str, Any]:
+    settings = get_settings()
+    ran = deliver_for(
+        process_relay(settings), current().redis, settings.key_prefix, tenant, utcnow()
+    )
+    return {"tenant": tenant, "ran": ran}

@@ -8,7 +8,8 @@ stay httpx's); the one thing changed is the network backend under its httpcore p
 left of the current request's deadline: connect, TLS, headers and body together.
 Why not httpcore's pool directly (issue 12): it saved 0.2-0.6 ms CPU per send, a few
 per cent of a poll, and scripts/bench_poll.py held its targets either way (issue 19,
-item 4), while it re-implemented httpx. Only tasks.provider_edge uses this module.
+item 4), while it re-implemented httpx. tasks.provider_edge uses this module, and so does
+tasks.notifications: a tenant's webhook receiver is as much a stranger as a provider.
 """
 
 from __future__ import annotations

@@ -42,15 +42,17 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import obstore
 from obstore.exceptions import BaseError as ObstoreError
-from obstore.exceptions import NotFoundError
+from obstore.exceptions import NotFoundError, PreconditionError
 from obstore.store import LocalStore, S3Store
 
 from jobwarden.models.errors import (
+    ResultChangedError,
     ResultMissingError,
     ResultStoreUnavailableError,
     SettingsError,
@@ -104,6 +106,16 @@ def _reason(exc: BaseException) -> str:
     # obstore's messages carry a multi-line debug dump after the first line.
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:300]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObjectDigest:
+    """What one streamed read of an object found: its store tag (the ETag S3 or the
+    directory store gives it; None when the store gives none), its size and sha256."""
+
+    tag: str | None
+    size: int
+    sha256: str
 
 
 class ResultStore:
@@ -193,20 +205,30 @@ class ResultStore:
         return digest.stored_at(location)
 
     def read(
-        self, location: str, start: int | None = None, end: int | None = None
+        self,
+        location: str,
+        start: int | None = None,
+        end: int | None = None,
+        *,
+        if_match: str | None = None,
     ) -> Iterator[bytes]:
         """The bytes at ``location`` (``[start, end)`` when given), streamed in chunks.
 
         The request is made now: ``ResultMissingError`` if nothing is there,
         ``ResultStoreUnavailableError`` if the store fails (now or while iterating);
         ``ResultLocationError`` for a location outside this store. An ``end`` past the
-        object's end reads to its end.
+        object's end reads to its end. ``if_match``: the store tag a check read
+        (``digest``); an object with another one raises ``ResultChangedError``.
         """
         key = self.url.key_of(location)
         lo = start or 0
         if lo < 0 or (end is not None and end < 0):
             raise ValueError(f"a byte range starts and ends at >= 0, not {start}:{end}")
         options: GetOptions = {}
+        if if_match is not None:
+            # RFC 9110 section 13.1.1 (If-Match), which both S3 and obstore's directory store
+            # honour: the bytes served are those of the object that was checked.
+            options["if_match"] = if_match
         if end is not None:
             if end <= lo:
                 return iter(())
@@ -217,9 +239,34 @@ class ResultStore:
             result = obstore.get(self._store, key, options=options)
         except _NOT_FOUND:
             raise ResultMissingError(location) from None
+        except PreconditionError:
+            raise ResultChangedError(location) from None
         except _STORE_ERRORS as exc:
             raise self._unavailable("get", location, exc) from exc
         return self._stream(result.stream(min_chunk_size=READ_CHUNK_BYTES), location)
+
+    def digest(self, location: str, *, limit: int) -> ObjectDigest:
+        """Read the object at ``location`` once, streamed, and hash it (memory: one chunk).
+
+        Reading stops past ``limit`` bytes: a larger object is no match whatever follows,
+        and a replaced object must not cost more than the recorded one. Raises as ``read``.
+        """
+        key = self.url.key_of(location)
+        try:
+            result = obstore.get(self._store, key)
+        except _NOT_FOUND:
+            raise ResultMissingError(location) from None
+        except _STORE_ERRORS as exc:
+            raise self._unavailable("get", location, exc) from exc
+        tag = result.meta.get("e_tag")
+        running = hashlib.sha256()
+        seen = 0
+        for chunk in self._stream(result.stream(min_chunk_size=READ_CHUNK_BYTES), location):
+            running.update(chunk)
+            seen += len(chunk)
+            if seen > limit:
+                break
+        return ObjectDigest(tag=tag, size=seen, sha256=running.hexdigest())
 
     def _stream(self, chunks: Iterator[bytes], location: str) -> Iterator[bytes]:
         try:
@@ -230,13 +277,19 @@ class ResultStore:
 
     def size(self, location: str) -> int | None:
         """The stored size at ``location``, or None when nothing is there."""
+        found = self.head(location)
+        return None if found is None else found[0]
+
+    def head(self, location: str) -> tuple[int, str | None] | None:
+        """The stored size and store tag at ``location``, or None when nothing is there."""
         key = self.url.key_of(location)
         try:
-            return int(obstore.head(self._store, key)["size"])
+            meta = obstore.head(self._store, key)
         except _NOT_FOUND:
             return None
         except _STORE_ERRORS as exc:
             raise self._unavailable("head", location, exc) from exc
+        return int(meta["size"]), meta.get("e_tag")
 
     def verify(self, obj: StoredObject) -> str | None:
         """Re-read ``obj`` streamed: a problem naming its location, or None when it matches.

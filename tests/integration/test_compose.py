@@ -26,7 +26,17 @@ import yaml
 
 from jobwarden.harness import REPO
 
-JOBWARDEN_SERVICES = ("migrate", "worker", "beat", "api", "mcp", "flower", "sandbox", "cli")
+JOBWARDEN_SERVICES = (
+    "migrate",
+    "worker",
+    "notifications",
+    "beat",
+    "api",
+    "mcp",
+    "flower",
+    "sandbox",
+    "cli",
+)
 
 
 def _compose() -> dict[str, Any]:

@@ -57,3 +57,5 @@ def test_the_readme_worker_command_logs_structured_info_lines(tmp_path: Path) ->
     assert all(r["level"] in ("info", "warning") for r in records())
     # It consumes the queue the variable names (Celery's banner lists it).
     assert f".> {queue} " in banner.read_text()
+    # ...and not the notifications queue: a slow receiver never holds a poller's seat.
+    assert f".> {queue}.notifications " not in banner.read_text()

@@ -60,3 +60,27 @@ def test_beat_folds_the_metrics_deltas_with_a_task_the_workers_know() -> None:
     assert entry["task"] == "jobwarden.fold_tallies"
     assert entry["schedule"] == get_settings().tally_fold_interval_seconds
     assert "jobwarden.tasks.metrics_tallies" in app.conf.include
+
+
+def test_notification_deliveries_are_routed_to_their_own_queue_and_steps_are_not() -> None:
+    # Issue 33, finding 8: a receiver that answers slowly must never hold a poller's seat.
+    import jobwarden.tasks.notifications  # noqa: F401 - registers the tasks on the app
+    from jobwarden.config.settings import get_settings
+
+    queue = get_settings().queue
+    route = app.amqp.router.route
+    for task in ("jobwarden.notify", "jobwarden.deliver_notifications"):
+        assert route({}, task)["queue"].name == f"{queue}.notifications", task
+    for task in ("jobwarden.poll", "jobwarden.sweep", "jobwarden.create", "jobwarden.submit"):
+        assert route({}, task)["queue"].name == queue, task
+
+
+def test_compose_runs_notifications_on_a_worker_of_their_own() -> None:
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+
+    def queues(service: str) -> str:
+        entrypoint = [str(part) for part in compose[service]["entrypoint"]]
+        return entrypoint[entrypoint.index("-Q") + 1]
+
+    assert queues("worker") == "jobwarden"
+    assert queues("notifications") == "jobwarden.notifications"

@@ -43,12 +43,34 @@ class Claimed:
     attempts: int
 
 
-def claim_due(session: Session, *, now: datetime, hold: timedelta, limit: int) -> list[Claimed]:
-    """Count an attempt on up to ``limit`` due rows and hide them for ``hold``.
+def due_tenants(session: Session, *, now: datetime, limit: int) -> list[str]:
+    """Tenants with a notification due now (at most ``limit``, most overdue first)."""
+    oldest = func.min(NOTIFICATIONS.c.next_attempt_at)
+    due = (
+        select(NOTIFICATIONS.c.tenant)
+        .where(NOTIFICATIONS.c.status == _PENDING)
+        .where(NOTIFICATIONS.c.next_attempt_at <= now)
+        .group_by(NOTIFICATIONS.c.tenant)
+        .order_by(oldest)
+        .limit(limit)
+    )
+    return list(session.scalars(due))
+
+
+def claim_due(
+    session: Session,
+    *,
+    now: datetime,
+    hold: timedelta,
+    limit: int,
+    tenant: str | None = None,
+) -> list[Claimed]:
+    """Count an attempt on up to ``limit`` due rows (``tenant``'s only, when given) and
+    hide them for ``hold``.
 
     SKIP LOCKED lets two relays run at once without taking the same row; ``hold`` (longer
-    than one send) keeps a row claimed by a relay that died from being sent again before
-    then, when it is due again and its counted attempt was spent.
+    than the sends of one claim) keeps a row claimed by a relay that died from being sent
+    again before then, when it is due again and its counted attempt was spent.
     """
     due = (
         select(NOTIFICATIONS.c.notification_id)
@@ -58,6 +80,8 @@ def claim_due(session: Session, *, now: datetime, hold: timedelta, limit: int) -
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
+    if tenant is not None:
+        due = due.where(NOTIFICATIONS.c.tenant == tenant)
     ids = list(session.scalars(due))
     if not ids:
         return []
