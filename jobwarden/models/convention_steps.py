@@ -141,7 +141,19 @@ def convention_create(
 ) -> Decided | None:
     """A 2xx create answer under an Azure convention; None leaves it to the generic path.
 
-    The monitor header wins over ``Location`` ([LRO]/[ARM]), so a POST whose
+    A stop is recorded as the create's answer (``answered``), never as a status read:
+    no status request was made (``jobwarden history`` once told it as "polled").
+    """
+    decided = _convention_create(op, ctx, raw, event, now)
+    if decided is None or isinstance(decided.action, Accept):
+        return decided
+    return replace(decided, answered="create response")
+
+
+def _convention_create(
+    op: Operation, ctx: StepContext, raw: RawResponse, event: EventKind, now: datetime
+) -> Decided | None:
+    """The monitor header wins over ``Location`` ([LRO]/[ARM]), so a POST whose
     Azure-AsyncOperation later says Failed is read as failed even when its Location would
     answer 200: the Location is only where the final result lives.
     """
