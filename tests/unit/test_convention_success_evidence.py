@@ -192,3 +192,59 @@ def test_no_arbitrary_json_answer_succeeds_without_its_evidence(
     action = after_poll(op, ctx, request, reply(code, body), NOW, 0.5).action
     if isinstance(action, Collect):
         assert _success_problem(ctx, method, code, action) is None
+
+
+# The other conventions read a finished job through the contract's pointers: Google
+# AIP-151 (``done`` with ``response`` or ``error``), OpenAI Batch (``completed`` with an
+# ``output_file_id``) and a plain contract (the sandbox's ``succeeded`` with a result URL).
+# Their evidence is the result itself or a reference to fetch; a success with neither is
+# a contradiction (``succeeded_without_result``), never ``succeeded``.
+OTHERS: list[tuple[StepContext, list[object]]] = [
+    (
+        context("google_aip151"),
+        [{"done": True}, {"done": True, "response": {"x": 1}}, {"done": True, "response": None}],
+    ),
+    (
+        context("openai_batch"),
+        [{"status": "completed"}, {"status": "completed", "output_file_id": "file-1"}],
+    ),
+    (
+        context("sandbox"),
+        [{"status": "succeeded"}, {"status": "succeeded", "result": {"url": "/v1/r"}}],
+    ),
+]
+
+
+def test_no_status_answer_under_the_other_conventions_succeeds_without_its_evidence() -> None:
+    problems = []
+    for (ctx, finished), code, (_, body, problem) in itertools.product(
+        OTHERS, CODES, [*BODIES, *((f"finished {b}", b, None) for b in (*OTHERS[0][1],))]
+    ):
+        for extra in finished:
+            for answer_body in (body, extra):
+                op = operation(
+                    S.observing,
+                    provider=ctx.contract.name,
+                    remote_job_id="job-1",
+                    status_url=f"{ctx.base_url}/v1/jobs/job-1",
+                    accepted_at=NOW,
+                    status_requests_used=1,
+                )
+                url = op.status_url or ""
+                request = ProviderRequest(purpose=P.status, method="GET", url=url)
+                answer = reply(code, answer_body, body_problem=problem)
+                action = after_poll(op, ctx, request, answer, NOW, 0.5).action
+                if not isinstance(action, Collect):
+                    continue
+                collecting = operation(
+                    S.result_collecting,
+                    provider=ctx.contract.name,
+                    remote_job_id="job-1",
+                    validation_summary={"expected": action.expected},
+                    result_reference=action.result_ref,
+                    collect_deadline=NOW + timedelta(hours=1),
+                )
+                done = before_collect(collecting, ctx, NOW).action
+                if isinstance(done, Succeed) and done.content is None:
+                    problems.append(f"{ctx.contract.name} {code} {answer_body!r}: {done.note}")
+    assert problems == [], "\n".join(problems[:25])
