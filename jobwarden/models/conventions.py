@@ -12,14 +12,18 @@ Microsoft's own TypeSpec scenario mocks (tests/spector). Each rule names its sou
 - [ARM] ARM RPC, "Asynchronous operations" (``Azure-AsyncOperation`` status monitor,
   ``Location`` polled until it stops answering 202; PUT/PATCH report
   ``properties.provisioningState`` on the resource itself; only Succeeded, Failed and
-  Canceled are terminal; a 200 without a provisioningState is done).
+  Canceled are terminal; a 200 whose JSON object has no provisioningState is done, a
+  200 with no body is no evidence: ``models/convention_evidence.py``).
+- [RFC3986-5] RFC 3986 section 5: a relative URL in a header resolves against the URL
+  of the request whose answer carried it (``models/convention_urls.py``).
 - [AUTOREST] ``x-ms-long-running-operation-options.final-state-via``: where the final
   result is read.
 - [SDK] Azure SDK general guidelines, "Service API versions" (and azure-sdk-for-net
   #25411): a polling URL without ``api-version`` gets the request's, never the latest.
 
 Nothing here does I/O or reads the clock; the core's decisions consume what it reads.
-Every URL it returns still passes the origin check in the caller before any request.
+Every URL it will follow (``followed``) passes the origin check in the caller before any
+request; a URL header it does not follow is returned as ``ignored``, never checked.
 """
 
 from __future__ import annotations
