@@ -158,7 +158,9 @@ def final_result(
             return FinalResult(
                 source=FinalSource.url, url=url, rule="the monitor names the resourceLocation"
             )
-        if method in ("PUT", "PATCH") or via is FinalStateVia.original_uri:
+        if method in ("PUT", "PATCH"):
+            # azure-core reads a PUT/PATCH at its original URI whatever final-state-via
+            # says here; "original-uri" on a POST changes nothing (its Location wins).
             return FinalResult(source=FinalSource.url, url=request_url, rule="the original URI")
         if final_url:
             return FinalResult(source=FinalSource.url, url=final_url, rule="a POST's Location")
