@@ -196,3 +196,12 @@ def test_a_monitor_url_over_the_bound_is_refused_naming_the_header_and_its_size(
     assert isinstance(action, Escalate)
     assert f"header 'azure-asyncoperation' is {len(url)} characters" in action.detail
     assert f"above the {MAX_HEADER}-character bound" in action.detail
+
+
+def test_a_huge_location_is_kept_bounded_in_the_history() -> None:
+    from jobwarden.models.excerpts import HEADER_LIMIT, excerpt
+
+    junk = "https://evil.example/" + "x" * 70_000
+    answer = reply(202, None, headers={"azure-asyncoperation": AAO, "location": junk})
+    shown = excerpt(answer)["headers"]["location"]
+    assert len(shown) < HEADER_LIMIT + 40 and shown.endswith(f"({len(junk)} chars)")
