@@ -79,6 +79,7 @@ class RequestPurpose(StrEnum):
     cancel = "cancel"  # the one cancel request
     result = "result"  # the result download
     failed_items = "failed_items"  # the second file of failed items (OpenAI error_file_id)
+    result_page = "result_page"  # one more page of a paged final result ([ARM] nextLink)
     cleanup = "cleanup"  # the one call that removes what an ended job left ([cleanup])
     cleanup_check = "cleanup_check"  # a read of whether those resources are gone yet
 

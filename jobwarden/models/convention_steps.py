@@ -27,6 +27,8 @@ from jobwarden.models.actions import (
 )
 from jobwarden.models.collection import collection
 from jobwarden.models.contract import RemoteStatus
+from jobwarden.models.convention_evidence import MISSING_EVIDENCE
+from jobwarden.models.convention_urls import Named, received_url, url_problem
 from jobwarden.models.conventions import (
     Established,
     FinalSource,
@@ -34,6 +36,7 @@ from jobwarden.models.conventions import (
     Tracked,
     establish,
     final_result,
+    location_followed,
     read_monitor_answer,
 )
 from jobwarden.models.decisions import (
@@ -44,11 +47,17 @@ from jobwarden.models.decisions import (
 )
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation, RowChanges
-from jobwarden.models.origins import on_allowed_origin, shown_url, usable_url
+from jobwarden.models.origins import on_allowed_origin, usable_url
 from jobwarden.models.pointers import MISSING, resolve_pointer
 from jobwarden.models.requests import StepContext, create_url, job_id_problem
 from jobwarden.models.routes import choose_route
-from jobwarden.models.signals import RawResponse, SignalKind, classify_http, read_status
+from jobwarden.models.signals import (
+    HttpObservation,
+    RawResponse,
+    SignalKind,
+    classify_http,
+    read_status,
+)
 from jobwarden.models.states import OperationState as S
 
 __all__ = ["after_monitor_poll", "convention_create"]
@@ -61,6 +70,11 @@ _REF_CONTRADICTIONS = frozenset({"succeeded_without_result_reference", "succeede
 
 def _allowed(ctx: StepContext, url: str) -> bool:
     return usable_url(url) and on_allowed_origin(url, ctx.base_url)
+
+
+def _refused(ctx: StepContext, followed: tuple[Named, ...]) -> str | None:
+    """Why a URL the convention will follow cannot be requested (only those are checked)."""
+    return next((p for p in (url_problem(n, ctx.base_url) for n in followed) if p), None)
 
 
 def _tracked(
@@ -87,15 +101,26 @@ def _inline(ctx: StepContext, body: object) -> object:
 
 
 def _collect(
-    op: Operation, ctx: StepContext, tracked: Tracked, body: object, now: datetime
+    op: Operation, ctx: StepContext, tracked: Tracked, answer: HttpObservation, now: datetime
 ) -> Collect | Escalate:
-    """Collection of a succeeded operation's final result, from where the convention says."""
-    final = final_result(ctx.contract, tracked, body)
+    """Collection of a succeeded operation's final result, from where the convention says;
+    an answer without the evidence its success needs stops here (never ``succeeded``)."""
+    body = answer.body
+    final = final_result(
+        ctx.contract,
+        tracked,
+        body,
+        status_code=answer.status_code,
+        readable=answer.body_problem is None,
+    )
     state = op.state if op.state is not S.accepted else S.observing
+    if final.source is FinalSource.missing:
+        return escalate(state, EscalationReason.contract_violation, final.rule)
     if final.source is FinalSource.url and final.url is not None:
         if not _allowed(ctx, final.url):
             detail = (
-                f"final result URL on an origin the contract does not allow: {shown_url(final.url)}"
+                "final result URL on an origin the contract does not allow: "
+                f"{received_url(final.url)}"
             )
             return escalate(state, EscalationReason.contract_violation, detail)
         collect = collection(state, ctx, final.url, body, now)
@@ -116,7 +141,19 @@ def convention_create(
 ) -> Decided | None:
     """A 2xx create answer under an Azure convention; None leaves it to the generic path.
 
-    The monitor header wins over ``Location`` ([LRO]/[ARM]), so a POST whose
+    A stop is recorded as the create's answer (``answered``), never as a status read:
+    no status request was made (``jobwarden history`` once told it as "polled").
+    """
+    decided = _convention_create(op, ctx, raw, event, now)
+    if decided is None or isinstance(decided.action, Accept):
+        return decided
+    return replace(decided, answered="create response")
+
+
+def _convention_create(
+    op: Operation, ctx: StepContext, raw: RawResponse, event: EventKind, now: datetime
+) -> Decided | None:
+    """The monitor header wins over ``Location`` ([LRO]/[ARM]), so a POST whose
     Azure-AsyncOperation later says Failed is read as failed even when its Location would
     answer 200: the Location is only where the final result lives.
     """
@@ -130,10 +167,11 @@ def convention_create(
         return Decided(action=escalate(op.state, EscalationReason.contract_violation, detail))
     job_id = established.job_id
     seen: dict[str, Any] = {"job_id": job_id, "monitor": established.monitor}
+    if established.ignored:
+        # Headers the convention does not follow: recorded, bounded, never checked.
+        seen["ignored"] = dict(established.ignored)
     problem = job_id_problem(ctx.contract, job_id) if job_id else None
-    for url in (established.status_url, established.final_url):
-        if problem is None and url is not None and not _allowed(ctx, url):
-            problem = f"URL on an origin the contract does not allow: {shown_url(url)}"
+    problem = problem or _refused(ctx, established.followed)
     if problem is not None:
         return Decided(
             action=escalate(op.state, EscalationReason.contract_violation, problem), seen=seen
@@ -182,7 +220,8 @@ def _ending(
         # Done in its first answer (a PUT/PATCH 200/201, a 204): that answer is the result,
         # or names where it is.
         tracked = _tracked(op, ctx, established.monitor, established.final_url)
-        return _collect(op.with_changes({"state": S.observing.value}), ctx, tracked, body, now)
+        observing = op.with_changes({"state": S.observing.value})
+        return _collect(observing, ctx, tracked, raw.observation, now)
     return outcome if isinstance(outcome, Finish | Escalate) else None
 
 
@@ -202,18 +241,28 @@ def after_monitor_poll(
     readable = isinstance(obs.body, dict) or (
         monitor is not Monitor.status_monitor and obs.body_problem is None
     )
+    ignored: dict[str, str] = {}
     if signal.kind in (SignalKind.ok, SignalKind.accepted) and readable and op.status_url:
         answer = read_monitor_answer(contract, monitor, op.status_url, obs)
-        for url in (answer.status_url, answer.final_url):
-            if url is not None and not _allowed(ctx, url):
-                detail = f"URL on an origin the contract does not allow: {shown_url(url)}"
-                return Decided(
-                    action=escalate(op.state, EscalationReason.contract_violation, detail)
-                )
+        followed, ignored = answer.followed, dict(answer.ignored)
+        new_final = answer.final_url
+        if new_final is not None:
+            # The route is read only when a Location appears: an ordinary poll costs nothing.
+            route = choose_route(contract.create, op.command)
+            if not location_followed(route.method, route.final_state_via):
+                # A Location this operation never requests is noise, not a violation.
+                followed = tuple(n for n in followed if n.url != new_final)
+                ignored["location"] = received_url(obs.headers.get("location", ""))
+                new_final = None
+        detail = _refused(ctx, followed)
+        if detail is None and answer.missing is not None:
+            detail = f"{MISSING_EVIDENCE}: {answer.missing}"
+        if detail is not None:
+            return Decided(action=escalate(op.state, EscalationReason.contract_violation, detail))
         if answer.status_url is not None:
             changes["status_url"] = answer.status_url
-        if answer.final_url is not None:
-            changes["result_reference"] = final_url = answer.final_url
+        if new_final is not None:
+            changes["result_reference"] = final_url = new_final
         reading = read_status(
             contract,
             obs.body if isinstance(obs.body, dict) else {},
@@ -227,6 +276,8 @@ def after_monitor_poll(
     decision, answered = decide_status_answer(view, contract, signal, reading, now=now, u=u)
     changes |= answered
     seen: dict[str, Any] = {"signal": signal.kind.value, "monitor": monitor.value}
+    if ignored:
+        seen["ignored"] = ignored
     if reading is not None:
         seen |= {
             "remote_state": reading.raw_state,
@@ -236,5 +287,5 @@ def after_monitor_poll(
     action: Action = decision.action
     if isinstance(action, Collect):
         tracked = _tracked(op, ctx, monitor, final_url)
-        action = _collect(op, ctx, tracked, obs.body, now)
+        action = _collect(op, ctx, tracked, obs, now)
     return Decided(action=action, changes=changes, seen=seen)

@@ -98,6 +98,13 @@ def _scrub(value: Any, secrets: Sequence[str], depth: int = 0) -> Any:
     return value
 
 
+HEADER_LIMIT: Final = 500
+
+
+def _bounded(value: str) -> str:
+    return value if len(value) <= HEADER_LIMIT else f"{value[:HEADER_LIMIT]}… ({len(value)} chars)"
+
+
 def excerpt(raw: RawResponse, secrets: Sequence[str] = (), **extra: Any) -> dict[str, Any]:
     """A bounded, secret-free summary of a provider response for the history.
 
@@ -109,7 +116,12 @@ def excerpt(raw: RawResponse, secrets: Sequence[str] = (), **extra: Any) -> dict
     if obs.transport_failure is not None:
         out["transport_failure"] = obs.transport_failure.value
         return out
-    headers = {h: scrub_text(obs.headers[h], secrets) for h in EXCERPT_HEADERS if h in obs.headers}
+    # A header value is bounded like a body: a monitor URL may be 16 KiB, a junk one more.
+    headers = {
+        h: _bounded(scrub_text(obs.headers[h], secrets))
+        for h in EXCERPT_HEADERS
+        if h in obs.headers
+    }
     if headers:
         out["headers"] = headers
     if obs.body_problem:

@@ -48,6 +48,7 @@ class EventKind(StrEnum):
     result_fetch_sent = "result_fetch_sent"  # the result download is about to leave
     result_collected = "result_collected"  # result stored and validated
     failed_items_collected = "failed_items_collected"  # the failed-items file, stored, counted
+    result_page_collected = "result_page_collected"  # one page of a paged result, held
     result_rejected = "result_rejected"  # result unavailable or failed validation
     result_accepted = "result_accepted"  # a person accepted a result that failed validation
     result_integrity_failed = "result_integrity_failed"  # stored bytes no longer match the digest

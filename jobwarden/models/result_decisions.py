@@ -26,6 +26,7 @@ from jobwarden.models.actions import (
 from jobwarden.models.business_deadline import earlier
 from jobwarden.models.contract import ResultSpec
 from jobwarden.models.contract_fields import MAX_SECONDS
+from jobwarden.models.convention_urls import received_url
 from jobwarden.models.create_decisions import not_yet
 from jobwarden.models.decisions import retry_wait
 from jobwarden.models.history import EventKind
@@ -36,6 +37,7 @@ from jobwarden.models.requests import (
     resolve_url,
     result_url,
 )
+from jobwarden.models.result_pages import MAX_PAGES, first_page, next_page, paged_artifact
 from jobwarden.models.results import (
     ResultVerdict,
     failed_lines_spec,
@@ -203,6 +205,106 @@ def _expired_url(
     return _unavailable(problem, partial=partial)
 
 
+def _paging(op: Operation, ctx: StepContext, expected: dict[str, Any]) -> dict[str, Any] | None:
+    """The paged result in progress: the pages held so far, else the first page's state
+    when the final body is the first page of a list that continues (models/result_pages)."""
+    held = expected.get("paging")
+    if isinstance(held, dict):
+        return held
+    if expected.get("final") != "body":
+        return None
+    return first_page(ctx.contract, expected.get("inline"), op.status_url or ctx.base_url)
+
+
+def _next_of_paged(
+    op: Operation,
+    ctx: StepContext,
+    spec: ResultSpec,
+    expected: dict[str, Any],
+    paging: dict[str, Any],
+    now: datetime,
+) -> Decided:
+    """Fetch the paged result's next page, or write the artifact once none is left."""
+    url = paging.get("next")
+    if not isinstance(url, str):
+        content, count = paged_artifact(paging)
+        ctype = "application/json"  # serialised here from the pages' items
+        verdict = validate_result(
+            spec,
+            content=content,
+            content_type=ctype,
+            promised=expected,
+            declared_record_count=count,
+        )
+        return _result_ending(verdict, content, ctype, partial=_partial(expected))
+    if op.collect_deadline is not None and now >= op.collect_deadline:
+        detail = "result fetch deadline passed"
+        return Decided(action=escalate(op.state, EscalationReason.deadline_exceeded, detail))
+    # Each page is one counted fetch; the limit on failed fetches applies on top of them.
+    if op.result_fetch_attempts >= ctx.contract.limits.max_result_fetches + MAX_PAGES:
+        detail = f"result fetched {op.result_fetch_attempts} times without a usable answer"
+        return Decided(action=escalate(op.state, EscalationReason.provider_failure, detail))
+    page = int(paging["pages"]) + 1
+    if not (usable_url(url) and origin_allowed(ctx.contract, ctx.base_url, url)):
+        # Invariant 10: each page's URL passes the origin rule like the result's own.
+        detail = (
+            f"page {page} of the paged result on an origin the contract does not allow: "
+            f"{received_url(url)}"
+        )
+        return Decided(action=escalate(op.state, EscalationReason.contract_violation, detail))
+    request = ProviderRequest(
+        purpose=RequestPurpose.result_page,
+        method="GET",
+        url=url,
+        with_credential=takes_credential(url, ctx.base_url),
+    )
+    return Decided(
+        action=Send(
+            request=request,
+            event=EventKind.result_fetch_sent,
+            counters={"result_fetch_attempts": op.result_fetch_attempts + 1},
+            excerpt={"url": shown_url(url), "page": page},
+            deadline=op.collect_deadline,
+        )
+    )
+
+
+def _page_recorded(
+    op: Operation,
+    ctx: StepContext,
+    spec: ResultSpec,
+    request: ProviderRequest,
+    raw: RawResponse,
+    now: datetime,
+) -> Decided:
+    """One more page held with the others (or why the paged result cannot be had)."""
+    summary = dict(op.validation_summary or {})
+    expected = dict(summary.get("expected") or {})
+    paging = _paging(op, ctx, expected)
+    if paging is None:
+        return _unavailable("a page arrived for a result that is not paged")
+    problem = raw.observation.body_problem
+    body = raw.observation.body if problem is None else None
+    held, refused = next_page(paging, body, len(raw.content), request.url, spec)
+    if held is None:
+        return _unavailable(refused or "page unreadable", partial=_partial(expected))
+    expected["paging"] = held
+    summary["expected"] = expected
+    nxt = held["next"]
+    record = Record(
+        event=EventKind.result_page_collected,
+        cause=f"page {held['pages']} of the paged result collected",
+        excerpt={
+            "page": held["pages"],
+            "items": len(held["items"]),
+            "bytes": held["bytes"],
+            "next": received_url(nxt) if isinstance(nxt, str) else None,
+        },
+        wake_at=now,
+    )
+    return Decided(action=record, changes={"validation_summary": summary}, answered="result fetch")
+
+
 def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     early = not_yet(op, now)
     if early is not None:
@@ -220,6 +322,9 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
         return Decided(action=Succeed(verdict=None, content=None, content_type=None, note=note))
     if final == "body" or (final is None and spec.fetch == "inline"):
         inline = expected.get("inline")
+        paging = _paging(op, ctx, expected)
+        if paging is not None:
+            return _next_of_paged(op, ctx, spec, expected, paging, now)
         content = json.dumps(inline, separators=(",", ":")).encode() if inline is not None else b""
         if not content:
             return _unavailable("inline result missing", partial=_partial(expected))
@@ -292,6 +397,12 @@ def after_collect(
     code = signal.status_code
     expected = dict((op.validation_summary or {}).get("expected") or {})
     partial = _partial(expected)
+    if (
+        request.purpose is RequestPurpose.result_page
+        and spec is not None
+        and signal.kind in (SignalKind.ok, SignalKind.accepted)
+    ):
+        return _page_recorded(op, ctx, spec, request, raw, now)
     if request.purpose is RequestPurpose.failed_items and spec is not None:
         recorded = _after_failed_file(op, spec, raw, signal.kind, code, now)
         if recorded is not None:

@@ -16,9 +16,10 @@ them: the finished object is deleted again, best effort).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 
 from jobwarden.logs import get_logger
-from jobwarden.models.actions import RequestPurpose
+from jobwarden.models.actions import Decided, RequestPurpose, Succeed
 from jobwarden.models.errors import ResultStoreUnavailableError, ResultTooLargeError
 from jobwarden.models.operation import Operation
 from jobwarden.models.requests import StepContext
@@ -96,3 +97,21 @@ def _discard(store: ResultStore, location: str) -> None:
     except ResultStoreUnavailableError:
         # Unrecorded either way: an orphan the next collection overwrites at the same key.
         log.warning("result_discard_failed", location=location)
+
+
+def stored_whole(store: ResultStore, op: Operation, decided: Decided) -> Decided:
+    """A result the core assembled itself (a paged list's one artifact, models/result_pages)
+    goes to the result store, through its one write (``put_stream``), when it is larger
+    than a row keeps inline; the success then records where it is. Anything else passes.
+
+    A store that fails raises ``ResultStoreUnavailableError``: the step fails, is counted,
+    and runs again from the pages held in the row (nothing is recorded as collected).
+    """
+    action = decided.action
+    if not isinstance(action, Succeed) or action.content is None or action.location:
+        return decided
+    if len(action.content) <= INLINE_LIMIT or action.verdict is None:
+        return decided
+    key = object_key(op.tenant, str(op.operation_id))
+    stored = store.put_stream(key, iter((action.content,)), max_bytes=len(action.content))
+    return replace(decided, action=replace(action, content=None, location=stored.location))

@@ -46,7 +46,7 @@ from jobwarden.tasks.leases import operation_lease
 from jobwarden.tasks.provider_edge import MAX_REQUESTS_PER_LEASE, secret_forms
 from jobwarden.tasks.rate_limits import take
 from jobwarden.tasks.reservations import Marking, settled, spendable
-from jobwarden.tasks.result_collection import collector
+from jobwarden.tasks.result_collection import collector, stored_whole
 from jobwarden.tasks.runtime import Runtime, utcnow
 
 # A step sends one request, except reconciliation by lookup, which may follow an empty
@@ -162,6 +162,7 @@ def run(
     # A job that ended leaving resources cleans up before it ends ([cleanup]); judged on
     # the row as the request left it (a reserved poll has moved it to observing).
     decided = with_cleanup(as_sent(op, sent) if sent is not None else op, ctx.contract, decided)
+    decided = stored_whole(rt.result_store, op, decided)
     p = settled(rt, op, planned(rt, op, decided, now, answer, sent=sent), marking)
     if p.empty:
         return op, None

@@ -164,3 +164,30 @@ def test_the_store_going_away_mid_download_is_retried_under_the_transport_budget
     # A failed download is not a failed job: counted, and tried again later.
     assert isinstance(decided.action, Wait)
     assert decided.changes == {"transport_failures_used": op.transport_failures_used + 1}
+
+
+def test_an_assembled_paged_result_over_the_inline_limit_is_written_to_the_store(
+    tmp_path: Path,
+) -> None:
+    # Issue 34: a paged final result is one artifact; above what a row keeps inline it goes
+    # to the result store (a directory store here) and the success records where it is.
+    from jobwarden.models.actions import Decided, Succeed
+    from jobwarden.models.results import INLINE_LIMIT, ResultVerdict
+    from jobwarden.tasks.result_collection import stored_whole
+
+    store = ResultStore.from_url((tmp_path / "results").as_uri(), environ={})
+    content = json.dumps({"value": ["x" * 100] * (INLINE_LIMIT // 100 + 10)}).encode()
+    verdict = ResultVerdict(
+        valid=True,
+        problem=None,
+        sha256=hashlib.sha256(content).hexdigest(),
+        size_bytes=len(content),
+    )
+    succeed = Succeed(verdict=verdict, content=content, content_type="application/json")
+    op = operation(S.result_collecting)
+    decided = stored_whole(store, op, Decided(action=succeed))
+    action = decided.action
+    assert isinstance(action, Succeed) and action.content is None and action.location
+    assert b"".join(store.read(action.location)) == content
+    small = Succeed(verdict=verdict, content=b"{}", content_type="application/json")
+    assert stored_whole(store, op, Decided(action=small)).action == small

@@ -243,7 +243,12 @@ def test_a_bodiless_202_on_a_location_is_a_wait_not_a_transport_failure() -> Non
 
 
 def _final(
-    method: str, via: str | None, monitor: Monitor | None, final: str | None, body: object
+    method: str,
+    via: str | None,
+    monitor: Monitor | None,
+    final: str | None,
+    body: object,
+    code: int = 200,
 ) -> Any:
     from jobwarden.models.contract import FinalStateVia
 
@@ -254,7 +259,7 @@ def _final(
         request_url=ORDER_URL,
         final_url=final,
     )
-    return final_result(ARM.contract, tracked, body)
+    return final_result(ARM.contract, tracked, body, status_code=code)
 
 
 @pytest.mark.parametrize(
@@ -306,7 +311,8 @@ def _final(
             LOC + V,
         ),
         ("POST", None, Monitor.location, None, {"content": "x"}, FinalSource.body, None),
-        ("POST", None, Monitor.location, None, None, FinalSource.none, None),
+        # [RFC9110-15.3.5] only a 204 ends a POST with no body (a 200 without one: issue 34).
+        ("POST", None, Monitor.location, None, None, FinalSource.missing, None),
         ("PUT", "original-uri", Monitor.location, None, None, FinalSource.url, ORDER_URL),
         ("PATCH", None, Monitor.resource, None, {"properties": {}}, FinalSource.body, None),
     ],
@@ -322,6 +328,11 @@ def test_the_final_result_is_read_where_the_convention_says(
 ) -> None:
     result = _final(method, via, monitor, final, body)
     assert (result.source, result.url) == (source, url)
+
+
+def test_a_post_whose_location_answers_204_has_no_final_body() -> None:
+    result = _final("POST", None, Monitor.location, None, None, code=204)
+    assert (result.source, result.url) == (FinalSource.none, None)
 
 
 # --- routes and placeholders ------------------------------------------------------------

@@ -63,7 +63,7 @@ def _sandbox(old: str, new: str) -> str:
             "did you mean 'method'?",
         ),
         (
-            _arm('final_state_via = "original-uri"', 'final_state_via = "original"'),
+            _arm('token_format = "uuid"', 'token_format = "uuid"\nfinal_state_via = "original"'),
             "create.final_state_via",
             "must be one of",
         ),

@@ -148,14 +148,22 @@ def test_azure_contract_follows_the_azure_lro_convention_with_routes_for_one_api
 def test_azure_arm_contract_serves_put_patch_delete_and_post_of_one_api() -> None:
     c = shipped("azure_arm")
     assert c.convention is Convention.azure_arm
-    assert (c.create.method, c.create.final_state_via) == ("PUT", FinalStateVia.original_uri)
+    # No final_state_via on the PUT (issue 34): the convention's default reads the resource.
+    assert (c.create.method, c.create.final_state_via) == ("PUT", None)
     methods = {name: r.method for name, r in c.create.routes.items()}
     assert methods == {
         "update": "PATCH",
         "delete": "DELETE",
+        "child": "PUT",
+        "child-update": "PATCH",
+        "child-delete": "DELETE",
+        "subscription-resource": "PUT",
+        "tenant-resource": "PUT",
+        "extension": "PUT",
         "resource-action": "POST",
         "subscription-action": "POST",
     }
+    assert c.create.routes["resource-action"].final_state_via is FinalStateVia.location
     assert c.create.route_pointer == "/action"
     # No [states] in the file: ARM's rule, every state but the three terminal ones runs.
     assert c.states.otherwise is RemoteStatus.pending and c.states.case_insensitive
