@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from jobwarden.api.access_log import note_tenant
 from jobwarden.api.context import settings_of
 from jobwarden.api.problems import ProblemError
+from jobwarden.models.identity import Author, token_author
 from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence.api_store import TokenRecord
 from jobwarden.models.persistence.db import snapshot, transaction
@@ -55,7 +56,14 @@ class Principal:
     @property
     def actor(self) -> str:
         """The actor in events and the intake log."""
-        return f"token:{self.name}"
+        return self.author.actor
+
+    @property
+    def author(self) -> Author:
+        """The principal as the author of a decision (every door hands this to the core)."""
+        return token_author(
+            self.name, token_id=self.token_id, allows_self_approval=self.allows_self_approval
+        )
 
 
 def principal_from(record: TokenRecord) -> Principal:

@@ -97,6 +97,9 @@ class Caller:
 
     actor: str | None = None  # None: submitter:<requested_by>
     token_id: uuid.UUID | None = None
+    # The principal a schedule submits for (its author): in the intent event, so that
+    # principal can never approve it (models/approvals.py). Set by a door only.
+    on_behalf_of: str | None = None
     # The HTTP door's status code per outcome ("invalid" included); None elsewhere.
     http_statuses: Mapping[str, int] | None = None
 
@@ -241,7 +244,7 @@ def _submit(
                 now=now,
                 resubmit_of=resubmit_of,
             )
-            values, first = _intent(sub, contract, intake, actor, traced)
+            values, first = _intent(sub, contract, intake, actor, traced, who.on_behalf_of)
             created = SubmitResult(
                 outcome=SubmitOutcome.created,
                 operation_id=str(op_id),
@@ -282,6 +285,7 @@ def _intent(
     intake: Intake,
     actor: str,
     traced: str | None = None,
+    behalf_of: str | None = None,
 ) -> tuple[dict[str, Any], ChainedEvent]:
     """The intent row's columns and its first event, as ``claim`` inserts them.
 
@@ -295,6 +299,8 @@ def _intent(
     draft = intent_event(op, actor)
     if traced is not None:
         draft = replace(draft, excerpt={**(draft.excerpt or {}), "traceparent": traced})
+    if behalf_of is not None:
+        draft = replace(draft, excerpt={**(draft.excerpt or {}), "on_behalf_of": behalf_of})
     (first,) = chain(str(op.operation_id), [draft], last_seq=0, last_hash=GENESIS_HASH)
     return values, first
 
