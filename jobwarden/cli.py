@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from jobwarden.api_cli import serve_api, tenants_app, tokens_app
+from jobwarden.cli_identity import Approver, BreakGlass, TokenFile, decision_author
 from jobwarden.config.settings import get_settings
 from jobwarden.history_cli import archive_command, partitions_command
 from jobwarden.models.errors import JobwardenError
@@ -451,12 +452,24 @@ def cancel(
     reason: Annotated[
         str, typer.Option(envvar="JOBWARDEN_CANCEL_REASON")
     ] = "requested from the CLI",
-    requested_by: Annotated[str, typer.Option(envvar="JOBWARDEN_REQUESTED_BY")] = "cli",
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
+    requested_by: Annotated[
+        str | None, typer.Option(envvar="JOBWARDEN_REQUESTED_BY", hidden=True)
+    ] = None,
 ) -> None:
-    """Record a cancel request; a worker sends the one cancel and waits for confirmation."""
+    """Record a cancel request; a worker sends the one cancel and waits for confirmation.
+    Acts as the token's principal (JOBWARDEN_TOKEN, --token-file) or --break-glass."""
     from jobwarden.tasks.interventions import request_cancel
 
-    console.print(request_cancel(operation_id, requested_by, reason))
+    who = decision_author(
+        operation_id,
+        scope="cancel",
+        token_file=token_file,
+        glass=glass,
+        typed=("--requested-by", requested_by),
+    )
+    console.print(request_cancel(operation_id, who, reason))
 
 
 @app.command()
@@ -472,13 +485,23 @@ def options(operation_id: str) -> None:
 def decide(
     operation_id: str,
     option: str,
-    approver: Annotated[str, typer.Option(envvar="JOBWARDEN_APPROVER")],
     note: Annotated[str, typer.Option(envvar="JOBWARDEN_DECISION_NOTE")] = "",
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
+    approver: Approver = None,
 ) -> None:
-    """Pick one of the offered options (see `jobwarden options OP`)."""
+    """Pick one of the offered options (see `jobwarden options OP`), as the token's
+    principal (JOBWARDEN_TOKEN, --token-file) or --break-glass REASON."""
     from jobwarden.tasks.interventions import decide_escalation
 
-    decided = decide_escalation(operation_id, option, approver, note, door="python")
+    who = decision_author(
+        operation_id,
+        scope="decide",
+        token_file=token_file,
+        glass=glass,
+        typed=("--approver", approver),
+    )
+    decided = decide_escalation(operation_id, option, who, note, door="python")
     console.print(decided.state, highlight=False)
     if decided.resubmitted_as is not None:
         # The replacement is a new operation: name it so the next command can follow it.
@@ -495,18 +518,29 @@ def approve(
         str,
         typer.Option(help="The fingerprint you reviewed.", envvar="JOBWARDEN_APPROVAL_FINGERPRINT"),
     ],
-    approver: Annotated[str, typer.Option(envvar="JOBWARDEN_APPROVER")],
     valid_for: Annotated[
         float,
         typer.Option(
             help="Seconds the approval stays valid.", envvar="JOBWARDEN_APPROVAL_VALID_FOR"
         ),
     ] = 3600,
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
+    approver: Approver = None,
 ) -> None:
-    """Approve an operation awaiting approval; bound to its fingerprint."""
+    """Approve an operation awaiting approval; bound to its fingerprint. Acts as the
+    token's principal (JOBWARDEN_TOKEN, --token-file); --break-glass REASON approves
+    without one, recorded as such and never counted toward a two-person rule."""
     from jobwarden.tasks.interventions import approve as approve_operation
 
-    console.print(approve_operation(operation_id, fingerprint, approver, valid_for))
+    who = decision_author(
+        operation_id,
+        scope="approve",
+        token_file=token_file,
+        glass=glass,
+        typed=("--approver", approver),
+    )
+    console.print(approve_operation(operation_id, fingerprint, who, valid_for))
 
 
 @app.command()
