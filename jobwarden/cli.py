@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from jobwarden.api_cli import serve_api, tenants_app, tokens_app
-from jobwarden.cli_identity import Approver, BreakGlass, TokenFile, decision_author
+from jobwarden.cli_identity import Approver, BreakGlass, TokenFile, decision_author, submitter
 from jobwarden.config.settings import get_settings
 from jobwarden.history_cli import archive_command, partitions_command
 from jobwarden.models.errors import JobwardenError
@@ -361,8 +361,15 @@ def submit(
     key: Annotated[
         str, typer.Option("--key", help="Idempotency key.", envvar="JOBWARDEN_IDEMPOTENCY_KEY")
     ],
-    tenant: Annotated[str, typer.Option(envvar="JOBWARDEN_TENANT")] = "default",
-    requested_by: Annotated[str, typer.Option(envvar="JOBWARDEN_REQUESTED_BY")] = "cli",
+    tenant: Annotated[
+        str | None, typer.Option(envvar="JOBWARDEN_TENANT", help="default: the token's, or default")
+    ] = None,
+    requested_by: Annotated[
+        str | None,
+        typer.Option(envvar="JOBWARDEN_REQUESTED_BY", help="without a token: a typed submitter"),
+    ] = None,
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
     source_event_id: Annotated[
         str | None,
         typer.Option(
@@ -424,9 +431,10 @@ def submit(
         problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         err.print(f"error: command is not usable JSON: {problem}", highlight=False)
         raise typer.Exit(2) from None
+    who = submitter(token_file=token_file, glass=glass, tenant=tenant, typed=requested_by)
     wanted = SubmissionRequest(
-        tenant=tenant,
-        requested_by=requested_by,
+        tenant=who.tenant,
+        requested_by=who.requested_by,
         provider=provider,
         command=parsed,
         idempotency_key=key,
@@ -439,7 +447,7 @@ def submit(
         business_deadline=_seconds_or_time(business_deadline),
     )
     # The CLI has always logged as the Python door (it is the Python call from a shell).
-    result = submit_request(wanted, door="python")
+    result = submit_request(wanted, door="python", caller=who.caller)
     console.print_json(json.dumps(result.as_dict()))
     # Exit codes a script can branch on: 0 recorded (created, replayed, duplicate_event),
     # 3 conflict (same key, different request: nothing was touched), 4 in progress.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import getpass
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -27,6 +28,7 @@ from rich.console import Console
 
 if TYPE_CHECKING:
     from jobwarden.models.identity import Author
+    from jobwarden.tasks.intake import Caller
     from jobwarden.tasks.principals import Principal
 
 TOKEN_ENV = "JOBWARDEN_TOKEN"
@@ -183,3 +185,34 @@ def decision_author(
         # As over HTTP, another tenant's operation reads as no operation at all.
         foreign=f"no operation {operation_id} for the token's tenant",
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Submitter:
+    tenant: str
+    requested_by: str
+    caller: Caller | None  # None: the intake's own (submitter:<requested_by>)
+
+
+def submitter(
+    *, token_file: Path | None, glass: str | None, tenant: str | None, typed: str | None
+) -> Submitter:
+    """Who submits from the CLI: the token's principal (of its tenant, as over HTTP: the
+    submitter is its name, the intake log its actor and token), break-glass, or — with
+    neither — a typed ``--requested-by`` as the Python door takes it: the CLI is that call
+    from a shell, holding the database credential, and is trusted as that door is."""
+    from jobwarden.tasks.intake import Caller
+
+    if glass is None and token_file is None and not os.environ.get(TOKEN_ENV):
+        return Submitter(tenant=tenant or "default", requested_by=typed or "cli", caller=None)
+    if typed is not None:
+        raise _fail("--requested-by: a token or --break-glass names the submitter; drop it")
+    if glass is not None:
+        author = cli_author(scope="submit", token_file=token_file, glass=glass)
+        caller = Caller(actor=author.actor)
+        return Submitter(tenant=tenant or "default", requested_by=author.actor, caller=caller)
+    principal = cli_principal(token_file, "submit")
+    if tenant is not None and tenant != principal.tenant:
+        raise _fail(f"--tenant: {tenant!r} is not the token's tenant", 1)
+    caller = Caller(actor=principal.actor, token_id=principal.token_id)
+    return Submitter(tenant=principal.tenant, requested_by=principal.name, caller=caller)

@@ -276,3 +276,43 @@ def test_schedules_sync_makes_the_clis_token_principal_the_author(
         _cli_as(providers, "schedules", "list", "--tenant", tenant, "--json").stdout
     )
     assert [s["name"] for s in listed] == ["payroll"]
+
+
+def test_the_cli_submits_as_its_tokens_principal_who_then_cannot_approve_it(
+    database_url: str, providers: Path
+) -> None:
+    tenant = tenant_name()
+    alice = _token_of(database_url, tenant, "alice", "submit", "approve")
+    command = ["submit", ONE, '{"kind": "export"}', "--key", uuid.uuid4().hex]
+    done = _cli_as(providers, *command, token=alice)
+    assert done.returncode == 0, done.stderr
+    op = uuid.UUID(json.loads(done.stdout)["operation_id"])
+    row = load(database_url, op)
+    assert (row.tenant, row.requested_by) == (tenant, "alice")
+    fp = ["--fingerprint", row.request_fingerprint]
+    own = _cli_as(providers, "approve", str(op), *fp, token=alice)
+    assert own.returncode == 2 and "self_approval_refused" in own.stderr
+    intake = [
+        ln for ln in _cli_as(providers, "history", str(op)).stdout.splitlines() if "intake" in ln
+    ]
+    assert "actor=token:alice" in intake[0]
+    typed = _cli_as(providers, *command, "--requested-by", "zed", token=alice)
+    assert typed.returncode == 2 and "--requested-by: a token or --break-glass" in typed.stderr
+    foreign = _cli_as(providers, *command, "--tenant", tenant_name(), token=alice)
+    assert foreign.returncode == 1 and "is not the token's tenant" in foreign.stderr
+
+
+def test_a_break_glass_submission_is_marked_in_the_intake_log(
+    database_url: str, providers: Path
+) -> None:
+    tenant = tenant_name()
+    command = ["submit", ONE, '{"kind": "export"}', "--key", uuid.uuid4().hex]
+    done = _cli_as(providers, *command, "--tenant", tenant, "--break-glass", "API is down")
+    assert done.returncode == 0, done.stderr
+    op = uuid.UUID(json.loads(done.stdout)["operation_id"])
+    actor = f"break-glass:{getpass.getuser()}"
+    assert load(database_url, op).requested_by == actor
+    intake = [
+        ln for ln in _cli_as(providers, "history", str(op)).stdout.splitlines() if "intake" in ln
+    ]
+    assert f"actor={actor}" in intake[0]
