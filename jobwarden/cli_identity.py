@@ -209,7 +209,7 @@ def submitter(
         raise _fail("--requested-by: a token or --break-glass names the submitter; drop it")
     if glass is not None:
         author = cli_author(scope="submit", token_file=token_file, glass=glass)
-        caller = Caller(actor=author.actor)
+        caller = Caller(actor=author.actor, break_glass=author.reason)
         return Submitter(tenant=tenant or "default", requested_by=author.actor, caller=caller)
     principal = cli_principal(token_file, "submit")
     if tenant is not None and tenant != principal.tenant:

@@ -209,7 +209,7 @@ def _resubmit(rt: Runtime, operation_id: str, who: Author, note: str, door: str)
     answer = submit_request(
         resubmission(old, requested_by=who.actor),
         door=door,
-        caller=Caller(actor=f"{HUMAN}{who.actor}", token_id=who.token_id),
+        caller=Caller(actor=f"{HUMAN}{who.actor}", token_id=who.token_id, break_glass=who.reason),
         runtime=rt,
         resubmit_of=old.operation_id,
     )

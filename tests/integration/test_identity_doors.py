@@ -311,8 +311,18 @@ def test_a_break_glass_submission_is_marked_in_the_intake_log(
     assert done.returncode == 0, done.stderr
     op = uuid.UUID(json.loads(done.stdout)["operation_id"])
     actor = f"break-glass:{getpass.getuser()}"
-    assert load(database_url, op).requested_by == actor
-    intake = [
-        ln for ln in _cli_as(providers, "history", str(op)).stdout.splitlines() if "intake" in ln
-    ]
-    assert f"actor={actor}" in intake[0]
+    row = load(database_url, op)
+    assert row.requested_by == actor
+    fp = ["--fingerprint", row.request_fingerprint]
+    # The same operator breaking glass again is still the submitter.
+    own = _cli_as(providers, "approve", str(op), *fp, "--break-glass", "approving my own")
+    assert own.returncode == 2 and "self_approval_refused" in own.stderr
+    carol = _token_of(database_url, tenant, "carol")
+    approved = _cli_as(providers, "approve", str(op), *fp, token=carol)
+    assert approved.stdout.strip() == "create_pending", approved.stderr
+    history = _cli_as(providers, "history", str(op)).stdout
+    print(history)  # the report shows a break-glass submission's history
+    (intake,) = [ln for ln in history.splitlines() if " intake " in ln]
+    assert f"actor={actor}" in intake
+    (intent,) = [ln for ln in history.splitlines() if "intent recorded" in ln]
+    assert "[BREAK-GLASS, not counted toward a two-person rule: API is down]" in intent
