@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from jobwarden.api_cli import serve_api, tenants_app, tokens_app
+from jobwarden.cli_identity import Approver, BreakGlass, TokenFile, decision_author, submitter
 from jobwarden.config.settings import get_settings
 from jobwarden.history_cli import archive_command, partitions_command
 from jobwarden.models.errors import JobwardenError
@@ -360,8 +361,15 @@ def submit(
     key: Annotated[
         str, typer.Option("--key", help="Idempotency key.", envvar="JOBWARDEN_IDEMPOTENCY_KEY")
     ],
-    tenant: Annotated[str, typer.Option(envvar="JOBWARDEN_TENANT")] = "default",
-    requested_by: Annotated[str, typer.Option(envvar="JOBWARDEN_REQUESTED_BY")] = "cli",
+    tenant: Annotated[
+        str | None, typer.Option(envvar="JOBWARDEN_TENANT", help="default: the token's, or default")
+    ] = None,
+    requested_by: Annotated[
+        str | None,
+        typer.Option(envvar="JOBWARDEN_REQUESTED_BY", help="without a token: a typed submitter"),
+    ] = None,
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
     source_event_id: Annotated[
         str | None,
         typer.Option(
@@ -423,9 +431,10 @@ def submit(
         problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         err.print(f"error: command is not usable JSON: {problem}", highlight=False)
         raise typer.Exit(2) from None
+    who = submitter(token_file=token_file, glass=glass, tenant=tenant, typed=requested_by)
     wanted = SubmissionRequest(
-        tenant=tenant,
-        requested_by=requested_by,
+        tenant=who.tenant,
+        requested_by=who.requested_by,
         provider=provider,
         command=parsed,
         idempotency_key=key,
@@ -438,7 +447,7 @@ def submit(
         business_deadline=_seconds_or_time(business_deadline),
     )
     # The CLI has always logged as the Python door (it is the Python call from a shell).
-    result = submit_request(wanted, door="python")
+    result = submit_request(wanted, door="python", caller=who.caller)
     console.print_json(json.dumps(result.as_dict()))
     # Exit codes a script can branch on: 0 recorded (created, replayed, duplicate_event),
     # 3 conflict (same key, different request: nothing was touched), 4 in progress.
@@ -451,12 +460,24 @@ def cancel(
     reason: Annotated[
         str, typer.Option(envvar="JOBWARDEN_CANCEL_REASON")
     ] = "requested from the CLI",
-    requested_by: Annotated[str, typer.Option(envvar="JOBWARDEN_REQUESTED_BY")] = "cli",
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
+    requested_by: Annotated[
+        str | None, typer.Option(envvar="JOBWARDEN_REQUESTED_BY", hidden=True)
+    ] = None,
 ) -> None:
-    """Record a cancel request; a worker sends the one cancel and waits for confirmation."""
+    """Record a cancel request; a worker sends the one cancel and waits for confirmation.
+    Acts as the token's principal (JOBWARDEN_TOKEN, --token-file) or --break-glass."""
     from jobwarden.tasks.interventions import request_cancel
 
-    console.print(request_cancel(operation_id, requested_by, reason))
+    who = decision_author(
+        operation_id,
+        scope="cancel",
+        token_file=token_file,
+        glass=glass,
+        typed=("--requested-by", requested_by),
+    )
+    console.print(request_cancel(operation_id, who, reason))
 
 
 @app.command()
@@ -472,13 +493,23 @@ def options(operation_id: str) -> None:
 def decide(
     operation_id: str,
     option: str,
-    approver: Annotated[str, typer.Option(envvar="JOBWARDEN_APPROVER")],
     note: Annotated[str, typer.Option(envvar="JOBWARDEN_DECISION_NOTE")] = "",
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
+    approver: Approver = None,
 ) -> None:
-    """Pick one of the offered options (see `jobwarden options OP`)."""
+    """Pick one of the offered options (see `jobwarden options OP`), as the token's
+    principal (JOBWARDEN_TOKEN, --token-file) or --break-glass REASON."""
     from jobwarden.tasks.interventions import decide_escalation
 
-    decided = decide_escalation(operation_id, option, approver, note, door="python")
+    who = decision_author(
+        operation_id,
+        scope="decide",
+        token_file=token_file,
+        glass=glass,
+        typed=("--approver", approver),
+    )
+    decided = decide_escalation(operation_id, option, who, note, door="python")
     console.print(decided.state, highlight=False)
     if decided.resubmitted_as is not None:
         # The replacement is a new operation: name it so the next command can follow it.
@@ -495,18 +526,29 @@ def approve(
         str,
         typer.Option(help="The fingerprint you reviewed.", envvar="JOBWARDEN_APPROVAL_FINGERPRINT"),
     ],
-    approver: Annotated[str, typer.Option(envvar="JOBWARDEN_APPROVER")],
     valid_for: Annotated[
         float,
         typer.Option(
             help="Seconds the approval stays valid.", envvar="JOBWARDEN_APPROVAL_VALID_FOR"
         ),
     ] = 3600,
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
+    approver: Approver = None,
 ) -> None:
-    """Approve an operation awaiting approval; bound to its fingerprint."""
+    """Approve an operation awaiting approval; bound to its fingerprint. Acts as the
+    token's principal (JOBWARDEN_TOKEN, --token-file); --break-glass REASON approves
+    without one, recorded as such and never counted toward a two-person rule."""
     from jobwarden.tasks.interventions import approve as approve_operation
 
-    console.print(approve_operation(operation_id, fingerprint, approver, valid_for))
+    who = decision_author(
+        operation_id,
+        scope="approve",
+        token_file=token_file,
+        glass=glass,
+        typed=("--approver", approver),
+    )
+    console.print(approve_operation(operation_id, fingerprint, who, valid_for))
 
 
 @app.command()

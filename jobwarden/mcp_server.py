@@ -233,7 +233,7 @@ def _cancel(backend: Backend, ctx: Context, operation_id: str, reason: str) -> C
         raise ToolError(f"conflict: the operation has ended ({row.state.value})")
     try:
         state = interventions.request_cancel(
-            str(row.operation_id), principal.actor, reason, runtime=backend.runtime()
+            str(row.operation_id), principal.author, reason, runtime=backend.runtime()
         )
     except LostRaceError:
         raise ToolError("conflict: the operation is busy; call again") from None

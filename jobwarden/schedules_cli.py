@@ -1,7 +1,10 @@
 """`jobwarden schedules …`: check and sync the files, list, pause, resume, trigger, backfill.
 
 Imported by jobwarden/cli.py at start-up, so only typer is imported at module level.
-Every change is recorded in schedule_actions with who asked (--by, JOBWARDEN_ACTOR).
+Every change is recorded in schedule_actions with who asked: the principal of the CLI's
+token (JOBWARDEN_TOKEN, --token-file), of the schedule's tenant, or --break-glass REASON
+(jobwarden/cli_identity.py). The principal who last declared a schedule is its author:
+what it fires is submitted on their behalf, and they cannot approve it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
+from jobwarden.cli_identity import BreakGlass, By, TokenFile, cli_author
+
 if TYPE_CHECKING:
     from jobwarden.models.schedule_files import DeclaredSchedule
 
@@ -22,7 +27,6 @@ console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 Tenant = Annotated[str, typer.Option(envvar="JOBWARDEN_TENANT", help="The schedule's tenant.")]
-By = Annotated[str, typer.Option("--by", envvar="JOBWARDEN_ACTOR", help="Who asks (recorded).")]
 Directory = Annotated[
     Path | None,
     typer.Option("--dir", envvar="JOBWARDEN_SCHEDULES_DIR", help="Folder of schedule files."),
@@ -76,10 +80,24 @@ def schedules_check(directory: Directory = None) -> None:
         raise typer.Exit(1)
 
 
+def _who(tenant: str | None, token_file: Path | None, glass: str | None, by: str | None) -> str:
+    """The actor of a schedule change: the token's principal (of ``tenant``) or break-glass."""
+    author = cli_author(
+        scope="submit", token_file=token_file, glass=glass, typed=("--by", by), tenant=tenant
+    )
+    return author.actor
+
+
 @schedules_app.command("sync")
-def schedules_sync(directory: Directory = None, by: By = "cli") -> None:
+def schedules_sync(
+    directory: Directory = None,
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
+    by: By = None,
+) -> None:
     """Declare the files' schedules in Postgres (created / changed / unchanged); nothing is
-    written when any file has a problem. Schedules are never deleted by a sync."""
+    written when any file has a problem. Schedules are never deleted by a sync. The
+    token's principal (or break-glass) becomes the author of what it creates or changes."""
     from jobwarden.config.settings import get_settings
     from jobwarden.models.persistence import schedule_store
     from jobwarden.models.persistence.db import transaction
@@ -90,6 +108,11 @@ def schedules_sync(directory: Directory = None, by: By = "cli") -> None:
         err.print(f"invalid {error}", markup=False, highlight=False)
     if errors:
         raise typer.Exit(1)
+    tenants = {d.spec.tenant for d in found}
+    # A token declares for its own tenant only, as PUT /v1/schedules/<name> does.
+    by = _who(tenants.pop() if len(tenants) == 1 else None, token_file, glass, by)
+    if tenants and not by.startswith("break-glass:"):
+        raise _fail("error: tenant: the files declare several tenants; sync each with its token")
     now = utcnow()
     with transaction(get_settings().database_url) as session:
         for d in found:
@@ -133,7 +156,7 @@ def schedules_list(
         )
 
 
-def _set_status(name: str, tenant: str, by: str, paused: bool) -> None:
+def _set_status(name: str, tenant: str, by: str, *, paused: bool) -> None:
     from jobwarden.config.settings import get_settings
     from jobwarden.models.persistence import schedule_store
     from jobwarden.models.persistence.db import transaction
@@ -150,27 +173,46 @@ def _set_status(name: str, tenant: str, by: str, paused: bool) -> None:
 
 
 @schedules_app.command("pause")
-def schedules_pause(name: str, tenant: Tenant = "default", by: By = "cli") -> None:
+def schedules_pause(
+    name: str,
+    tenant: Tenant = "default",
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
+    by: By = None,
+) -> None:
     """Stop firing; slots that come due while paused are missed when it resumes (if past
     the catch-up window)."""
-    _set_status(name, tenant, by, paused=True)
+    _set_status(name, tenant, _who(tenant, token_file, glass, by), paused=True)
 
 
 @schedules_app.command("resume")
-def schedules_resume(name: str, tenant: Tenant = "default", by: By = "cli") -> None:
+def schedules_resume(
+    name: str,
+    tenant: Tenant = "default",
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
+    by: By = None,
+) -> None:
     """Fire again from the first undecided slot, within the catch-up window."""
-    _set_status(name, tenant, by, paused=False)
+    _set_status(name, tenant, _who(tenant, token_file, glass, by), paused=False)
 
 
 @schedules_app.command("trigger")
-def schedules_trigger(name: str, tenant: Tenant = "default", by: By = "cli") -> None:
+def schedules_trigger(
+    name: str,
+    tenant: Tenant = "default",
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
+    by: By = None,
+) -> None:
     """Fire one slot now, whatever the overlap policy; prints its operation id."""
     from jobwarden.models.schedules import ScheduleError
     from jobwarden.tasks.runtime import current
     from jobwarden.tasks.schedules import trigger
 
+    actor = _who(tenant, token_file, glass, by)
     try:
-        op = trigger(current(), tenant, name, actor=by)
+        op = trigger(current(), tenant, name, actor=actor)
     except ScheduleError as exc:
         raise _fail(f"error: {exc}") from None
     if op is None:
@@ -204,7 +246,9 @@ def schedules_backfill(
         str, typer.Option("--to", envvar="JOBWARDEN_BACKFILL_TO", help="Last time (RFC 3339).")
     ],
     tenant: Tenant = "default",
-    by: By = "cli",
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
+    by: By = None,
 ) -> None:
     """Fire every slot in [--from, --to] not fired yet (missed and skipped ones too).
     Idempotent: run twice, the second run claims nothing and creates nothing."""
@@ -212,6 +256,7 @@ def schedules_backfill(
     from jobwarden.tasks.runtime import current
     from jobwarden.tasks.schedules import backfill
 
+    actor = _who(tenant, token_file, glass, by)
     try:
         done = backfill(
             current(),
@@ -219,7 +264,7 @@ def schedules_backfill(
             name,
             start=_time("--from", start),
             end=_time("--to", end),
-            actor=by,
+            actor=actor,
         )
     except ScheduleError as exc:
         raise _fail(f"error: {exc}") from None

@@ -124,6 +124,9 @@ def event_line(ev: ChainedEvent) -> str:
     else:
         cause = f": {d.cause}" if d.cause else ""
         text = f"{kind.replace('_', ' ')}{cause}"
+    if ex.get("break_glass"):
+        # A decision without a token (issue 33): the history says so on its own line.
+        text += f" [BREAK-GLASS, not counted toward a two-person rule: {ex['break_glass']}]"
     line = f"{t} {text}{move if kind not in ('poll_sent',) else ''}".replace(f"{move}{move}", move)
     return shown(line, limit=None)
 

@@ -30,6 +30,7 @@ from jobwarden.models.errors import (
     LostRaceError,
     RefusedInputError,
 )
+from jobwarden.models.identity import same_principal
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import TERMINAL, OperationState
 from jobwarden.tasks import interventions
@@ -127,7 +128,7 @@ def cancel_operation(
         raise ProblemError(409, "conflict", f"the operation has ended ({row.state.value})")
     try:
         state = interventions.request_cancel(
-            str(row.operation_id), principal.actor, body.reason, runtime=runtime_of(request)
+            str(row.operation_id), principal.author, body.reason, runtime=runtime_of(request)
         )
     except (RefusedInputError, LostRaceError) as exc:
         raise _moved(exc) from None
@@ -173,7 +174,7 @@ def approve_operation(
     # Four eyes: whoever submitted an operation does not also authorize it, unless the tenant
     # chose to allow it (jobwarden tenants allow-self-approval) and one approver is enough.
     allowed = principal.allows_self_approval and required == 1
-    if row.requested_by in (principal.name, principal.actor) and not allowed:
+    if same_principal(principal.actor, row.requested_by) and not allowed:
         raise ProblemError(
             403,
             SELF_APPROVAL,
@@ -190,7 +191,7 @@ def approve_operation(
         state = interventions.approve(
             str(row.operation_id),
             body.fingerprint,
-            principal.actor,
+            principal.author,
             valid_for_seconds=body.valid_for_seconds,
             runtime=rt,
         )
@@ -264,7 +265,7 @@ def decide_operation(
         )
     try:
         decided = interventions.decide_escalation(
-            str(row.operation_id), body.option, principal.actor, body.note, runtime=rt, door="http"
+            str(row.operation_id), body.option, principal.author, body.note, runtime=rt, door="http"
         )
     except (RefusedInputError, LostRaceError) as exc:
         raise _moved(exc) from None

@@ -1,19 +1,16 @@
 """API tokens: the tenant comes from the caller's credential, never from the body.
 
-A token is ``jw_`` + secrets.token_urlsafe(32) (256 random bits). Only its sha256
-is stored: for a secret of that entropy a fast hash is enough (nothing to brute
-force, unlike a password), and it keeps the lookup one indexed equality.
+The token, its principal and the lookup every door shares live in
+jobwarden/tasks/principals.py (no FastAPI there: the CLI resolves tokens too); this
+module is the HTTP side: the bearer dependency, the scope check and token creation.
 """
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
-from enum import StrEnum
 from typing import cast
 
 from fastapi import Depends, Request
@@ -24,60 +21,38 @@ from jobwarden.api.access_log import note_tenant
 from jobwarden.api.context import settings_of
 from jobwarden.api.problems import ProblemError
 from jobwarden.models.persistence import api_store
-from jobwarden.models.persistence.api_store import TokenRecord
-from jobwarden.models.persistence.db import snapshot, transaction
+from jobwarden.models.persistence.db import transaction
+from jobwarden.tasks.principals import (
+    LAST_USE_RESOLUTION,
+    TOKEN_PREFIX,
+    Principal,
+    Scope,
+    principal_from,
+    principal_of,
+    secret_hash,
+)
 from jobwarden.tasks.runtime import utcnow
 
-TOKEN_PREFIX = "jw_"
-# A use is recorded at most this often per token, so reading is not a write per request.
-LAST_USE_RESOLUTION = timedelta(minutes=1)
-
-
-class Scope(StrEnum):
-    submit = "submit"  # POST /v1/operations
-    read = "read"  # GET operations, events, escalations
-    cancel = "cancel"  # POST /v1/operations/{id}/cancel
-    approve = "approve"  # POST /v1/operations/{id}/approvals
-    decide = "decide"  # POST /v1/operations/{id}/decisions
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Principal:
-    """The authenticated caller: a token of one tenant with its scopes."""
-
-    tenant: str
-    token_id: uuid.UUID
-    name: str
-    scopes: frozenset[Scope]
-    # The tenant's setting: may a token approve an operation its own name submitted?
-    allows_self_approval: bool = False
-
-    @property
-    def actor(self) -> str:
-        """The actor in events and the intake log."""
-        return f"token:{self.name}"
-
-
-def principal_from(record: TokenRecord) -> Principal:
-    """The principal a live token record names (scopes this version does not know are dropped).
-
-    The caller has checked that the token exists and is not revoked.
-    """
-    return Principal(
-        tenant=record.tenant,
-        token_id=record.token_id,
-        name=record.name,
-        scopes=frozenset(Scope(s) for s in record.scopes if s in Scope.__members__),
-        allows_self_approval=record.allows_self_approval,
-    )
+# The shared token names are re-exported for the routes and the existing imports.
+__all__ = [
+    "LAST_USE_RESOLUTION",
+    "MAX_TOKEN_NAME",
+    "TOKEN_PREFIX",
+    "NewToken",
+    "Principal",
+    "Scope",
+    "authenticate",
+    "create_token",
+    "new_token",
+    "principal_from",
+    "principal_of",
+    "require",
+    "secret_hash",
+]
 
 
 def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
-
-
-def secret_hash(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 # "token:" + name must fit operation_events.actor (200) and intake_log.actor.
@@ -153,24 +128,6 @@ def authenticate(request: Request, credentials: HTTPAuthorizationCredentials | N
     if cache is not None:
         cache.put(digest, principal)
     return principal
-
-
-def principal_of(url: str, token: str) -> Principal | None:
-    """The principal of a live token, or None for an unknown or revoked one (every door's lookup).
-
-    A use is recorded at most once per LAST_USE_RESOLUTION.
-    """
-    digest = secret_hash(token)
-    with snapshot(url) as session:
-        record = api_store.token_by_hash(session, digest)
-    if record is None or record.revoked_at is not None:
-        return None
-    now = utcnow()
-    cutoff = now - LAST_USE_RESOLUTION
-    if record.last_used_at is None or record.last_used_at <= cutoff:
-        with transaction(url) as session:
-            api_store.touch_token(session, record.token_id, now=now, unless_after=cutoff)
-    return principal_from(record)
 
 
 def _cached(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal | None:

@@ -16,7 +16,7 @@ from jobwarden.console.timeline import build_timeline, render_svg
 from jobwarden.models.approvals import (
     approval_window_end,
     given_approvals,
-    same_person,
+    on_behalf_of,
     standing,
 )
 from jobwarden.models.contract import DEFAULT_APPROVAL_WINDOW_SECONDS
@@ -24,6 +24,7 @@ from jobwarden.models.escalation import Option
 from jobwarden.models.excerpts import redacted
 from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
 from jobwarden.models.history_archive import as_chained
+from jobwarden.models.identity import same_principal
 from jobwarden.models.operation import Operation
 from jobwarden.models.outgoing import ShownRequest
 from jobwarden.models.persistence import query_store, store
@@ -230,10 +231,12 @@ def operation_page(
             if window_ends is not None
             else None
         ),
-        self_approval_refused=refuses_self_approval(row, principal, required),
+        self_approval_refused=refuses_self_approval(
+            row, principal, required, behalf_of=on_behalf_of(events)
+        ),
         approvals_required=required,
         approvals_given=given,
-        approved_already=any(same_person(principal.actor, who) for who in given),
+        approved_already=any(same_principal(principal.actor, who) for who in given),
         cancellable=row.state not in TERMINAL,
         timeline_svg=render_svg(timeline),
         create_request=shown_create_request(ctx, row) if ctx is not None else None,
@@ -285,10 +288,15 @@ def _span(span: timedelta) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def refuses_self_approval(row: Operation, principal: Principal, required: int = 1) -> bool:
+def refuses_self_approval(
+    row: Operation, principal: Principal, required: int = 1, *, behalf_of: str | None = None
+) -> bool:
     """The four-eyes rule of POST /v1/operations/{id}/approvals (jobwarden/api/actions.py):
     whoever submitted an operation does not also approve it, unless the tenant allows it
-    and one approver is enough (never under the two-person rule)."""
-    return row.requested_by in (principal.name, principal.actor) and not (
+    and one approver is enough (never under the two-person rule); the principal a
+    schedule submitted it on behalf of never does."""
+    if behalf_of is not None and same_principal(principal.actor, behalf_of):
+        return True
+    return same_principal(principal.actor, row.requested_by) and not (
         principal.allows_self_approval and required == 1
     )

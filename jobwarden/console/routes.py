@@ -31,7 +31,6 @@ from jobwarden.console.pages import (
     APPROVAL_SECONDS,
     needs_a_human,
     operation_page,
-    refuses_self_approval,
 )
 from jobwarden.models.approvals import SELF_APPROVAL
 from jobwarden.models.errors import AnotherApproverNeededError, LostRaceError, RefusedInputError
@@ -302,7 +301,7 @@ def decide(request: Request, operation_id: str, current: Session, form: Form) ->
         interventions.decide_escalation(
             str(found.row.operation_id),
             option,
-            principal.actor,
+            principal.author,
             note,
             runtime=runtime_of(request),
             door="http",
@@ -319,7 +318,7 @@ def approve(request: Request, operation_id: str, current: Session, form: Form) -
     row = found.row
     if row.state is not S.awaiting_approval:
         raise ConsoleError(409, f"the operation is not awaiting approval ({row.state.value})")
-    if refuses_self_approval(row, principal, found.approvals_required):
+    if found.self_approval_refused:
         raise ConsoleError(
             403, "this token's name submitted the operation; another approver must approve it"
         )
@@ -336,7 +335,7 @@ def approve(request: Request, operation_id: str, current: Session, form: Form) -
         interventions.approve(
             str(row.operation_id),
             row.request_fingerprint,
-            principal.actor,
+            principal.author,
             valid_for_seconds=max(valid_for, 1.0),
             runtime=runtime_of(request),
         )
@@ -360,7 +359,7 @@ def cancel(request: Request, operation_id: str, current: Session, form: Form) ->
         raise ConsoleError(422, f"reason: {NO_CANCEL_REASON}")
     try:
         interventions.request_cancel(
-            str(found.row.operation_id), principal.actor, reason, runtime=runtime_of(request)
+            str(found.row.operation_id), principal.author, reason, runtime=runtime_of(request)
         )
     except (RefusedInputError, LostRaceError) as exc:
         raise _moved(exc) from None

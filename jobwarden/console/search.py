@@ -175,7 +175,7 @@ def bulk_apply(request: Request, current: Session, form: Form) -> Response:
         try:
             # Each operation on its own: one refusal (moved meanwhile, option not offered
             # for it) is reported and the rest still get their decision.
-            interventions.decide_escalation(op_id, option, principal.actor, note, runtime=rt)
+            interventions.decide_escalation(op_id, option, principal.author, note, runtime=rt)
         except (RefusedInputError, LostRaceError) as exc:
             skipped.append((op_id, str(exc)))
         else:

@@ -12,8 +12,12 @@ is refused with the reason, never accepted and then failed.
 The two-person rule (``approvals_required = 2``): the first approval is an
 ``approval_recorded`` event and the operation keeps waiting; the second, by another
 person, for the same fingerprint, while the first is unexpired, is the approval. The
-submitter is never one of the two. Earlier approvals are read from the history and
-come in as values (``GivenApproval``); no column holds them.
+submitter is never one of the two, nor is the principal an operation was submitted on
+behalf of (a schedule's author: the intent event's ``on_behalf_of``), who never approves
+it at all. Only authenticated principals count (models/identity.py): a break-glass or
+a named approver is refused under the rule, and is recorded as such where it may act
+(one approval). Earlier approvals are read from the history and come in as values
+(``GivenApproval``); no column holds them.
 
 Pure: the frozen operation, what the approver named and the time in, the write out.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from jobwarden.models.actions import Decided, Finish, NotYet, Record
 from jobwarden.models.business_deadline import earlier, passed
@@ -32,6 +37,7 @@ from jobwarden.models.errors import (
     RefusedInputError,
 )
 from jobwarden.models.history import ChainedEvent, EventKind
+from jobwarden.models.identity import Author, AuthorKind, recorded_author, same_principal
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import OperationState as S
 
@@ -40,9 +46,8 @@ BUSINESS_DEADLINE_PASSED = "business_deadline_passed"
 WINDOW_ENDED = "the approval window closed unapproved; the operation ended approval_expired"
 SELF_APPROVAL = "self_approval_refused"
 SAME_APPROVER = "same_approver"
-# The doors name one person two ways: HTTP and MCP record a token's name as the
-# submitter ("alice") and its actor as the approver ("token:alice").
-TOKEN_PREFIX = "token:"
+# A break-glass or named approver under the two-person rule: it never counts.
+NOT_COUNTED = "approver_not_counted"
 # operations.authorized_by is varchar(200): two long names are cut there, never refused
 # (the approval events keep both in full).
 AUTHORIZED_BY_MAX = 200
@@ -55,10 +60,23 @@ class GivenApproval:
     approver: str
     fingerprint: str
     expires_at: datetime
+    # Recorded by an authenticated principal: only those count toward the rule (an
+    # approval a typed name recorded before identities were authenticated never does).
+    authenticated: bool = True
 
 
-def same_person(a: str, b: str) -> bool:
-    return a.removeprefix(TOKEN_PREFIX) == b.removeprefix(TOKEN_PREFIX)
+# Kept for callers of the old name: identity is compared by principal (models/identity.py).
+same_person = same_principal
+
+
+def on_behalf_of(events: Iterable[ChainedEvent]) -> str | None:
+    """The principal the operation was submitted on behalf of (its intent event says;
+    a schedule's author for what the schedule fired), or None."""
+    for ev in events:
+        if ev.draft.kind is EventKind.intent_recorded:
+            who = (ev.draft.excerpt or {}).get("on_behalf_of")
+            return str(who) if who else None
+    return None
 
 
 def given_approvals(events: Iterable[ChainedEvent]) -> tuple[GivenApproval, ...]:
@@ -70,11 +88,13 @@ def given_approvals(events: Iterable[ChainedEvent]) -> tuple[GivenApproval, ...]
         if d.to_state == S.awaiting_approval.value:
             given = []
         elif d.kind is EventKind.approval_recorded and d.excerpt is not None:
+            approver = str(d.excerpt["approver"])
             given.append(
                 GivenApproval(
-                    approver=str(d.excerpt["approver"]),
+                    approver=approver,
                     fingerprint=str(d.excerpt["fingerprint"]),
                     expires_at=datetime.fromisoformat(str(d.excerpt["expires_at"])),
+                    authenticated=recorded_author(approver, d.excerpt).authenticated,
                 )
             )
     return tuple(given)
@@ -83,8 +103,11 @@ def given_approvals(events: Iterable[ChainedEvent]) -> tuple[GivenApproval, ...]
 def standing(
     given: Sequence[GivenApproval], fingerprint: str, now: datetime
 ) -> tuple[GivenApproval, ...]:
-    """The earlier approvals that still count: for this fingerprint, and unexpired."""
-    return tuple(g for g in given if g.fingerprint == fingerprint and now < g.expires_at)
+    """The earlier approvals that still count: authenticated, for this fingerprint, and
+    unexpired."""
+    return tuple(
+        g for g in given if g.authenticated and g.fingerprint == fingerprint and now < g.expires_at
+    )
 
 
 def window_end(since: datetime, window: timedelta, business: datetime | None) -> datetime:
@@ -123,13 +146,14 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     op: Operation,
     *,
     fingerprint: str,
-    approver: str,
+    approver: Author | str,
     now: datetime,
     valid_for: timedelta,
     waiting_since: datetime,
     window: timedelta,
     required: int = 1,
     given: Sequence[GivenApproval] = (),
+    behalf_of: str | None = None,
 ) -> Decided:
     """The approval as the write it makes; RefusedInputError when it may not be given.
 
@@ -141,8 +165,9 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
 
     With ``required`` 2, ``given`` are the approvals recorded in this wait: without a
     standing one this approval is recorded and the operation keeps waiting; with one it
-    is the approval. AnotherApproverNeededError when the approver is the submitter or
-    already approved.
+    is the approval. AnotherApproverNeededError when the approver is the submitter (one
+    approval: unless the token's tenant allows it), the principal ``behalf_of`` names
+    (never), already approved, or under the rule is not an authenticated principal.
     """
     if op.state is S.approval_expired:
         # Ended by the window's own step first: the same refusal, for the same reason.
@@ -154,6 +179,9 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
             "the approval names a different fingerprint than the "
             "operation's; a changed payload needs a new approval"
         )
+    # Text here is a recorded actor (the doors hand an Author; the Python door's text
+    # was turned into one by as_author, which refuses text spelt as a principal).
+    approver = recorded_author(approver, {}) if isinstance(approver, str) else approver
     refused = _refusal(op, approval_window_end(op, waiting_since=waiting_since, window=window), now)
     if refused is not None:
         raise refused
@@ -161,9 +189,8 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     # approval given today cannot authorize a create a week from now. Nor past the
     # business deadline, which no approval can extend.
     expires = earlier(now + valid_for, op.business_deadline)
-    earlier_ones: tuple[GivenApproval, ...] = ()
+    earlier_ones = _others(op, approver, behalf_of, required, standing(given, fingerprint, now))
     if required > 1:
-        earlier_ones = _others(op, approver, standing(given, fingerprint, now))
         if len(earlier_ones) + 1 < required:
             return _first_of_two(fingerprint, approver, expires, required)
         # Valid while both are: the earlier expiry of the two.
@@ -172,8 +199,10 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     # (DESIGN invariant 13): both provider deadlines start now.
     waited = max(now - waiting_since, timedelta(0))
     create_by, result_by = op.create_deadline + waited, op.result_deadline + waited
-    approvers = [*(g.approver for g in earlier_ones), approver]
-    excerpt = {
+    approvers = [*(g.approver for g in earlier_ones), approver.actor]
+    excerpt: dict[str, Any] = {
+        # The actor names the approver; a break-glass one is also marked, with its reason.
+        **(approver.excerpt() if approver.kind is AuthorKind.break_glass else {}),
         "fingerprint": fingerprint,
         "expires_at": expires.isoformat(),
         "waited_seconds": round(waited.total_seconds(), 3),
@@ -198,30 +227,56 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
 
 
 def _others(
-    op: Operation, approver: str, earlier_ones: tuple[GivenApproval, ...]
+    op: Operation,
+    approver: Author,
+    behalf_of: str | None,
+    required: int,
+    earlier_ones: tuple[GivenApproval, ...],
 ) -> tuple[GivenApproval, ...]:
-    """The standing approvals of other people; refused when the approver may not count."""
-    if same_person(approver, op.requested_by):
-        # No tenant setting lifts this: a two-person rule the submitter could fill is none.
+    """The standing approvals of other people (none under one approval); refused when
+    the approver may not approve, or may not count. The same rule for every door."""
+    who = approver.actor
+    if behalf_of is not None and same_principal(who, behalf_of):
+        # No setting lifts this: the schedule's author declared the work; approving it
+        # too would make the declaration its own authority.
         raise AnotherApproverNeededError(
             SELF_APPROVAL,
-            f"{approver} submitted the operation; two other people must approve it",
+            f"{who} declared the schedule that submitted the operation on their behalf; "
+            "another approver must approve it",
         )
-    if any(same_person(approver, g.approver) for g in earlier_ones):
+    if same_principal(who, op.requested_by) and not (
+        # The tenant's choice (jobwarden tenants allow-self-approval), for one approval
+        # only: a two-person rule the submitter could fill is none.
+        approver.allows_self_approval and required == 1
+    ):
+        others = "two other people" if required > 1 else "another approver"
         raise AnotherApproverNeededError(
-            SAME_APPROVER, f"{approver} already approved; another approver must approve"
+            SELF_APPROVAL, f"{who} submitted the operation; {others} must approve it"
+        )
+    if required == 1:
+        return ()
+    if not approver.authenticated:
+        raise AnotherApproverNeededError(
+            NOT_COUNTED,
+            f"{who} is not an authenticated principal ({approver.kind.value}); only token "
+            f"holders count toward the {required}-person rule",
+        )
+    if any(same_principal(who, g.approver) for g in earlier_ones):
+        raise AnotherApproverNeededError(
+            SAME_APPROVER, f"{who} already approved; another approver must approve"
         )
     return earlier_ones
 
 
-def _first_of_two(fingerprint: str, approver: str, expires: datetime, required: int) -> Decided:
+def _first_of_two(fingerprint: str, approver: Author, expires: datetime, required: int) -> Decided:
     """The first approval: recorded (who, the fingerprint, its expiry); still waiting,
     its window's timer untouched, its deadlines not yet moved."""
     record = Record(
         event=EventKind.approval_recorded,
         cause=f"1 of {required} approvals",
         excerpt={
-            "approver": approver,
+            **approver.excerpt(),
+            "approver": approver.actor,
             "fingerprint": fingerprint,
             "expires_at": expires.isoformat(),
             "approvals_required": required,

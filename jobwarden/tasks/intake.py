@@ -97,6 +97,11 @@ class Caller:
 
     actor: str | None = None  # None: submitter:<requested_by>
     token_id: uuid.UUID | None = None
+    # The principal a schedule submits for (its author): in the intent event, so that
+    # principal can never approve it (models/approvals.py). Set by a door only.
+    on_behalf_of: str | None = None
+    # A break-glass submitter's reason: marked on the intent event, as on every decision.
+    break_glass: str | None = None
     # The HTTP door's status code per outcome ("invalid" included); None elsewhere.
     http_statuses: Mapping[str, int] | None = None
 
@@ -241,7 +246,7 @@ def _submit(
                 now=now,
                 resubmit_of=resubmit_of,
             )
-            values, first = _intent(sub, contract, intake, actor, traced)
+            values, first = _intent(sub, contract, intake, actor, traced, who)
             created = SubmitResult(
                 outcome=SubmitOutcome.created,
                 operation_id=str(op_id),
@@ -282,6 +287,7 @@ def _intent(
     intake: Intake,
     actor: str,
     traced: str | None = None,
+    who: Caller | None = None,
 ) -> tuple[dict[str, Any], ChainedEvent]:
     """The intent row's columns and its first event, as ``claim`` inserts them.
 
@@ -295,6 +301,13 @@ def _intent(
     draft = intent_event(op, actor)
     if traced is not None:
         draft = replace(draft, excerpt={**(draft.excerpt or {}), "traceparent": traced})
+    marks: dict[str, Any] = {}
+    if who is not None and who.on_behalf_of is not None:
+        marks["on_behalf_of"] = who.on_behalf_of
+    if who is not None and who.break_glass is not None:
+        marks |= {"principal": "break-glass", "break_glass": who.break_glass}
+    if marks:
+        draft = replace(draft, excerpt={**(draft.excerpt or {}), **marks})
     (first,) = chain(str(op.operation_id), [draft], last_seq=0, last_hash=GENESIS_HASH)
     return values, first
 

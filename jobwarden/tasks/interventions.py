@@ -4,6 +4,11 @@ Each records the intent through ``steps.under_lease``: a pure decision in
 ``models/`` (``cancel_requests``, ``approvals``, ``escalation``), planned by
 ``plan()`` and written fenced with its event first; a worker then acts on it.
 None of them sends anything to the provider itself.
+
+Every one is made by an ``Author`` (models/identity.py): the door's authenticated
+principal, or a break-glass operator, which is marked on every event it writes and
+logged at WARNING. The Python door may still pass a name (``named``: recorded as typed,
+counted toward no two-person rule).
 """
 
 from __future__ import annotations
@@ -12,8 +17,14 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from jobwarden.logs import get_logger
 from jobwarden.models.actions import Decided
-from jobwarden.models.approvals import decide_approval, decide_window, given_approvals
+from jobwarden.models.approvals import (
+    decide_approval,
+    decide_window,
+    given_approvals,
+    on_behalf_of,
+)
 from jobwarden.models.business_deadline import passed
 from jobwarden.models.cancel_requests import decide_cancel_request
 from jobwarden.models.errors import ApprovalRefusedError, LostRaceError, RefusedInputError
@@ -27,6 +38,7 @@ from jobwarden.models.escalation import (
     options_for,
     view_of,
 )
+from jobwarden.models.identity import HUMAN, Author, AuthorKind, as_author
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import snapshot, transaction
@@ -38,28 +50,38 @@ from jobwarden.tasks.intake import Caller, submit_request
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 from jobwarden.tasks.steps import Decide, Writer, Written, under_lease
 
-# One prefix for every person's act in the history (the submitter's is the intake's).
-HUMAN = "human:"
+log = get_logger("jobwarden.interventions")
 # A person's write retries this many lost fenced races, then the caller may ask again.
 HUMAN_ATTEMPTS = 5
 
 
 def _as_person(
-    rt: Runtime, operation_id: str, who: str, decide: Decide, *, missing: str | None = None
+    rt: Runtime, operation_id: str, who: Author, decide: Decide, *, missing: str | None = None
 ) -> Written:
     """Write a person's intervention: it waits for a step in flight to finish so that
     step's observation is not lost; if the step keeps the lease, the fenced write
     still refuses to overwrite it. RefusedInputError(``missing``) when there is no
     such operation."""
+    glass = who.kind is AuthorKind.break_glass
     writer = Writer(
-        actor=f"{HUMAN}{who}",
+        actor=f"{HUMAN}{who.actor}",
         wait_seconds=rt.settings.intervention_wait_seconds or rt.settings.lease_ttl_seconds,
         lease_required=False,
         attempts=HUMAN_ATTEMPTS,
+        # Loud in the history: every event a break-glass act writes says so, and why.
+        excerpt=who.excerpt() if glass else None,
     )
     written = under_lease(rt, uuid.UUID(operation_id), decide, writer)
     if written is None:
         raise RefusedInputError(missing or f"no operation {operation_id}")
+    if glass and written.stored is not written.found:
+        log.warning(
+            "break_glass_decision",
+            operation_id=operation_id,
+            actor=who.actor,
+            reason=who.reason,
+            state=written.stored.state.value,
+        )
     return written
 
 
@@ -69,22 +91,24 @@ def _cancel_window(rt: Runtime, op: Operation) -> timedelta:
 
 
 def request_cancel(
-    operation_id: str, requested_by: str, reason: str, runtime: Runtime | None = None
+    operation_id: str, requested_by: Author | str, reason: str, runtime: Runtime | None = None
 ) -> str:
     """Record the intent to cancel at once, whatever the state; a worker carries it out.
 
     Returns the operation's state afterwards (``abandoned`` when nothing was sent yet).
-    Raises RefusedInputError only when the operation has ended.
+    Raises RefusedInputError only when the operation has ended (or ``requested_by`` is
+    a name spelt as a principal).
     """
     rt = runtime or current()
+    author = as_author(requested_by, "requested_by")
 
     def cancel(op: Operation, now: datetime) -> Decided | None:
         move = decide_cancel_request(
-            op, now=now, window=_cancel_window(rt, op), requested_by=requested_by, reason=reason
+            op, now=now, window=_cancel_window(rt, op), requested_by=author.actor, reason=reason
         )
         return move.decided(now) if move is not None else None
 
-    written = _as_person(rt, operation_id, requested_by, cancel)
+    written = _as_person(rt, operation_id, author, cancel)
     if written.plan.next_at is not None:
         enqueue(rt, written.stored.operation_id, written.stored.state)
     after_end(rt, written.stored)
@@ -134,7 +158,7 @@ class Decision:
 def decide_escalation(  # noqa: PLR0913 - the door names itself for the intake log
     operation_id: str,
     option: str,
-    approver: str,
+    approver: Author | str,
     note: str = "",
     *,
     runtime: Runtime | None = None,
@@ -147,13 +171,14 @@ def decide_escalation(  # noqa: PLR0913 - the door names itself for the intake l
     bounds are raised and the new bounds are recorded in the event.
     """
     rt = runtime or current()
+    author = as_author(approver)
     kind = OptionKind(option) if option in OptionKind.__members__ else None
     if kind is None:
         raise RefusedInputError(
             f"unknown option {option!r}; options are {', '.join(OptionKind.__members__)}"
         )
     if kind is OptionKind.resubmit:
-        return _resubmit(rt, operation_id, approver, note, door)
+        return _resubmit(rt, operation_id, author, note, door)
 
     def pick(op: Operation, now: datetime) -> Decided:
         view = _escalation_view(rt, op)
@@ -161,13 +186,13 @@ def decide_escalation(  # noqa: PLR0913 - the door names itself for the intake l
             op, view, kind, note=note, now=now, cancel_window=_decision_window(rt, op)
         )
 
-    stored = _as_person(rt, operation_id, approver, pick).stored
+    stored = _as_person(rt, operation_id, author, pick).stored
     enqueue(rt, stored.operation_id, stored.state)
     after_end(rt, stored)
     return Decision(operation_id=str(stored.operation_id), state=stored.state.value)
 
 
-def _resubmit(rt: Runtime, operation_id: str, who: str, note: str, door: str) -> Decision:
+def _resubmit(rt: Runtime, operation_id: str, who: Author, note: str, door: str) -> Decision:
     """A new operation for the same command, with a new token, linked both ways.
 
     The offer is checked first; the new operation goes through intake like any
@@ -182,9 +207,9 @@ def _resubmit(rt: Runtime, operation_id: str, who: str, note: str, door: str) ->
     if old.resubmitted_as is None:
         offered_with_reason(_escalation_view(rt, old), OptionKind.resubmit, note)
     answer = submit_request(
-        resubmission(old, requested_by=who),
+        resubmission(old, requested_by=who.actor),
         door=door,
-        caller=Caller(actor=f"{HUMAN}{who}"),
+        caller=Caller(actor=f"{HUMAN}{who.actor}", token_id=who.token_id, break_glass=who.reason),
         runtime=rt,
         resubmit_of=old.operation_id,
     )
@@ -212,7 +237,7 @@ class _HistoryMovedError(LostRaceError):
 def approve(
     operation_id: str,
     fingerprint: str,
-    approver: str,
+    approver: Author | str,
     valid_for_seconds: float = 3600,
     runtime: Runtime | None = None,
 ) -> str:
@@ -226,9 +251,11 @@ def approve(
     Under the two-person rule (the contract's ``approvals_required = 2``) the first
     approval is recorded and the state stays ``awaiting_approval``; the second, by
     another person, moves it on. AnotherApproverNeededError names why an approver
-    cannot count (the submitter, or who already approved).
+    cannot approve or count (the submitter, the principal a schedule submitted it on
+    behalf of, who already approved, or anyone unauthenticated under the rule).
     """
     rt = runtime or current()
+    author = as_author(approver)
     op_id = uuid.UUID(operation_id)
     missing = f"operation {operation_id} is not awaiting approval"
     for _ in range(HUMAN_ATTEMPTS):
@@ -236,8 +263,8 @@ def approve(
             written = _as_person(
                 rt,
                 operation_id,
-                approver,
-                _approval(rt, op_id, fingerprint, approver, valid_for_seconds),
+                author,
+                _approval(rt, op_id, fingerprint, author, valid_for_seconds),
                 missing=missing,
             )
         except _HistoryMovedError:
@@ -255,7 +282,7 @@ def approve(
 
 
 def _approval(
-    rt: Runtime, op_id: uuid.UUID, fingerprint: str, approver: str, valid_for_seconds: float
+    rt: Runtime, op_id: uuid.UUID, fingerprint: str, approver: Author, valid_for_seconds: float
 ) -> Decide:
     """The approval's decision, with what it needs from the history read beforehand."""
     # When it began waiting (its intent, or its admission by a concurrency key) and the
@@ -263,7 +290,8 @@ def _approval(
     with snapshot(rt.settings.database_url) as session:
         since = store.entered_at(session, op_id, S.awaiting_approval)
         read = store.load(session, op_id)
-        given = given_approvals(store.events_for(session, op_id)) if read is not None else ()
+        events = store.events_for(session, op_id) if read is not None else []
+    given, behalf = given_approvals(events), on_behalf_of(events)
 
     def approval(op: Operation, now: datetime) -> Decided:
         # Two approvers at once must not both count as the first: a history longer than
@@ -282,6 +310,7 @@ def _approval(
             window=window,
             required=contract.approvals_required,
             given=given,
+            behalf_of=behalf,
         )
 
     return approval

@@ -212,9 +212,12 @@ def submit_slot(
     faults.fault_point(rt.redis, rt.settings.key_prefix, "schedule_after_claim", key)
     if slot.cancel_previous:
         _cancel_previous(rt, spec, slot)
+    # On behalf of the schedule's author (issue 33): a beat slot is theirs alone; a
+    # trigger or backfill is whoever asked, and the author still never approves it.
+    by = slot.author if slot.author and slot.origin == SlotOrigin.beat.value else None
     request = SubmissionRequest(
         tenant=spec.tenant,
-        requested_by=slot.requested_by,
+        requested_by=by or slot.requested_by,
         provider=spec.provider,
         command=render_command(
             spec.command, name=spec.name, slot_at=slot.slot_at, timezone=spec.timing.timezone
@@ -222,7 +225,7 @@ def submit_slot(
         idempotency_key=key,
         concurrency_key=spec.concurrency_key,
     )
-    caller = Caller(actor=f"schedule:{spec.name}")
+    caller = Caller(actor=f"schedule:{spec.name}", on_behalf_of=slot.author)
     try:
         result = submit_request(request, door="python", caller=caller, runtime=rt)
     except RefusedInputError as exc:
@@ -287,6 +290,7 @@ def backfill(
             raise ScheduleError("name", f"no schedule {name!r} for tenant {tenant!r}")
         spec = sstore.spec_of(row)
         wanted = backfill_slots(spec.timing, start=start, end=end, now=now)
+        author = sstore.author_of(session, row.schedule_id)
         claimed = sstore.claim_backfill(
             session, row.schedule_id, wanted, requested_by=actor, now=now
         )
@@ -301,7 +305,9 @@ def backfill(
         schedule_id = row.schedule_id
     ops = []
     for at in claimed:
-        op = submit_slot(rt, spec, _pending(spec, schedule_id, at, SlotOrigin.backfill, actor))
+        op = submit_slot(
+            rt, spec, _pending(spec, schedule_id, at, SlotOrigin.backfill, actor, author=author)
+        )
         if op is not None:
             ops.append(op)
     return Backfill(claimed=claimed, already=len(wanted) - len(claimed), operations=ops)
@@ -319,6 +325,7 @@ def trigger(
         if row is None:
             raise ScheduleError("name", f"no schedule {name!r} for tenant {tenant!r}")
         spec = sstore.spec_of(row)
+        author = sstore.author_of(session, row.schedule_id)
         inserted = sstore.insert_slots(
             session,
             [(row.schedule_id, SlotDecision(slot_at=now, state=SlotState.submitting))],
@@ -337,11 +344,19 @@ def trigger(
             detail={"slot": now.isoformat()},
         )
         schedule_id = row.schedule_id
-    return submit_slot(rt, spec, _pending(spec, schedule_id, now, SlotOrigin.trigger, actor))
+    return submit_slot(
+        rt, spec, _pending(spec, schedule_id, now, SlotOrigin.trigger, actor, author=author)
+    )
 
 
 def _pending(
-    spec: ScheduleSpec, schedule_id: uuid.UUID, at: datetime, origin: SlotOrigin, actor: str
+    spec: ScheduleSpec,
+    schedule_id: uuid.UUID,
+    at: datetime,
+    origin: SlotOrigin,
+    actor: str,
+    *,
+    author: str | None,
 ) -> sstore.PendingSlot:
     return sstore.PendingSlot(
         schedule_id=schedule_id,
@@ -351,6 +366,7 @@ def _pending(
         origin=origin.value,
         requested_by=actor,
         cancel_previous=False,
+        author=author,
     )
 
 

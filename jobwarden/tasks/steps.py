@@ -14,9 +14,10 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -263,6 +264,8 @@ class Writer:
     wait_seconds: float = 0.0
     lease_required: bool = True
     attempts: int = 1  # fenced races lost in a row before StaleVersionError passes
+    # Added to every event the write records: a break-glass author's mark and reason.
+    excerpt: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -308,6 +311,8 @@ def under_lease(
                 if decided is None:
                     return Written(found=op, stored=op, plan=Plan(), now=now)
                 p = planned(rt, op, decided, now, actor=terms.actor)
+                if terms.excerpt:
+                    p = _marked(p, terms.excerpt)
                 if leased and ("state" in p.changes or "next_poll_at" in p.changes):
                     # Only the lease holder may return a reservation: without it a step
                     # may be about to send it. A plan that changes neither the state
@@ -321,6 +326,11 @@ def under_lease(
             if attempt == terms.attempts - 1:
                 raise
     raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
+
+
+def _marked(p: Plan, extra: Mapping[str, Any]) -> Plan:
+    events = tuple(replace(e, excerpt={**(e.excerpt or {}), **extra}) for e in p.events)
+    return replace(p, events=events)
 
 
 def _take_lease(

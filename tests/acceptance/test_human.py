@@ -56,18 +56,21 @@ def test_an_operation_needing_approval_sends_nothing_until_its_fingerprint_is_ap
 def test_a_two_person_contract_sends_one_create_only_after_two_distinct_approvers(
     stack: Stack, pipeline: Pipeline
 ) -> None:
+    from jobwarden.models.identity import token_author
     from jobwarden.tasks.interventions import approve
 
     op = pipeline.submit({"polls_to_finish": 1}, provider="sandbox_two_approvers")
     fingerprint = pipeline.row(op).request_fingerprint
-    assert approve(op, fingerprint, "bob") == "awaiting_approval"
+    # Two principals count (issue 33): the Python door names them by their tokens' Author.
+    bob, carol = token_author("bob"), token_author("carol")
+    assert approve(op, fingerprint, bob) == "awaiting_approval"
     with pytest.raises(AnotherApproverNeededError, match="already approved"):
-        approve(op, fingerprint, "bob")
+        approve(op, fingerprint, bob)
     # One approval sends nothing: the operation is still waiting, not create_pending.
     assert pipeline.row(op).state == "awaiting_approval" and pipeline.creates(op) == []
-    assert approve(op, fingerprint, "carol") == "create_pending"
+    assert approve(op, fingerprint, carol) == "create_pending"
     done = pipeline.wait_state(op)
-    assert (done.state, done.authorized_by) == ("succeeded", "bob, carol")
+    assert (done.state, done.authorized_by) == ("succeeded", "token:bob, token:carol")
     assert len(pipeline.creates(op)) == 1 and done.create_attempts == 1
     kinds = [e.draft.kind.value for e in pipeline.events(op)]
     assert kinds.index("approval_recorded") < kinds.index("approved") < kinds.index("create_sent")

@@ -256,11 +256,12 @@ def test_each_overlap_policy_against_a_long_running_job(pipeline: Pipeline) -> N
             pipeline.wait_state(str(op.operation_id), timeout=60)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    acting = {"JOBWARDEN_TOKEN": token} if token is not None else {}
     return subprocess.run(
         [sys.executable, "-m", "jobwarden.cli", *args],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), **acting},
         capture_output=True,
         text=True,
         timeout=120,
@@ -271,10 +272,17 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_backfill_run_twice_creates_nothing_new(pipeline: Pipeline) -> None:
     import json
 
+    from jobwarden.api.auth import create_token
+
     declare("backfilled", cron="0 * * * *", command=QUICK)
+    # The CLI acts as a token's principal of the schedule's tenant (issue 33).
+    ana, bo = (
+        create_token(pipeline.database_url, tenant=TENANT, name=n, scopes=["submit"]).token
+        for n in ("ana", "bo")
+    )
     past = (datetime.now(UTC) - timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
     span = ["--from", rfc3339(past), "--to", rfc3339(past + timedelta(hours=3))]
-    first = _cli("schedules", "backfill", "backfilled", "--tenant", TENANT, "--by", "ana", *span)
+    first = _cli("schedules", "backfill", "backfilled", "--tenant", TENANT, *span, token=ana)
     assert first.returncode == 0, first.stderr
     answer = json.loads(first.stdout)
     assert answer["claimed"] == 4 and answer["already_decided"] == 0
@@ -282,7 +290,7 @@ def test_backfill_run_twice_creates_nothing_new(pipeline: Pipeline) -> None:
     for op in answer["operations"]:
         pipeline.created.append(op)
         assert pipeline.wait_state(op, timeout=60).state == "succeeded"
-    again = _cli("schedules", "backfill", "backfilled", "--tenant", TENANT, "--by", "bo", *span)
+    again = _cli("schedules", "backfill", "backfilled", "--tenant", TENANT, *span, token=bo)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout) == {"claimed": 0, "already_decided": 4, "operations": []}
     assert len(schedule_ops("backfilled")) == 4

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from jobwarden.api.auth import create_token
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.history import EventKind
 from jobwarden.models.persistence import store
@@ -287,12 +288,20 @@ def test_kept_result_bytes_replaced_after_the_rejection_fail_verify(database_url
     assert "stored result sha256 differs from the digest this event recorded" in problems
 
 
-def test_the_cli_resubmits_and_history_shows_both_links(database_url: str) -> None:
-    old = insert_operation(database_url, tenant_name(), S.failed)
+def test_the_cli_resubmits_and_history_shows_both_links(database_url: str, tmp_path: Path) -> None:
+    tenant = tenant_name()
+    old = insert_operation(database_url, tenant, S.failed)
     shown = _cli("options", str(old))
     assert shown.returncode == 0, shown.stderr
     assert "resubmit" in shown.stdout
-    done = _cli("decide", str(old), "resubmit", "--approver", "carol", "--note", "new input file")
+    # The CLI acts as its token's principal, read here from a file (issue 33).
+    token_file = tmp_path / "carol.token"
+    token_file.write_text(
+        create_token(database_url, tenant=tenant, name="carol", scopes=["decide"]).token
+    )
+    done = _cli(
+        "decide", str(old), "resubmit", "--token-file", str(token_file), "--note", "new input file"
+    )
     assert done.returncode == 0, done.stderr
     new = load(database_url, old).resubmitted_as
     assert new is not None
@@ -300,7 +309,7 @@ def test_the_cli_resubmits_and_history_shows_both_links(database_url: str) -> No
     parent = _cli("history", str(old))
     (link,) = [line for line in parent.stdout.splitlines() if "resubmitted as" in line]
     assert link.split()[2:] == [
-        "human:carol",
+        "human:token:carol",
         "resubmitted",
         "as",
         f"{new}:",
@@ -317,8 +326,12 @@ def test_the_cli_resubmits_and_history_shows_both_links(database_url: str) -> No
 def test_the_cli_accepts_a_kept_result_and_history_says_it_was_not_validated(
     database_url: str,
 ) -> None:
-    op = _failed_validation(database_url, tenant_name())
-    done = _cli("decide", str(op), "accept_result", "--approver", "dave", "--note", "known rows")
+    tenant = tenant_name()
+    op = _failed_validation(database_url, tenant)
+    dave = create_token(database_url, tenant=tenant, name="dave", scopes=["decide"]).token
+    done = _cli(
+        "decide", str(op), "accept_result", "--note", "known rows", env={"JOBWARDEN_TOKEN": dave}
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "result_accepted"
     story = _cli("history", str(op)).stdout

@@ -111,7 +111,7 @@ def test_show_lists_the_options_a_human_may_pick_for_a_stopped_operation(
         ln.split()[1].rstrip(":") for ln in shown.stdout.splitlines() if ln.startswith("option")
     ]
     assert options == ["extend", "cancel_at_provider", "abandon"]
-    refused = _cli("decide", str(op), "resume", "--approver", "ops")
+    refused = _cli("decide", str(op), "resume", "--break-glass", "ops are on it")
     assert refused.returncode == 2 and "not offered" in refused.stderr
 
 

@@ -50,6 +50,14 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
+def _token_env(database_url: str, tenant: str, name: str) -> dict[str, str]:
+    """The environment of a CLI acting with a new token of ``tenant`` named ``name``."""
+    from jobwarden.api.auth import create_token
+
+    made = create_token(database_url, tenant=tenant, name=name, scopes=["submit", "read"])
+    return {"JOBWARDEN_TOKEN": made.token}
+
+
 def _file(folder: Path, tenant: str, body: str) -> None:
     (folder / f"{tenant}.toml").write_text(f'tenant = "{tenant}"\n\n{body}')
 
@@ -87,10 +95,14 @@ def test_check_names_file_and_field_and_sync_declares_only_valid_files(
     (tmp_path / "typo.toml").unlink()
     _file(tmp_path, tenant, NIGHTLY)
     assert _cli("schedules", "check", "--dir", str(tmp_path)).returncode == 0
-    synced = _cli("schedules", "sync", "--dir", str(tmp_path), "--by", "ana")
+    # A typed name is no identity (issue 33): the CLI acts with a token of the tenant.
+    typed = _cli("schedules", "sync", "--dir", str(tmp_path), "--by", "ana")
+    assert typed.returncode == 2 and "--by: a typed name is not an identity" in typed.stderr
+    ana, bo, cy = (_token_env(database_url, tenant, n) for n in ("ana", "bo", "cy"))
+    synced = _cli("schedules", "sync", "--dir", str(tmp_path), env=ana)
     assert synced.returncode == 0, synced.stderr
     assert synced.stdout.split() == ["created", f"{tenant}/nightly"]
-    again = _cli("schedules", "sync", "--dir", str(tmp_path), "--by", "ana")
+    again = _cli("schedules", "sync", "--dir", str(tmp_path), env=ana)
     assert again.stdout.split() == ["unchanged", f"{tenant}/nightly"]
     listed = _cli("schedules", "list", "--tenant", tenant, "--json")
     (view,) = json.loads(listed.stdout)
@@ -99,12 +111,12 @@ def test_check_names_file_and_field_and_sync_declares_only_valid_files(
     plain = _cli("schedules", "list", "--tenant", tenant)
     assert plain.stdout.startswith(f"{tenant}/nightly  active  30 2 * * * (Europe/Berlin)")
     assert "last -  missed 0" in plain.stdout
-    assert _cli("schedules", "pause", "nightly", "--tenant", tenant, "--by", "bo").returncode == 0
+    assert _cli("schedules", "pause", "nightly", "--tenant", tenant, env=bo).returncode == 0
     assert (
         json.loads(_cli("schedules", "list", "--tenant", tenant, "--json").stdout)[0]["status"]
         == "paused"
     )
-    assert _cli("schedules", "resume", "nightly", "--tenant", tenant, "--by", "cy").returncode == 0
+    assert _cli("schedules", "resume", "nightly", "--tenant", tenant, env=cy).returncode == 0
     with transaction(database_url) as session:
         acts = session.execute(
             select(ScheduleActionRow.action, ScheduleActionRow.actor)
@@ -112,8 +124,16 @@ def test_check_names_file_and_field_and_sync_declares_only_valid_files(
             .where(ScheduleRow.tenant == tenant)
             .order_by(ScheduleActionRow.action_id)
         ).all()
-    assert [tuple(a) for a in acts] == [("declared", "ana"), ("paused", "bo"), ("resumed", "cy")]
-    missing = _cli("schedules", "pause", "nope", "--tenant", tenant)
+    assert [tuple(a) for a in acts] == [
+        ("declared", "token:ana"),
+        ("paused", "token:bo"),
+        ("resumed", "token:cy"),
+    ]
+    # Another tenant's token changes nothing here.
+    other = _token_env(database_url, tenant_name(), "eve")
+    foreign = _cli("schedules", "pause", "nightly", "--tenant", tenant, env=other)
+    assert foreign.returncode == 1 and "is not the token's tenant" in foreign.stderr
+    missing = _cli("schedules", "pause", "nope", "--tenant", tenant, env=bo)
     assert missing.returncode == 2 and f"no schedule 'nope' for tenant '{tenant}'" in missing.stderr
 
 

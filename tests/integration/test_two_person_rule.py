@@ -22,6 +22,7 @@ from jobwarden.config.settings import Settings
 from jobwarden.harness import REPO
 from jobwarden.models.errors import AnotherApproverNeededError
 from jobwarden.models.history import EventKind
+from jobwarden.models.identity import token_author
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import OperationState as S
@@ -158,14 +159,18 @@ def test_the_python_door_refuses_the_submitter_and_the_same_approver_twice(
 ) -> None:
     op, fingerprint = _waiting(database_url, tenant_name())
     with pytest.raises(AnotherApproverNeededError) as submitter:
-        approve(str(op), fingerprint, "alice", runtime=rt)
+        approve(str(op), fingerprint, token_author("alice"), runtime=rt)
     assert submitter.value.reason == "self_approval_refused"
-    assert approve(str(op), fingerprint, "bob", runtime=rt) == "awaiting_approval"
+    assert approve(str(op), fingerprint, token_author("bob"), runtime=rt) == "awaiting_approval"
     with pytest.raises(AnotherApproverNeededError) as twice:
-        approve(str(op), fingerprint, "bob", runtime=rt)
+        approve(str(op), fingerprint, token_author("bob"), runtime=rt)
     assert twice.value.reason == "same_approver"
-    assert approve(str(op), fingerprint, "carol", runtime=rt) == "create_pending"
-    assert load(database_url, op).authorized_by == "bob, carol"
+    # A typed name is no principal: it never counts toward the rule (issue 33, finding 1).
+    with pytest.raises(AnotherApproverNeededError) as typed:
+        approve(str(op), fingerprint, "mallory", runtime=rt)
+    assert typed.value.reason == "approver_not_counted"
+    assert approve(str(op), fingerprint, token_author("carol"), runtime=rt) == "create_pending"
+    assert load(database_url, op).authorized_by == "token:bob, token:carol"
 
 
 def test_two_approvers_at_once_never_both_count_as_the_first_nor_lose_one(
@@ -175,7 +180,7 @@ def test_two_approvers_at_once_never_both_count_as_the_first_nor_lose_one(
         start: threading.Barrier, answers: dict[str, str], op: uuid.UUID, fp: str, who: str
     ) -> None:
         start.wait()
-        answers[who] = approve(str(op), fp, who, runtime=rt)
+        answers[who] = approve(str(op), fp, token_author(who), runtime=rt)
 
     for _ in range(5):
         op, fingerprint = _waiting(database_url, tenant_name())
@@ -199,12 +204,13 @@ def test_two_approvers_at_once_never_both_count_as_the_first_nor_lose_one(
 def test_an_expired_first_approval_no_longer_counts(database_url: str, rt: Runtime) -> None:
     op, fingerprint = _waiting(database_url, tenant_name())
     # Valid for a moment only: by the second approval it has expired.
-    assert approve(str(op), fingerprint, "bob", valid_for_seconds=0.001, runtime=rt) == (
+    bob, carol, dave = (token_author(n) for n in ("bob", "carol", "dave"))
+    assert approve(str(op), fingerprint, bob, valid_for_seconds=0.001, runtime=rt) == (
         "awaiting_approval"
     )
-    assert approve(str(op), fingerprint, "carol", runtime=rt) == "awaiting_approval"
-    assert approve(str(op), fingerprint, "dave", runtime=rt) == "create_pending"
-    assert load(database_url, op).authorized_by == "carol, dave"
+    assert approve(str(op), fingerprint, carol, runtime=rt) == "awaiting_approval"
+    assert approve(str(op), fingerprint, dave, runtime=rt) == "create_pending"
+    assert load(database_url, op).authorized_by == "token:carol, token:dave"
 
 
 def test_the_console_shows_one_of_two_and_the_first_approver_sees_no_approve_button(

@@ -22,6 +22,7 @@ from jobwarden.models.contract import ProviderContract
 from jobwarden.models.contract_loader import load_contract
 from jobwarden.models.errors import AnotherApproverNeededError, ContractError
 from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
+from jobwarden.models.identity import Author, AuthorKind, token_author
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import OperationState
 from tests.unit.factories import NOW, operation, planned, walked
@@ -57,7 +58,7 @@ def _given(
 
 
 def _approve(
-    approver: str, given: tuple[GivenApproval, ...] = (), *, at: timedelta = 10 * MINUTE
+    approver: Author | str, given: tuple[GivenApproval, ...] = (), *, at: timedelta = 10 * MINUTE
 ) -> Decided:
     op = _waiting()
     return decide_approval(
@@ -80,6 +81,7 @@ def test_the_first_of_two_approvals_is_recorded_and_the_operation_keeps_waiting(
     (event,) = p.events
     assert event.kind is EventKind.approval_recorded and event.to_state is None
     assert event.excerpt == {
+        "principal": "token",
         "approver": "token:bob",
         "fingerprint": op.request_fingerprint,
         "expires_at": (NOW + 10 * MINUTE + HOUR).isoformat(),
@@ -114,7 +116,7 @@ def test_two_approvals_are_valid_until_the_earlier_of_both_expiries(
     first_expires: timedelta, expires: timedelta
 ) -> None:
     op = _waiting()
-    decided = _approve("carol", (_given("bob", expires=first_expires),), at=20 * MINUTE)
+    decided = _approve("token:carol", (_given("token:bob", expires=first_expires),), at=20 * MINUTE)
     p = planned(op, decided, now=NOW + 20 * MINUTE)
     assert p.changes["approval_expires_at"] == NOW + expires
 
@@ -124,7 +126,7 @@ def test_two_approvals_are_valid_until_the_earlier_of_both_expiries(
     [
         # The submitter is never one of the two, under either of the names the doors use.
         ((), SELF_APPROVAL),
-        ((_given("bob"),), SELF_APPROVAL),
+        ((_given("token:bob"),), SELF_APPROVAL),
     ],
 )
 @pytest.mark.parametrize("submitter", ["alice", "token:alice"])
@@ -137,10 +139,10 @@ def test_the_submitter_is_never_one_of_the_two(
     assert "two other people" in str(refused.value)
 
 
-@pytest.mark.parametrize("second", ["bob", "token:bob"])
-def test_the_same_person_twice_is_refused_with_the_reason(second: str) -> None:
+@pytest.mark.parametrize("first", ["bob", "token:bob", "human:token:bob"])
+def test_the_same_person_twice_is_refused_with_the_reason(first: str) -> None:
     with pytest.raises(AnotherApproverNeededError) as refused:
-        _approve(second, (_given("token:bob"),))
+        _approve(Author(kind=AuthorKind.token, name="bob"), (_given(first),))
     assert refused.value.reason == SAME_APPROVER
     assert "already approved; another approver must approve" in str(refused.value)
 
@@ -149,45 +151,54 @@ def test_the_same_person_twice_is_refused_with_the_reason(second: str) -> None:
     "earlier",
     [
         # Expired before the second came: it no longer counts, this one is a new first.
-        _given("bob", expires=5 * MINUTE),
-        _given("bob", expires=10 * MINUTE),
+        _given("token:bob", expires=5 * MINUTE),
+        _given("token:bob", expires=10 * MINUTE),
         # An approval of another fingerprint (a payload since changed) never counts.
-        _given("bob", fingerprint="another payload"),
+        _given("token:bob", fingerprint="another payload"),
     ],
 )
 def test_an_earlier_approval_that_no_longer_stands_leaves_this_one_the_first(
     earlier: GivenApproval,
 ) -> None:
-    decided = _approve("carol", (earlier,))
+    decided = _approve("token:carol", (earlier,))
     assert isinstance(decided.action, Record)
     assert decided.action.event is EventKind.approval_recorded and decided.action.to is None
 
 
 def test_an_expired_approval_of_the_same_person_does_not_refuse_their_new_one() -> None:
-    decided = _approve("bob", (_given("bob", expires=5 * MINUTE),))
+    decided = _approve("token:bob", (_given("token:bob", expires=5 * MINUTE),))
     assert isinstance(decided.action, Record)
     assert decided.action.event is EventKind.approval_recorded
 
 
-def test_one_required_keeps_the_single_approval_and_the_tenants_choice() -> None:
-    # The submitter approving its own operation is the tenant's call (the doors check it):
-    # the core refuses it only under the two-person rule.
+@pytest.mark.parametrize("allowed", [True, False])
+def test_one_required_keeps_the_single_approval_and_the_tenants_choice(allowed: bool) -> None:
+    # The submitter approving its own operation is the tenant's call, checked here for
+    # every door (issue 33): allowed for one approval only where the token's tenant says so.
     op = _waiting()
-    decided = decide_approval(
-        op,
-        fingerprint=op.request_fingerprint,
-        approver="alice",
-        now=NOW + MINUTE,
-        valid_for=HOUR,
-        waiting_since=NOW,
-        window=DAY,
-    )
-    assert planned(op, decided, now=NOW + MINUTE).changes["authorized_by"] == "alice"
+
+    def decide() -> Decided:
+        return decide_approval(
+            op,
+            fingerprint=op.request_fingerprint,
+            approver=token_author("alice", allows_self_approval=allowed),
+            now=NOW + MINUTE,
+            valid_for=HOUR,
+            waiting_since=NOW,
+            window=DAY,
+        )
+
+    if allowed:
+        assert planned(op, decide(), now=NOW + MINUTE).changes["authorized_by"] == "token:alice"
+    else:
+        with pytest.raises(AnotherApproverNeededError) as refused:
+            decide()
+        assert refused.value.reason == SELF_APPROVAL
 
 
 def test_two_long_names_are_cut_to_the_column_never_refused() -> None:
     op = _waiting()
-    decided = _approve("c" * 150, (_given("b" * 150),))
+    decided = _approve("token:" + "c" * 150, (_given("token:" + "b" * 150),))
     authorized = planned(op, decided, now=NOW + 10 * MINUTE).changes["authorized_by"]
     assert isinstance(authorized, str) and len(authorized) == 200 and authorized.endswith("…")
 
@@ -207,7 +218,8 @@ def test_the_approvals_read_from_the_history_are_those_of_the_current_wait_only(
         _event(4, EventKind.approval_recorded, excerpt={**recorded, "approver": "carol"}),
     ]
     assert given_approvals(history) == (
-        GivenApproval(approver="carol", fingerprint="a" * 64, expires_at=NOW),
+        # A typed name (recorded before identities were authenticated) never counts.
+        GivenApproval(approver="carol", fingerprint="a" * 64, expires_at=NOW, authenticated=False),
     )
     assert given_approvals(history[:3]) == ()
 

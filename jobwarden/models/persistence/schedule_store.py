@@ -150,6 +150,26 @@ def _act(
     )
 
 
+def _author(schedule_id: Any) -> Any:
+    """The actor of the schedule's latest ``declared`` action: its author, on whose behalf
+    its slots are submitted (a scalar subquery; ``schedule_id`` a value or a column)."""
+    return (
+        select(ScheduleActionRow.actor)
+        .where(
+            ScheduleActionRow.schedule_id == schedule_id,
+            ScheduleActionRow.action == ScheduleAction.declared.value,
+        )
+        .order_by(ScheduleActionRow.action_id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+def author_of(session: Session, schedule_id: uuid.UUID) -> str | None:
+    """Who last declared (created or changed) the schedule; None for none recorded."""
+    return cast(str | None, session.scalar(select(_author(schedule_id))))
+
+
 def find(session: Session, tenant: str, name: str, *, lock: bool = False) -> ScheduleRow | None:
     query = select(ScheduleRow).where(ScheduleRow.tenant == tenant, ScheduleRow.name == name)
     return session.scalars(query.with_for_update() if lock else query).one_or_none()
@@ -348,6 +368,8 @@ class PendingSlot:
     origin: str
     requested_by: str
     cancel_previous: bool
+    # The schedule's author (models/approvals.py: never approves what the slot submits).
+    author: str | None = None
 
 
 def pending_submits(
@@ -371,6 +393,7 @@ def pending_submits(
             ScheduleSlotRow.requested_by,
             ScheduleSlotRow.cancel_previous,
             ScheduleSlotRow.decided_at,
+            _author(ScheduleSlotRow.schedule_id),
         )
         .join(ScheduleRow, ScheduleRow.schedule_id == ScheduleSlotRow.schedule_id)
         .where(ScheduleSlotRow.state == SlotState.submitting.value, or_(*conditions))
@@ -386,6 +409,7 @@ def pending_submits(
             origin=r[4],
             requested_by=r[5],
             cancel_previous=r[6],
+            author=r[8],
         )
         for r in rows
     ]
