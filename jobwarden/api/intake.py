@@ -212,7 +212,9 @@ def _unstorable_pointer(value: object, at: str = "") -> str | None:
     elif isinstance(value, list):
         items = [(str(i), v) for i, v in enumerate(value)]
     for key, item in items:
-        escaped = key.replace("~", "~0").replace("/", "~1")
+        # A lone surrogate is shown as its JSON escape, so the pointer itself can be sent.
+        shown = key.encode("utf-8", "backslashreplace").decode("utf-8")
+        escaped = shown.replace("~", "~0").replace("/", "~1")
         if _unstorable_pointer(key) is not None:
             return f"{at}/{escaped}"
         found = _unstorable_pointer(item, f"{at}/{escaped}")
