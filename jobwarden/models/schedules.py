@@ -29,8 +29,10 @@ from cronsim import CronSim, CronSimError
 
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.fingerprint import MAX_DEPTH
+from jobwarden.models.reserved_keys import SCHEDULE
 
-KEY_PREFIX = "schedule:"
+# Reserved (models/reserved_keys.py): no caller can take a slot's key before its slot.
+KEY_PREFIX = SCHEDULE.prefix
 # A name is part of an idempotency key and a URL path segment: a plain identifier.
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,99}")
 # What a command template may name; anything else in braces is left as written.

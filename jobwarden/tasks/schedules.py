@@ -224,7 +224,7 @@ def submit_slot(
     )
     caller = Caller(actor=f"schedule:{spec.name}")
     try:
-        result = submit_request(request, door="python", caller=caller, runtime=rt)
+        result = submit_request(request, door="python", caller=caller, runtime=rt, derived_key=True)
     except RefusedInputError as exc:
         with transaction(rt.settings.database_url) as session:
             sstore.record_refused(session, slot.schedule_id, slot.slot_at, str(exc))

@@ -31,15 +31,19 @@ OFFSETS = st.integers(min_value=-14 * 60, max_value=14 * 60).map(
     lambda m: timezone(timedelta(minutes=m))
 )
 EDGES = st.sampled_from(
-    [0, 1, 59, 2**31 - 1, 2**31, 2**53, 2**63 - 1, 2**63, 2**64, 10**15, -1, -(2**31)]
-    + [MAX_INTERVAL_SECONDS, MAX_INTERVAL_SECONDS + 1, MAX_JITTER_SECONDS + 1]
-    + [MAX_CATCHUP_SECONDS + 1]
+    [
+        *(0, 1, 59, 2**31 - 1, 2**31, 2**53, 2**63 - 1, 2**63, 2**64, 10**15, -1, -(2**31)),
+        *(MAX_INTERVAL_SECONDS, MAX_INTERVAL_SECONDS + 1, MAX_JITTER_SECONDS + 1),
+        MAX_CATCHUP_SECONDS + 1,
+    ]
 )
 TIMES = st.one_of(
     st.datetimes(timezones=OFFSETS).map(lambda d: d.isoformat()),
     st.sampled_from(
-        ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "1969-12-31T23:59:59Z"]
-        + ["9000-12-31T23:59:59Z", "1970-01-01T00:00:00+00:00", "2026-13-01T00:00:00Z"]
+        [
+            *("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "1969-12-31T23:59:59Z"),
+            *("9000-12-31T23:59:59Z", "1970-01-01T00:00:00+00:00", "2026-13-01T00:00:00Z"),
+        ]
     ),
     st.text(max_size=30),
 )
