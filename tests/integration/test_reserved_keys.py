@@ -14,6 +14,7 @@ import logging
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 import httpx
@@ -56,7 +57,8 @@ def test_the_python_and_celery_doors_refuse_a_reserved_key_naming_the_field(
     database_url: str, key: str
 ) -> None:
     tenant = tenant_name()
-    fields = {"tenant": tenant, "requested_by": "svc", "provider": "sandbox", "command": {}}
+    fields: dict[str, Any] = {"tenant": tenant, "requested_by": "svc", "provider": "sandbox"}
+    fields["command"] = {}
     with pytest.raises(ReservedKeyError, match=r"^idempotency_key must not start with"):
         submit_operation(**fields, idempotency_key=key)
     answer = submit_from_message({**fields, "idempotency_key": key})
