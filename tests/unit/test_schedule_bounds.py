@@ -78,10 +78,16 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
     "catchup_window_seconds": EDGES | st.integers() | JSON,
     "concurrency_key": st.text(max_size=5) | JSON,
 }
-TABLES = st.fixed_dictionaries(
-    {},
-    optional={name: VALUES[name] for name in sorted(FIELDS)},
+# A valid declaration with hostile fields laid over it, so most examples reach the
+# bounds instead of stopping at the first missing field.
+BASES = st.sampled_from(
+    [
+        {"interval_seconds": 60, "provider": "sandbox", "command": {"at": "{slot}"}},
+        {"cron": "30 2 * * *", "provider": "sandbox", "command": {}},
+    ]
 )
+OVERLAYS = st.fixed_dictionaries({}, optional={name: VALUES[name] for name in sorted(FIELDS)})
+TABLES = st.builds(lambda base, overlay: {**base, **overlay}, BASES, OVERLAYS)
 NOW = st.datetimes(
     min_value=datetime(1970, 1, 1), max_value=datetime(LAST_YEAR, 12, 31), timezones=st.just(UTC)
 )
