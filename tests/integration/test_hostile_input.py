@@ -161,3 +161,65 @@ def test_a_schedule_outside_the_bounds_is_a_422_naming_the_field(
     assert problem["type"] == TYPE + "invalid_request"
     assert field in problem["detail"], problem
     assert logged.tracebacks() == []
+
+
+# Text Postgres cannot store (NUL, a lone surrogate) and values past the bounds, in the
+# other JSON bodies a token's holder can send: each a 4xx, whatever the route. A guard
+# (these answered 4xx before issue 33 too): the fixes above must keep every route so.
+BODIES = [
+    ("PUT", "/v1/schedules/p1", '{"\\udcff": 1}'),
+    (
+        "PUT",
+        "/v1/schedules/p2",
+        '{"cron": "\\u0000 * * * *", "provider": "sandbox", "command": {}}',
+    ),
+    ("PUT", "/v1/schedules/p3", '{"cron": "* * * * *", "timezone": "\\ud800", "command": {}}'),
+    ("PUT", "/v1/schedules/p4", '{"cron": "* * * * *", "provider": "sand\\u0000", "command": {}}'),
+    (
+        "PUT",
+        "/v1/schedules/p5",
+        '{"cron": "* * * * *", "provider": "sandbox", "command": {"\\udcff": 1}}',
+    ),
+    (
+        "PUT",
+        "/v1/schedules/p6",
+        '{"cron": "* * * * *", "provider": "sandbox", "command": {"a": "\\u0000"}}',
+    ),
+    ("PUT", "/v1/schedules/p7", '{"cron": "\\ud800", "provider": "sandbox", "command": {}}'),
+    (
+        "PUT",
+        "/v1/schedules/p8",
+        '{"interval_seconds": 1e400, "provider": "sandbox", "command": {}}',
+    ),
+    ("POST", "/v1/schedules/p1/backfill", '{"from": "\\ud800", "to": "x"}'),
+    (
+        "POST",
+        "/v1/schedules/p1/backfill",
+        '{"from": "0001-01-01T00:00:00+14:00", "to": "0001-01-02T00:00:00+14:00"}',
+    ),
+    ("POST", "/v1/operations/OP/decisions", '{"option": "resubmit", "note": "\\u0000"}'),
+    ("POST", "/v1/operations/OP/decisions", '{"option": "\\udcff", "note": "x"}'),
+    ("POST", "/v1/operations/OP/cancel", '{"reason": "\\udcff"}'),
+    ("POST", "/v1/operations/OP/approvals", '{"fingerprint": "\\udcff"}'),
+    ("POST", "/v1/operations/OP/extensions", '{"\\udcff": 1}'),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), BODIES)
+def test_unstorable_text_in_any_api_body_is_a_4xx_without_a_traceback(
+    database_url: str, base_url: str, logged: _Recorder, method: str, path: str, body: str
+) -> None:
+    tenant = tenant_name()
+    scopes = ["submit", "read", "decide", "approve", "cancel"]
+    headers = make_token(database_url, tenant, "svc", scopes)
+    op = insert_operation(database_url, tenant, S.failed)
+    answer = httpx.request(
+        method,
+        base_url + path.replace("OP", str(op)),
+        content=body.encode(),
+        headers={**headers, "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert 400 <= answer.status_code < 500, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert logged.tracebacks() == []
