@@ -44,6 +44,9 @@ def _declared(directory: Path | None) -> tuple[list[DeclaredSchedule], list[str]
     from jobwarden.tasks.runtime import utcnow
 
     settings = get_settings()
+    if directory is not None and not directory.exists():
+        # Named on purpose (--dir): a typo must not read as "no schedules, all fine".
+        return [], [f"{directory}: no such directory"]
     contracts, _ = check_contracts(settings.providers_dir)
 
     def submission(spec: ScheduleSpec, command: Any, name: str) -> None:

@@ -48,6 +48,8 @@ MAX_INTERVAL_SECONDS = 366 * 86_400
 MAX_JITTER_SECONDS = 86_400
 MAX_CATCHUP_SECONDS = 366 * 86_400
 FIRST_YEAR = 1970
+# The cron column's length: a longer expression cronsim accepts would fail only at sync.
+MAX_CRON_LENGTH = 200
 LAST_YEAR = 9000
 
 
@@ -471,6 +473,8 @@ def _timing(table: dict[str, Any]) -> Timing:
     if cron is not None:
         if not isinstance(cron, str):
             raise ScheduleError("cron", "must be a cron expression string")
+        if len(cron) > MAX_CRON_LENGTH:
+            raise ScheduleError("cron", f"longer than {MAX_CRON_LENGTH} characters")
         try:
             CronSim(cron, datetime(2000, 1, 1, tzinfo=UTC))
         except CronSimError as exc:

@@ -48,6 +48,10 @@ def test_the_checker_names_every_hostile_file_and_field_and_sync_writes_nothing(
             _schedule("ancient", "interval_seconds = 60\nstart = 0001-01-01T00:00:00+14:00"),
             _schedule("future", "interval_seconds = 60\nend = 9999-12-31T23:59:59-14:00"),
             _schedule("deep", "interval_seconds = 60", deep),
+            _schedule(
+                "wordy",
+                f'cron = "{",".join(map(str, range(60)))} {",".join(map(str, range(24)))} * * *"',
+            ),
         ]
     )
     (tmp_path / "hostile.toml").write_text(f'tenant = "{tenant}"\n\n{body}')
@@ -72,6 +76,7 @@ def test_the_checker_names_every_hostile_file_and_field_and_sync_writes_nothing(
             "in UTC",
             "invalid hostile.toml: schedules.deep.command: nested deeper than 32 levels "
             "(intake's bound)",
+            "invalid hostile.toml: schedules.wordy.cron: longer than 200 characters",
         ]
     ), checked.stderr
     synced = _cli("schedules", "sync", "--dir", str(tmp_path))
@@ -79,3 +84,6 @@ def test_the_checker_names_every_hostile_file_and_field_and_sync_writes_nothing(
     assert "Traceback" not in synced.stderr + synced.stdout
     with transaction(database_url) as session:
         assert schedule_store.views(session, tenant=tenant) == []
+    missing = _cli("schedules", "check", "--dir", str(tmp_path / "typo"))
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == f"invalid {tmp_path / 'typo'}: no such directory"

@@ -27,6 +27,7 @@ from jobwarden.models.schedules import (
 )
 
 KEY_LIMIT = 255
+LONG_CRON = f"{','.join(map(str, range(60)))} {','.join(map(str, range(24)))} * * *"
 OFFSETS = st.integers(min_value=-14 * 60, max_value=14 * 60).map(
     lambda m: timezone(timedelta(minutes=m))
 )
@@ -124,12 +125,15 @@ def test_any_declaration_is_refused_naming_a_field_or_runs_without_overflow(
         ("start", "0001-01-01T00:00:00+14:00", "must lie within the years 1970..9000 in UTC"),
         ("end", "9999-12-31T23:59:59-14:00", "must lie within the years 1970..9000 in UTC"),
         ("command", _nest(40), "nested deeper than 32 levels (intake's bound)"),
+        # Valid for cronsim, 237 characters: it used to fail only at sync, in Postgres.
+        ("cron", LONG_CRON, "longer than 200 characters"),
     ],
 )
 def test_a_value_past_its_bound_is_refused_naming_its_field(
     field: str, value: Any, problem: str
 ) -> None:
-    table = {"interval_seconds": 60, "provider": "sandbox", "command": {}, field: value}
+    timing = {} if field == "cron" else {"interval_seconds": 60}
+    table = {**timing, "provider": "sandbox", "command": {}, field: value}
     with pytest.raises(ScheduleError) as refused:
         parse_spec("acme", "nightly", table, key_limit=KEY_LIMIT)
     assert (refused.value.field, refused.value.problem) == (field, problem)
