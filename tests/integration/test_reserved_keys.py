@@ -66,6 +66,12 @@ def test_the_python_and_celery_doors_refuse_a_reserved_key_naming_the_field(
     assert answer["error"].startswith("idempotency_key must not start with")
     assert "reserved for keys jobwarden derives" in answer["error"]
     assert _refusals(database_url, tenant, key) == [("python", "invalid"), ("celery", "invalid")]
+    # The one way in, derived_key, is no keyword of a door: neither call records anything.
+    with pytest.raises(TypeError, match="derived_key"):
+        submit_operation(**fields, idempotency_key=key, derived_key=True)
+    smuggled = submit_from_message({**fields, "idempotency_key": key, "derived_key": True})
+    assert smuggled == {"outcome": "invalid", "error": "unknown keyword arguments: derived_key"}
+    assert len(_refusals(database_url, tenant, key)) == 2
 
 
 @pytest.mark.parametrize("key", PLANTED)
