@@ -186,3 +186,39 @@ def test_keys_check_lists_planted_keys_with_their_door_and_passes_derived_ones(
         "4 keys in reserved namespaces, 2 not derived by jobwarden"
     )
     assert uuid.UUID(derived.resubmitted_as) not in {uuid.UUID(k) for k in found}
+
+
+def test_a_schedule_slot_never_adopts_an_operation_planted_under_its_key(
+    database_url: str, tenant: str
+) -> None:
+    from jobwarden.models.persistence import schedule_store
+    from jobwarden.models.schedules import parse_spec
+    from jobwarden.tasks.schedules import tick_once
+
+    slot = datetime(2026, 1, 1, tzinfo=UTC)
+    # Planted before intake refused reserved keys: the next slot's key, another command.
+    planted = insert_operation(
+        database_url,
+        tenant,
+        S.create_pending,
+        idempotency_key="schedule:hourly:2026-01-01T00:00:00Z",
+        command={"polls_to_finish": 1, "to": "mallory"},
+    )
+    spec = parse_spec(
+        tenant,
+        "hourly",
+        {"interval_seconds": 3600, "provider": "sandbox", "command": {"polls_to_finish": 1}},
+        key_limit=255,
+    )
+    with transaction(database_url) as session:
+        schedule_store.declare(session, spec, source="api", actor="ana", now=slot)
+    tick_once(current(), clock=lambda: slot + timedelta(seconds=1))
+    with transaction(database_url) as session:
+        row = schedule_store.find(session, tenant, "hourly")
+        assert row is not None
+        (decided,) = schedule_store.slots_of(session, row.schedule_id)
+    assert (decided.state, decided.operation_id) == ("refused", None)
+    assert decided.reason == (
+        f"idempotency key schedule:hourly:2026-01-01T00:00:00Z is held by operation {planted}, "
+        "which this schedule did not submit: refusing to adopt it (see `jobwarden keys check`)"
+    )
