@@ -15,6 +15,7 @@ from jobwarden.api_cli import serve_api, tenants_app, tokens_app
 from jobwarden.cli_identity import Approver, BreakGlass, TokenFile, decision_author, submitter
 from jobwarden.config.settings import get_settings
 from jobwarden.history_cli import archive_command, partitions_command
+from jobwarden.keys_cli import keys_app
 from jobwarden.models.errors import JobwardenError
 from jobwarden.result_cli import result_command
 from jobwarden.schedules_cli import schedules_app
@@ -37,6 +38,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(schedules_app, name="schedules")
+app.add_typer(keys_app, name="keys")
 app.command("list")(list_command)
 app.command("watch")(watch_command)
 app.command("result")(result_command)

@@ -42,12 +42,15 @@ def _declared(directory: Path | None) -> tuple[list[DeclaredSchedule], list[str]
     from jobwarden.config.settings import get_settings
     from jobwarden.models.contract_loader import check_contracts
     from jobwarden.models.schedule_files import check_schedules
-    from jobwarden.models.schedules import ScheduleSpec
+    from jobwarden.models.schedules import EPOCH, ScheduleSpec, slot_key
     from jobwarden.models.submission import SubmissionRequest
     from jobwarden.tasks.intake import LIMITS
     from jobwarden.tasks.runtime import utcnow
 
     settings = get_settings()
+    if directory is not None and not directory.exists():
+        # Named on purpose (--dir): a typo must not read as "no schedules, all fine".
+        return [], [f"{directory}: no such directory"]
     contracts, _ = check_contracts(settings.providers_dir)
 
     def submission(spec: ScheduleSpec, command: Any, name: str) -> None:
@@ -56,9 +59,9 @@ def _declared(directory: Path | None) -> tuple[list[DeclaredSchedule], list[str]
             requested_by="beat",
             provider=spec.provider,
             command=command,
-            idempotency_key=f"schedule:{name}:2000-01-01T00:00:00Z",
+            idempotency_key=slot_key(name, EPOCH),
             concurrency_key=spec.concurrency_key,
-        ).check(limits=LIMITS, providers=contracts)
+        ).check(limits=LIMITS, providers=contracts, derived_key=True)
 
     return check_schedules(
         directory or settings.schedules_dir,

@@ -117,6 +117,10 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     return inlined
 
 
+KEY_FIELD = "idempotency_key"
+KEY_HEADER = "Idempotency-Key"
+
+
 def idempotency_key(request: Request) -> str:
     """The key of the one Idempotency-Key field (draft section 2.1: an sf-string).
 
@@ -212,7 +216,9 @@ def _unstorable_pointer(value: object, at: str = "") -> str | None:
     elif isinstance(value, list):
         items = [(str(i), v) for i, v in enumerate(value)]
     for key, item in items:
-        escaped = key.replace("~", "~0").replace("/", "~1")
+        # A lone surrogate is shown as its JSON escape, so the pointer itself can be sent.
+        shown = key.encode("utf-8", "backslashreplace").decode("utf-8")
+        escaped = shown.replace("~", "~0").replace("/", "~1")
         if _unstorable_pointer(key) is not None:
             return f"{at}/{escaped}"
         found = _unstorable_pointer(item, f"{at}/{escaped}")
@@ -404,10 +410,15 @@ async def submit(
         )
     except RefusedInputError as exc:
         extensions: dict[str, Any] = {}
+        detail = str(exc)
         if isinstance(exc, InvalidCommandError):
             # RFC 6901: a key holding "/" or "~" is escaped, so the pointer resolves.
-            extensions["errors"] = [{"path": exc.pointer, "message": str(exc)}]
-        raise ProblemError(422, "invalid_submission", str(exc), **extensions) from None
+            extensions["errors"] = [{"path": exc.pointer, "message": detail}]
+        elif detail.startswith(f"{KEY_FIELD} "):
+            # This door's key is a header: the refusal names it as the caller sent it.
+            detail = KEY_HEADER + detail.removeprefix(KEY_FIELD)
+            extensions["errors"] = [{"path": f"header/{KEY_HEADER}", "message": detail}]
+        raise ProblemError(422, "invalid_submission", detail, **extensions) from None
     return _respond(result)
 
 

@@ -153,7 +153,24 @@ def problem_body(
     )
     if instance is not None:
         body["instance"] = instance
-    return body
+    shown: dict[str, Any] = _encodable(body)
+    return shown
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` with every string made UTF-8 encodable (a lone surrogate as ``\\udcff``).
+
+    A problem may quote the caller's input (a key, a path); input Postgres cannot store
+    (a lone surrogate) cannot be sent in a UTF-8 body either, and failing to encode the
+    refusal would turn a stranger's 422 into a 500 (issue 33, finding 5).
+    """
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, Mapping):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encodable(v) for v in value]
+    return value
 
 
 def problem_response(  # noqa: PLR0913 - the RFC 9457 members, each by keyword

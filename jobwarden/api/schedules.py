@@ -30,6 +30,7 @@ from jobwarden.models.schedules import (
     parse_spec,
     render_command,
     rfc3339,
+    slot_key,
 )
 from jobwarden.models.submission import SubmissionRequest
 from jobwarden.tasks import schedules as ticks
@@ -133,9 +134,9 @@ def put_schedule(
             command=render_command(
                 spec.command, name=name, slot_at=first, timezone=spec.timing.timezone
             ),
-            idempotency_key=f"schedule:{name}:{rfc3339(first)}",
+            idempotency_key=slot_key(name, first),
             concurrency_key=spec.concurrency_key,
-        ).check(limits=LIMITS, providers=runtime_of(request).contracts)
+        ).check(limits=LIMITS, providers=runtime_of(request).contracts, derived_key=True)
     except RefusedInputError as exc:
         raise ProblemError(422, "invalid_request", str(exc)) from None
     with transaction(settings_of(request).database_url) as session:

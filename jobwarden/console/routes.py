@@ -69,16 +69,42 @@ async def form_of(request: Request) -> dict[str, str]:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         raise ConsoleError(415, "a console form is sent as application/x-www-form-urlencoded")
-    body = (await request.body()).decode("utf-8", "replace")
+    # surrogateescape keeps bytes that are not UTF-8 (raw or %-encoded) as lone surrogates,
+    # so the check below can name the field that holds them instead of guessing.
+    body = (await request.body()).decode("utf-8", "surrogateescape")
     try:
-        fields = dict(parse_qsl(body, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS))
+        pairs = parse_qsl(
+            body, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS, errors="surrogateescape"
+        )
     except ValueError:
         # parse_qsl raises ValueError past max_num_fields: the stranger's mistake, a 400 page.
         raise ConsoleError(400, f"a console form has at most {MAX_FORM_FIELDS} fields") from None
+    fields = dict(pairs)
     for name, value in fields.items():
+        problem = _unreadable(name) or _unreadable(value)
+        if problem is not None:
+            raise ConsoleError(400, f"{_shown(name)}: {problem}")
         if len(value) > MAX_FORM_FIELD:
             raise ConsoleError(422, f"{name}: at most {MAX_FORM_FIELD} characters")
     return fields
+
+
+def _unreadable(text: str) -> str | None:
+    """Why a form's text cannot be used (not UTF-8, or a NUL Postgres refuses), if so."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "not valid UTF-8"
+    if "\x00" in text:
+        return "contains a NUL character"
+    return None
+
+
+def _shown(name: str) -> str:
+    """A field's name as a page may show it: as sent when plain, else escaped and cut."""
+    if name.isascii() and name.isprintable() and len(name) <= 40:
+        return name
+    return ascii(name[:40])
 
 
 Form = Annotated[dict[str, str], Depends(form_of)]

@@ -131,8 +131,17 @@ def login_nonce_matches(request: Request, submitted: str) -> bool:
         nonce = _serializer(request, "login").loads(raw, max_age=900)
     except BadSignature:
         return False
-    return isinstance(nonce, str) and hmac.compare_digest(nonce, submitted)
+    return isinstance(nonce, str) and _same_token(nonce, submitted)
 
 
 def csrf_matches(session: ConsoleSession, submitted: str) -> bool:
-    return bool(submitted) and hmac.compare_digest(session.csrf, submitted)
+    return bool(submitted) and _same_token(session.csrf, submitted)
+
+
+def _same_token(ours: str, submitted: str) -> bool:
+    """Constant-time comparison of a token we issued (ASCII, token_urlsafe) with a form's.
+
+    hmac.compare_digest raises TypeError for a non-ASCII str (a 500 any stranger could
+    cause, issue 33): a submitted value that is not ASCII can never be ours anyway.
+    """
+    return submitted.isascii() and hmac.compare_digest(ours.encode(), submitted.encode())

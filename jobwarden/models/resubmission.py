@@ -11,9 +11,11 @@ operation, so a repeated or retried resubmission makes one replacement, not two.
 from __future__ import annotations
 
 from jobwarden.models.operation import Operation
+from jobwarden.models.reserved_keys import RESUBMIT
 from jobwarden.models.submission import SubmissionRequest
 
-KEY_PREFIX = "resubmit:"
+# Reserved (models/reserved_keys.py): no caller can plant the replacement's key.
+KEY_PREFIX = RESUBMIT.prefix
 
 
 def resubmit_key(op: Operation) -> str:

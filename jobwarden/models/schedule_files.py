@@ -45,6 +45,21 @@ class DeclaredSchedule:
 SubmissionCheck = Callable[[ScheduleSpec, Any, str], None]
 
 
+def _read(path: Path) -> tuple[dict[str, Any], str | None]:
+    """A file's TOML, or why it cannot be read: one line naming the problem, no traceback."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8")), None
+    except OSError as exc:  # vanished, unreadable, a broken link
+        return {}, f"cannot be read: {exc.strerror or type(exc).__name__}"
+    except UnicodeDecodeError:
+        return {}, "not valid TOML: the file is not UTF-8"
+    except tomllib.TOMLDecodeError as exc:
+        return {}, f"not valid TOML: {exc}"
+    except RecursionError:
+        # tomllib recurses per nested array or inline table: a deep one ends its stack.
+        return {}, "not valid TOML: nested too deep to read"
+
+
 def check_schedules(
     directory: Path, *, key_limit: int, submission: SubmissionCheck | None, now: datetime
 ) -> tuple[list[DeclaredSchedule], list[str]]:
@@ -55,12 +70,15 @@ def check_schedules(
     found: list[DeclaredSchedule] = []
     errors: list[str] = []
     seen: dict[tuple[str, str], str] = {}
+    if directory.exists() and not directory.is_dir():
+        return found, [f"{directory}: not a directory of schedule files"]
     files = sorted(directory.glob("*.toml")) if directory.is_dir() else []
     for path in files:
-        try:
-            data = tomllib.loads(path.read_text())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            errors.append(f"{path.name}: not valid TOML: {exc}")
+        if path.is_dir():
+            continue  # a folder named like a file holds no schedule (issue 33, finding 6)
+        data, problem = _read(path)
+        if problem is not None:
+            errors.append(f"{path.name}: {problem}")
             continue
         tenant = data.get("tenant")
         if not isinstance(tenant, str) or not tenant:

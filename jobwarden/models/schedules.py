@@ -28,8 +28,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.fingerprint import MAX_DEPTH
+from jobwarden.models.reserved_keys import SCHEDULE
 
-KEY_PREFIX = "schedule:"
+# Reserved (models/reserved_keys.py): no caller can take a slot's key before its slot.
+KEY_PREFIX = SCHEDULE.prefix
 # A name is part of an idempotency key and a URL path segment: a plain identifier.
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,99}")
 # What a command template may name; anything else in braces is left as written.
@@ -38,6 +41,16 @@ _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 # The most slots one backfill may name (a person asking for more splits the range).
 MAX_BACKFILL_SLOTS = 10_000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Bounds (docs/schedules.md, Bounds): each fits the Integer columns (< 2^31) and keeps every
+# slot, plus jitter and catch-up, inside datetime's years 1..9999, so no value a file or a
+# body may hold can overflow in the tick, the checker or Postgres (issue 33, finding 5).
+MAX_INTERVAL_SECONDS = 366 * 86_400
+MAX_JITTER_SECONDS = 86_400
+MAX_CATCHUP_SECONDS = 366 * 86_400
+FIRST_YEAR = 1970
+# The cron column's length: a longer expression cronsim accepts would fail only at sync.
+MAX_CRON_LENGTH = 200
+LAST_YEAR = 9000
 
 
 class ScheduleError(RefusedInputError):
@@ -262,6 +275,9 @@ def backfill_slots(
     """The slots in [start, end] for a backfill; refuses a range in the future or too long."""
     if start.tzinfo is None or end.tzinfo is None:
         raise ScheduleError("from", "give a time with its UTC offset (2026-01-01T00:00:00Z)")
+    first, last = _aware("from", start), _aware("to", end)
+    assert first is not None and last is not None
+    start, end = first, last
     if end < start:
         raise ScheduleError("to", "is before --from")
     if end > now:
@@ -316,25 +332,43 @@ def unknown_placeholders(template: Any) -> list[str]:
 
 
 def _aware(field: str, value: object) -> datetime | None:
+    """A time with its offset, in UTC, within years FIRST_YEAR..LAST_YEAR once in UTC."""
     if value is None:
         return None
     if isinstance(value, str):
+        text = value
         try:
-            value = datetime.fromisoformat(value)
+            value = datetime.fromisoformat(text)
         except ValueError:
-            raise ScheduleError(field, f"not an RFC 3339 time: {value!r}") from None
+            raise ScheduleError(field, f"not an RFC 3339 time: {_shown(text)}") from None
     if not isinstance(value, datetime) or value.tzinfo is None:
         raise ScheduleError(field, "must be a time with its UTC offset (2026-01-01T00:00:00Z)")
-    return _utc(value)
+    try:
+        # Year 1 at +14:00 is year 0 in UTC, 9999 at -14:00 is 10000: neither exists.
+        at = _utc(value)
+    except (OverflowError, ValueError):
+        at = None
+    if at is None or not FIRST_YEAR <= at.year <= LAST_YEAR:
+        raise ScheduleError(field, f"must lie within the years {FIRST_YEAR}..{LAST_YEAR} in UTC")
+    return at
 
 
-def _int(field: str, value: object, default: int, *, minimum: int) -> int:
+def _shown(value: str) -> str:
+    """Text for a one-line error: escaped to ASCII and cut short."""
+    return ascii(value[:60]) + ("..." if len(value) > 60 else "")
+
+
+def _int(field: str, value: object, default: int, *, minimum: int, maximum: int) -> int:
+    """A whole number within [minimum, maximum]; ``default`` when left out."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ScheduleError(field, f"must be a whole number, got {value!r}")
+        shown = _shown(value) if isinstance(value, str) else type(value).__name__
+        raise ScheduleError(field, f"must be a whole number, got {shown}")
     if value < minimum:
         raise ScheduleError(field, f"must be at least {minimum}, got {value}")
+    if value > maximum:
+        raise ScheduleError(field, f"must be at most {maximum}")
     return value
 
 
@@ -375,6 +409,9 @@ def parse_spec(tenant: str, name: str, table: dict[str, Any], *, key_limit: int)
     command = table.get("command")
     if not isinstance(command, dict):
         raise ScheduleError("command", "required: a table (the command template)")
+    if _nesting(command) > MAX_DEPTH:
+        # Before any walk below recurses: a deep template is refused, never a RecursionError.
+        raise ScheduleError("command", f"nested deeper than {MAX_DEPTH} levels (intake's bound)")
     typos = unknown_placeholders(command)
     if typos:
         known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
@@ -395,10 +432,31 @@ def parse_spec(tenant: str, name: str, table: dict[str, Any], *, key_limit: int)
         command=command,
         overlap=overlap,
         catchup_window_seconds=_int(
-            "catchup_window_seconds", table.get("catchup_window_seconds"), 900, minimum=0
+            "catchup_window_seconds",
+            table.get("catchup_window_seconds"),
+            900,
+            minimum=0,
+            maximum=MAX_CATCHUP_SECONDS,
         ),
         concurrency_key=key,
     )
+
+
+def _nesting(command: dict[str, Any]) -> int:
+    """How deep ``command`` nests, counted as intake counts it (its members are at 1);
+    without recursion, and stopping once past MAX_DEPTH."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(command, 0)]
+    while stack:
+        value, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            break
+        if isinstance(value, dict):
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+    return deepest
 
 
 def _timing(table: dict[str, Any]) -> Timing:
@@ -415,20 +473,29 @@ def _timing(table: dict[str, Any]) -> Timing:
     if cron is not None:
         if not isinstance(cron, str):
             raise ScheduleError("cron", "must be a cron expression string")
+        if len(cron) > MAX_CRON_LENGTH:
+            raise ScheduleError("cron", f"longer than {MAX_CRON_LENGTH} characters")
         try:
             CronSim(cron, datetime(2000, 1, 1, tzinfo=UTC))
         except CronSimError as exc:
             raise ScheduleError("cron", f"{cron!r}: {exc}") from None
+    checked = None
+    if interval is not None:
+        checked = _int("interval_seconds", interval, 0, minimum=1, maximum=MAX_INTERVAL_SECONDS)
     timing = Timing(
         cron=cron,
-        interval_seconds=_int("interval_seconds", interval, 0, minimum=1) if interval else None,
+        interval_seconds=checked,
         timezone=zone,
         start_at=_aware("start", table.get("start")),
         end_at=_aware("end", table.get("end")),
-        jitter_seconds=_int("jitter_seconds", table.get("jitter_seconds"), 0, minimum=0),
+        jitter_seconds=_int(
+            "jitter_seconds",
+            table.get("jitter_seconds"),
+            0,
+            minimum=0,
+            maximum=MAX_JITTER_SECONDS,
+        ),
     )
-    if interval is not None and timing.interval_seconds is None:
-        raise ScheduleError("interval_seconds", f"must be at least 1, got {interval!r}")
     if timing.start_at and timing.end_at and timing.end_at < timing.start_at:
         raise ScheduleError("end", "is before start")
     return timing

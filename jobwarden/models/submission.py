@@ -27,6 +27,7 @@ from jobwarden.models.fingerprint import (
     show_key,
     shown_path,
 )
+from jobwarden.models.reserved_keys import check_caller_key
 from jobwarden.models.routes import route_problem
 
 # RFC 9110's methods plus PATCH (RFC 5789): the request the fingerprint binds.
@@ -230,12 +231,18 @@ class SubmissionRequest:
     trace_parent: str | None = None
 
     def check(
-        self, *, limits: FieldLimits, providers: Mapping[str, ProviderContract] | Collection[str]
+        self,
+        *,
+        limits: FieldLimits,
+        providers: Mapping[str, ProviderContract] | Collection[str],
+        derived_key: bool = False,
     ) -> Submission:
         """Every intake rule, in the order a caller would fix them; the first failure raises.
 
         ``providers`` are the contracts by name (the command is then checked against its
         provider's command schema, see check_provider_command), or only the known names.
+        A key in a reserved namespace (models/reserved_keys.py) is refused unless
+        ``derived_key``: set only by jobwarden's own derivations, never by a door.
         """
         tenant = check_text("tenant", self.tenant, max_length=limits.tenant)
         provider = check_text("provider", self.provider, max_length=limits.provider)
@@ -243,6 +250,8 @@ class SubmissionRequest:
             known = ", ".join(sorted(providers))
             raise InvalidSubmissionError(f"unknown provider {provider!r}; known: {known}")
         key = check_text("idempotency_key", self.idempotency_key, max_length=limits.idempotency_key)
+        if not derived_key:
+            check_caller_key(key)
         by = check_text("requested_by", self.requested_by, max_length=limits.requested_by)
         event = check_optional_text(
             "source_event_id", self.source_event_id, max_length=limits.source_event_id

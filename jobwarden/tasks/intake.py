@@ -128,6 +128,7 @@ def submit_request(
     caller: Caller | None = None,
     runtime: Runtime | None = None,
     resubmit_of: uuid.UUID | None = None,
+    derived_key: bool = False,
 ) -> SubmitResult:
     """Record an operation's intent and hand it to the workers: every door's one call.
 
@@ -136,12 +137,14 @@ def submit_request(
     then. The row, its intent event and the intake-log entry are written in one
     transaction, so a failure leaves none. A valid W3C ``trace_parent`` gives the
     operation its trace id; an invalid one is ignored. ``resubmit_of`` is set only by a
-    person's resubmission (tasks/interventions.py), never by a caller's request.
+    person's resubmission (tasks/interventions.py), never by a caller's request;
+    ``derived_key`` only by jobwarden's own key derivations (resubmission, schedule slots),
+    the one way into a reserved key namespace (models/reserved_keys.py, invariant 17).
     """
     rt = runtime or current()
     who = caller or Caller()
     try:
-        sub = request.check(limits=LIMITS, providers=rt.contracts)
+        sub = request.check(limits=LIMITS, providers=rt.contracts, derived_key=derived_key)
     except RefusedInputError as exc:
         _log_invalid(
             rt, door, who, request.tenant, request.idempotency_key, request.requested_by, str(exc)

@@ -42,11 +42,11 @@ from jobwarden.models.identity import HUMAN, Author, AuthorKind, as_author
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import snapshot, transaction
-from jobwarden.models.resubmission import resubmission
+from jobwarden.models.resubmission import resubmission, resubmit_key
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.concurrency import after_end
 from jobwarden.tasks.dispatch import enqueue
-from jobwarden.tasks.intake import Caller, submit_request
+from jobwarden.tasks.intake import Caller, SubmitOutcome, submit_request
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 from jobwarden.tasks.steps import Decide, Writer, Written, under_lease
 
@@ -212,11 +212,14 @@ def _resubmit(rt: Runtime, operation_id: str, who: Author, note: str, door: str)
         caller=Caller(actor=f"{HUMAN}{who.actor}", token_id=who.token_id, break_glass=who.reason),
         runtime=rt,
         resubmit_of=old.operation_id,
+        derived_key=True,
     )
     if answer.operation_id is None:
         # Only a concurrent resubmission holding the key gets here: ask again.
         raise LostRaceError(f"a resubmission of {operation_id} is in progress; ask again")
     new_id = uuid.UUID(answer.operation_id)
+    if answer.outcome is not SubmitOutcome.created:
+        _refuse_unlinked(rt, old, new_id)
 
     def link(op: Operation, now: datetime) -> Decided | None:
         return decide_resubmitted(op, new_operation=new_id, note=note)
@@ -228,6 +231,21 @@ def _resubmit(rt: Runtime, operation_id: str, who: Author, note: str, door: str)
         resubmitted_as=answer.operation_id,
         resubmitted_state=answer.state,
     )
+
+
+def _refuse_unlinked(rt: Runtime, old: Operation, found: uuid.UUID) -> None:
+    """Defence in depth (invariant 17): the operation already holding the replacement's
+    key is adopted only when intake recorded it as ``old``'s resubmission. Intake refuses
+    a caller's key in the reserved namespace, but a key planted before that rule (or by
+    hand) would otherwise become the "replacement", with whatever command it holds."""
+    with snapshot(rt.settings.database_url) as session:
+        held = store.load(session, found)
+    if held is None or held.resubmit_of != old.operation_id:
+        raise RefusedInputError(
+            f"idempotency key {resubmit_key(old)} is held by operation {found}, which is not "
+            f"a resubmission of {old.operation_id}: refusing to adopt it (see `jobwarden keys "
+            "check`)"
+        )
 
 
 class _HistoryMovedError(LostRaceError):

@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from jobwarden.config.celery_app import app
 from jobwarden.logs import get_logger
 from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence import schedule_store as sstore
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.schedules import (
@@ -227,7 +228,7 @@ def submit_slot(
     )
     caller = Caller(actor=f"schedule:{spec.name}", on_behalf_of=slot.author)
     try:
-        result = submit_request(request, door="python", caller=caller, runtime=rt)
+        result = submit_request(request, door="python", caller=caller, runtime=rt, derived_key=True)
     except RefusedInputError as exc:
         with transaction(rt.settings.database_url) as session:
             sstore.record_refused(session, slot.schedule_id, slot.slot_at, str(exc))
@@ -235,6 +236,9 @@ def submit_slot(
         return None
     if result.outcome is SubmitOutcome.in_progress or result.operation_id is None:
         return None  # another submit holds the key right now; a later tick records it
+    if result.outcome is not SubmitOutcome.created and not _ours(rt, result.operation_id, caller):
+        _refuse_planted(rt, spec, slot, key, result.operation_id)
+        return None
     faults.fault_point(rt.redis, rt.settings.key_prefix, "schedule_after_submit", key)
     record = (slot.schedule_id, slot.slot_at, uuid.UUID(result.operation_id))
     if records is not None:
@@ -249,6 +253,30 @@ def submit_slot(
         outcome=result.outcome.value,
     )
     return result.operation_id
+
+
+def _ours(rt: Runtime, operation_id: str, caller: Caller) -> bool:
+    """Whether this schedule's own submit created the operation now holding a slot's key
+    (a replay after a crash), as the intake log's creating entry says (invariant 17)."""
+    with transaction(rt.settings.database_url) as session:
+        created = api_store.created_by(session, uuid.UUID(operation_id))
+    return created is not None and created[1] == caller.actor
+
+
+def _refuse_planted(
+    rt: Runtime, spec: ScheduleSpec, slot: sstore.PendingSlot, key: str, operation_id: str
+) -> None:
+    """Defence in depth: intake refuses a caller's slot key, but one planted before that
+    rule would otherwise be adopted as the slot's operation, with whatever it holds."""
+    why = (
+        f"idempotency key {key} is held by operation {operation_id}, which this schedule "
+        "did not submit: refusing to adopt it (see `jobwarden keys check`)"
+    )
+    with transaction(rt.settings.database_url) as session:
+        sstore.record_refused(session, slot.schedule_id, slot.slot_at, why)
+    log.warning(
+        "schedule_slot_key_planted", schedule=spec.name, slot=key, operation_id=operation_id
+    )
 
 
 def _cancel_previous(rt: Runtime, spec: ScheduleSpec, slot: sstore.PendingSlot) -> None:

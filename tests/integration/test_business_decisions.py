@@ -193,8 +193,12 @@ def test_the_python_door_resubmits_once_even_when_asked_again_after_a_crash(
     old = insert_operation(database_url, tenant_name(), S.failed)
     # A crash after the replacement was made and before the link was written: intake
     # already holds the key, so asking again links that one instead of making another.
+    # As tasks/interventions.py submits it: linked, and allowed its reserved key.
     made = submit_request(
-        resubmission(load(database_url, old), requested_by="alice"), door="python"
+        resubmission(load(database_url, old), requested_by="alice"),
+        door="python",
+        resubmit_of=old,
+        derived_key=True,
     )
     assert made.operation_id is not None
     decided = decide_escalation(str(old), "resubmit", "alice", "provider fixed")

@@ -217,6 +217,17 @@ def created_state(session: Session, operation_id: uuid.UUID) -> str | None:
     )
 
 
+def created_by(session: Session, operation_id: uuid.UUID) -> tuple[str, str] | None:
+    """The door and actor of the answer that created this operation, if it is on the log."""
+    row = session.execute(
+        select(IntakeLogRow.door, IntakeLogRow.actor)
+        .where(IntakeLogRow.operation_id == operation_id, IntakeLogRow.outcome == "created")
+        .order_by(IntakeLogRow.entry_id)
+        .limit(1)
+    ).first()
+    return (row.door, row.actor) if row is not None else None
+
+
 def intake_for_key(session: Session, tenant: str, idempotency_key: str) -> list[IntakeEntry]:
     rows = session.scalars(
         select(IntakeLogRow)
