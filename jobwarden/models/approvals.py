@@ -11,9 +11,16 @@ is refused with the reason, never accepted and then failed.
 
 The two-person rule (``approvals_required = 2``): the first approval is an
 ``approval_recorded`` event and the operation keeps waiting; the second, by another
-person, for the same fingerprint, while the first is unexpired, is the approval. The
+person, for the same fingerprint and request digest, while the first is unexpired, is
+the approval. The
 submitter is never one of the two. Earlier approvals are read from the history and
 come in as values (``GivenApproval``); no column holds them.
+
+An approval binds the create as it will leave by its digest (``request_digest``,
+``models/outgoing.py``): recorded in its events and on the row
+(``approved_request_digest``), which the create step checks before sending
+(``models/request_binding.py``). An approver who names a digest other than the current
+one was shown another request, and is refused.
 
 Pure: the frozen operation, what the approver named and the time in, the write out.
 """
@@ -30,6 +37,7 @@ from jobwarden.models.errors import (
     AnotherApproverNeededError,
     ApprovalRefusedError,
     RefusedInputError,
+    RequestDigestMismatchError,
 )
 from jobwarden.models.history import ChainedEvent, EventKind
 from jobwarden.models.operation import Operation
@@ -40,6 +48,7 @@ BUSINESS_DEADLINE_PASSED = "business_deadline_passed"
 WINDOW_ENDED = "the approval window closed unapproved; the operation ended approval_expired"
 SELF_APPROVAL = "self_approval_refused"
 SAME_APPROVER = "same_approver"
+DIGEST_MISMATCH = "request_digest_mismatch"
 # The doors name one person two ways: HTTP and MCP record a token's name as the
 # submitter ("alice") and its actor as the approver ("token:alice").
 TOKEN_PREFIX = "token:"
@@ -55,6 +64,7 @@ class GivenApproval:
     approver: str
     fingerprint: str
     expires_at: datetime
+    request_digest: str | None = None  # None: given before approvals bound the request
 
 
 def same_person(a: str, b: str) -> bool:
@@ -75,16 +85,27 @@ def given_approvals(events: Iterable[ChainedEvent]) -> tuple[GivenApproval, ...]
                     approver=str(d.excerpt["approver"]),
                     fingerprint=str(d.excerpt["fingerprint"]),
                     expires_at=datetime.fromisoformat(str(d.excerpt["expires_at"])),
+                    request_digest=d.excerpt.get("request_digest"),
                 )
             )
     return tuple(given)
 
 
 def standing(
-    given: Sequence[GivenApproval], fingerprint: str, now: datetime
+    given: Sequence[GivenApproval],
+    fingerprint: str,
+    now: datetime,
+    request_digest: str | None = None,
 ) -> tuple[GivenApproval, ...]:
-    """The earlier approvals that still count: for this fingerprint, and unexpired."""
-    return tuple(g for g in given if g.fingerprint == fingerprint and now < g.expires_at)
+    """The earlier approvals that still count: for this fingerprint and, when one is
+    bound, this request digest (two approvers must approve the same request), unexpired."""
+    return tuple(
+        g
+        for g in given
+        if g.fingerprint == fingerprint
+        and now < g.expires_at
+        and (request_digest is None or g.request_digest == request_digest)
+    )
 
 
 def window_end(since: datetime, window: timedelta, business: datetime | None) -> datetime:
@@ -130,6 +151,9 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     window: timedelta,
     required: int = 1,
     given: Sequence[GivenApproval] = (),
+    request_digest: str | None = None,
+    named_request_digest: str | None = None,
+    request_line: str | None = None,
 ) -> Decided:
     """The approval as the write it makes; RefusedInputError when it may not be given.
 
@@ -143,6 +167,11 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     standing one this approval is recorded and the operation keeps waiting; with one it
     is the approval. AnotherApproverNeededError when the approver is the submitter or
     already approved.
+
+    ``request_digest`` is the digest of the create as it would leave now (what the door
+    shows), bound by the approval; ``named_request_digest`` the one the approver was
+    shown, if the door knows it: RequestDigestMismatchError when the two differ.
+    ``request_line`` (``METHOD URL`` as shown) is recorded beside the digest, for people.
     """
     if op.state is S.approval_expired:
         # Ended by the window's own step first: the same refusal, for the same reason.
@@ -154,6 +183,12 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
             "the approval names a different fingerprint than the "
             "operation's; a changed payload needs a new approval"
         )
+    if named_request_digest is not None and named_request_digest != request_digest:
+        raise RequestDigestMismatchError(
+            DIGEST_MISMATCH,
+            "the approval names another request digest than the create that would leave "
+            f"now ({request_digest}); look at the request again and approve what it shows",
+        )
     refused = _refusal(op, approval_window_end(op, waiting_since=waiting_since, window=window), now)
     if refused is not None:
         raise refused
@@ -163,9 +198,9 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     expires = earlier(now + valid_for, op.business_deadline)
     earlier_ones: tuple[GivenApproval, ...] = ()
     if required > 1:
-        earlier_ones = _others(op, approver, standing(given, fingerprint, now))
+        earlier_ones = _others(op, approver, standing(given, fingerprint, now, request_digest))
         if len(earlier_ones) + 1 < required:
-            return _first_of_two(fingerprint, approver, expires, required)
+            return _first_of_two(fingerprint, approver, expires, required, request_digest)
         # Valid while both are: the earlier expiry of the two.
         expires = min([expires, *(g.expires_at for g in earlier_ones)])
     # The human's wait never consumes the deadline for establishing the remote job
@@ -182,6 +217,10 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     }
     if required > 1:
         excerpt["approvers"] = approvers
+    if request_digest is not None:
+        excerpt["request_digest"] = request_digest
+    if request_line is not None:
+        excerpt["request"] = request_line
     record = Record(event=EventKind.approved, to=S.create_pending, excerpt=excerpt, wake_at=now)
     authorized_by = ", ".join(approvers)
     if len(authorized_by) > AUTHORIZED_BY_MAX:
@@ -191,6 +230,7 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
         changes={
             "authorized_by": authorized_by,
             "approval_expires_at": expires,
+            "approved_request_digest": request_digest,
             "create_deadline": create_by,
             "result_deadline": result_by,
         },
@@ -214,18 +254,21 @@ def _others(
     return earlier_ones
 
 
-def _first_of_two(fingerprint: str, approver: str, expires: datetime, required: int) -> Decided:
-    """The first approval: recorded (who, the fingerprint, its expiry); still waiting,
-    its window's timer untouched, its deadlines not yet moved."""
+def _first_of_two(
+    fingerprint: str, approver: str, expires: datetime, required: int, request_digest: str | None
+) -> Decided:
+    """The first approval: recorded (who, the fingerprint and request digest, its expiry);
+    still waiting, its window's timer untouched, its deadlines not yet moved."""
+    excerpt: dict[str, object] = {
+        "approver": approver,
+        "fingerprint": fingerprint,
+        "expires_at": expires.isoformat(),
+        "approvals_required": required,
+    }
+    if request_digest is not None:
+        excerpt["request_digest"] = request_digest
     record = Record(
-        event=EventKind.approval_recorded,
-        cause=f"1 of {required} approvals",
-        excerpt={
-            "approver": approver,
-            "fingerprint": fingerprint,
-            "expires_at": expires.isoformat(),
-            "approvals_required": required,
-        },
+        event=EventKind.approval_recorded, cause=f"1 of {required} approvals", excerpt=excerpt
     )
     return Decided(action=record)
 
