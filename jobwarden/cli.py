@@ -502,11 +502,24 @@ def approve(
             help="Seconds the approval stays valid.", envvar="JOBWARDEN_APPROVAL_VALID_FOR"
         ),
     ] = 3600,
+    request_digest: Annotated[
+        str | None,
+        typer.Option(
+            help="The request digest you reviewed (`jobwarden show`): refused if the create "
+            "would now leave differently.",
+            envvar="JOBWARDEN_APPROVAL_REQUEST_DIGEST",
+        ),
+    ] = None,
 ) -> None:
-    """Approve an operation awaiting approval; bound to its fingerprint."""
+    """Approve an operation awaiting approval; bound to its fingerprint and to the create
+    as it will leave (its request digest)."""
     from jobwarden.tasks.interventions import approve as approve_operation
 
-    console.print(approve_operation(operation_id, fingerprint, approver, valid_for))
+    console.print(
+        approve_operation(
+            operation_id, fingerprint, approver, valid_for, request_digest=request_digest
+        )
+    )
 
 
 @app.command()

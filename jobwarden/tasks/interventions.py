@@ -210,7 +210,7 @@ class _HistoryMovedError(LostRaceError):
     """The history grew after the approvals were read: read them again."""
 
 
-def approve(
+def approve(  # noqa: PLR0913 - request_digest is keyword-only, named by every door
     operation_id: str,
     fingerprint: str,
     approver: str,
@@ -243,7 +243,9 @@ def approve(
                 rt,
                 operation_id,
                 approver,
-                _approval(rt, op_id, fingerprint, approver, valid_for_seconds, request_digest),
+                _approval(
+                    rt, op_id, fingerprint, approver, valid_for_seconds, named_digest=request_digest
+                ),
                 missing=missing,
             )
         except _HistoryMovedError:
@@ -266,6 +268,7 @@ def _approval(  # noqa: PLR0913 - approve()'s own inputs, each named at the one 
     fingerprint: str,
     approver: str,
     valid_for_seconds: float,
+    *,
     named_digest: str | None,
 ) -> Decide:
     """The approval's decision, with what it needs from the history read beforehand."""

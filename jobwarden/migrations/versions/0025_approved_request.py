@@ -26,9 +26,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.add_column(
-        "operations", sa.Column("approved_request_digest", sa.String(64), nullable=True)
-    )
+    op.add_column("operations", sa.Column("approved_request_digest", sa.String(64), nullable=True))
 
 
 def downgrade() -> None:
