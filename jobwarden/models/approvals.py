@@ -200,7 +200,8 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     if required > 1:
         earlier_ones = _others(op, approver, standing(given, fingerprint, now, request_digest))
         if len(earlier_ones) + 1 < required:
-            return _first_of_two(fingerprint, approver, expires, required, request_digest)
+            bound = (request_digest, request_line)
+            return _first_of_two(fingerprint, approver, expires, required, bound)
         # Valid while both are: the earlier expiry of the two.
         expires = min([expires, *(g.expires_at for g in earlier_ones)])
     # The human's wait never consumes the deadline for establishing the remote job
@@ -255,7 +256,11 @@ def _others(
 
 
 def _first_of_two(
-    fingerprint: str, approver: str, expires: datetime, required: int, request_digest: str | None
+    fingerprint: str,
+    approver: str,
+    expires: datetime,
+    required: int,
+    bound: tuple[str | None, str | None],
 ) -> Decided:
     """The first approval: recorded (who, the fingerprint and request digest, its expiry);
     still waiting, its window's timer untouched, its deadlines not yet moved."""
@@ -265,8 +270,11 @@ def _first_of_two(
         "expires_at": expires.isoformat(),
         "approvals_required": required,
     }
+    request_digest, request_line = bound
     if request_digest is not None:
         excerpt["request_digest"] = request_digest
+    if request_line is not None:
+        excerpt["request"] = request_line
     record = Record(
         event=EventKind.approval_recorded, cause=f"1 of {required} approvals", excerpt=excerpt
     )

@@ -32,10 +32,11 @@ from jobwarden.models.states import OperationState as S
 APPROVAL_STALE: Final = "approval_stale"
 
 
-def stale_detail(approved: str, current: str) -> str:
+def stale_detail(approved: str, current: str, request_line: str) -> str:
     return (
-        f"approval_stale: the create to send (request digest {current}) is not the one "
-        f"approved (request digest {approved}); nothing was sent, a new approval is needed"
+        f"the create to send, {request_line} (request digest {current}), "
+        f"is not the one approved (request digest {approved}); nothing was sent, a new "
+        "approval is needed"
     )
 
 
@@ -60,7 +61,7 @@ def decide_binding(
         "request_digest": request_digest,
         "request": request_line,
     }
-    detail = stale_detail(approved, request_digest)
+    detail = stale_detail(approved, request_digest, request_line)
     if op.state is not S.create_pending:
         stop = escalate(op.state, EscalationReason.approval_stale, detail)
         return Decided(action=stop)

@@ -214,7 +214,8 @@ def test_a_create_whose_url_moved_after_the_approval_goes_back_for_a_new_approva
         "request_digest": moved.digest,
         "request": f"POST {OTHER_URL}/v1/jobs",
     }
-    assert record.cause is not None and record.cause.startswith(APPROVAL_STALE)
+    assert record.cause is not None and moved.digest in record.cause
+    assert op.approved_request_digest is not None and op.approved_request_digest in record.cause
     # A fresh approval window, never past the business deadline.
     assert record.wake_at == NOW + 2 * HOUR
     assert decided.changes == {"approved_request_digest": None, "approval_expires_at": None}
