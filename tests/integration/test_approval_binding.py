@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -36,7 +37,10 @@ from jobwarden.tasks.interventions import approve
 from jobwarden.tasks.provider_edge import shown_create_request
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from jobwarden.tasks.runtime import close as close_runtime
-from tests.integration.api_helpers import load, tenant_name
+from tests.api_server import serving
+from tests.integration.api_helpers import load, make_token, tenant_name
+from tests.integration.test_cli import _cli
+from tests.integration.test_console import _csrf, _token, login
 
 BOUND = "sandbox_bound"
 TWO = "sandbox_bound_two"
@@ -87,10 +91,10 @@ def processes(
     close_runtime(worker)
 
 
-def _submitted(rt: Runtime, provider: str = BOUND) -> uuid.UUID:
+def _submitted(rt: Runtime, provider: str = BOUND, tenant: str | None = None) -> uuid.UUID:
     made = submit_request(
         SubmissionRequest(
-            tenant=tenant_name(),
+            tenant=tenant or tenant_name(),
             requested_by="alice",
             provider=provider,
             command={"kind": "export", "behaviour": {"polls_to_finish": 1}},
@@ -188,3 +192,93 @@ def test_under_the_two_person_rule_approvals_of_different_requests_do_not_add_up
     assert approve(str(op), fingerprint, "dave", runtime=worker) == S.create_pending.value
     assert pipeline.run_step(str(op), CREATE) == S.accepted.value
     assert len(servers[1].requests()) == 1 and servers[0].requests() == []
+
+
+# --- every door that approves names the digest it showed ------------------------------
+
+
+@pytest.fixture
+def api(providers: Path, processes: tuple[Runtime, Runtime]) -> Iterator[str]:
+    """The API and console of a process started with the current URL (the worker's)."""
+    from jobwarden.api.app import create_app
+
+    with serving(create_app(Settings(providers_dir=providers))) as url:
+        yield url
+
+
+def _approval_events(database_url: str, op: uuid.UUID) -> list[EventKind]:
+    approvals = (EventKind.approved, EventKind.approval_recorded)
+    return [kind for kind, _ in _events(database_url, op) if kind in approvals]
+
+
+def test_over_http_the_view_names_the_digest_and_an_approval_of_another_is_a_409(
+    database_url: str, processes: tuple[Runtime, Runtime], api: str
+) -> None:
+    approver, worker = processes
+    tenant = tenant_name()
+    op = _submitted(approver, tenant=tenant)
+    bob = make_token(database_url, tenant, "bob", ["read", "approve"])
+    expected = shown_create_request(worker.context(BOUND), load(database_url, op)).digest
+    with httpx.Client(base_url=api, timeout=30) as client:
+        view = client.get(f"/v1/operations/{op}", headers=bob).json()["create_request"]
+        assert view["request_digest"] == expected
+        assert view["credential_from"] == "env:JOBWARDEN_SANDBOX_TOKEN"
+        body = {"fingerprint": view["fingerprint"], "request_digest": "0" * 64}
+        refused = client.post(f"/v1/operations/{op}/approvals", json=body, headers=bob)
+        assert refused.status_code == 409, refused.text
+        problem = refused.json()
+        assert problem["type"].endswith("/request_digest_mismatch")
+        assert [e["path"] for e in problem["errors"]] == ["request_digest"]
+        assert expected in problem["detail"]
+        assert _approval_events(database_url, op) == []  # nothing written
+        body["request_digest"] = expected
+        approved = client.post(f"/v1/operations/{op}/approvals", json=body, headers=bob)
+        assert approved.status_code == 200, approved.text
+    assert load(database_url, op).approved_request_digest == expected
+
+
+def test_the_console_shows_the_digest_it_binds_and_posts_it(
+    database_url: str, processes: tuple[Runtime, Runtime], api: str
+) -> None:
+    approver, worker = processes
+    tenant = tenant_name()
+    op = _submitted(approver, tenant=tenant)
+    expected = shown_create_request(worker.context(BOUND), load(database_url, op)).digest
+    token = _token(database_url, tenant, "bob", ["read", "approve"])
+    with login(api, token) as client:
+        page = client.get(f"/console/operations/{op}").text
+        assert f'<code id="request-digest">{expected}</code>' in page
+        assert f'name="request_digest" value="{expected}"' in page
+        form = {"csrf": _csrf(page), "fingerprint": load(database_url, op).request_fingerprint}
+        stale = client.post(
+            f"/console/operations/{op}/approvals", data={**form, "request_digest": "0" * 64}
+        )
+        assert stale.status_code == 409 and "request_digest" in stale.text
+        assert _approval_events(database_url, op) == []
+        fresh = client.post(
+            f"/console/operations/{op}/approvals", data={**form, "request_digest": expected}
+        )
+        assert fresh.status_code == 303, fresh.text
+    assert load(database_url, op).approved_request_digest == expected
+
+
+def test_the_cli_approves_only_the_digest_it_names(
+    database_url: str, providers: Path, processes: tuple[Runtime, Runtime]
+) -> None:
+    approver, worker = processes
+    op = _submitted(approver)
+    row = load(database_url, op)
+    expected = shown_create_request(worker.context(BOUND), row).digest
+    env = {"JOBWARDEN_PROVIDERS_DIR": str(providers)}
+    shown = _cli("show", str(op), env=env)
+    assert f"request digest   {expected}" in shown.stdout, shown.stderr
+    args = ["approve", str(op), "--fingerprint", row.request_fingerprint, "--approver", "bob"]
+    refused = _cli(*args, "--request-digest", "0" * 64, env=env)
+    assert refused.returncode == 2
+    assert (
+        refused.stderr.startswith("error: request_digest: ") and "Traceback" not in refused.stderr
+    )
+    assert _approval_events(database_url, op) == []
+    approved = _cli(*args, env={**env, "JOBWARDEN_APPROVAL_REQUEST_DIGEST": expected})
+    assert approved.returncode == 0, approved.stderr
+    assert load(database_url, op).approved_request_digest == expected
