@@ -40,7 +40,7 @@ from jobwarden.models.errors import (
     RequestDigestMismatchError,
 )
 from jobwarden.models.history import ChainedEvent, EventKind
-from jobwarden.models.operation import Operation
+from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.states import OperationState as S
 
 WINDOW_CLOSED = "approval_window_closed"
@@ -218,24 +218,23 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     }
     if required > 1:
         excerpt["approvers"] = approvers
-    if request_digest is not None:
-        excerpt["request_digest"] = request_digest
     if request_line is not None:
         excerpt["request"] = request_line
     record = Record(event=EventKind.approved, to=S.create_pending, excerpt=excerpt, wake_at=now)
     authorized_by = ", ".join(approvers)
     if len(authorized_by) > AUTHORIZED_BY_MAX:
         authorized_by = authorized_by[: AUTHORIZED_BY_MAX - 1] + "…"
-    return Decided(
-        action=record,
-        changes={
-            "authorized_by": authorized_by,
-            "approval_expires_at": expires,
-            "approved_request_digest": request_digest,
-            "create_deadline": create_by,
-            "result_deadline": result_by,
-        },
-    )
+    changes: RowChanges = {
+        "authorized_by": authorized_by,
+        "approval_expires_at": expires,
+        "create_deadline": create_by,
+        "result_deadline": result_by,
+    }
+    if request_digest is not None:
+        # The create step sends only the request with this digest (request_binding.py).
+        excerpt["request_digest"] = request_digest
+        changes["approved_request_digest"] = request_digest
+    return Decided(action=record, changes=changes)
 
 
 def _others(
