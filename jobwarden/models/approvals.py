@@ -12,9 +12,8 @@ is refused with the reason, never accepted and then failed.
 The two-person rule (``approvals_required = 2``): the first approval is an
 ``approval_recorded`` event and the operation keeps waiting; the second, by another
 person, for the same fingerprint and request digest, while the first is unexpired, is
-the approval. The
-submitter is never one of the two. Earlier approvals are read from the history and
-come in as values (``GivenApproval``); no column holds them.
+the approval. The submitter is never one of the two. Earlier approvals are read from
+the history and come in as values (``GivenApproval``); no column holds them.
 
 An approval binds the create as it will leave by its digest (``request_digest``,
 ``models/outgoing.py``): recorded in its events and on the row
