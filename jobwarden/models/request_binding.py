@@ -10,7 +10,7 @@ digests as ``approval_stale``:
 - in ``create_pending`` no remote job can exist (an ambiguous send would have moved it
   to ``create_unknown``), so the operation goes back to ``awaiting_approval`` for a new
   approval, with a fresh approval window (capped by the business deadline): the old
-  approval is void, its digest and expiry cleared;
+  approval is void, its digest, expiry and approvers cleared (the history keeps them);
 - in ``create_unknown`` (a same-token retry of reconciliation) a create may have reached
   the approved target already: sending it elsewhere could make a second job, so the
   operation stops for a person, escalated ``approval_stale``.
@@ -76,5 +76,10 @@ def decide_binding(
     )
     return Decided(
         action=back,
-        changes={"approved_request_digest": None, "approval_expires_at": None},
+        # The approval is void: nobody has authorized the request that would leave now.
+        changes={
+            "approved_request_digest": None,
+            "approval_expires_at": None,
+            "authorized_by": None,
+        },
     )

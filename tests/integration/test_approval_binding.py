@@ -136,6 +136,7 @@ def test_a_create_whose_base_url_changed_after_the_approval_is_not_sent_and_need
     stopped = load(database_url, op)
     assert stopped.state is S.awaiting_approval
     assert stopped.create_attempts == 0 and stopped.approved_request_digest is None
+    assert stopped.authorized_by is None and stopped.approval_expires_at is None
     assert stopped.next_poll_at is not None  # a fresh approval window, then approval_expired
     kind, excerpt = _events(database_url, op)[-1]
     now_leaving = shown_create_request(worker.context(BOUND), stopped)

@@ -218,7 +218,11 @@ def test_a_create_whose_url_moved_after_the_approval_goes_back_for_a_new_approva
     assert op.approved_request_digest is not None and op.approved_request_digest in record.cause
     # A fresh approval window, never past the business deadline.
     assert record.wake_at == NOW + 2 * HOUR
-    assert decided.changes == {"approved_request_digest": None, "approval_expires_at": None}
+    assert decided.changes == {
+        "approved_request_digest": None,
+        "approval_expires_at": None,
+        "authorized_by": None,
+    }
     p = planned(op, decided)
     assert walked(S.create_pending, p) == [S.awaiting_approval]
     assert p.changes["next_poll_at"] == NOW + 2 * HOUR
