@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import text
 from typer.testing import CliRunner
 
 from jobwarden.cli import app
@@ -25,9 +26,9 @@ from jobwarden.harness import REPO
 from jobwarden.models.errors import RequestDigestMismatchError
 from jobwarden.models.history import EventKind
 from jobwarden.models.persistence import store
-from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.db import engine_for, transaction
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.steps import CREATE
+from jobwarden.models.steps import CREATE, RECONCILE
 from jobwarden.models.submission import SubmissionRequest
 from jobwarden.sandbox.server import SandboxServer
 from jobwarden.tasks import pipeline
@@ -91,13 +92,15 @@ def processes(
     close_runtime(worker)
 
 
-def _submitted(rt: Runtime, provider: str = BOUND, tenant: str | None = None) -> uuid.UUID:
+def _submitted(
+    rt: Runtime, provider: str = BOUND, tenant: str | None = None, **behaviour: object
+) -> uuid.UUID:
     made = submit_request(
         SubmissionRequest(
             tenant=tenant or tenant_name(),
             requested_by="alice",
             provider=provider,
-            command={"kind": "export", "behaviour": {"polls_to_finish": 1}},
+            command={"kind": "export", "behaviour": {"polls_to_finish": 1, **behaviour}},
             idempotency_key=f"binding-{uuid.uuid4().hex}",
         ),
         door="python",
@@ -193,6 +196,36 @@ def test_under_the_two_person_rule_approvals_of_different_requests_do_not_add_up
     assert approve(str(op), fingerprint, "dave", runtime=worker) == S.create_pending.value
     assert pipeline.run_step(str(op), CREATE) == S.accepted.value
     assert len(servers[1].requests()) == 1 and servers[0].requests() == []
+
+
+def test_a_reconciliation_that_would_resend_the_create_elsewhere_stops_for_a_person(
+    database_url: str,
+    processes: tuple[Runtime, Runtime],
+    servers: tuple[SandboxServer, SandboxServer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The approved create left and its answer was lost (create_unknown); the worker that
+    reconciles (same-token retry) was started with another URL. A resend there could make
+    a second job: nothing is sent, the operation escalates approval_stale."""
+    approver, worker = processes
+    approved_at, moved_to = servers
+    op = _submitted(approver, create_response="drop")
+    approve(str(op), load(database_url, op).request_fingerprint, "bob", runtime=approver)
+    monkeypatch.setattr(runtime_module, "_runtime", approver)
+    assert pipeline.run_step(str(op), CREATE) == S.create_unknown.value
+    assert len(approved_at.requests()) == 1
+    # The reconciliation's time has come (a timer, not a bound fact: as the clock moving).
+    with engine_for(database_url).begin() as conn:
+        conn.execute(
+            text("UPDATE operation_timers SET next_poll_at = now() WHERE operation_id = :id"),
+            {"id": op},
+        )
+    monkeypatch.setattr(runtime_module, "_runtime", worker)
+    assert pipeline.run_step(str(op), RECONCILE) == S.escalated.value
+    assert moved_to.requests() == [] and len(approved_at.requests()) == 1
+    stopped = load(database_url, op)
+    assert stopped.escalation_reason == "approval_stale"
+    assert stopped.escalation_detail is not None and moved_to.url in stopped.escalation_detail
 
 
 # --- every door that approves names the digest it showed ------------------------------
