@@ -534,13 +534,22 @@ def approve(
             help="Seconds the approval stays valid.", envvar="JOBWARDEN_APPROVAL_VALID_FOR"
         ),
     ] = 3600,
+    request_digest: Annotated[
+        str | None,
+        typer.Option(
+            help="The request digest you reviewed (`jobwarden show`): refused if the create "
+            "would now leave differently.",
+            envvar="JOBWARDEN_APPROVAL_REQUEST_DIGEST",
+        ),
+    ] = None,
     token_file: TokenFile = None,
     glass: BreakGlass = None,
     approver: Approver = None,
 ) -> None:
-    """Approve an operation awaiting approval; bound to its fingerprint. Acts as the
-    token's principal (JOBWARDEN_TOKEN, --token-file); --break-glass REASON approves
-    without one, recorded as such and never counted toward a two-person rule."""
+    """Approve an operation awaiting approval; bound to its fingerprint and to the create
+    as it will leave (its request digest). Acts as the token's principal (JOBWARDEN_TOKEN,
+    --token-file); --break-glass REASON approves without one, recorded as such and never
+    counted toward a two-person rule."""
     from jobwarden.tasks.interventions import approve as approve_operation
 
     who = decision_author(
@@ -550,7 +559,9 @@ def approve(
         glass=glass,
         typed=("--approver", approver),
     )
-    console.print(approve_operation(operation_id, fingerprint, who, valid_for))
+    console.print(
+        approve_operation(operation_id, fingerprint, who, valid_for, request_digest=request_digest)
+    )
 
 
 @app.command()

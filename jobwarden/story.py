@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from jobwarden.models.history import ChainedEvent
+from jobwarden.models.history import ChainedEvent, EventDraft
 from jobwarden.models.operation import Operation
 
 # A provider's value (a job id, a state, a detail) shown longer than this is cut.
@@ -75,6 +75,18 @@ def _business_decision(kind: str, ex: dict[str, Any]) -> str | None:
     return None
 
 
+def _approval_line(d: EventDraft) -> str | None:
+    """An approval that bound the request: its request line and digest (invariant 13)."""
+    ex = d.excerpt or {}
+    if d.kind.value not in ("approved", "approval_recorded") or "request_digest" not in ex:
+        return None
+    cause = f" ({d.cause})" if d.cause else ""
+    request = shown(ex.get("request", "the create"), limit=None)
+    return (
+        f"{d.kind.value.replace('_', ' ')}{cause}: {request}, request digest {ex['request_digest']}"
+    )
+
+
 def event_line(ev: ChainedEvent) -> str:
     d = ev.draft
     ex = d.excerpt or {}
@@ -111,7 +123,7 @@ def event_line(ev: ChainedEvent) -> str:
             text += f", next attempt {_hhmmss(nxt)} ({d.delay_source})"
     elif kind == "escalated":
         text = f"escalated {d.cause}: {ex.get('detail')}"
-    elif (decided := _business_decision(kind, ex)) is not None:
+    elif (decided := _business_decision(kind, ex) or _approval_line(d)) is not None:
         text = decided
     elif kind in ("result_collected", "result_rejected"):
         counts = ""

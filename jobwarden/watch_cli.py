@@ -67,6 +67,8 @@ def request_lines(shown: ShownRequest | None) -> list[str]:
             for name, value in shown.headers
         ),
         "  body           " + (printable(shown.body, limit=None) if shown.body else "(none)"),
+        # What an approval binds: `jobwarden approve --request-digest` names it.
+        f"request digest   {shown.digest}",
     ]
 
 

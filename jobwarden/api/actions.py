@@ -29,6 +29,7 @@ from jobwarden.models.errors import (
     ApprovalRefusedError,
     LostRaceError,
     RefusedInputError,
+    RequestDigestMismatchError,
 )
 from jobwarden.models.identity import same_principal
 from jobwarden.models.operation import Operation
@@ -62,6 +63,9 @@ class ApprovalBody(BaseModel):
     # The fingerprint the approver was shown (GET /v1/operations/{id}): a changed payload
     # has another one, and needs an approval of its own.
     fingerprint: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+    # The create's digest the approver was shown (create_request.request_digest): the
+    # approval binds the request as it will leave; omitted, the one that would leave now.
+    request_digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = None
     valid_for_seconds: Annotated[float, Field(ge=MIN_APPROVAL_SECONDS, le=MAX_APPROVAL_SECONDS)] = (
         3600
     )
@@ -143,7 +147,8 @@ def cancel_operation(
             400: NOT_JSON,
             403: "the token lacks the approve scope, or submitted the operation itself",
             404: NOT_FOUND,
-            409: "not awaiting approval, another fingerprint than the operation's, "
+            409: "not awaiting approval, another fingerprint than the operation's, another "
+            "request digest than the create that would leave (request_digest_mismatch), "
             "too late (approval_window_closed, business_deadline_passed), or a second "
             "approval by the same token (same_approver)",
         }
@@ -194,7 +199,15 @@ def approve_operation(
             principal.author,
             valid_for_seconds=body.valid_for_seconds,
             runtime=rt,
+            request_digest=body.request_digest,
         )
+    except RequestDigestMismatchError as exc:
+        raise ProblemError(
+            409,
+            exc.reason,
+            exc.detail,
+            errors=[{"path": "request_digest", "message": "not the create that would leave now"}],
+        ) from None
     except ApprovalRefusedError as exc:
         # Too late to be kept: refused with its reason, never accepted and then failed.
         raise ProblemError(409, exc.reason, exc.detail) from None

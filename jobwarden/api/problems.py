@@ -55,6 +55,7 @@ TITLES: dict[str, str] = {
     "self_approval_refused": "The operation's submitter may not approve it",
     "same_approver": "This approver already approved; another approver must approve",
     "fingerprint_mismatch": "The approval names another fingerprint than the operation's",
+    "request_digest_mismatch": "The approval names another request than the one that would leave",
     "approval_window_closed": "The operation's approval window has closed",
     "business_deadline_passed": "The operation's business deadline has passed",
     "option_not_offered": "The option is not offered for this operation now",

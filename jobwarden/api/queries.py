@@ -234,6 +234,8 @@ def _create_request(rt: Runtime, row: Operation) -> CreateRequest | None:
         body=shown.body,
         fingerprint=shown.fingerprint,
         transport_headers=list(shown.transport_headers),
+        request_digest=shown.digest,
+        credential_from=shown.credential_from,
     )
 
 

@@ -108,6 +108,9 @@ class CreateRequest(BaseModel):
     body: str | None  # the body bytes as sent, as text
     fingerprint: str
     transport_headers: list[str]  # added by the HTTP client: Host, Content-Length, ...
+    # What an approval binds (models/outgoing.request_digest); name it when approving.
+    request_digest: str | None = None
+    credential_from: str | None = None  # the credential's reference (env:NAME, file:PATH)
 
 
 class ResultView(BaseModel):

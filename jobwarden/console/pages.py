@@ -185,11 +185,20 @@ def operation_page(
         now=now,
     )
     ctx = rt.contexts.get(row.provider)
+    shown = shown_create_request(ctx, row) if ctx is not None else None
     window = limits.approval_window_seconds if limits else DEFAULT_APPROVAL_WINDOW_SECONDS
     window_ends = _approval_window_ends(row, events, timedelta(seconds=window))
     required = contract.approvals_required if contract is not None else 1
     given = (
-        [g.approver for g in standing(given_approvals(events), row.request_fingerprint, now)]
+        [
+            g.approver
+            for g in standing(
+                given_approvals(events),
+                row.request_fingerprint,
+                now,
+                shown.digest if shown is not None else None,
+            )
+        ]
         if row.state is S.awaiting_approval
         else []
     )
@@ -239,7 +248,7 @@ def operation_page(
         approved_already=any(same_principal(principal.actor, who) for who in given),
         cancellable=row.state not in TERMINAL,
         timeline_svg=render_svg(timeline),
-        create_request=shown_create_request(ctx, row) if ctx is not None else None,
+        create_request=shown,
     )
 
 

@@ -364,6 +364,8 @@ def approve(request: Request, operation_id: str, current: Session, form: Form) -
             principal.author,
             valid_for_seconds=max(valid_for, 1.0),
             runtime=runtime_of(request),
+            # The digest the page showed: a create that changed since is refused.
+            request_digest=form.get("request_digest") or None,
         )
     except AnotherApproverNeededError as exc:
         raise ConsoleError(403 if exc.reason == SELF_APPROVAL else 409, exc.detail) from None

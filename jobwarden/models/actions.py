@@ -47,6 +47,8 @@ class EscalationReason(StrEnum):
     contract_violation = "contract_violation"  # the provider contradicted itself or the contract
     cancellation_unconfirmed = "cancellation_unconfirmed"  # cancel bounds ran out unconfirmed
     internal_error = "internal_error"  # a step kept crashing on this operation (a bug, or input)
+    # A reconciling create is not the one approved; it may have reached the approved target.
+    approval_stale = "approval_stale"
 
 
 # The one place that says where a stop lands. While a cancel is ours, every stop is

@@ -11,13 +11,19 @@ is refused with the reason, never accepted and then failed.
 
 The two-person rule (``approvals_required = 2``): the first approval is an
 ``approval_recorded`` event and the operation keeps waiting; the second, by another
-person, for the same fingerprint, while the first is unexpired, is the approval. The
-submitter is never one of the two, nor is the principal an operation was submitted on
-behalf of (a schedule's author: the intent event's ``on_behalf_of``), who never approves
-it at all. Only authenticated principals count (models/identity.py): a break-glass or
-a named approver is refused under the rule, and is recorded as such where it may act
-(one approval). Earlier approvals are read from the history and come in as values
-(``GivenApproval``); no column holds them.
+person, for the same fingerprint and request digest, while the first is unexpired, is
+the approval. The submitter is never one of the two, nor is the principal an operation
+was submitted on behalf of (a schedule's author: the intent event's ``on_behalf_of``),
+who never approves it at all. Only authenticated principals count (models/identity.py):
+a break-glass or a named approver is refused under the rule, and is recorded as such
+where it may act (one approval). Earlier approvals are read from the history and come
+in as values (``GivenApproval``); no column holds them.
+
+An approval binds the create as it will leave by its digest (``request_digest``,
+``models/outgoing.py``): recorded in its events and on the row
+(``approved_request_digest``), which the create step checks before sending
+(``models/request_binding.py``). An approver who names a digest other than the current
+one was shown another request, and is refused.
 
 Pure: the frozen operation, what the approver named and the time in, the write out.
 """
@@ -35,10 +41,11 @@ from jobwarden.models.errors import (
     AnotherApproverNeededError,
     ApprovalRefusedError,
     RefusedInputError,
+    RequestDigestMismatchError,
 )
 from jobwarden.models.history import ChainedEvent, EventKind
 from jobwarden.models.identity import Author, AuthorKind, recorded_author, same_principal
-from jobwarden.models.operation import Operation
+from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.states import OperationState as S
 
 WINDOW_CLOSED = "approval_window_closed"
@@ -48,6 +55,7 @@ SELF_APPROVAL = "self_approval_refused"
 SAME_APPROVER = "same_approver"
 # A break-glass or named approver under the two-person rule: it never counts.
 NOT_COUNTED = "approver_not_counted"
+DIGEST_MISMATCH = "request_digest_mismatch"
 # operations.authorized_by is varchar(200): two long names are cut there, never refused
 # (the approval events keep both in full).
 AUTHORIZED_BY_MAX = 200
@@ -63,6 +71,7 @@ class GivenApproval:
     # Recorded by an authenticated principal: only those count toward the rule (an
     # approval a typed name recorded before identities were authenticated never does).
     authenticated: bool = True
+    request_digest: str | None = None  # None: given before approvals bound the request
 
 
 # Kept for callers of the old name: identity is compared by principal (models/identity.py).
@@ -95,18 +104,28 @@ def given_approvals(events: Iterable[ChainedEvent]) -> tuple[GivenApproval, ...]
                     fingerprint=str(d.excerpt["fingerprint"]),
                     expires_at=datetime.fromisoformat(str(d.excerpt["expires_at"])),
                     authenticated=recorded_author(approver, d.excerpt).authenticated,
+                    request_digest=d.excerpt.get("request_digest"),
                 )
             )
     return tuple(given)
 
 
 def standing(
-    given: Sequence[GivenApproval], fingerprint: str, now: datetime
+    given: Sequence[GivenApproval],
+    fingerprint: str,
+    now: datetime,
+    request_digest: str | None = None,
 ) -> tuple[GivenApproval, ...]:
-    """The earlier approvals that still count: authenticated, for this fingerprint, and
-    unexpired."""
+    """The earlier approvals that still count: authenticated, for this fingerprint and,
+    when one is bound, this request digest (two approvers must approve the same
+    request), and unexpired."""
     return tuple(
-        g for g in given if g.authenticated and g.fingerprint == fingerprint and now < g.expires_at
+        g
+        for g in given
+        if g.authenticated
+        and g.fingerprint == fingerprint
+        and now < g.expires_at
+        and (request_digest is None or g.request_digest == request_digest)
     )
 
 
@@ -154,6 +173,9 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     required: int = 1,
     given: Sequence[GivenApproval] = (),
     behalf_of: str | None = None,
+    request_digest: str | None = None,
+    named_request_digest: str | None = None,
+    request_line: str | None = None,
 ) -> Decided:
     """The approval as the write it makes; RefusedInputError when it may not be given.
 
@@ -168,6 +190,11 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     is the approval. AnotherApproverNeededError when the approver is the submitter (one
     approval: unless the token's tenant allows it), the principal ``behalf_of`` names
     (never), already approved, or under the rule is not an authenticated principal.
+
+    ``request_digest`` is the digest of the create as it would leave now (what the door
+    shows), bound by the approval; ``named_request_digest`` the one the approver was
+    shown, if the door knows it: RequestDigestMismatchError when the two differ.
+    ``request_line`` (``METHOD URL`` as shown) is recorded beside the digest, for people.
     """
     if op.state is S.approval_expired:
         # Ended by the window's own step first: the same refusal, for the same reason.
@@ -182,6 +209,12 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     # Text here is a recorded actor (the doors hand an Author; the Python door's text
     # was turned into one by as_author, which refuses text spelt as a principal).
     approver = recorded_author(approver, {}) if isinstance(approver, str) else approver
+    if named_request_digest is not None and named_request_digest != request_digest:
+        raise RequestDigestMismatchError(
+            DIGEST_MISMATCH,
+            "the approval names another request digest than the create that would leave "
+            f"now ({request_digest}); look at the request again and approve what it shows",
+        )
     refused = _refusal(op, approval_window_end(op, waiting_since=waiting_since, window=window), now)
     if refused is not None:
         raise refused
@@ -189,10 +222,13 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     # approval given today cannot authorize a create a week from now. Nor past the
     # business deadline, which no approval can extend.
     expires = earlier(now + valid_for, op.business_deadline)
-    earlier_ones = _others(op, approver, behalf_of, required, standing(given, fingerprint, now))
+    earlier_ones = _others(
+        op, approver, behalf_of, required, standing(given, fingerprint, now, request_digest)
+    )
     if required > 1:
         if len(earlier_ones) + 1 < required:
-            return _first_of_two(fingerprint, approver, expires, required)
+            bound = (request_digest, request_line)
+            return _first_of_two(fingerprint, approver, expires, required, bound)
         # Valid while both are: the earlier expiry of the two.
         expires = min([expires, *(g.expires_at for g in earlier_ones)])
     # The human's wait never consumes the deadline for establishing the remote job
@@ -211,19 +247,23 @@ def decide_approval(  # noqa: PLR0913 - each input is named at the one call
     }
     if required > 1:
         excerpt["approvers"] = approvers
+    if request_line is not None:
+        excerpt["request"] = request_line
     record = Record(event=EventKind.approved, to=S.create_pending, excerpt=excerpt, wake_at=now)
     authorized_by = ", ".join(approvers)
     if len(authorized_by) > AUTHORIZED_BY_MAX:
         authorized_by = authorized_by[: AUTHORIZED_BY_MAX - 1] + "…"
-    return Decided(
-        action=record,
-        changes={
-            "authorized_by": authorized_by,
-            "approval_expires_at": expires,
-            "create_deadline": create_by,
-            "result_deadline": result_by,
-        },
-    )
+    changes: RowChanges = {
+        "authorized_by": authorized_by,
+        "approval_expires_at": expires,
+        "create_deadline": create_by,
+        "result_deadline": result_by,
+    }
+    if request_digest is not None:
+        # The create step sends only the request with this digest (request_binding.py).
+        excerpt["request_digest"] = request_digest
+        changes["approved_request_digest"] = request_digest
+    return Decided(action=record, changes=changes)
 
 
 def _others(
@@ -268,19 +308,29 @@ def _others(
     return earlier_ones
 
 
-def _first_of_two(fingerprint: str, approver: Author, expires: datetime, required: int) -> Decided:
-    """The first approval: recorded (who, the fingerprint, its expiry); still waiting,
-    its window's timer untouched, its deadlines not yet moved."""
+def _first_of_two(
+    fingerprint: str,
+    approver: Author,
+    expires: datetime,
+    required: int,
+    bound: tuple[str | None, str | None],
+) -> Decided:
+    """The first approval: recorded (who, the fingerprint and request digest, its expiry);
+    still waiting, its window's timer untouched, its deadlines not yet moved."""
+    excerpt: dict[str, object] = {
+        **approver.excerpt(),
+        "approver": approver.actor,
+        "fingerprint": fingerprint,
+        "expires_at": expires.isoformat(),
+        "approvals_required": required,
+    }
+    request_digest, request_line = bound
+    if request_digest is not None:
+        excerpt["request_digest"] = request_digest
+    if request_line is not None:
+        excerpt["request"] = request_line
     record = Record(
-        event=EventKind.approval_recorded,
-        cause=f"1 of {required} approvals",
-        excerpt={
-            **approver.excerpt(),
-            "approver": approver.actor,
-            "fingerprint": fingerprint,
-            "expires_at": expires.isoformat(),
-            "approvals_required": required,
-        },
+        event=EventKind.approval_recorded, cause=f"1 of {required} approvals", excerpt=excerpt
     )
     return Decided(action=record)
 

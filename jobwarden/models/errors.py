@@ -72,6 +72,23 @@ class ApprovalRefusedError(RefusedInputError):
         return f"{self.reason}: {self.detail}"
 
 
+class RequestDigestMismatchError(RefusedInputError):
+    """The approver was shown another create than the one that would leave now (its
+    ``request_digest`` differs): refused, so nobody approves a request they did not see.
+
+    ``reason`` is ``request_digest_mismatch``; the API answers a 409 problem naming the
+    field ``request_digest``.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(reason, detail)
+        self.reason = reason
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"request_digest: {self.detail}"
+
+
 class AnotherApproverNeededError(RefusedInputError):
     """The two-person rule refuses this approver: somebody else must approve.
 

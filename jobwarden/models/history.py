@@ -27,6 +27,8 @@ class EventKind(StrEnum):
     approval_requested = "approval_requested"  # waits for a human approval
     approved = "approved"  # a human approved the fingerprint
     approval_recorded = "approval_recorded"  # one of two approvers approved; one more must
+    # The create to send is not the one approved (its digest differs): nothing was sent.
+    approval_stale = "approval_stale"
     create_sent = "create_sent"  # a create request is about to leave (counter committed)
     create_accepted = "create_accepted"  # the provider answered with a remote job
     create_replayed = "create_replayed"  # the provider replayed an earlier create for our token

@@ -77,6 +77,9 @@ class Operation:
     # state it ends in once the cleanup is confirmed; and the confirmation's deadline.
     ended_as: str | None = None
     cleanup_deadline: datetime | None = None
+    # The digest of the create request its approval bound (models/outgoing.request_digest,
+    # 0025): the create step sends only a request with this digest. None: none is bound.
+    approved_request_digest: str | None = None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
@@ -169,6 +172,7 @@ class RowChanges(TypedDict, total=False):
     resubmitted_as: uuid.UUID | None
     ended_as: str | None
     cleanup_deadline: datetime | None
+    approved_request_digest: str | None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

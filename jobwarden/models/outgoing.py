@@ -6,15 +6,22 @@ builds from the very same functions and ``requests.create_request``: what a huma
 approves cannot drift from what is sent (invariant 13). Only the credential differs:
 the edge passes the real one, the display a placeholder, so no process needs the
 secret to show a request, and none shows it.
+
+``request_digest`` is that rendering's digest: an approval binds it, and the create step
+renders the request it is about to send the same way and refuses to send on any
+difference (``approval_stale``). One rendering, one digest, so what is shown, what is
+approved and what is checked before the send cannot disagree.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
+from jobwarden.models import canonical
 from jobwarden.models.actions import ProviderRequest
 from jobwarden.models.contract import AuthSpec, ProviderContract
 from jobwarden.models.excerpts import REDACTED, names_a_secret, redacted, scrub_text
@@ -80,7 +87,52 @@ class ShownRequest:
     headers: tuple[tuple[str, str], ...]  # in the order they are sent
     body: str | None  # the bytes as sent, as text; a secret-named value redacted
     fingerprint: str
+    # Where the credential comes from (``env:NAME``, ``file:PATH``): its reference, never
+    # its value; None when the contract sends none.
+    credential_from: str | None = None
+    # The companion header carrying the first send's time (Repeatability-First-Sent), if
+    # any: shown as it is, digested as FIRST_SENT_LATER (no approval can know the time).
+    first_sent_header: str | None = None
     transport_headers: tuple[str, ...] = TRANSPORT_HEADERS  # the HTTP client adds these
+
+    @property
+    def digest(self) -> str:
+        return request_digest(self)
+
+
+def credential_reference(auth: AuthSpec | None) -> str | None:
+    """The credential's reference (the environment variable, then the file), never its value."""
+    if auth is None:
+        return None
+    parts = [f"env:{auth.secret_env}"] if auth.secret_env else []
+    if auth.secret_file:
+        parts.append(f"file:{auth.secret_file}")
+    return " | ".join(parts) or None
+
+
+def request_digest(shown: ShownRequest) -> str:
+    """sha256 (hex) of a shown request: what an approval binds (DESIGN invariant 13).
+
+    Over the method, the absolute URL, every header jobwarden sets (names lower-cased and
+    sorted: RFC 9110 section 5.1, names are case-insensitive, and their order carries no
+    meaning between different names), the body bytes as sent, the command's fingerprint
+    and the credential's reference, as RFC 8785 JSON. Secrets are not in it: the rendering
+    holds only placeholders. What no approval can know (traceparent's parent id, new per
+    request; the first send's time) is digested as its placeholder, so it never makes an
+    approval stale.
+    """
+    material = {
+        "method": shown.method.upper(),
+        "url": shown.url,
+        "headers": sorted(
+            [name.lower(), FIRST_SENT_LATER if name == shown.first_sent_header else value]
+            for name, value in shown.headers
+        ),
+        "body": shown.body,
+        "fingerprint": shown.fingerprint,
+        "credential_from": shown.credential_from,
+    }
+    return hashlib.sha256(canonical.dumps(material)).hexdigest()
 
 
 def _shown_header(name: str, value: str, credential: str | None, secrets: Sequence[str]) -> str:
@@ -97,15 +149,19 @@ def shown_create(
     *,
     user_agent: str,
     secrets: Sequence[str] = (),
+    request: ProviderRequest | None = None,
 ) -> ShownRequest:
     """The create ``op`` will send, built by ``create_request`` and the edge's own header
     and body functions; the credential a placeholder, secret-named values and the
     credential's forms (``secrets``) redacted.
 
+    ``request``: the create the step is about to send (the step renders it to check its
+    digest against the approval's); None, the one ``create_request`` builds now.
+
     A provider plugin's ``prepare_request`` (signing) runs only at send time, on the real
     credential: what it adds is not shown.
     """
-    request = create_request(ctx, op)
+    request = request or create_request(ctx, op)
     spec = ctx.contract.create
     if spec.first_sent_header and spec.first_sent_header not in request.headers:
         request = replace(
@@ -132,4 +188,6 @@ def shown_create(
         ),
         body=scrub_text(body.decode(), secrets) if body is not None else None,
         fingerprint=op.request_fingerprint,
+        credential_from=credential_reference(auth),
+        first_sent_header=spec.first_sent_header,
     )

@@ -57,7 +57,12 @@ TRANSITIONS: dict[OperationState, frozenset[OperationState]] = {
     S.awaiting_approval: frozenset({S.create_pending, S.abandoned, S.approval_expired}),
     # 401/403 on create escalates authorization_denied rather than failing outright; a
     # cancel before the create leaves ends the operation with nothing sent (abandoned).
-    S.create_pending: frozenset({S.accepted, S.create_unknown, S.failed, S.escalated, S.abandoned}),
+    # Back to awaiting_approval when the create about to leave is not the one approved
+    # (approval_stale, invariant 13): in create_pending no remote job can exist (an
+    # ambiguous send moved it to create_unknown), so a new approval is all it needs.
+    S.create_pending: frozenset(
+        {S.accepted, S.create_unknown, S.failed, S.escalated, S.abandoned, S.awaiting_approval}
+    ),
     S.create_unknown: frozenset({S.reconciling}),
     S.reconciling: frozenset({S.accepted, S.failed, S.escalated}),
     S.accepted: frozenset({S.observing, S.cancel_requested}),

@@ -47,6 +47,7 @@ from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.concurrency import after_end
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.intake import Caller, SubmitOutcome, submit_request
+from jobwarden.tasks.provider_edge import shown_create_request
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 from jobwarden.tasks.steps import Decide, Writer, Written, under_lease
 
@@ -252,19 +253,24 @@ class _HistoryMovedError(LostRaceError):
     """The history grew after the approvals were read: read them again."""
 
 
-def approve(
+def approve(  # noqa: PLR0913 - request_digest is keyword-only, named by every door
     operation_id: str,
     fingerprint: str,
     approver: Author | str,
     valid_for_seconds: float = 3600,
     runtime: Runtime | None = None,
+    *,
+    request_digest: str | None = None,
 ) -> str:
-    """Approve an operation waiting for approval; bound to its fingerprint, and expiring.
+    """Approve an operation waiting for approval; bound to its fingerprint and to the
+    create as it would leave now (its request digest), and expiring.
 
     Raises RefusedInputError when the operation is not awaiting approval or the
     fingerprint differs (a changed payload needs a new approval), and its
     ApprovalRefusedError, naming the reason, when the approval window or the business
     deadline has passed. The create and result deadlines start at the approval.
+    ``request_digest``: the digest the approver was shown, if the door knows it;
+    RequestDigestMismatchError when the create would now leave differently.
 
     Under the two-person rule (the contract's ``approvals_required = 2``) the first
     approval is recorded and the state stays ``awaiting_approval``; the second, by
@@ -282,7 +288,9 @@ def approve(
                 rt,
                 operation_id,
                 author,
-                _approval(rt, op_id, fingerprint, author, valid_for_seconds),
+                _approval(
+                    rt, op_id, fingerprint, author, valid_for_seconds, named_digest=request_digest
+                ),
                 missing=missing,
             )
         except _HistoryMovedError:
@@ -299,8 +307,14 @@ def approve(
     raise LostRaceError(f"operation {operation_id}: its approvals kept changing; ask again")
 
 
-def _approval(
-    rt: Runtime, op_id: uuid.UUID, fingerprint: str, approver: Author, valid_for_seconds: float
+def _approval(  # noqa: PLR0913 - approve()'s own inputs, each named at the one call
+    rt: Runtime,
+    op_id: uuid.UUID,
+    fingerprint: str,
+    approver: Author,
+    valid_for_seconds: float,
+    *,
+    named_digest: str | None,
 ) -> Decide:
     """The approval's decision, with what it needs from the history read beforehand."""
     # When it began waiting (its intent, or its admission by a concurrency key) and the
@@ -318,6 +332,9 @@ def _approval(
             raise _HistoryMovedError(str(op_id))
         contract = rt.contract(op.provider)
         window = timedelta(seconds=contract.limits.approval_window_seconds)
+        # The create as this process would send it now, rendered as every door shows it:
+        # the approval binds its digest, and the create step sends nothing else.
+        shown = shown_create_request(rt.context(op.provider), op)
         return decide_approval(
             op,
             fingerprint=fingerprint,
@@ -329,6 +346,9 @@ def _approval(
             required=contract.approvals_required,
             given=given,
             behalf_of=behalf,
+            request_digest=shown.digest,
+            named_request_digest=named_digest,
+            request_line=f"{shown.method} {shown.url}",
         )
 
     return approval

@@ -362,10 +362,15 @@ def _lost(failure: TransportFailure) -> RawResponse:
 USER_AGENT: Final = f"jobwarden (httpx/{httpx.__version__})"
 
 
-def shown_create_request(ctx: StepContext, op: Operation) -> ShownRequest:
-    """The create ``op`` will send, as an approval shows it: this edge's user agent, and
-    the credential redacted by every form it can be echoed in."""
-    return shown_create(ctx, op, user_agent=USER_AGENT, secrets=secret_forms(ctx.contract))
+def shown_create_request(
+    ctx: StepContext, op: Operation, request: ProviderRequest | None = None
+) -> ShownRequest:
+    """The create ``op`` will send (``request``, when the step has built it), as an
+    approval shows it: this edge's user agent, and the credential redacted by every form
+    it can be echoed in. Its ``digest`` is what an approval binds."""
+    return shown_create(
+        ctx, op, user_agent=USER_AGENT, secrets=secret_forms(ctx.contract), request=request
+    )
 
 
 @functools.lru_cache(maxsize=4096)

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -38,13 +38,19 @@ from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.rate_limits import granted, rate_limited
+from jobwarden.models.request_binding import decide_binding
+from jobwarden.models.requests import StepContext
 from jobwarden.models.reservations import as_sent
 from jobwarden.models.signals import RawResponse
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
 from jobwarden.models.steps import StepKind, unsent
 from jobwarden.tasks import faults
 from jobwarden.tasks.leases import operation_lease
-from jobwarden.tasks.provider_edge import MAX_REQUESTS_PER_LEASE, secret_forms
+from jobwarden.tasks.provider_edge import (
+    MAX_REQUESTS_PER_LEASE,
+    secret_forms,
+    shown_create_request,
+)
 from jobwarden.tasks.rate_limits import take
 from jobwarden.tasks.reservations import Marking, settled, spendable
 from jobwarden.tasks.result_collection import collector, stored_whole
@@ -124,6 +130,11 @@ def run(
         send = decided.action
         if not isinstance(send, Send):
             break
+        unbound = _off_approval(ctx, op, send, now)
+        if unbound is not None:
+            # Nothing leaves: not the create that was approved (invariant 13).
+            decided = unbound
+            break
         # Before the claim commit and the reservation's spend, so a refused token costs
         # neither a counted request nor a reservation; the step waits, never sleeps.
         starts = send.request.purpose is RequestPurpose.create and op.create_attempts == 0
@@ -171,6 +182,22 @@ def run(
     if isinstance(decided.action, Accept):
         faults.fault_point(rt.redis, rt.settings.key_prefix, "after_accept_commit", fault_scope)
     return op, p.next_at
+
+
+def _off_approval(ctx: StepContext, op: Operation, send: Send, now: datetime) -> Decided | None:
+    """The create about to leave, rendered as its approval was shown and checked against
+    the digest it bound (models/request_binding.py); None when it may leave. Before the
+    rate limiter and the claim, so a refused send costs no token and no counted attempt."""
+    if send.request.purpose is not RequestPurpose.create or op.approved_request_digest is None:
+        return None
+    shown = shown_create_request(ctx, op, send.request)
+    return decide_binding(
+        op,
+        request_digest=shown.digest,
+        request_line=f"{shown.method} {shown.url}",
+        now=now,
+        window=timedelta(seconds=ctx.contract.limits.approval_window_seconds),
+    )
 
 
 # A step that raises is a bug or an answer nobody foresaw; retried without bound it would

@@ -19,9 +19,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from jobwarden.harness import Stack
+from jobwarden.harness import Stack, wait_for
 from jobwarden.models.excerpts import REDACTED
 from jobwarden.models.outgoing import NEW_PER_REQUEST
+from jobwarden.sandbox.server import SandboxServer
 from tests.acceptance.conftest import TOKEN, Pipeline
 from tests.api_server import serving
 from tests.integration.api_helpers import make_token
@@ -110,3 +111,33 @@ def test_the_approval_page_shows_the_create_exactly_as_the_provider_receives_it(
     assert len(sent_parent) == len(before) + 16 + len(after)
     # Every other header, byte for byte, and none more or fewer.
     assert wire == expected
+
+
+def test_a_create_whose_base_url_changed_after_its_approval_never_leaves(
+    stack: Stack, pipeline: Pipeline, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33 finding 3, with real workers: the approver's API process was started when
+    ``JOBWARDEN_SANDBOX_URL`` (the contract's ``base_url_env``) named another provider; it
+    shows and binds ``POST <old>/v1/jobs``. The workers, started with the current URL,
+    would send elsewhere: nothing leaves, to either, and a new approval is needed."""
+    from jobwarden.api.app import create_app
+    from jobwarden.config.settings import Settings
+
+    op = pipeline.submit(provider="sandbox_approval", command={"kind": "export"})
+    auth = make_token(database_url, "acceptance", "approver", ["read", "approve"])
+    with SandboxServer(token=TOKEN) as old:
+        monkeypatch.setenv("JOBWARDEN_SANDBOX_URL", old.url)
+        with serving(create_app(Settings())) as api, httpx.Client(base_url=api, timeout=30) as c:
+            shown = c.get(f"/v1/operations/{op}", headers=auth).json()["create_request"]
+            assert shown["url"] == f"{old.url}/v1/jobs"
+            body = {"fingerprint": shown["fingerprint"], "request_digest": shown["request_digest"]}
+            approved = c.post(f"/v1/operations/{op}/approvals", json=body, headers=auth)
+            assert approved.status_code == 200, approved.text
+        wait_for(lambda: "approval_stale" in pipeline.kinds(op), timeout=30, what="approval_stale")
+        assert old.requests() == []
+    assert pipeline.sent_creates(op) == []
+    assert pipeline.row(op).state == "awaiting_approval"
+    stale = [e.draft for e in pipeline.events(op) if e.draft.kind.value == "approval_stale"]
+    assert stale[0].excerpt is not None
+    assert stale[0].excerpt["approved_request_digest"] == shown["request_digest"]
+    assert stale[0].excerpt["request"].endswith(f"{urlsplit(pipeline.sandbox.url).netloc}/v1/jobs")

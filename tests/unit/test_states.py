@@ -34,6 +34,8 @@ EXPECTED: set[tuple[S, S]] = {
     (S.create_pending, S.failed),
     (S.create_pending, S.escalated),
     (S.create_pending, S.abandoned),  # a cancel before the create was sent
+    # The create about to leave is not the one approved (approval_stale): a new approval.
+    (S.create_pending, S.awaiting_approval),
     (S.create_unknown, S.reconciling),
     (S.reconciling, S.accepted),
     (S.reconciling, S.failed),

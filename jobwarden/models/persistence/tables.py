@@ -235,6 +235,8 @@ class OperationRow(Base):
     # the deadline of the cleanup's confirmation.
     ended_as: Mapped[str | None] = mapped_column(String(30))
     cleanup_deadline: Mapped[datetime | None] = mapped_column(TZ)
+    # The digest of the create request the approval bound (0025): sent only while equal.
+    approved_request_digest: Mapped[str | None] = mapped_column(String(64))
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)
