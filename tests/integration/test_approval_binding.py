@@ -25,9 +25,9 @@ from jobwarden.config.settings import Settings
 from jobwarden.harness import REPO
 from jobwarden.models.errors import RequestDigestMismatchError
 from jobwarden.models.history import EventKind
+from jobwarden.models.identity import token_author
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import engine_for, transaction
-from jobwarden.models.identity import token_author
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.steps import CREATE, RECONCILE
 from jobwarden.models.submission import SubmissionRequest
@@ -190,11 +190,12 @@ def test_under_the_two_person_rule_approvals_of_different_requests_do_not_add_up
     approver, worker = processes
     op = _submitted(approver, TWO)
     fingerprint = load(database_url, op).request_fingerprint
-    assert approve(str(op), fingerprint, token_author("bob"), runtime=approver) == S.awaiting_approval.value
-    assert approve(str(op), fingerprint, token_author("carol"), runtime=worker) == S.awaiting_approval.value
+    bob, carol, dave = (token_author(n) for n in ("bob", "carol", "dave"))
+    assert approve(str(op), fingerprint, bob, runtime=approver) == S.awaiting_approval.value
+    assert approve(str(op), fingerprint, carol, runtime=worker) == S.awaiting_approval.value
     recorded = [ex for kind, ex in _events(database_url, op) if kind is EventKind.approval_recorded]
     assert len(recorded) == 2 and recorded[0]["request_digest"] != recorded[1]["request_digest"]
-    assert approve(str(op), fingerprint, token_author("dave"), runtime=worker) == S.create_pending.value
+    assert approve(str(op), fingerprint, dave, runtime=worker) == S.create_pending.value
     assert pipeline.run_step(str(op), CREATE) == S.accepted.value
     assert len(servers[1].requests()) == 1 and servers[0].requests() == []
 
