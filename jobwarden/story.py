@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from jobwarden.models.contract_pins import short_digest
 from jobwarden.models.history import ChainedEvent
 from jobwarden.models.operation import Operation
 
@@ -124,6 +125,9 @@ def event_line(ev: ChainedEvent) -> str:
     else:
         cause = f": {d.cause}" if d.cause else ""
         text = f"{kind.replace('_', ' ')}{cause}"
+    if kind == "intent_recorded" and ex.get("contract_digest"):
+        # Which contract it was created under (invariant 16), as `show` names it.
+        text += f", contract {short_digest(str(ex['contract_digest']))}"
     line = f"{t} {text}{move if kind not in ('poll_sent',) else ''}".replace(f"{move}{move}", move)
     return shown(line, limit=None)
 
@@ -148,6 +152,8 @@ def summary_lines(row: Operation) -> list[str]:
         if row.concurrency_key
         else "concurrency key  -",
         f"version          {row.version}, {row.event_count} events",
+        f"contract         {short_digest(row.contract_digest)}"
+        + ("" if row.contract_digest else " (created before pinning: the current one)"),
     ]
     if row.resubmit_of is not None:
         lines.append(f"resubmission of  {row.resubmit_of}")

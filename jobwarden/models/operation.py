@@ -77,6 +77,9 @@ class Operation:
     # state it ends in once the cleanup is confirmed; and the confirmation's deadline.
     ended_as: str | None = None
     cleanup_deadline: datetime | None = None
+    # The digest of the contract text it was created under (0026); None: created before
+    # contracts were pinned, so the current contract holds (models/contract_pins.py).
+    contract_digest: str | None = None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
@@ -169,6 +172,7 @@ class RowChanges(TypedDict, total=False):
     resubmitted_as: uuid.UUID | None
     ended_as: str | None
     cleanup_deadline: datetime | None
+    contract_digest: str | None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

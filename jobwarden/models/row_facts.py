@@ -71,6 +71,8 @@ ROW_FACTS: Final[Mapping[str, str]] = {
     # a job that ended leaving resources: how it ended, and the cleanup's deadline
     "ended_as": "text",
     "cleanup_deadline": "time",
+    # the contract text it runs under (0026): set at intake, moved only by a decision
+    "contract_digest": "text",
 }
 # Facts added after rows were first digested: left out of the digest while unset, so a
 # row written before its column existed still digests as its history recorded it (and
@@ -85,6 +87,7 @@ LATER_FACTS: Final = frozenset(
         "resubmitted_as",
         "ended_as",
         "cleanup_deadline",
+        "contract_digest",
     }
 )
 # Columns deliberately outside the digest, each for a reason:

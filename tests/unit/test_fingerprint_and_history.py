@@ -330,6 +330,7 @@ EDITS: dict[str, Any] = {
     "resubmitted_as": "1c7a4d69-9a1b-4e4f-8b62-7d2a2b3c4d5e",
     "ended_as": "failed",
     "cleanup_deadline": T0,
+    "contract_digest": "ab" * 32,
 }
 
 
