@@ -38,12 +38,16 @@ from jobwarden.models.steps import STEPS
 from jobwarden.sandbox.server import SandboxServer
 from jobwarden.tasks import runtime as runtime_module
 from jobwarden.tasks.intake import submit_operation
+from jobwarden.tasks.interventions import request_cancel
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from jobwarden.tasks.runtime import close as close_runtime
 from jobwarden.tasks.steps import run
 from tests.integration.api_helpers import insert_operation, load, tenant_name
 
 SHIPPED = (REPO / "config" / "providers" / "sandbox.toml").read_text()
+CANCEL_TABLE = (
+    '[cancel]\nmethod = "POST"\npath = "/v1/jobs/{job_id}/cancel"\naccepted_statuses = [200, 202]\n'
+)
 MAX_STEPS = 12  # create, a few polls, collect: far more than a finished job needs
 
 
@@ -99,14 +103,14 @@ def provider(tmp_path: Path, database_url: str) -> Iterator[Provider]:
     runtime_module.reset()
 
 
-def _submit(rt: Runtime, provider: str, key: str) -> uuid.UUID:
+def _submit(rt: Runtime, provider: str, key: str, **behaviour: object) -> uuid.UUID:
     answer = submit_operation(
         runtime=rt,
         tenant=tenant_name(),
         requested_by="alice",
         provider=provider,
         idempotency_key=key,
-        command={"report": key, "behaviour": {"polls_to_finish": 1}},
+        command={"report": key, "behaviour": behaviour or {"polls_to_finish": 1}},
     )
     assert answer.outcome.value == "created" and answer.operation_id is not None
     return uuid.UUID(answer.operation_id)
@@ -202,6 +206,30 @@ def test_a_running_operation_is_polled_and_collected_under_the_contract_it_was_c
     assert intent[0]["contract_digest"] == old
     # The restarted worker parsed the old text once, from the table, and keeps it.
     assert (provider.name, old) in restarted.pinned
+
+
+def test_a_running_operation_is_cancelled_under_its_contract_after_the_cancel_was_removed(
+    provider: Provider, old_server: SandboxServer, database_url: str
+) -> None:
+    provider.write(_contract(provider.name, old_server.url))
+    op_id = _submit(provider.runtime(), provider.name, "cancel-me", never_finish=True)
+    rt = provider.runtime()
+    observing = _drive(rt, database_url, op_id, until=S.observing)
+    assert observing.state is S.observing
+    # The edited contract has no [cancel]: new operations cannot be cancelled remotely.
+    edited = _contract(provider.name, old_server.url).replace(CANCEL_TABLE, "")
+    assert edited != _contract(provider.name, old_server.url)
+    provider.write(edited)
+    restarted = provider.runtime()
+    assert restarted.contract(provider.name).cancel is None
+
+    assert request_cancel(str(op_id), "alice", "not needed", runtime=restarted) == (
+        S.cancel_requested.value
+    )
+    ended = _drive(restarted, database_url, op_id, until=S.cancelled)
+    assert ended.state is S.cancelled, (ended.state, ended.escalation_detail)
+    sent = old_server.requests(job_id=observing.remote_job_id)
+    assert any(r["path"].endswith("/cancel") for r in sent), sent
 
 
 def test_show_and_history_name_the_contract_digest(
