@@ -20,6 +20,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,7 @@ CANCEL_TABLE = (
     '[cancel]\nmethod = "POST"\npath = "/v1/jobs/{job_id}/cancel"\naccepted_statuses = [200, 202]\n'
 )
 MAX_STEPS = 12  # create, a few polls, collect: far more than a finished job needs
+UNREACHABLE = "postgresql+psycopg://jobwarden@127.0.0.1:1/nowhere"
 
 
 @pytest.fixture(scope="module")
@@ -204,8 +206,14 @@ def test_a_running_operation_is_polled_and_collected_under_the_contract_it_was_c
     }
     intent = [ex for kind, _, ex in _events(database_url, running) if kind == "intent_recorded"]
     assert intent[0]["contract_digest"] == old
-    # The restarted worker parsed the old text once, from the table, and keeps it.
-    assert (provider.name, old) in restarted.pinned
+    # The restarted worker parsed the old text once, from the table, and keeps it: from
+    # then on a step finds either contract without a query (no database to ask here).
+    offline = replace(
+        restarted,
+        settings=restarted.settings.model_copy(update={"database_url": UNREACHABLE}),
+    )
+    assert offline.context_for(done).base_url == old_server.url
+    assert offline.context_for(created) is restarted.context(provider.name)
 
 
 def test_a_running_operation_is_cancelled_under_its_contract_after_the_cancel_was_removed(
