@@ -17,6 +17,7 @@ from jobwarden.config.settings import get_settings
 from jobwarden.history_cli import archive_command, partitions_command
 from jobwarden.keys_cli import keys_app
 from jobwarden.models.errors import JobwardenError
+from jobwarden.providers_cli import contract_versions, migrate_command, running_report
 from jobwarden.result_cli import result_command
 from jobwarden.schedules_cli import schedules_app
 from jobwarden.watch_cli import dated_line, list_command, show_lines, watch_command
@@ -39,6 +40,7 @@ app.add_typer(tokens_app, name="tokens")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(keys_app, name="keys")
+providers_app.command("migrate")(migrate_command)
 app.command("list")(list_command)
 app.command("watch")(watch_command)
 app.command("result")(result_command)
@@ -81,18 +83,34 @@ def providers_check(
             "--dir", envvar="JOBWARDEN_PROVIDERS_DIR", help="Directory of provider contracts."
         ),
     ] = None,
+    running: Annotated[
+        bool,
+        typer.Option(
+            help="Also report which running operations use which contract version.",
+            envvar="JOBWARDEN_CHECK_RUNNING",
+        ),
+    ] = True,
 ) -> None:
-    """Validate every contract file; exit 1 naming file and field on the first problem."""
+    """Validate every contract file; exit 1 naming file and field on the first problem.
+
+    Each valid contract is shown with its digest (what new operations pin); then, per
+    provider and version, how many operations not yet ended run under it.
+    """
     from jobwarden.models.contract_loader import check_contracts
+    from jobwarden.models.contract_pins import short_digest
 
     path = directory or get_settings().providers_dir
     contracts, errors = check_contracts(path)
+    current = contract_versions(contracts)
     for name in sorted(contracts):
-        console.print(f"ok      {name}  ({contracts[name].source_file})")
+        digest = short_digest(current[name])
+        console.print(f"ok      {name}  ({contracts[name].source_file})  contract {digest}")
     for error in errors:
         err.print(f"invalid {error}", highlight=False)
     if errors:
         raise typer.Exit(1)
+    if running:
+        running_report(current, get_settings().database_url)
 
 
 @providers_app.command("schema")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from jobwarden.models.contract_pins import short_digest
 from jobwarden.models.history import ChainedEvent, EventDraft
 from jobwarden.models.operation import Operation
 
@@ -136,11 +138,21 @@ def event_line(ev: ChainedEvent) -> str:
     else:
         cause = f": {d.cause}" if d.cause else ""
         text = f"{kind.replace('_', ' ')}{cause}"
-    if ex.get("break_glass"):
-        # A decision without a token (issue 33): the history says so on its own line.
-        text += f" [BREAK-GLASS, not counted toward a two-person rule: {ex['break_glass']}]"
+    text += _marks(kind, ex)
     line = f"{t} {text}{move if kind not in ('poll_sent',) else ''}".replace(f"{move}{move}", move)
     return shown(line, limit=None)
+
+
+def _marks(kind: str, ex: Mapping[str, Any]) -> str:
+    """What an event line adds about trust: the pinned contract, a break-glass author."""
+    marks = ""
+    if kind == "intent_recorded" and ex.get("contract_digest"):
+        # Which contract it was created under (invariant 16), as `show` names it.
+        marks += f", contract {short_digest(str(ex['contract_digest']))}"
+    if ex.get("break_glass"):
+        # A decision without a token (issue 33): the history says so on its own line.
+        marks += f" [BREAK-GLASS, not counted toward a two-person rule: {ex['break_glass']}]"
+    return marks
 
 
 def summary_lines(row: Operation) -> list[str]:
@@ -163,6 +175,8 @@ def summary_lines(row: Operation) -> list[str]:
         if row.concurrency_key
         else "concurrency key  -",
         f"version          {row.version}, {row.event_count} events",
+        f"contract         {short_digest(row.contract_digest)}"
+        + ("" if row.contract_digest else " (created before pinning: the current one)"),
     ]
     if row.resubmit_of is not None:
         lines.append(f"resubmission of  {row.resubmit_of}")

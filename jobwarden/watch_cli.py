@@ -48,7 +48,7 @@ def _secrets_and_request(row: Operation) -> tuple[tuple[str, ...], ShownRequest 
         from jobwarden.tasks.provider_edge import secret_forms, shown_create_request
         from jobwarden.tasks.runtime import current
 
-        ctx = current().context(row.provider)
+        ctx = current().context_for(row)
     except Exception:  # a provider no longer configured (or no settings): nothing to build
         return (), None
     return secret_forms(ctx.contract), shown_create_request(ctx, row)

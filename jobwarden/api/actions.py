@@ -168,8 +168,8 @@ def approve_operation(
     """
     row = owned_operation(request, principal, operation_id)
     rt = runtime_of(request)
-    contract = rt.contracts.get(row.provider)
-    required = contract.approvals_required if contract is not None else 1
+    found = rt.found_context(row)  # the contract it was created under (invariant 16)
+    required = found.contract.approvals_required if found is not None else 1
     if row.state is OperationState.approval_expired:
         raise ProblemError(409, WINDOW_CLOSED, WINDOW_ENDED)
     if row.state is not OperationState.awaiting_approval:

@@ -154,7 +154,8 @@ def _result_view(row: Operation, result: StoredResultRow | None) -> ResultView |
 
 def operation_view(rt: Runtime, row: Operation, result: StoredResultRow | None) -> OperationView:
     """What both doors (HTTP and MCP) show of an operation, with its result if collected."""
-    contract = rt.contracts.get(row.provider)
+    found = rt.found_context(row)
+    contract = found.contract if found is not None else None
     limits = contract.limits if contract is not None else None
     escalation = None
     if row.state in OFFERS_OPTIONS or row.escalation_reason is not None:
@@ -223,7 +224,7 @@ def operation_view(rt: Runtime, row: Operation, result: StoredResultRow | None) 
 
 
 def _create_request(rt: Runtime, row: Operation) -> CreateRequest | None:
-    ctx = rt.contexts.get(row.provider)
+    ctx = rt.found_context(row)
     if ctx is None:
         return None
     shown = shown_create_request(ctx, row)

@@ -169,7 +169,8 @@ def operation_page(
         problems = [ChainProblem(seq=0, problem=p) for p in segment] or store.verify(
             session, operation_id, archived=archived
         )
-    contract = rt.contracts.get(row.provider)
+    ctx = rt.found_context(row)
+    contract = ctx.contract if ctx is not None else None
     limits = contract.limits if contract is not None else None
     options = (
         escalation_options(str(operation_id), runtime=rt)
@@ -184,7 +185,6 @@ def operation_page(
         budget_max=row.max_status_requests,
         now=now,
     )
-    ctx = rt.contexts.get(row.provider)
     shown = shown_create_request(ctx, row) if ctx is not None else None
     window = limits.approval_window_seconds if limits else DEFAULT_APPROVAL_WINDOW_SECONDS
     window_ends = _approval_window_ends(row, events, timedelta(seconds=window))

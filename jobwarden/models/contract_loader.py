@@ -60,6 +60,7 @@ __all__ = [
     "contract_json_schema",
     "effective_base_url",
     "load_contract",
+    "load_contract_text",
     "load_contracts",
 ]
 
@@ -77,6 +78,20 @@ def load_contract(path: Path) -> ProviderContract:
     problem (the field is ``(file)`` when the file cannot be read or parsed).
     """
     contract, errors = _check_file(path)
+    if errors:
+        raise errors[0]
+    assert contract is not None  # no errors means every section was built
+    return contract
+
+
+def load_contract_text(text: str, path: Path) -> ProviderContract:
+    """Parse and validate a contract's text as if it were the file ``path``.
+
+    For a contract kept by digest (models/contract_pins.py): ``path`` names the
+    provider's file, whose directory resolves what the text refers to. Raises
+    ContractError like ``load_contract``.
+    """
+    contract, errors = _check_file(path, text)
     if errors:
         raise errors[0]
     assert contract is not None  # no errors means every section was built
@@ -171,12 +186,18 @@ SECTIONS: Final[dict[str, tuple[type[ContractTable], bool]]] = {
 }
 
 
-def _check_file(path: Path) -> tuple[ProviderContract | None, list[ContractError]]:
-    """The contract (when valid) and every problem found, in file order."""
+def _check_file(
+    path: Path, text: str | None = None
+) -> tuple[ProviderContract | None, list[ContractError]]:
+    """The contract (when valid) and every problem found, in file order; ``text``: the
+    file's contents as given, instead of reading ``path``."""
     file = str(path)
     try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
+        if text is not None:
+            data = tomllib.loads(text)
+        else:
+            with path.open("rb") as fh:
+                data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         return None, [ContractError(file, FILE_FIELD, f"not valid TOML: {exc}")]
     except UnicodeDecodeError:

@@ -37,6 +37,9 @@ class Intake:
     now: datetime
     # The operation a person's resubmission replaces (None for every other submission).
     resubmit_of: uuid.UUID | None = None
+    # The digest of the contract text it is created under (invariant 16); None only
+    # where no text was read (a contract built in code, as unit tests do).
+    contract_digest: str | None = None
 
 
 def opening(sub: Submission, contract: ProviderContract, intake: Intake) -> Operation:
@@ -101,6 +104,7 @@ def opening(sub: Submission, contract: ProviderContract, intake: Intake) -> Oper
             key_limit(contract.concurrency) if sub.concurrency_key is not None else None
         ),
         resubmit_of=intake.resubmit_of,
+        contract_digest=intake.contract_digest,
         last_remote_state=None,
         last_http_status=None,
         progress=None,
@@ -131,6 +135,9 @@ def intent_event(op: Operation, actor: str) -> EventDraft:
     if op.resubmit_of is not None:
         # Its history names the operation it replaces; that one's names it back.
         excerpt["resubmit_of"] = str(op.resubmit_of)
+    if op.contract_digest is not None:
+        # The chain proves which contract the operation was created under.
+        excerpt["contract_digest"] = op.contract_digest
     # queued: the wait for the concurrency key starts here (admitted ends it).
     cause = "queued behind the holders of its concurrency key" if op.state is S.queued else None
     opened = plan(

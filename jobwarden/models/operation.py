@@ -80,6 +80,9 @@ class Operation:
     # The digest of the create request its approval bound (models/outgoing.request_digest,
     # 0025): the create step sends only a request with this digest. None: none is bound.
     approved_request_digest: str | None = None
+    # The digest of the contract text it was created under (0026); None: created before
+    # contracts were pinned, so the current contract holds (models/contract_pins.py).
+    contract_digest: str | None = None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
@@ -173,6 +176,7 @@ class RowChanges(TypedDict, total=False):
     ended_as: str | None
     cleanup_deadline: datetime | None
     approved_request_digest: str | None
+    contract_digest: str | None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

@@ -73,6 +73,8 @@ ROW_FACTS: Final[Mapping[str, str]] = {
     "cleanup_deadline": "time",
     # the create request the approval bound (its digest)
     "approved_request_digest": "text",
+    # the contract text it runs under (0026): set at intake, moved only by a decision
+    "contract_digest": "text",
 }
 # Facts added after rows were first digested: left out of the digest while unset, so a
 # row written before its column existed still digests as its history recorded it (and
@@ -88,6 +90,7 @@ LATER_FACTS: Final = frozenset(
         "ended_as",
         "cleanup_deadline",
         "approved_request_digest",
+        "contract_digest",
     }
 )
 # Columns deliberately outside the digest, each for a reason:

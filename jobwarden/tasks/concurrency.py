@@ -64,7 +64,7 @@ def hand_over(
                 Waiting(
                     operation_id=op.operation_id,
                     limit=op.concurrency_limit or 1,
-                    requires_approval=rt.contract(op.provider).requires_approval,
+                    requires_approval=rt.contract_for(op).requires_approval,
                 )
                 for op in waiting
             ],
@@ -77,7 +77,7 @@ def hand_over(
         for w in chosen:
             to = admitted_state(w.requires_approval)
             queued = by_id[w.operation_id]
-            window = timedelta(seconds=rt.contract(queued.provider).limits.approval_window_seconds)
+            window = timedelta(seconds=rt.contract_for(queued).limits.approval_window_seconds)
             decided = admission(queued, to=to, after=after, now=now, approval_window=window)
             _write(rt, session, queued, decided, now)
             admitted.append((w.operation_id, to))

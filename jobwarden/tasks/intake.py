@@ -217,7 +217,9 @@ def _submit(
     resubmit_of: uuid.UUID | None = None,
     traced: str | None = None,
 ) -> SubmitResult:
-    contract = rt.contract(sub.provider)
+    # The version new operations pin (invariant 16): this process's current contract.
+    version = rt.version(sub.provider)
+    contract = version.contract
     fingerprint = request_fingerprint(
         method=sub.method,
         route=sub.route,
@@ -248,6 +250,7 @@ def _submit(
                 trace_id=trace_id,
                 now=now,
                 resubmit_of=resubmit_of,
+                contract_digest=version.digest,
             )
             values, first = _intent(sub, contract, intake, actor, traced, who)
             created = SubmitResult(
@@ -261,7 +264,10 @@ def _submit(
             # created entry in the claim's own statement, any other answer after it.
             # A concurrent submission holding the key longer than this is "in progress".
             entry = _logged(door, who, actor, sub, created)
-            if intake_store.claim(session, values, first, entry, lock_timeout="5s"):
+            claimed = intake_store.claim(
+                session, values, first, entry, lock_timeout="5s", contract_text=version.text
+            )
+            if claimed:
                 result = created
             else:
                 result = _existing(session, sub, fingerprint, contract)

@@ -87,7 +87,7 @@ def _as_person(
 
 
 def _cancel_window(rt: Runtime, op: Operation) -> timedelta:
-    seconds = op.cancel_window_seconds or rt.contract(op.provider).limits.cancel_deadline_seconds
+    seconds = op.cancel_window_seconds or rt.contract_for(op).limits.cancel_deadline_seconds
     return timedelta(seconds=seconds)
 
 
@@ -127,7 +127,7 @@ def escalation_options(operation_id: str, runtime: Runtime | None = None) -> lis
 
 
 def _escalation_view(rt: Runtime, row: Operation) -> EscalationView:
-    contract = rt.contract(row.provider)
+    contract = rt.contract_for(row)
     return view_of(
         row,
         contract_has_cancel=contract.cancel is not None,
@@ -139,7 +139,7 @@ def _escalation_view(rt: Runtime, row: Operation) -> EscalationView:
 def _decision_window(rt: Runtime, op: Operation) -> timedelta:
     """The fresh deadline a picked option starts: the cleanup's for a cleanup, else the
     cancel's."""
-    cleanup = rt.contract(op.provider).cleanup
+    cleanup = rt.contract_for(op).cleanup
     if op.state is S.cleanup_unconfirmed and cleanup is not None:
         return timedelta(seconds=cleanup.deadline_seconds)
     return _cancel_window(rt, op)
@@ -330,7 +330,7 @@ def _approval(  # noqa: PLR0913 - approve()'s own inputs, each named at the one 
         # the one read means another approval may have landed; read it again.
         if read is not None and op.event_count != read.event_count:
             raise _HistoryMovedError(str(op_id))
-        contract = rt.contract(op.provider)
+        contract = rt.contract_for(op)
         window = timedelta(seconds=contract.limits.approval_window_seconds)
         # The create as this process would send it now, rendered as every door shows it:
         # the approval binds its digest, and the create step sends nothing else.

@@ -12,13 +12,18 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from redis import Redis
 
 from jobwarden.config.settings import Settings, get_settings
 from jobwarden.models.contract import ProviderContract
 from jobwarden.models.contract_loader import effective_base_url, load_contracts
+from jobwarden.models.contract_pins import ContractVersion, current_versions, pinned_contract
+from jobwarden.models.errors import ContractError
+from jobwarden.models.persistence import contract_store
+from jobwarden.models.persistence.db import snapshot
 from jobwarden.models.plugins import ProviderPlugin, load_plugin
 from jobwarden.models.requests import StepContext
 from jobwarden.tasks.provider_edge import ProviderClient, check_request_bounds
@@ -29,9 +34,20 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class Pinned(Protocol):
+    """An operation as far as its contract goes: the provider and the pinned digest."""
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def contract_digest(self) -> str | None: ...
+
+
 @dataclass(slots=True)
 class Runtime:
     settings: Settings
+    # The current contracts: what new operations are created under (and pin).
     contracts: dict[str, ProviderContract]
     redis: Redis
     http: ProviderClient
@@ -39,12 +55,78 @@ class Runtime:
     contexts: dict[str, StepContext]
     # Where collected results stream (JOBWARDEN_RESULT_STORE); opened once per process.
     result_store: ResultStore
+    # The current contracts' texts and digests, per provider (invariant 16).
+    versions: dict[str, ContractVersion]
+    # Every contract this process has parsed, by provider and digest (a file whose name
+    # defaults to its stem may be the same text as another's): the current ones, and the
+    # kept texts running operations pinned, each read from Postgres and parsed once. A
+    # step under its operation's contract costs a dict lookup, never a query.
+    pinned: dict[tuple[str, str], StepContext]
 
     def contract(self, provider: str) -> ProviderContract:
+        """The provider's current contract: for new operations, never for a running one."""
         return self.contracts[provider]
 
     def context(self, provider: str) -> StepContext:
+        """The provider's current step context: for new operations, never a running one."""
         return self.contexts[provider]
+
+    def version(self, provider: str) -> ContractVersion:
+        """The current contract's text and digest: what a new operation pins."""
+        return self.versions[provider]
+
+    def contract_for(self, op: Pinned) -> ProviderContract:
+        """The contract ``op`` was created under (or moved to); see ``context_for``."""
+        return self.context_for(op).contract
+
+    def context_for(self, op: Pinned) -> StepContext:
+        """The step context of the contract ``op`` pinned (invariant 16).
+
+        An operation created before contracts were pinned (no digest) runs under the
+        current contract. A digest this process has not parsed is read from
+        ``provider_contracts`` and parsed once; KeyError when the provider is neither
+        configured nor pinned, ContractError when its kept text is missing or no longer
+        parses (the step fails and is counted: a person must look).
+        """
+        digest = op.contract_digest
+        if digest is None:
+            return self.contexts[op.provider]
+        found = self.pinned.get((op.provider, digest))
+        if found is None:
+            # Two threads may both parse it; either result is the same contract.
+            found = self._parse_pinned(op.provider, digest)
+            self.pinned[op.provider, digest] = found
+        return found
+
+    def found_context(self, op: Pinned) -> StepContext | None:
+        """``context_for``, or None where ``op``'s contract cannot be had here (its provider
+        neither configured nor pinned, a kept text that no longer parses): for views."""
+        try:
+            return self.context_for(op)
+        except (KeyError, ContractError):
+            return None
+
+    def _parse_pinned(self, provider: str, digest: str) -> StepContext:
+        with snapshot(self.settings.database_url) as session:
+            text = contract_store.text_of(session, digest)
+        current = self.contracts.get(provider)
+        file = (
+            Path(current.source_file)
+            if current is not None
+            else self.settings.providers_dir / f"{provider}.toml"
+        )
+        if text is None:
+            raise ContractError(str(file), "(digest)", f"no contract text kept as {digest}")
+        contract = pinned_contract(provider, text, file)
+        # A pinned contract must not outlive the lease either (checked at start-up for
+        # the current ones).
+        check_request_bounds({provider: contract}, self.settings)
+        plugin = self.http.plugins.get(provider)
+        return StepContext(
+            contract=contract,
+            base_url=effective_base_url(contract, os.environ),
+            status_body=plugin.extract_status if plugin is not None else _as_is,
+        )
 
     @property
     def actor(self) -> str:
@@ -62,7 +144,9 @@ _building = threading.Lock()
 
 
 def build_runtime(settings: Settings) -> Runtime:
-    contracts = load_contracts(settings.providers_dir)
+    # Parsed from the very texts digested: what a new operation pins is what ran.
+    versions = current_versions(load_contracts(settings.providers_dir))
+    contracts = {name: version.contract for name, version in versions.items()}
     # A request must never outlive the lease, or a second owner starts beside it.
     check_request_bounds(contracts, settings)
     plugins = {
@@ -79,6 +163,8 @@ def build_runtime(settings: Settings) -> Runtime:
         pid=os.getpid(),
         contexts=contexts,
         result_store=ResultStore.from_url(settings.result_store),
+        versions=versions,
+        pinned={(name, version.digest): contexts[name] for name, version in versions.items()},
     )
 
 

@@ -101,7 +101,7 @@ def planned(  # noqa: PLR0913 - plan()'s own inputs, each named at every call
         answer=answer,
         max_countdown=rt.settings.max_countdown_seconds,
         # Read per plan, not cached: a rotated credential is scrubbed from then on.
-        secrets=secret_forms(rt.contract(op.provider)) if answer is not None else (),
+        secrets=secret_forms(rt.contract_for(op)) if answer is not None else (),
         sent=sent,
     )
 
@@ -120,7 +120,9 @@ def run(
     ``marking``: what the worker's step lease marked, perhaps the reservation already.
     """
     started = time.monotonic()
-    ctx = rt.context(op.provider)
+    # The contract the operation pinned (invariant 16): a dict lookup on a digest the
+    # row already carries, so the poll pays nothing for it.
+    ctx = rt.context_for(op)
     fault_scope = op.idempotency_key
     now = utcnow()
     decided = step.before(op, ctx, now)

@@ -331,6 +331,7 @@ EDITS: dict[str, Any] = {
     "ended_as": "failed",
     "cleanup_deadline": T0,
     "approved_request_digest": "d" * 64,
+    "contract_digest": "ab" * 32,
 }
 
 

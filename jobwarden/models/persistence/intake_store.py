@@ -72,8 +72,17 @@ def _select(prefix: str, casts: Mapping[str, str]) -> tuple[str, str]:
     return names, values
 
 
+# The contract text the operation pins (0026), kept once by digest: inserted with the
+# operation it first pins, and a text already kept is left as it is.
+_PIN_CONTRACT: Final = (
+    "pinned AS (INSERT INTO provider_contracts (digest, provider, text, first_seen) "
+    "SELECT %(c_digest)s::text, %(c_provider)s::text, %(c_text)s::text, "
+    "%(c_first_seen)s::timestamptz FROM claimed ON CONFLICT DO NOTHING), "
+)
+
+
 @lru_cache(maxsize=64)
-def _claim_sql(columns: tuple[str, ...], notifications: int = 0) -> str:
+def _claim_sql(columns: tuple[str, ...], notifications: int = 0, pinned: bool = False) -> str:
     unknown = set(columns) - set(_OPERATION_CASTS) - TIMER_COLUMNS
     if unknown:
         raise ValueError(f"not operation columns: {', '.join(sorted(unknown))}")
@@ -93,7 +102,8 @@ def _claim_sql(columns: tuple[str, ...], notifications: int = 0) -> str:
         f"SELECT operation_id, {timer_values} FROM claimed), "
         f"first_event AS (INSERT INTO operation_events ({event_names}) "
         f"SELECT {event_values} FROM claimed), "
-        f"entry AS (INSERT INTO intake_log ({entry_names}) SELECT {entry_values} FROM claimed) "
+        + (_PIN_CONTRACT if pinned else "")
+        + f"entry AS (INSERT INTO intake_log ({entry_names}) SELECT {entry_values} FROM claimed) "
         + (", " + outbox.cte("noted", notifications, "FROM claimed") + " " if notifications else "")
         + "SELECT count(*) FROM claimed"
     )
@@ -127,13 +137,14 @@ def _notices(columns: Mapping[str, Any], first: ChainedEvent) -> tuple[Notice, .
     return (notice(kind, subject, mark=first.seq, at=first.draft.at),)
 
 
-def claim(
+def claim(  # noqa: PLR0913 - the claim's one statement, each part named at the call
     session: Session,
     values: Mapping[str, Any],
     first: ChainedEvent,
     created: IntakeEntry,
     *,
     lock_timeout: str,
+    contract_text: str | None = None,
 ) -> bool:
     """Insert a new operation, its first event and the ``created`` intake entry, unless
     (tenant, key) or its source event is taken; True when this call recorded them.
@@ -141,7 +152,9 @@ def claim(
     ``first`` is chained again with the digest of the row being inserted, and the head
     in ``values`` replaced to match. A concurrent
     submission of the same key still uncommitted makes this wait on the unique index
-    for ``lock_timeout``, then raise lock_not_available (55P03).
+    for ``lock_timeout``, then raise lock_not_available (55P03). ``contract_text``: the
+    text of the contract ``values["contract_digest"]`` names, kept unless it already is
+    (its foreign key is checked at the statement's end, after every insert in it).
     """
     if first.seq != 1 or first.prev_hash != GENESIS_HASH:
         raise ValueError("claim records an operation's first event only")
@@ -181,7 +194,15 @@ def claim(
     # An operation that starts by waiting for a human's approval tells them, atomically.
     notices = _notices(columns, bound)
     params.update(outbox.params(notices))
-    sql = _claim_sql(tuple(columns), outbox.rows(notices))
+    pinned = contract_text is not None and values.get("contract_digest") is not None
+    if pinned:
+        params.update(
+            c_digest=values["contract_digest"],
+            c_provider=values["provider"],
+            c_text=contract_text,
+            c_first_seen=values["created_at"],
+        )
+    sql = _claim_sql(tuple(columns), outbox.rows(notices), pinned)
     session.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
     inserted = session.connection().exec_driver_sql(sql, params).scalar_one()
     return bool(inserted)

@@ -252,6 +252,25 @@ class OperationRow(Base):
     # When the row entered its state (0021): the escalations list's order. Unlike
     # updated_at it does not move on a poll, so indexing it keeps polls HOT updates.
     state_since: Mapped[datetime | None] = mapped_column(TZ)
+    # The contract text the operation was created under (0026, invariant 16), kept in
+    # provider_contracts: it is polled, cancelled and collected under that text until a
+    # person moves it. NULL: created before contracts were pinned (the current one holds).
+    contract_digest: Mapped[str | None] = mapped_column(
+        String(64), ForeignKey("provider_contracts.digest")
+    )
+
+
+class ProviderContractRow(Base):
+    """A provider contract's text by its sha256 (0026): written once, at the first intake
+    under it (or a move to it), and never changed; what pinned operations are read under
+    (models/contract_pins.py)."""
+
+    __tablename__ = "provider_contracts"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    provider: Mapped[str] = mapped_column(String(200))
+    text: Mapped[str] = mapped_column(Text)
+    first_seen: Mapped[datetime] = mapped_column(TZ)
 
 
 class EventRow(Base):
