@@ -334,7 +334,7 @@ def _approval(  # noqa: PLR0913 - approve()'s own inputs, each named at the one 
         window = timedelta(seconds=contract.limits.approval_window_seconds)
         # The create as this process would send it now, rendered as every door shows it:
         # the approval binds its digest, and the create step sends nothing else.
-        shown = shown_create_request(rt.context(op.provider), op)
+        shown = shown_create_request(rt.context_for(op), op)
         return decide_approval(
             op,
             fingerprint=fingerprint,
