@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobwarden.models.actions import (
     Decided,
@@ -24,9 +26,10 @@ from jobwarden.models.actions import (
 from jobwarden.models.contract_loader import load_contract
 from jobwarden.models.errors import ContractError
 from jobwarden.models.operation import Operation
+from jobwarden.models.pointers import resolve_pointer
 from jobwarden.models.requests import StepContext
 from jobwarden.models.result_decisions import after_collect, before_collect
-from jobwarden.models.result_pages import MAX_PAGES
+from jobwarden.models.result_pages import MAX_PAGES, PageShape, paged_artifact
 from jobwarden.models.results import Collected, validate_result
 from jobwarden.models.states import OperationState as S
 from tests.unit.factories import NOW, context, operation, reply
@@ -132,7 +135,7 @@ def test_a_final_list_without_a_next_link_is_the_result_as_it_is() -> None:
 TARGET = f"{ARM.base_url}/subscriptions/s/providers/p/exports/e1?api-version=1"
 
 
-def _fetching(ctx: StepContext, ref: str, expected: dict[str, Any]) -> Operation:
+def _fetching(ctx: StepContext, ref: str | None, expected: dict[str, Any]) -> Operation:
     return operation(
         S.result_collecting,
         provider=ctx.contract.name,
@@ -265,3 +268,33 @@ def test_a_next_link_pointer_that_cannot_work_is_refused_at_start_up(
         load_contract(path)
     assert caught.value.field == field
     assert words in caught.value.problem
+
+
+def test_an_inline_first_page_pages_under_a_contracts_own_pointer() -> None:
+    # fetch = "inline": the status body is the first page; it goes on at its next link.
+    assert PAGED.result is not None
+    ctx = StepContext(
+        contract=replace(PAGED, result=replace(PAGED.result, fetch="inline")),
+        base_url=PAGED.base_url,
+    )
+    first = {"items": [{"id": 1, "state": "ok"}], "links": {"next": "/v1/files/1?page=2"}}
+    send = before_collect(_fetching(ctx, None, {"inline": first}), ctx, NOW).action
+    assert isinstance(send, Send) and send.request.purpose is RequestPurpose.result_page
+    assert send.request.url == f"{PAGED.base_url}/v1/files/1?page=2"
+
+
+POINTER_TOKEN = st.text(alphabet="ab/~0", min_size=1, max_size=4)
+
+
+@given(
+    tokens=st.lists(POINTER_TOKEN, min_size=1, max_size=3),
+    items=st.lists(st.integers() | st.text(max_size=3), max_size=5),
+)
+def test_the_artifact_holds_every_item_where_the_items_pointer_finds_them(
+    tokens: list[str], items: list[object]
+) -> None:
+    # RFC 6901: "~" is written "~0" and "/" is written "~1" inside a token.
+    pointer = "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)
+    shape = PageShape(items=pointer, next="/next")
+    content, count = paged_artifact(shape, {"items": items, "pages": 2, "bytes": 0})
+    assert resolve_pointer(json.loads(content), pointer) == items and count == len(items)
