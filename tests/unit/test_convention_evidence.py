@@ -107,8 +107,18 @@ POST_ACTION = {**ORDER, "action": "resource-action", "operation": "export", "par
         (PATCH, "location", LOC + V),
         (POST_ACTION, "location", LOC + V),
         (ORDER, "resource", ORDER_URL),
+        # EVIDENCE_RULES: a DELETE ends with JSON or nothing; bytes that are not JSON are
+        # neither (azure-core would not read them: stopping costs a human look, never a
+        # wrong success, and retrying would only spend the transport budget).
+        (DELETE, "location", LOC + V),
     ],
-    ids=["PUT via Location", "PATCH via Location", "POST via Location", "PUT via resource"],
+    ids=[
+        "PUT via Location",
+        "PATCH via Location",
+        "POST via Location",
+        "PUT via resource",
+        "DELETE via Location",
+    ],
 )
 @pytest.mark.parametrize("problem", ["malformed_json", "undecodable"])
 def test_a_final_answer_that_is_not_json_stops_at_once_instead_of_being_retried(
