@@ -290,6 +290,10 @@ class ResultSpec:
     # The result's items: the list at items_pointer (the whole document without it), or
     # every line when jsonl. Without a per-item rule below every item counts as succeeded.
     items_pointer: str | None = None
+    # Where each page of a paged result names the next page's URL (models/result_pages):
+    # set, the result is collected page by page, its items at items_pointer ("/value"
+    # without it). An Azure convention pages at "/nextLink" without it.
+    next_link_pointer: str | None = None
     failed_items_pointer: str | None = None  # in the result body: a separate list of failures
     # Per-item outcome (Azure-style list with a status field; Google- and OpenAI-style JSON
     # Lines whose failed lines carry an error or an HTTP status >= 400).

@@ -121,6 +121,8 @@ class ResultTable(ContractTable):
     checksum_encoding: Annotated[ChecksumEncoding | None, choice(ChecksumEncoding)] = None
     record_count_pointer: Pointer | None = None
     items_pointer: Pointer | None = None
+    next_link_pointer: Pointer | None = None
+    """Where a page names the next page's URL: the result is collected page by page."""
     failed_items_pointer: Pointer | None = None
     item_status_pointer: Pointer | None = None
     item_failed_values: StrList = ()
@@ -158,6 +160,7 @@ class ResultTable(ContractTable):
             raise problem(
                 "not allowed with jsonl = true: every line is an item", field="items_pointer"
             )
+        self._paging_rules()
         if self.digests and self.fetch == "inline":
             raise problem("needs a result response; fetch = 'inline' has none", field="digests")
         if self.digests_required is not None and not self.digests:
@@ -200,6 +203,31 @@ class ResultTable(ContractTable):
                 field="status.result_ref_pointer",
                 absolute=True,
             )
+
+    def _paging_rules(self) -> None:
+        """A page is a JSON object holding its items and the next page's URL apart."""
+        link = self.next_link_pointer
+        if link is None:
+            return
+        if link == "":
+            raise problem(
+                "must point inside a page (such as '/nextLink'), not at the whole page",
+                field="next_link_pointer",
+            )
+        if self.jsonl:
+            raise problem(
+                "not allowed with jsonl = true: a JSON Lines result has no next link",
+                field="next_link_pointer",
+            )
+        items = self.items_pointer if self.items_pointer is not None else "/value"
+        if items == "":
+            raise problem(
+                "must point inside a page when result.next_link_pointer is set "
+                "(a page holds its items and its next link)",
+                field="items_pointer",
+            )
+        if link == items or link.startswith(items + "/") or items.startswith(link + "/"):
+            raise problem(f"must not overlap the items at {items!r}", field="next_link_pointer")
 
     def _item_rules(self) -> None:
         """How each item's outcome is read, and the counts the status body declares."""

@@ -25,6 +25,7 @@ from jobwarden.models.conventions import (
     monitor_headers,
     read_monitor_answer,
 )
+from jobwarden.models.result_pages import MAX_HELD, MAX_PAGES, page_shape
 from jobwarden.models.routes import ChosenRoute
 from jobwarden.models.signals import HttpObservation
 
@@ -95,6 +96,18 @@ def _codes(contract: ProviderContract, monitor: Monitor) -> str:
     return "; ".join(cells)
 
 
+def _paging(contract: ProviderContract) -> str:
+    """How a final list continues (``models/result_pages``), as this contract pages it."""
+    shape = page_shape(contract)
+    if shape is None:
+        return "never paged"
+    return (
+        f"items at `{shape.items}`, next page at `{shape.next}`, whether the final body was "
+        f"a poll answer or fetched; at most {MAX_PAGES} pages and {MAX_HELD // 1024**2} MiB "
+        "(`[result]` `items_pointer` and `next_link_pointer` override)"
+    )
+
+
 def reference_markdown(contracts: Mapping[Convention, ProviderContract]) -> str:
     """The table, one block per convention, as ``docs/contracts.md`` carries it."""
     lines = [BEGIN, ""]
@@ -132,6 +145,7 @@ def reference_markdown(contracts: Mapping[Convention, ProviderContract]) -> str:
             f"{required_evidence('PUT', 204).value} |",
             f"| content type of a fetched final result | `{ctype}` (only a fetched body is "
             "checked; a body taken from a poll answer is not) |",
+            f"| paged final result | {_paging(contract)} |",
             "",
         ]
     lines.append(END)

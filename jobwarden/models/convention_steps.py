@@ -66,6 +66,9 @@ __all__ = ["after_monitor_poll", "convention_create"]
 _STARTED = frozenset({200, 201, 202, 204})
 # Conventions read the result reference their own way; a missing one is no contradiction.
 _REF_CONTRADICTIONS = frozenset({"succeeded_without_result_reference", "succeeded_without_result"})
+# Body problems of bytes read whole that are not JSON at all (models/signals: the edge's
+# parse). "too_deep" and "number_out_of_range" are JSON the edge declined: not these.
+_NOT_JSON = frozenset({"malformed_json", "undecodable"})
 
 
 def _allowed(ctx: StepContext, url: str) -> bool:
@@ -225,6 +228,28 @@ def _ending(
     return outcome if isinstance(outcome, Finish | Escalate) else None
 
 
+def _final_not_json(
+    op: Operation, ctx: StepContext, monitor: Monitor, obs: HttpObservation, now: datetime
+) -> Decided:
+    """A Location's or the resource's 200/201 whose body is not JSON: the status code says
+    the operation is done ([ARM] LocationPolling: anything but a 202; BodyContentPolling),
+    so the body is the final answer. Where the convention needs it to be the result, that
+    is no evidence: stop at once (``succeeded_without_evidence``), as azure-core raises at
+    once (DecodeError, "does not contain a body") rather than poll again. Retrying would
+    only re-read a finished operation's answer until the transport budget is spent.
+    """
+    if monitor is Monitor.resource:
+        detail = (
+            f"{MISSING_EVIDENCE}: http_{obs.status_code} from the resource with a body "
+            "that is not JSON"
+        )
+        return Decided(action=escalate(op.state, EscalationReason.contract_violation, detail))
+    # A Location: the final result may live elsewhere (the original URI, final-state-via).
+    tracked = _tracked(op, ctx, monitor, op.result_reference)
+    action = _collect(op, ctx, tracked, obs, now)
+    return Decided(action=action, seen={"signal": "ok", "monitor": monitor.value})
+
+
 def after_monitor_poll(
     op: Operation, ctx: StepContext, raw: RawResponse, now: datetime, u: float
 ) -> Decided:
@@ -235,6 +260,12 @@ def after_monitor_poll(
     obs = raw.observation
     # A Location's final answer may be any JSON (an array, [ARM] exportArray): not judged here.
     signal = classify_http(obs, now=now, json_body=monitor is not Monitor.location)
+    if (
+        obs.body_problem in _NOT_JSON
+        and obs.status_code in (200, 201)
+        and monitor is not Monitor.status_monitor
+    ):
+        return _final_not_json(op, ctx, monitor, obs, now)
     reading = None
     changes: RowChanges = {}
     final_url = op.result_reference

@@ -37,7 +37,13 @@ from jobwarden.models.requests import (
     resolve_url,
     result_url,
 )
-from jobwarden.models.result_pages import MAX_PAGES, first_page, next_page, paged_artifact
+from jobwarden.models.result_pages import (
+    MAX_PAGES,
+    first_page,
+    next_page,
+    page_shape,
+    paged_artifact,
+)
 from jobwarden.models.results import (
     ResultVerdict,
     failed_lines_spec,
@@ -211,7 +217,8 @@ def _paging(op: Operation, ctx: StepContext, expected: dict[str, Any]) -> dict[s
     held = expected.get("paging")
     if isinstance(held, dict):
         return held
-    if expected.get("final") != "body":
+    final, spec = expected.get("final"), ctx.contract.result
+    if final != "body" and not (final is None and spec is not None and spec.fetch == "inline"):
         return None
     return first_page(ctx.contract, expected.get("inline"), op.status_url or ctx.base_url)
 
@@ -226,8 +233,11 @@ def _next_of_paged(
 ) -> Decided:
     """Fetch the paged result's next page, or write the artifact once none is left."""
     url = paging.get("next")
+    shape = page_shape(ctx.contract)
+    if shape is None:
+        return _unavailable("pages held for a result whose contract does not page")
     if not isinstance(url, str):
-        content, count = paged_artifact(paging)
+        content, count = paged_artifact(shape, paging)
         ctype = "application/json"  # serialised here from the pages' items
         verdict = validate_result(
             spec,
@@ -272,22 +282,51 @@ def _next_of_paged(
 def _page_recorded(
     op: Operation,
     ctx: StepContext,
-    spec: ResultSpec,
     request: ProviderRequest,
     raw: RawResponse,
     now: datetime,
 ) -> Decided:
     """One more page held with the others (or why the paged result cannot be had)."""
-    summary = dict(op.validation_summary or {})
-    expected = dict(summary.get("expected") or {})
+    expected = dict((op.validation_summary or {}).get("expected") or {})
     paging = _paging(op, ctx, expected)
     if paging is None:
         return _unavailable("a page arrived for a result that is not paged")
     problem = raw.observation.body_problem
     body = raw.observation.body if problem is None else None
-    held, refused = next_page(paging, body, len(raw.content), request.url, spec)
+    held, refused = next_page(ctx.contract, paging, body, len(raw.content), request.url)
     if held is None:
         return _unavailable(refused or "page unreadable", partial=_partial(expected))
+    return _pages_held(op, expected, held, now)
+
+
+def _fetched_first_page(
+    ctx: StepContext, request: ProviderRequest, raw: RawResponse
+) -> dict[str, Any] | None:
+    """The paging state a fetched final result starts (``fetch = "url"``: a
+    ``resourceLocation``, a result reference), when it is the first page of a list that
+    continues; None when it is the result as it is. Only bytes that are the provider's
+    (digests held, the body whole) are read: a page whose integrity failed is judged as
+    the result it claims to be, and refused there."""
+    if request.purpose is not RequestPurpose.result or page_shape(ctx.contract) is None:
+        return None
+    collected = raw.collected
+    if collected is not None and not collected.verdict.keepable:
+        return None
+    content = collected.page if collected is not None else raw.content
+    if not content or raw.observation.body_problem is not None:
+        return None
+    try:
+        body = json.loads(content.decode())
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None  # not JSON: the result's own validation says so
+    return first_page(ctx.contract, body, request.url)
+
+
+def _pages_held(
+    op: Operation, expected: dict[str, Any], held: dict[str, Any], now: datetime
+) -> Decided:
+    """The pages collected so far kept in the row; the next collect step goes on at once."""
+    summary = dict(op.validation_summary or {})
     expected["paging"] = held
     summary["expected"] = expected
     nxt = held["next"]
@@ -320,11 +359,12 @@ def before_collect(op: Operation, ctx: StepContext, now: datetime) -> Decided:
     if final == "none":
         note = f"no final result: {expected.get('final_rule') or 'none by convention'}"
         return Decided(action=Succeed(verdict=None, content=None, content_type=None, note=note))
+    paging = _paging(op, ctx, expected)
+    if paging is not None:
+        # A paged result goes on from its held pages, wherever its first page came from.
+        return _next_of_paged(op, ctx, spec, expected, paging, now)
     if final == "body" or (final is None and spec.fetch == "inline"):
         inline = expected.get("inline")
-        paging = _paging(op, ctx, expected)
-        if paging is not None:
-            return _next_of_paged(op, ctx, spec, expected, paging, now)
         content = json.dumps(inline, separators=(",", ":")).encode() if inline is not None else b""
         if not content:
             return _unavailable("inline result missing", partial=_partial(expected))
@@ -402,13 +442,16 @@ def after_collect(
         and spec is not None
         and signal.kind in (SignalKind.ok, SignalKind.accepted)
     ):
-        return _page_recorded(op, ctx, spec, request, raw, now)
+        return _page_recorded(op, ctx, request, raw, now)
     if request.purpose is RequestPurpose.failed_items and spec is not None:
         recorded = _after_failed_file(op, spec, raw, signal.kind, code, now)
         if recorded is not None:
             return recorded
     elif spec is not None and signal.kind in (SignalKind.ok, SignalKind.accepted):
         collected = raw.collected
+        started = _fetched_first_page(ctx, request, raw)
+        if started is not None:
+            return _pages_held(op, expected, started, now)
         if collected is not None:
             # Judged as it streamed into the result store (the shell fed ResultScan).
             return _result_ending(

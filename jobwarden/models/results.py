@@ -130,11 +130,14 @@ INLINE_LIMIT: Final = 64 * 1024
 class Collected:
     """A result download as the shell streamed it: judged on the way (``verdict``, whose
     sha256 and size are the stored bytes'), written to the result store (``location``;
-    None when nothing was kept), and the bytes themselves when at most INLINE_LIMIT."""
+    None when nothing was kept), and the bytes themselves when at most INLINE_LIMIT.
+    ``page``: the whole body, when the contract's result may be paged (models/result_pages)
+    and it is within the paging bound, for the core to read its next link."""
 
     verdict: ResultVerdict
     location: str | None
     inline: bytes | None
+    page: bytes | None = None
 
 
 def origin_allowed(contract: ProviderContract, base_url: str, url: str) -> bool:

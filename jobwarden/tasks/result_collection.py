@@ -24,6 +24,7 @@ from jobwarden.models.errors import ResultStoreUnavailableError, ResultTooLargeE
 from jobwarden.models.operation import Operation
 from jobwarden.models.requests import StepContext
 from jobwarden.models.result_objects import object_key
+from jobwarden.models.result_pages import held_limit, page_shape
 from jobwarden.models.results import INLINE_LIMIT, Collected, ResultScan, failed_lines_spec
 from jobwarden.tasks.provider_edge import ResultCollector
 from jobwarden.tasks.provider_transport import BodyState
@@ -48,9 +49,13 @@ def collector(
     expected = dict((op.validation_summary or {}).get("expected") or {})
     key = object_key(op.tenant, str(op.operation_id))
     inline_limit = INLINE_LIMIT
+    # A result that may be paged is also held whole up to the paging bound: the core reads
+    # its next link (models/result_pages), as it would hold the pages' items anyway.
+    page_limit = held_limit(spec) if page_shape(ctx.contract) is not None else -1
     if purpose is RequestPurpose.failed_items:
         spec, expected, inline_limit = failed_lines_spec(spec), {}, -1
         key = object_key(op.tenant, str(op.operation_id), "failed_items")
+        page_limit = -1
 
     def collect(headers: Mapping[str, str], chunks: Iterator[bytes], state: BodyState) -> Collected:
         scan = ResultScan(
@@ -64,12 +69,21 @@ def collector(
                 break
         else:
             # Ended within the inline limit: the bytes stay beside their facts.
-            return Collected(verdict=scan.finish(state.problem), location=None, inline=bytes(head))
+            whole = bytes(head)
+            page = whole if len(whole) <= page_limit else None
+            verdict = scan.finish(state.problem)
+            return Collected(verdict=verdict, location=None, inline=whole, page=page)
+        held: bytearray | None = bytearray(head) if len(head) <= page_limit else None
 
         def rest() -> Iterator[bytes]:
+            nonlocal held
             yield bytes(head)
             for chunk in chunks:
                 scan.feed(chunk)
+                if held is not None:
+                    held += chunk
+                    if len(held) > page_limit:
+                        held = None  # past the paging bound: this body is never paged
                 yield chunk
 
         try:
@@ -86,7 +100,8 @@ def collector(
             # never the result, so not kept in the store either.
             _discard(store, stored.location)
             return Collected(verdict=verdict, location=None, inline=None)
-        return Collected(verdict=verdict, location=stored.location, inline=None)
+        page = bytes(held) if held is not None else None
+        return Collected(verdict=verdict, location=stored.location, inline=None, page=page)
 
     return collect
 

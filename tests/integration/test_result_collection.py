@@ -191,3 +191,40 @@ def test_an_assembled_paged_result_over_the_inline_limit_is_written_to_the_store
     assert b"".join(store.read(action.location)) == content
     small = Succeed(verdict=verdict, content=b"{}", content_type="application/json")
     assert stored_whole(store, op, Decided(action=small)).action == small
+
+
+def test_a_fetched_first_page_over_the_inline_limit_is_still_paged(tmp_path: Path) -> None:
+    # Issue 34: a final result fetched from a URL (an ARM resourceLocation) that is the
+    # first page of a list ([ARM-PAGING] "nextLink") is paged even when it streamed into
+    # the store: the collector holds it whole up to the paging bound for its next link.
+    from jobwarden.models.actions import Record
+    from jobwarden.models.results import INLINE_LIMIT
+
+    store = ResultStore.from_url((tmp_path / "results").as_uri(), environ={})
+    rows = [{"id": f"item-{n}", "value": "x" * 40} for n in range(2000)]
+    # Relative: resolved against the URL that answered (RFC 3986 section 5).
+    body = json.dumps({"value": rows, "nextLink": "page2"}).encode()
+    assert len(body) > INLINE_LIMIT
+    with _Serving(body) as provider:
+        base = load_contract(SHIPPED / "azure_arm.toml")
+        contract = dataclasses.replace(base, base_url=provider.url, base_url_env=None, auth=None)
+        ctx = step_contexts({"azure_arm": contract}, {}, {})["azure_arm"]
+        op = operation(
+            S.result_collecting,
+            provider="azure_arm",
+            tenant=f"collect-{secrets.token_hex(3)}",
+            validation_summary={"expected": {"final": "url"}},
+            result_fetch_attempts=1,
+        )
+        url = f"{provider.url}/export"
+        request = ProviderRequest(purpose=RequestPurpose.result, method="GET", url=url)
+        answer = ProviderClient().send(
+            contract, request, trace_id="0" * 32, collect=collector(store, op, ctx)
+        )
+    assert answer.collected is not None and answer.collected.location is not None
+    decided = after_collect(op, ctx, request, answer, NOW, 0.5)
+    assert isinstance(decided.action, Record), decided.action
+    summary = decided.changes["validation_summary"]
+    assert summary is not None
+    paging = summary["expected"]["paging"]
+    assert (len(paging["items"]), paging["next"]) == (2000, f"{provider.url}/page2")

@@ -97,6 +97,49 @@ def test_a_post_whose_location_answers_200_without_a_body_is_never_a_success() -
     assert "succeeded_without_evidence" in after.action.detail
 
 
+POST_ACTION = {**ORDER, "action": "resource-action", "operation": "export", "parameters": {}}
+
+
+@pytest.mark.parametrize(
+    ("command", "mode", "url"),
+    [
+        (ORDER, "location", LOC + V),
+        (PATCH, "location", LOC + V),
+        (POST_ACTION, "location", LOC + V),
+        (ORDER, "resource", ORDER_URL),
+        # EVIDENCE_RULES: a DELETE ends with JSON or nothing; bytes that are not JSON are
+        # neither (azure-core would not read them: stopping costs a human look, never a
+        # wrong success, and retrying would only spend the transport budget).
+        (DELETE, "location", LOC + V),
+    ],
+    ids=[
+        "PUT via Location",
+        "PATCH via Location",
+        "POST via Location",
+        "PUT via resource",
+        "DELETE via Location",
+    ],
+)
+@pytest.mark.parametrize("problem", ["malformed_json", "undecodable"])
+def test_a_final_answer_that_is_not_json_stops_at_once_instead_of_being_retried(
+    command: dict[str, Any], mode: str, url: str, problem: str
+) -> None:
+    # [ARM] LocationPolling / BodyContentPolling: a 200 is the end, and its body the
+    # result; azure-core raises at once (DecodeError) and never polls it again.
+    after = _poll(command, mode, url, reply(200, None, body_problem=problem))
+    assert isinstance(after.action, Escalate), after.action
+    assert after.action.reason.value == "contract_violation"
+    assert after.action.detail.startswith("succeeded_without_evidence")
+    assert "transport_failures_used" not in after.changes
+
+
+def test_a_status_monitor_answer_that_is_not_json_is_still_retried() -> None:
+    # Its state is in its body: unread, the operation is not known to be done.
+    after = _poll(ORDER, "status_monitor", AAO, reply(200, None, body_problem="malformed_json"))
+    assert not isinstance(after.action, Escalate)
+    assert after.changes.get("transport_failures_used") == 1
+
+
 # --- 2. only what is followed is checked ----------------------------------------------------
 
 
