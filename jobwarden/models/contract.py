@@ -144,6 +144,14 @@ class StatusSpec:
     # When the remote job started (RFC 3339 or Unix seconds): with progress, the next
     # poll aims at the extrapolated finish. Without it, our acceptance time stands in.
     started_at_pointer: str | None = None
+    # The provider's own estimate of the finish (RFC 3339 or Unix seconds), such as an
+    # `estimated_completion_time`: two readings that agree aim the next poll at it.
+    eta_pointer: str | None = None
+    # Item counts as progress where no percentage is given (OpenAI Batch `request_counts`):
+    # (completed + failed) / total; counts beyond the total are no evidence at all.
+    items_completed_pointer: str | None = None
+    items_failed_pointer: str | None = None
+    items_total_pointer: str | None = None
     poll_hint_pointer: str | None = None  # seconds until the next poll, as the provider suggests
     expiry_pointer: str | None = None  # RFC 3339 time after which the job may not run
     result_ref_pointer: str | None = None  # where a finished job names its result

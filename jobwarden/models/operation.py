@@ -77,6 +77,9 @@ class Operation:
     # state it ends in once the cleanup is confirmed; and the confirmation's deadline.
     ended_as: str | None = None
     cleanup_deadline: datetime | None = None
+    # The finish the last status reading implied (0030): the next reading that agrees
+    # aims the poll past it (models/estimates.py); None when that reading implied none.
+    estimated_finish: datetime | None = None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
@@ -169,6 +172,7 @@ class RowChanges(TypedDict, total=False):
     resubmitted_as: uuid.UUID | None
     ended_as: str | None
     cleanup_deadline: datetime | None
+    estimated_finish: datetime | None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

@@ -235,6 +235,8 @@ class OperationRow(Base):
     # the deadline of the cleanup's confirmation.
     ended_as: Mapped[str | None] = mapped_column(String(30))
     cleanup_deadline: Mapped[datetime | None] = mapped_column(TZ)
+    # The finish the last status reading implied (0030); not indexed, so a poll stays HOT.
+    estimated_finish: Mapped[datetime | None] = mapped_column(TZ)
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)
