@@ -390,10 +390,11 @@ class SandboxState:
             # startTime): progress counts from creation, so a running job started then.
             "started_at": None if status == "queued" else iso_utc(job.created_at),
             "expires_at": None if expires is None else iso_utc(expires),
-            "estimated_completion_time": slipping_eta(job, status, time.monotonic()),
             "result": None,
             "error": None,
         }
+        if b.progress_shape == "eta_slips":
+            body["estimated_completion_time"] = slipping_eta(job, status, time.monotonic())
         headers: dict[str, str] = {}
         if status == "succeeded" and not b.succeed_without_result:
             digest = job.result_sha256
