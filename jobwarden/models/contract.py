@@ -365,8 +365,8 @@ class WebhookSpec:
 
 # The backoff's growth per pending answer; every wait after one is also held to
 # (growth - 1) x the job's age, so a finished job is found at most that share of its
-# duration late (2 meant 100 %). 1.25: p95 17.5 % for 0.30 x the requests of fixed
-# 10 s polling on 5 s..2 h jobs (scripts/bench_polling.py, docs/contracts.md). Below
+# duration late (2 meant 100 %). 1.25: that promise costs requests without progress
+# (17 for a 60 s job; scripts/bench_polling.py, docs/contracts.md `[poll]`). Below
 # 1.05 a poll is barely later than the last; above 4 a job is found 3 x its age late.
 DEFAULT_GROWTH_FACTOR = 1.25
 MIN_GROWTH_FACTOR = 1.05
