@@ -277,3 +277,19 @@ def test_a_provider_eta_that_holds_still_agrees_whatever_the_skew_of_its_clock(
         agreement(second, previous_finish=first.finish, previous_progress=None, progress=None)
         is None
     )
+
+
+@given(
+    elapsed=st.floats(min_value=1e-3, max_value=1e7),
+    low=st.floats(min_value=1e-9, max_value=99.999),
+    high=st.floats(min_value=1e-9, max_value=99.999),
+)
+def test_more_progress_never_means_a_later_finish(elapsed: float, low: float, high: float) -> None:
+    low, high = sorted((low, high))
+    accepted = NOW - timedelta(seconds=elapsed)
+    slow = estimate_finish(progress=low, started_at=None, eta=None, accepted_at=accepted, now=NOW)
+    fast = estimate_finish(progress=high, started_at=None, eta=None, accepted_at=accepted, now=NOW)
+    if slow is None:  # a pace so slow it would end after year 9999
+        return
+    assert fast is not None
+    assert NOW <= fast.finish <= slow.finish
