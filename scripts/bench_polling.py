@@ -16,6 +16,8 @@ too meets every phase. What the provider reports while it runs (``BEHAVIOURS``):
 - ``steady``: progress ``100 t / D`` (a float, as Azure's percentComplete) and its start;
 - ``stall90``: the same pace to 90 % at 0.6 D, then 90 % until the end;
 - ``front``: 60 % in the first 20 % of the time, the rest at a slower pace;
+- ``back``: progress ``100 (t / D) ** 1.5``, slow first and ever faster (the average
+  pace so far always promises a later finish than the job's);
 - ``eta_slips``: no progress, an estimated finish that starts at 0.6 D and slips
   towards the true end (``0.6 D + 0.4 t``), always early.
 
@@ -84,6 +86,10 @@ def _front(d: float, t: float) -> Report:
     return Report(progress=300.0 * share if share < 0.2 else 60.0 + 50.0 * (share - 0.2))
 
 
+def _back_loaded(d: float, t: float) -> Report:
+    return Report(progress=100.0 * (t / d) ** 1.5)
+
+
 def _eta_slips(d: float, t: float) -> Report:
     return Report(eta=0.6 * d + 0.4 * t)
 
@@ -93,6 +99,7 @@ BEHAVIOURS: dict[str, Callable[[float, float], Report]] = {
     "steady": _steady,
     "stall90": _stall90,
     "front": _front,
+    "back": _back_loaded,
     "eta_slips": _eta_slips,
 }
 
@@ -302,6 +309,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--contracts", default=",".join(SHIPPED), help="files in config/providers/")
     parser.add_argument("--growth", type=float, help="override the contracts' growth_factor")
+    parser.add_argument("--behaviours", default=",".join(BEHAVIOURS), help="rows to run")
     args = parser.parse_args()
 
     policies: dict[str, tuple[bool, Callable[[float, str, random.Random], Iterator[float]]]] = {}
@@ -328,7 +336,7 @@ def main() -> int:
     print(head)
     for nominal in DURATIONS:
         blind: dict[str, Cell] = {}
-        for behaviour in BEHAVIOURS:
+        for behaviour in args.behaviours.split(","):
             line = f"{nominal:>7g}s {behaviour:<10}"
             for name, (reads_body, times) in policies.items():
                 if not reads_body and name in blind:

@@ -28,7 +28,13 @@ from jobwarden.models.actions import (
 from jobwarden.models.backoff import backoff_delay
 from jobwarden.models.business_deadline import earlier
 from jobwarden.models.contract import PollPolicy, ProviderContract, RemoteStatus
-from jobwarden.models.estimates import FinishEstimate, agreement, aim, estimate_finish
+from jobwarden.models.estimates import (
+    FinishEstimate,
+    agreement,
+    aim,
+    estimate_finish,
+    recent_finish,
+)
 from jobwarden.models.excerpts import storable
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation, RowChanges
@@ -289,11 +295,17 @@ def aimed_wait(
         previous_finish=view.estimated_finish,
         previous_progress=view.progress,
         progress=reading.progress,
+        step=reading.progress_step,
     )
     if broken is not None:
         return None
     floor = max(policy.hint_floor_seconds, policy.jitter_floor * policy.base_seconds)
-    target = aim(current, expires_at=reading.expires_at)
+    recent = None
+    if not current.from_eta and reading.progress is not None and view.estimated_finish:
+        recent = recent_finish(current, view.estimated_finish, view.progress, reading.progress)
+    target = aim(current, recent=recent, expires_at=reading.expires_at)
+    if recent is not None and recent < current.finish:
+        current = replace(current, finish=recent)  # the finish aimed at, as recorded
     return max(floor, (target - now).total_seconds()), current
 
 

@@ -33,6 +33,8 @@ __all__ = [
     "agreement",
     "aim",
     "estimate_finish",
+    "progress_step",
+    "recent_finish",
 ]
 
 # Two estimates agree when they differ by at most this share of the estimated duration.
@@ -52,6 +54,7 @@ class Disagreement(StrEnum):
     jumped_back = "jumped_back"  # progress went down (a restart, another counter)
     pace_changed = "pace_changed"  # the progress implies a finish the last one did not
     eta_moved = "eta_moved"  # the provider moved its own ETA
+    unresolved = "unresolved"  # progress moved by too few of its steps to measure a pace
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,17 +112,37 @@ def estimate_finish(
     return FinishEstimate(finish=finish, start=start, from_eta=False, pace=progress / elapsed)
 
 
+def progress_step(value: float) -> float:
+    """The finest step ``value`` is reported in: 1 for whole percents, 0.01 for 12.34, ...
+
+    A provider's resolution is not announced; the decimals of what it sends are the best
+    evidence of it (a float's binary noise aside: six decimals at most).
+    """
+    for places in range(7):
+        scaled = value * 10**places
+        if abs(scaled - round(scaled)) < 1e-6 * max(1.0, abs(scaled)):
+            return 10.0**-places
+    return 1e-6
+
+
 def agreement(
     current: FinishEstimate,
     *,
     previous_finish: datetime | None,
     previous_progress: float | None,
     progress: float | None,
+    step: float | None = None,
 ) -> Disagreement | None:
     """None when this reading confirms the previous one's finish, else why it does not.
 
     Progress that did not move or went back breaks the pace whatever the estimates say:
-    a stall at 90 % still extrapolates to a finish near the last one for a while.
+    a stall at 90 % still extrapolates to a finish near the last one for a while. For
+    progress, the pace since the previous reading must also imply the same finish as the
+    pace since the start: two readings close together agree on the average pace of a job
+    that is speeding up, yet that average promises a finish far too late. That pace is
+    known only to within one ``step`` of the progress (item counts: one item; else
+    ``progress_step``), so progress must have moved by ``step / PACE_TOLERANCE`` for it
+    to be measured within the tolerance.
     """
     if progress is not None and previous_progress is not None:
         if progress < previous_progress:
@@ -128,22 +151,67 @@ def agreement(
             return Disagreement.stalled
     if previous_finish is None:
         return Disagreement.first_reading
+    allowed = PACE_TOLERANCE * current.duration
     moved = abs((current.finish - previous_finish).total_seconds())
-    if moved > PACE_TOLERANCE * current.duration:
+    if moved > allowed:
         return Disagreement.eta_moved if current.from_eta else Disagreement.pace_changed
+    if current.from_eta or progress is None:
+        return None
+    if previous_progress is not None:
+        if step is None:
+            step = min(progress_step(progress), progress_step(previous_progress))
+        if progress - previous_progress < step / PACE_TOLERANCE:
+            return Disagreement.unresolved
+    recent = recent_finish(current, previous_finish, previous_progress, progress)
+    if recent is None:
+        return Disagreement.first_reading
+    if abs((recent - current.finish).total_seconds()) > allowed:
+        return Disagreement.pace_changed
     return None
 
 
-def aim(current: FinishEstimate, *, expires_at: datetime | None = None) -> datetime:
-    """Just past the estimated finish; never after an expiry the provider announced.
+def recent_finish(
+    current: FinishEstimate,
+    previous_finish: datetime,
+    previous_progress: float | None,
+    progress: float,
+) -> datetime | None:
+    """The finish the pace between the previous reading and this one implies, or None.
+
+    The previous reading's time is not stored: its finish and progress give it, as
+    ``start + (finish - start) * progress / 100`` (its own extrapolation run backwards,
+    from the same start). None when that reading cannot have been a progress reading
+    between the start and this one.
+    """
+    if previous_progress is None or not 0.0 < previous_progress < progress < 100.0:
+        return None
+    span = (previous_finish - current.start).total_seconds() * previous_progress / 100.0
+    now = current.finish - timedelta(seconds=current.duration * (100.0 - progress) / 100.0)
+    since = (now - current.start).total_seconds() - span
+    if not span > 0.0 or not 0.0 < since < math.inf:
+        return None
+    pace = (progress - previous_progress) / since
+    try:
+        return now + timedelta(seconds=(100.0 - progress) / pace)
+    except OverflowError:
+        return None
+
+
+def aim(
+    current: FinishEstimate, *, recent: datetime | None = None, expires_at: datetime | None = None
+) -> datetime:
+    """Just past the estimated finish (the earlier of the average pace's and the recent
+    pace's, ``recent``: a job still speeding up within the tolerance ends nearer the
+    latter); never after an expiry the provider announced.
 
     A job cannot run past its ``expires_at`` (OpenAI Batch: it is then ``expired``), so
     by then there is an outcome to read whatever the estimate says.
     """
+    finish = current.finish if recent is None else min(current.finish, recent)
     try:
-        target = current.finish + timedelta(seconds=FINISH_MARGIN * current.duration)
+        target = finish + timedelta(seconds=FINISH_MARGIN * current.duration)
     except OverflowError:
-        target = current.finish
+        target = finish
     if expires_at is not None and current.start < expires_at < target:
         return expires_at
     return target

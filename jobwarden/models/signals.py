@@ -164,6 +164,8 @@ class StatusReading:
     contradiction: str | None  # "succeeded_without_result_reference" | "running_after_expiry"
     started_at: datetime | None = None  # when the remote job started, as the provider says
     eta: datetime | None = None  # when the provider expects the job to finish, on its clock
+    # One item's share of the progress when it came from item counts (100 / total).
+    progress_step: float | None = None
 
 
 _RFC3339 = re.compile(
@@ -318,12 +320,15 @@ def read_status(  # noqa: PLR0913 - a convention's state (or its pointer) rides 
         contradiction = "running_after_expiry"
 
     progress = _progress(_optional(body, spec.progress_pointer))
+    step = None
     if progress is None and spec.items_total_pointer is not None:
+        total = _optional(body, spec.items_total_pointer)
         progress = item_progress(
             _optional(body, spec.items_completed_pointer),
             _optional(body, spec.items_failed_pointer),
-            _optional(body, spec.items_total_pointer),
+            total,
         )
+        step = None if progress is None else 100.0 / float(total)  # type: ignore[arg-type]
     return StatusReading(
         remote_status=remote_status,
         raw_state=raw_state,
@@ -337,4 +342,5 @@ def read_status(  # noqa: PLR0913 - a convention's state (or its pointer) rides 
         contradiction=contradiction,
         started_at=parse_timestamp(_optional(body, spec.started_at_pointer)),
         eta=parse_timestamp(_optional(body, spec.eta_pointer)),
+        progress_step=step,
     )

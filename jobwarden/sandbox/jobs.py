@@ -50,7 +50,7 @@ class Job:
     cancel_requested: bool = False
     final: str | None = None
     last_status: str = "queued"
-    last_progress: float = 0  # whole percents; two decimals for a time-driven job
+    last_progress: float = 0  # whole percents; four decimals for a time-driven job
     first_sent: str | None = None  # Repeatability-First-Sent of the first create
     notified: str = "queued"  # the status the last webhook announced
     late_event_sent: bool = False  # behaviour.webhook.out_of_order: sent once, after the result
@@ -182,15 +182,16 @@ def streamed_result(behaviour: Behaviour) -> tuple[hostile.Generator, int, str] 
 
 
 def time_driven_progress(shape: str, fraction: float) -> float:
-    """The percent a time-driven job reports after ``fraction`` of its time (two decimals,
-    never 100 while it runs): see behaviour.PROGRESS_SHAPES."""
+    """The percent a time-driven job reports after ``fraction`` of its time (four decimals,
+    as fine as a percentComplete double or request counts of a large batch; never 100
+    while it runs): see behaviour.PROGRESS_SHAPES."""
     if shape == "stall90":
         percent = min(90.0, 150.0 * fraction)
     elif shape == "front_loaded":
         percent = 300.0 * fraction if fraction < 0.2 else 60.0 + 50.0 * (fraction - 0.2)
     else:
         percent = 100.0 * fraction
-    return max(0.0, min(99.99, round(percent, 2)))
+    return max(0.0, min(99.9999, round(percent, 4)))
 
 
 def slipping_eta(job: Job, status: str, mono_now: float) -> str | None:

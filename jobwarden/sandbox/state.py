@@ -361,7 +361,7 @@ class SandboxState:
         if b.never_finish or b.run_past_expiry:
             fraction = 1 - 1 / (n + 1)
         elif b.seconds_to_finish:
-            # Time-driven: as precise as Azure's percentComplete (a double), in the shape
+            # Time-driven: as fine as Azure's percentComplete (a double), in the shape
             # the behaviour asks for (behaviour.PROGRESS_SHAPES).
             return time_driven_progress(
                 b.progress_shape, (time.monotonic() - job.created_mono) / b.seconds_to_finish

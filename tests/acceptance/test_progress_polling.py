@@ -17,11 +17,14 @@ import pytest
 
 from tests.acceptance.conftest import Pipeline
 
-pytestmark = pytest.mark.usefixtures("stack")
-
 SECONDS_TO_FINISH = float(os.environ.get("LIVE_PROGRESS_SECONDS", "4"))
+# The per-test timeout grows with a lengthened job (a 10 min one outlives the default).
+pytestmark = [
+    pytest.mark.usefixtures("stack"),
+    pytest.mark.timeout(max(120.0, 3 * SECONDS_TO_FINISH + 120)),
+]
 # The target with steady progress: found at most 10 % of the duration late, with
-# at most 4 status requests (the sandbox answers the first one "queued", without progress).
+# a handful of status requests (the sandbox answers the first one "queued").
 LATE = 0.10 * SECONDS_TO_FINISH
 SLACK = 0.25  # a worker's scheduling only ever makes a poll later
 FLOOR = 0.1  # the sandbox contract's max(hint_floor_seconds, jitter_floor x base_seconds)
@@ -62,7 +65,11 @@ def test_a_job_with_steady_progress_is_asked_a_handful_of_times_and_found_at_its
     late = (seen[-1] - finish).total_seconds()
     # The live confirmation's numbers (pytest -s), beside the bench's virtual-clock row.
     print(f"\nsteady {SECONDS_TO_FINISH:g} s: {len(seen)} status requests, {late:.3f} s late")
-    assert len(seen) <= 4, seen
+    # The first answer is "queued" (no progress yet); two agreeing readings, then the
+    # finish: 4. The sandbox's 0.2 s base makes the first readings 0.1-0.2 s apart, so a
+    # worker scheduled late on a loaded machine can blur the pace between them by more
+    # than 10 %: that costs one more reading, never lateness.
+    assert len(seen) <= 5, seen
     # The poll before the last still saw the job running; the last came just after it.
     assert seen[-2] < finish <= seen[-1] + timedelta(seconds=0.05)
     assert late <= LATE + SLACK

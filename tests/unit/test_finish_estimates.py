@@ -19,6 +19,7 @@ from jobwarden.models.estimates import (
     agreement,
     aim,
     estimate_finish,
+    progress_step,
 )
 from jobwarden.models.pointers import MISSING
 from jobwarden.models.signals import item_progress, read_status
@@ -163,18 +164,24 @@ def _progress_estimate(finish_in: float, *, duration: float = 200.0) -> FinishEs
 @pytest.mark.parametrize(
     ("previous_in", "previous_progress", "progress", "expected"),
     [
-        (100.0, 40.0, 50.0, None),
-        (100.0 + 0.1 * 200, 40.0, 50.0, None),  # exactly the tolerance: 10 % of 200 s
-        (100.0 - 0.1 * 200, 40.0, 50.0, None),
-        (100.0 + 0.1 * 200 + 0.001, 40.0, 50.0, Disagreement.pace_changed),
+        # This reading: 50 % after 100 s, a finish 100 s from now (200 s in all).
+        (100.0, 40.0, 50.0, None),  # 40 % 20 s ago: the same pace all along
+        (100.0, 10.0, 50.0, None),  # 10 % 80 s ago: the same
+        (100.0 + 20.001, 40.0, 50.0, Disagreement.pace_changed),  # moved > 10 % of 200 s
+        (100.0 - 20.001, 40.0, 50.0, Disagreement.pace_changed),
+        # Speeding up: 42 % 10 s ago implied a finish 14 s later, within the tolerance,
+        # but 8 % in the last 10 s implies one 37.5 s sooner: the average is not the pace.
+        (114.2857, 42.0, 50.0, Disagreement.pace_changed),
         (100.0, 50.0, 50.0, Disagreement.stalled),
         (100.0, 60.0, 50.0, Disagreement.jumped_back),
         (None, None, 50.0, Disagreement.first_reading),
         (None, 40.0, 50.0, Disagreement.first_reading),
-        (100.0, None, 50.0, None),  # no earlier progress to compare: the estimates decide
+        # A finish without the progress it came from: when it was read is unknown.
+        (100.0, None, 50.0, Disagreement.first_reading),
+        (100.0, 0.0, 50.0, Disagreement.first_reading),
     ],
 )
-def test_two_readings_agree_when_their_finishes_are_within_a_tenth_of_the_duration(
+def test_two_progress_readings_agree_when_they_and_the_pace_between_them_imply_one_finish(
     previous_in: float | None,
     previous_progress: float | None,
     progress: float,
@@ -186,7 +193,66 @@ def test_two_readings_agree_when_their_finishes_are_within_a_tenth_of_the_durati
         previous_finish=_at(previous_in),
         previous_progress=previous_progress,
         progress=progress,
+        step=0.01,  # a provider reporting hundredths of a percent
     )
+    assert found is expected
+
+
+@pytest.mark.parametrize(
+    ("previous_progress", "progress", "step", "expected"),
+    [
+        # Whole percents (the step read from the values): 8 steps measure no pace within
+        # 10 %; 10 do.
+        (42.0, 50.0, None, Disagreement.unresolved),
+        (40.0, 50.0, None, None),
+        (49.92, 50.0, None, Disagreement.unresolved),  # hundredths: 8 steps
+        (49.89, 50.0, None, None),  # 11 of them (a round 50.0 is in hundredths too)
+        # Item counts say their own step: one item of 1,000 is 0.1 %.
+        (49.5, 50.0, 0.1, Disagreement.unresolved),
+        (49.0, 50.0, 0.1, None),
+    ],
+)
+def test_progress_must_move_by_ten_of_its_steps_before_its_pace_is_believed(
+    previous_progress: float, progress: float, step: float | None, expected: Disagreement | None
+) -> None:
+    # Both readings on one steady pace: 0.5 %/s from 100 s ago.
+    current = _progress_estimate(100.0)
+    found = agreement(
+        current,
+        previous_finish=current.finish,
+        previous_progress=previous_progress,
+        progress=progress,
+        step=step,
+    )
+    assert found is expected
+
+
+@pytest.mark.parametrize(
+    ("value", "step"), [(50.0, 1.0), (12.5, 0.1), (12.3457, 0.0001), (0.003, 0.001), (1 / 3, 1e-6)]
+)
+def test_the_step_of_a_percentage_is_read_from_its_decimals(value: float, step: float) -> None:
+    assert progress_step(value) == pytest.approx(step)
+
+
+@pytest.mark.parametrize(
+    ("previous_in", "expected"),
+    [
+        (300.0, None),
+        (300.0 + 40.0, None),  # exactly 10 % of the 400 s from acceptance to the ETA
+        (300.0 - 40.0, None),
+        (300.0 + 40.001, Disagreement.eta_moved),
+        (300.0 - 40.001, Disagreement.eta_moved),
+        (None, Disagreement.first_reading),
+    ],
+)
+def test_two_provider_etas_agree_within_a_tenth_of_the_duration(
+    previous_in: float | None, expected: Disagreement | None
+) -> None:
+    eta = estimate_finish(
+        progress=None, started_at=None, eta=_at(300.0), accepted_at=ACCEPTED, now=NOW
+    )
+    assert eta is not None and eta.from_eta
+    found = agreement(eta, previous_finish=_at(previous_in), previous_progress=None, progress=None)
     assert found is expected
 
 

@@ -250,10 +250,12 @@ def test_a_reading_that_breaks_the_pace_leaves_the_backoff_in_charge(
     assert wait.estimated_finish is None
 
 
-def test_readings_within_a_tenth_of_the_duration_agree() -> None:
-    # 50 % in 20 s: 40 s in all; the last reading said 3.9 s later: within 10 % of 40 s.
-    wait = wait_after(pending(50.0, started=20.0), v=view(finish_in=23.9, progress=40.0))
-    assert wait.delay_source is DelaySource.progress_estimate
+def test_a_job_speeding_up_is_not_aimed_at_the_finish_its_average_pace_promises() -> None:
+    # 50 % after 20 s, and 42 % 2 s ago: the averages say 40 s and 42.9 s in all (within
+    # 10 %), but 8 % in 2 s says 6.25 s to go, not 20: aiming at 40 s would be 14 s late.
+    v = view(finish_in=(20 / 0.42 - 20), progress=42.0)
+    wait = wait_after(pending(50.0, started=20.0), v=v)
+    assert wait.delay_source is DelaySource.local_backoff
 
 
 @pytest.mark.parametrize(
@@ -409,7 +411,7 @@ def test_a_sandbox_status_read_through_the_shipped_contract_aims_at_the_finish()
     body = {"status": "running", "progress": 95, "started_at": "2024-05-01T11:59:40Z"}
     reading = read_status(contract, body, now=NOW, deadline=DEADLINE)
     remaining = 20 * 5 / 95  # 95 % done in 20 s
-    v = view(age=20.0, attempt=40, finish_in=remaining, progress=90.0)
+    v = view(age=20.0, attempt=40, finish_in=remaining, progress=80.0)
     wait = wait_after(reading, policy=contract.poll, v=v)
     assert wait.delay_source is DelaySource.progress_estimate
     assert wait.delay_seconds == pytest.approx(remaining + (20 + remaining) * FINISH_MARGIN)

@@ -12,9 +12,9 @@ from jobwarden.sandbox.jobs import time_driven_progress
     ("shape", "fraction", "expected"),
     [
         ("steady", 0.0, 0.0),
-        ("steady", 0.1234567, 12.35),  # two decimals, as precise as a percentComplete
+        ("steady", 0.1234567, 12.3457),  # four decimals, as fine as a percentComplete
         ("steady", 0.5, 50.0),
-        ("steady", 1.5, 99.99),  # never 100 while the job runs
+        ("steady", 1.5, 99.9999),  # never 100 while the job runs
         ("stall90", 0.3, 45.0),
         ("stall90", 0.6, 90.0),
         ("stall90", 0.95, 90.0),  # stalled until the end
