@@ -13,9 +13,11 @@ A reading gives an estimated finish in one of two ways:
 
 One reading is a guess; two that agree are evidence. The next poll is aimed at the
 finish only when the previous reading's estimate lies within ``PACE_TOLERANCE`` of the
-whole estimated duration from this one, and progress moved forward. ``agreement`` says
-why not otherwise (first reading, stalled, jumped back, the pace or the ETA moved), and
-the caller falls back to its backoff for that attempt.
+whole estimated duration from this one and, for progress, it moved forward by enough of
+its steps to measure a pace and the pace between the two readings implies the same
+finish. ``agreement`` says why not otherwise (first reading, stalled, jumped back, moved
+too little, the pace or the ETA moved), and the caller falls back to its backoff for
+that attempt.
 """
 
 from __future__ import annotations
