@@ -1,20 +1,30 @@
-"""Polling pressure against detection delay, for a mix of job durations.
+"""Status requests against detection delay: job duration x provider behaviour x policy.
 
-Each simulated job (durations log-uniform from 5 s to 2 h, seeded) is polled on a
-virtual clock through the pure core the worker runs, nothing re-implemented: the
-first poll waits what ``first_poll`` says (as after a create), every status
-request goes through ``models.steps.before_poll`` and every answer, a status body
-built at the contract's own pointers, through ``models.steps.after_poll``; the
-next poll is at the returned ``Wait.until``. No servers, no sleeping.
+Each simulated job is polled on a virtual clock through the pure core the worker runs,
+nothing re-implemented: the first poll waits what ``first_poll`` says (as after a
+create), every status request goes through ``models.steps.before_poll`` and every
+answer, a status body built at the contract's own pointers, through
+``models.steps.after_poll``; the next poll is at the returned ``Wait.until``. No servers,
+no sleeping. Two progress-blind baselines are computed directly: fixed 10 s polling,
+and the source article's schedule (``raw = min(120 s, 5 s x 2**attempt)``, each wait a
+uniform random 50-100 % of raw).
 
-A job waits in the queue (up to 10 % of its duration, no progress), then runs; its
-progress is not linear: ``(run time so far / run time) ** a`` with ``a`` between
-0.8 and 1.25 per job, reported in whole percent. Detection delay is the time from
-the job's finish to the answer that says so, as a share of the job's duration
-(from acceptance); the "floored" p95 counts a delay of up to 2 s as on time.
-Fixed 10 s polling asks at 10 s, 20 s, ... until it sees the finish.
+A job of nominal duration D lasts D x U(0.9, 1.1) from acceptance, so fixed polling
+too meets every phase. What the provider reports while it runs (``BEHAVIOURS``):
 
-    .venv/bin/python scripts/bench_polling.py --jobs 2000 --seed 1 --contract azure_lro
+- ``none``: only the state;
+- ``steady``: progress ``100 t / D`` (a float, as Azure's percentComplete) and its start;
+- ``stall90``: the same pace to 90 % at 0.6 D, then 90 % until the end;
+- ``front``: 60 % in the first 20 % of the time, the rest at a slower pace;
+- ``back``: progress ``100 (t / D) ** 1.5``, slow first and ever faster (the average
+  pace so far always promises a later finish than the job's);
+- ``eta_slips``: no progress, an estimated finish that starts at 0.6 D and slips
+  towards the true end (``0.6 D + 0.4 t``), always early.
+
+Lateness is the time from the finish to the answer that says so, as a share of the
+duration. Columns: mean and p95 status requests per job, mean and p95 lateness.
+
+    .venv/bin/python scripts/bench_polling.py --jobs 200 --seed 1
 """
 
 from __future__ import annotations
@@ -25,8 +35,8 @@ import random
 import statistics
 import sys
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,8 +45,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from jobwarden.models.actions import Send, Wait  # noqa: E402 - after the path above
-from jobwarden.models.contract import ProviderContract  # noqa: E402
+from jobwarden.models.contract import ProviderContract, StatusSpec  # noqa: E402
 from jobwarden.models.contract_loader import load_contract  # noqa: E402
+from jobwarden.models.conventions import AZURE, Monitor  # noqa: E402
 from jobwarden.models.decisions import first_poll, poll_view  # noqa: E402
 from jobwarden.models.history import EventKind  # noqa: E402
 from jobwarden.models.operation import Operation  # noqa: E402
@@ -47,32 +58,50 @@ from jobwarden.models.steps import after_poll, before_poll  # noqa: E402
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 FIXED_INTERVAL = 10.0
-FLOOR_SECONDS = 2.0
-TARGETS = {"requests": 1 / 3, "p95": 0.20, "p95_progress": 0.10}
+DURATIONS = (5.0, 60.0, 600.0, 3600.0, 7200.0)
+SHIPPED = ("azure_lro", "openai_batch")  # azure_arm and google_aip151 poll as azure_lro
+# StatusSpec fields this bench fills when a contract does not read them (older cores
+# lack the ETA field: the bench still runs there, and the ETA is then unread).
+_SPEC_FIELDS = {f.name for f in fields(StatusSpec)}
 
 
 @dataclass(frozen=True, slots=True)
-class Job:
-    duration: float  # acceptance to finish, seconds
-    queued: float  # acceptance to start
-    exponent: float  # progress curve: (ran / run time) ** exponent
+class Report:
+    """What the provider says at one moment while the job runs (None: not said)."""
 
-    def progress(self, t: float) -> int:
-        if t <= self.queued:
-            return 0
-        share = (t - self.queued) / (self.duration - self.queued)
-        return min(99, math.floor(100 * share**self.exponent))
+    progress: float | None = None
+    eta: float | None = None  # seconds after acceptance, on the provider's clock
 
 
-def jobs(count: int, seed: int) -> list[Job]:
-    rng = random.Random(seed)
-    low, high = math.log(5.0), math.log(7200.0)
-    out = []
-    for _ in range(count):
-        duration = math.exp(rng.uniform(low, high))
-        exponent = math.exp(rng.uniform(math.log(0.8), math.log(1.25)))
-        out.append(Job(duration=duration, queued=duration * rng.uniform(0, 0.1), exponent=exponent))
-    return out
+def _steady(d: float, t: float) -> Report:
+    return Report(progress=100.0 * t / d)
+
+
+def _stall90(d: float, t: float) -> Report:
+    return Report(progress=min(90.0, 150.0 * t / d))
+
+
+def _front(d: float, t: float) -> Report:
+    share = t / d
+    return Report(progress=300.0 * share if share < 0.2 else 60.0 + 50.0 * (share - 0.2))
+
+
+def _back_loaded(d: float, t: float) -> Report:
+    return Report(progress=100.0 * (t / d) ** 1.5)
+
+
+def _eta_slips(d: float, t: float) -> Report:
+    return Report(eta=0.6 * d + 0.4 * t)
+
+
+BEHAVIOURS: dict[str, Callable[[float, float], Report]] = {
+    "none": lambda d, t: Report(),
+    "steady": _steady,
+    "stall90": _stall90,
+    "front": _front,
+    "back": _back_loaded,
+    "eta_slips": _eta_slips,
+}
 
 
 def _put(body: dict[str, Any], pointer: str | None, value: object) -> None:
@@ -86,28 +115,52 @@ def _put(body: dict[str, Any], pointer: str | None, value: object) -> None:
     node[parts[-1]] = value
 
 
+def _iso(seconds: float) -> str:
+    return (EPOCH + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+def reads(contract: ProviderContract) -> ProviderContract:
+    """The contract with a progress, start and ETA pointer wherever it reads none."""
+    status = contract.status
+    extra: dict[str, str] = {}
+    counts = getattr(status, "items_total_pointer", None) is not None
+    if status.progress_pointer is None and not counts:
+        extra["progress_pointer"] = "/progress"
+    if status.started_at_pointer is None:
+        extra["started_at_pointer"] = "/started_at"
+    if "eta_pointer" in _SPEC_FIELDS and getattr(status, "eta_pointer", None) is None:
+        extra["eta_pointer"] = "/estimated_completion_time"
+    return replace(contract, status=replace(status, **extra))
+
+
 def status_body(
-    contract: ProviderContract, job: Job, t: float, *, progress: bool
+    contract: ProviderContract, duration: float, t: float, report: Report
 ) -> dict[str, Any]:
     spec, states = contract.status, contract.states
+    state_pointer = spec.state_pointer or "/status"  # an Azure status monitor's
     body: dict[str, Any] = {}
-    if t >= job.duration:
-        _put(body, spec.state_pointer, sorted(states.succeeded)[0])
+    if t >= duration:
+        _put(body, state_pointer, sorted(states.succeeded)[0])
         _put(body, spec.result_ref_pointer, contract.base_url + "/results/1")
-        _put(body, spec.progress_pointer, 100)
         return body
-    pending = sorted(states.pending)
-    _put(body, spec.state_pointer, pending[-1] if t > job.queued else pending[0])
-    if progress:
-        _put(body, spec.progress_pointer, job.progress(t))
-        if t > job.queued:
-            started = EPOCH + timedelta(seconds=job.queued)
-            _put(body, spec.started_at_pointer, started.isoformat().replace("+00:00", "Z"))
+    running = sorted(states.pending)
+    _put(body, state_pointer, "in_progress" if "in_progress" in running else running[-1])
+    if report.progress is not None:
+        if spec.progress_pointer is not None:
+            _put(body, spec.progress_pointer, round(report.progress, 3))
+        elif getattr(spec, "items_total_pointer", None) is not None:
+            _put(body, spec.items_total_pointer, 100_000)  # type: ignore[attr-defined]
+            done = math.floor(report.progress * 1000)
+            _put(body, spec.items_completed_pointer, done)  # type: ignore[attr-defined]
+        _put(body, spec.started_at_pointer, _iso(0.0))
+    if report.eta is not None:
+        _put(body, getattr(spec, "eta_pointer", None), _iso(report.eta))
     return body
 
 
-def operation(contract: ProviderContract, job: Job) -> Operation:
-    far = EPOCH + timedelta(seconds=3 * job.duration + 3600)  # the deadline never decides
+def operation(contract: ProviderContract, duration: float) -> Operation:
+    far = EPOCH + timedelta(seconds=3 * duration + 3600)  # the deadline never decides
+    azure = contract.convention in AZURE
     values: dict[str, Any] = {
         "operation_id": uuid.UUID(int=1),
         "tenant": "bench",
@@ -148,6 +201,7 @@ def operation(contract: ProviderContract, job: Job) -> Operation:
         "result_fetch_attempts": 0,
         "collect_deadline": None,
         "first_sent_at": None,
+        "polling_mode": Monitor.status_monitor.value if azure else None,
         "last_remote_state": None,
         "last_http_status": None,
         "progress": None,
@@ -177,9 +231,10 @@ def _answer(body: dict[str, Any]) -> RawResponse:
     )
 
 
-def polls(ctx: StepContext, job: Job, rng: random.Random, *, progress: bool) -> Iterator[float]:
+def polls(ctx: StepContext, duration: float, behaviour: str, rng: random.Random) -> Iterator[float]:
     """The virtual times (seconds after acceptance) of each status request, to the finish."""
-    op = operation(ctx.contract, job)
+    op = operation(ctx.contract, duration)
+    report = BEHAVIOURS[behaviour]
     wait = first_poll(poll_view(op, accepted_at=EPOCH), ctx.contract.poll, now=EPOCH)
     while True:
         now = wait.until
@@ -194,160 +249,106 @@ def polls(ctx: StepContext, job: Job, rng: random.Random, *, progress: bool) -> 
         op = op.with_changes(changes)
         t = (now - EPOCH).total_seconds()
         yield t
-        after = after_poll(
-            op,
-            ctx,
-            send.request,
-            _answer(status_body(ctx.contract, job, t, progress=progress)),
-            now,
-            rng.random(),
-        )
+        body = status_body(ctx.contract, duration, t, report(duration, t))
+        after = after_poll(op, ctx, send.request, _answer(body), now, rng.random())
         if not isinstance(after.action, Wait):
+            if t < duration:
+                raise SystemExit(f"stopped before the finish: {after.action}")
             return
         wait = after.action
         op = op.with_changes(dict(after.changes) | {"next_poll_at": wait.until})
 
 
+def fixed_times(duration: float, rng: random.Random) -> Iterator[float]:
+    del rng
+    for n in range(1, math.ceil(duration / FIXED_INTERVAL) + 1):
+        yield n * FIXED_INTERVAL
+
+
+def article_times(duration: float, rng: random.Random) -> Iterator[float]:
+    """The article's schedule: wait ``U(0.5, 1) x min(120, 5 x 2**attempt)`` each time."""
+    t, attempt = 0.0, 0
+    while t < duration:
+        t += rng.uniform(0.5, 1.0) * min(120.0, 5.0 * 2**attempt)
+        attempt += 1
+        yield t
+
+
 @dataclass(frozen=True, slots=True)
-class Row:
-    name: str
-    counts: list[int]  # status requests per job
-    fractions: list[float]  # detection delay / duration, per job
-    floored: list[float]  # the same, with a delay up to FLOOR_SECONDS counted as 0
+class Cell:
+    counts: list[int]
+    late: list[float]  # lateness / duration
 
-    @property
-    def requests(self) -> int:
-        return sum(self.counts)
-
-
-BANDS = ((5.0, 60.0, "5 s-1 min"), (60.0, 600.0, "1-10 min"), (600.0, 7200.0, "10 min-2 h"))
+    def line(self) -> str:
+        return (
+            f"{statistics.fmean(self.counts):>6.1f} {_pct(self.counts, 0.95):>5.0f} "
+            f"{statistics.fmean(self.late):>6.1%} {_pct(self.late, 0.95):>6.1%}"
+        )
 
 
-def _pct(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=1000, method="inclusive")[round(q * 1000) - 1]
+def _pct(values: list[int] | list[float], q: float) -> float:
+    return float(statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1])
 
 
-def simulate(name: str, ctx: StepContext, mix: list[Job], seed: int, *, progress: bool) -> Row:
-    rng = random.Random(seed)
-    counts, fractions, floored = [], [], []
-    for job in mix:
-        times = list(polls(ctx, job, rng, progress=progress))
-        counts.append(len(times))
-        delay = times[-1] - job.duration
-        fractions.append(delay / job.duration)
-        floored.append(0.0 if delay <= FLOOR_SECONDS else delay / job.duration)
-    return Row(name=name, counts=counts, fractions=fractions, floored=floored)
-
-
-def fixed(mix: list[Job]) -> Row:
-    counts, fractions, floored = [], [], []
-    for job in mix:
-        n = math.ceil(job.duration / FIXED_INTERVAL)
-        counts.append(n)
-        delay = n * FIXED_INTERVAL - job.duration
-        fractions.append(delay / job.duration)
-        floored.append(0.0 if delay <= FLOOR_SECONDS else delay / job.duration)
-    return Row(name="fixed 10 s polling", counts=counts, fractions=fractions, floored=floored)
-
-
-def by_band(row: Row, baseline: Row, mix: list[Job]) -> str:
-    parts = []
-    for low, high, label in BANDS:
-        at = [i for i, job in enumerate(mix) if low <= job.duration < high]
-        if len(at) < 2:
-            continue
-        ratio = sum(row.counts[i] for i in at) / sum(baseline.counts[i] for i in at)
-        p95 = _pct([row.floored[i] for i in at], 0.95)
-        parts.append(f"{label}: {ratio:.2f} x, p95 {p95:.0%}")
-    return "; ".join(parts)
-
-
-def with_progress(contract: ProviderContract, *, started_at: bool) -> ProviderContract:
-    """The contract as is when it reads progress; else with /progress and /started_at."""
-    status = contract.status
-    if status.progress_pointer is None:
-        status = replace(status, progress_pointer="/progress")
-    if started_at and status.started_at_pointer is None:
-        status = replace(status, started_at_pointer="/started_at")
-    if not started_at:
-        status = replace(status, started_at_pointer=None)
-    return replace(contract, status=status)
+def measure(
+    times: Callable[[float, random.Random], Iterator[float]], nominal: float, jobs: int, seed: int
+) -> Cell:
+    rng = random.Random(f"{seed}/{nominal}")
+    counts, late = [], []
+    for _ in range(jobs):
+        duration = nominal * rng.uniform(0.9, 1.1)
+        seen = list(times(duration, rng))
+        counts.append(len(seen))
+        late.append((seen[-1] - duration) / duration)
+    return Cell(counts=counts, late=late)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--jobs", type=int, default=200, help="jobs per cell")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--contract", default="azure_lro", help="a file in config/providers/")
-    parser.add_argument("--growth", type=float, help="override the contract's growth_factor")
-    parser.add_argument("--jitter-floor", type=float, help="override the contract's jitter_floor")
-    parser.add_argument("--max-seconds", type=float, help="override the contract's max_seconds")
-    parser.add_argument("--bands", action="store_true", help="also print each duration band")
+    parser.add_argument("--contracts", default=",".join(SHIPPED), help="files in config/providers/")
+    parser.add_argument("--growth", type=float, help="override the contracts' growth_factor")
+    parser.add_argument("--behaviours", default=",".join(BEHAVIOURS), help="rows to run")
     args = parser.parse_args()
 
-    contract = load_contract(REPO / "config" / "providers" / f"{args.contract}.toml")
-    if args.growth is not None:
-        contract = replace(contract, poll=replace(contract.poll, growth_factor=args.growth))
-    if args.jitter_floor is not None:
-        contract = replace(contract, poll=replace(contract.poll, jitter_floor=args.jitter_floor))
-    if args.max_seconds is not None:
-        contract = replace(contract, poll=replace(contract.poll, max_seconds=args.max_seconds))
-    policy = contract.poll
-    old = replace(contract, poll=replace(policy, growth_factor=2.0))
-    mix = jobs(args.jobs, args.seed)
+    policies: dict[str, tuple[bool, Callable[[float, str, random.Random], Iterator[float]]]] = {}
+    for name in args.contracts.split(","):
+        contract = reads(load_contract(REPO / "config" / "providers" / f"{name}.toml"))
+        if args.growth is not None:
+            contract = replace(contract, poll=replace(contract.poll, growth_factor=args.growth))
+        ctx = StepContext(contract=contract, base_url=contract.base_url)
 
-    def ctx(c: ProviderContract) -> StepContext:
-        return StepContext(contract=c, base_url=c.base_url)
+        def run(d: float, b: str, r: random.Random, ctx: StepContext = ctx) -> Iterator[float]:
+            return polls(ctx, d, b, r)
 
-    baseline = fixed(mix)
-    g = policy.growth_factor
-    rows = [
-        baseline,
-        simulate("backoff, factor 2 (same rules)", ctx(old), mix, args.seed, progress=False),
-        simulate(f"backoff, factor {g:g}", ctx(contract), mix, args.seed, progress=False),
-        simulate(
-            "progress, factor 2 (same rules)",
-            ctx(with_progress(old, started_at=True)),
-            mix,
-            args.seed,
-            progress=True,
-        ),
-        simulate(
-            f"progress + start time, factor {g:g}",
-            ctx(with_progress(contract, started_at=True)),
-            mix,
-            args.seed,
-            progress=True,
-        ),
-        simulate(
-            f"progress, no start time, factor {g:g}",
-            ctx(with_progress(contract, started_at=False)),
-            mix,
-            args.seed,
-            progress=True,
-        ),
-    ]
+        policies[name] = (True, run)
+    policies["fixed 10 s"] = (False, lambda d, b, r: fixed_times(d, r))
+    policies["article"] = (False, lambda d, b, r: article_times(d, r))
+
     print(
-        f"{args.jobs} jobs, 5 s .. 2 h log-uniform, seed {args.seed}; contract {contract.name}: "
-        f"initial {policy.initial_delay_seconds:g} s, base {policy.base_seconds:g} s, "
-        f"max {policy.max_seconds:g} s, jitter floor {policy.jitter_floor:g}, growth {g:g}"
+        f"{args.jobs} jobs per cell, duration x U(0.9, 1.1), seed {args.seed}; per policy: "
+        "mean and p95 status requests per job, mean and p95 lateness / duration"
     )
-    print(
-        f"{'policy':<38} {'requests':>9} {'vs fixed':>8} {'p50':>7} {'p95':>7} "
-        f"{'p95 (2 s floor)':>15} {'max':>7}"
-    )
-    for row in rows:
-        print(
-            f"{row.name:<38} {row.requests:>9} {row.requests / baseline.requests:>8.3f} "
-            f"{_pct(row.fractions, 0.5):>7.1%} {_pct(row.fractions, 0.95):>7.1%} "
-            f"{_pct(row.floored, 0.95):>15.1%} {max(row.fractions):>7.1%}"
-        )
-        if args.bands:
-            print(f"    {by_band(row, baseline, mix)}")
-    print(
-        f"targets: requests <= {TARGETS['requests']:.3f} x fixed; p95 (2 s floor) <= "
-        f"{TARGETS['p95']:.0%}, with progress <= {TARGETS['p95_progress']:.0%}"
-    )
+    head = f"{'duration':>8} {'behaviour':<10}"
+    for name in policies:
+        head += f" | {name:^26}"
+    print(head)
+    for nominal in DURATIONS:
+        blind: dict[str, Cell] = {}
+        for behaviour in args.behaviours.split(","):
+            line = f"{nominal:>7g}s {behaviour:<10}"
+            for name, (reads_body, times) in policies.items():
+                if not reads_body and name in blind:
+                    cell = blind[name]  # progress-blind: the same for every behaviour
+                else:
+                    cell = measure(
+                        lambda d, r, t=times, b=behaviour: t(d, b, r), nominal, args.jobs, args.seed
+                    )
+                    if not reads_body:
+                        blind[name] = cell
+                line += f" | {cell.line()}"
+            print(line)
     return 0
 
 

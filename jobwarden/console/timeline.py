@@ -60,6 +60,8 @@ class WaitBar:
     start: datetime
     end: datetime
     delay_source: str
+    # A wait aimed at the job's finish (progress_estimate, provider_eta): that finish.
+    estimated_finish: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,7 +171,10 @@ def build_timeline(
                 windows.append(Window(start=d.at, end=end))
         until = _parse_at(ex.get("next_poll_at"))
         if until is not None and until > d.at and d.delay_source:
-            waits.append(WaitBar(start=d.at, end=until, delay_source=d.delay_source))
+            finish = _parse_at(ex.get("estimated_finish"))
+            waits.append(
+                WaitBar(start=d.at, end=until, delay_source=d.delay_source, estimated_finish=finish)
+            )
     first = events[0].draft.at if events else now
     ends = [now, *(e.draft.at for e in events[-1:]), *(w.end for w in waits)]
     last = max([*ends, *(w.end for w in windows)])
@@ -201,6 +206,19 @@ def _seconds(tl: Timeline, at: datetime) -> str:
     return f"{(at - tl.start).total_seconds():.1f}"
 
 
+def _finish_mark(tl: Timeline, bar: WaitBar, y: int) -> str:
+    """The finish an aimed wait aimed past: a tick across its bar (issue 38)."""
+    if bar.estimated_finish is None:
+        return ""
+    x = _x(tl, bar.estimated_finish)
+    at = _seconds(tl, bar.estimated_finish)
+    return (
+        f'<line class="estimated-finish" x1="{x}" y1="{y - 3}" x2="{x}" y2="{y + 13}" '
+        f'stroke="#1565c0" stroke-width="2" data-at="{at}">'
+        f"<title>estimated finish: +{at} s</title></line>"
+    )
+
+
 def render_svg(tl: Timeline) -> str:
     """The timeline as one inline <svg>; every shape carries data-* attributes (offsets in
     seconds from the start) so a test, or a curious operator, can read what it shows."""
@@ -228,7 +246,7 @@ def render_svg(tl: Timeline) -> str:
             f'data-end="{_seconds(tl, bar.end)}" data-delay-source="{source}">'
             f'<rect x="{x0}" y="{y}" width="{max(round(x1 - x0, 2), 1)}" height="10" '
             f'fill="#90caf9"/><text x="{x0 + 2}" y="{y + 8}" font-size="8">'
-            f"{source}</text></g>"
+            f"{source}</text>{_finish_mark(tl, bar, y)}</g>"
         )
     parts.append(
         f'<line class="axis" x1="{MARGIN}" y1="{AXIS_Y}" x2="{WIDTH - MARGIN}" '

@@ -30,7 +30,8 @@ class DelaySource(StrEnum):
     provider_retry_after = "provider_retry_after"  # the provider's Retry-After header
     provider_poll_hint = "provider_poll_hint"  # a validated hint in the status body
     local_backoff = "local_backoff"  # jittered exponential backoff, nothing from the provider
-    progress_estimate = "progress_estimate"  # aimed at the finish the reported progress implies
+    progress_estimate = "progress_estimate"  # aimed at the finish two progress readings agree on
+    provider_eta = "provider_eta"  # aimed just past the finish two provider ETAs agree on
     initial_delay = "initial_delay"  # the contract's wait before the first poll
     manual_extension = "manual_extension"  # a human extended the bounds
     local_rate_limit = "local_rate_limit"  # no token from the provider's shared rate limiter
@@ -109,6 +110,10 @@ class Wait:
     delay_source: DelaySource
     clipped_to_deadline: bool  # the chosen delay would have passed the deadline
     cause: str = "wait"
+    # A wait aimed at the job's finish (progress_estimate, provider_eta): the finish it
+    # aimed past, and the evidence, both shown in the history and the console's timeline.
+    estimated_finish: datetime | None = None
+    evidence: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,4 +1,5 @@
-"""Delays: jittered exponential backoff, progress estimates, Retry-After and poll hints.
+"""Delays: jittered exponential backoff, Retry-After and poll hints (estimates of a job's
+finish are models/estimates.py).
 
 Pure functions. Randomness (``u``) and the current time (``now``) are passed in
 by the caller, so every result is reproducible in a test. Nothing here reads
@@ -57,25 +58,6 @@ def backoff_ceiling(*, attempt: int, base: float, maximum: float, growth: float)
         except OverflowError:
             raw = math.inf
     return min(maximum, raw)
-
-
-def progress_estimate(*, elapsed: float, progress: float, margin: float) -> float | None:
-    """Seconds from now until the extrapolated finish, plus ``margin`` of the elapsed time.
-
-    ``elapsed`` is the time since the remote job started, ``progress`` its reported
-    0..100. A job that ran ``elapsed`` seconds to reach ``progress`` % finishes,
-    at the same pace, ``elapsed * (100 - progress) / progress`` seconds from now.
-    None when progress says nothing about the finish: no time elapsed yet, progress
-    0 (not started) or 100 (done working but not finished: OpenAI's ``finalizing``,
-    a result being written), or any value outside (0, 100). Never raises.
-    """
-    if not (0.0 < progress < 100.0 and 0.0 < elapsed < math.inf and margin >= 0.0):
-        return None
-    remaining = elapsed * (100.0 - progress) / progress
-    # The margin aims just past the estimate, so a job slightly slower than its own
-    # average is found by this poll, not by the next; it also spaces polls at least
-    # ``margin * elapsed`` apart when the progress stalls just short of 100.
-    return remaining + margin * elapsed
 
 
 def clamp(seconds: float, *, floor: float, cap: float) -> float:

@@ -144,6 +144,14 @@ class StatusSpec:
     # When the remote job started (RFC 3339 or Unix seconds): with progress, the next
     # poll aims at the extrapolated finish. Without it, our acceptance time stands in.
     started_at_pointer: str | None = None
+    # The provider's own estimate of the finish (RFC 3339 or Unix seconds), such as an
+    # `estimated_completion_time`: two readings that agree aim the next poll at it.
+    eta_pointer: str | None = None
+    # Item counts as progress where no percentage is given (OpenAI Batch `request_counts`):
+    # (completed + failed) / total; counts beyond the total are no evidence at all.
+    items_completed_pointer: str | None = None
+    items_failed_pointer: str | None = None
+    items_total_pointer: str | None = None
     poll_hint_pointer: str | None = None  # seconds until the next poll, as the provider suggests
     expiry_pointer: str | None = None  # RFC 3339 time after which the job may not run
     result_ref_pointer: str | None = None  # where a finished job names its result
@@ -361,8 +369,8 @@ class WebhookSpec:
 
 # The backoff's growth per pending answer; every wait after one is also held to
 # (growth - 1) x the job's age, so a finished job is found at most that share of its
-# duration late (2 meant 100 %). 1.25: p95 17.5 % for 0.30 x the requests of fixed
-# 10 s polling on 5 s..2 h jobs (scripts/bench_polling.py, docs/contracts.md). Below
+# duration late (2 meant 100 %). 1.25: that promise costs requests without progress
+# (17 for a 60 s job; scripts/bench_polling.py, docs/contracts.md `[poll]`). Below
 # 1.05 a poll is barely later than the last; above 4 a job is found 3 x its age late.
 DEFAULT_GROWTH_FACTOR = 1.25
 MIN_GROWTH_FACTOR = 1.05

@@ -173,6 +173,13 @@ class StatusTable(ContractTable):
     """The state when the field is absent (AIP-151 omits done while it is false)."""
     progress_pointer: Pointer | None = None
     started_at_pointer: Pointer | None = None
+    eta_pointer: Pointer | None = None
+    """The provider's estimated finish (RFC 3339 or Unix seconds)."""
+    items_completed_pointer: Pointer | None = None
+    """Items done so far; with items_total_pointer, progress where no percentage is given."""
+    items_failed_pointer: Pointer | None = None
+    """Items that failed so far: done too, as far as the job's pace is concerned."""
+    items_total_pointer: Pointer | None = None
     poll_hint_pointer: Pointer | None = None
     expiry_pointer: Pointer | None = None
     result_ref_pointer: Pointer | None = None
@@ -200,6 +207,14 @@ class StatusTable(ContractTable):
                     "the status URL comes from the response header",
                     field="path",
                 )
+        counted = self.items_completed_pointer, self.items_total_pointer
+        if (counted[0] is None) != (counted[1] is None):
+            raise problem(
+                "items_completed_pointer and items_total_pointer go together",
+                field="items_total_pointer",
+            )
+        if self.items_failed_pointer is not None and counted[1] is None:
+            raise problem("needs items_total_pointer", field="items_failed_pointer")
         if self.error_pointer == "":
             raise problem(
                 "must not be empty: every status body would mean failed", field="error_pointer"

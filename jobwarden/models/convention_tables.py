@@ -84,6 +84,12 @@ SUPPLIED: Final[Mapping[Convention, Mapping[str, Mapping[str, object]]]] = {
             "state_pointer": "/status",
             "result_ref_pointer": "/output_file_id",
             "expiry_pointer": "/expires_at",
+            # [OPENAI] in_progress_at (Unix seconds) and request_counts: the batch's pace,
+            # so the next poll can aim at the finish two readings agree on.
+            "started_at_pointer": "/in_progress_at",
+            "items_completed_pointer": "/request_counts/completed",
+            "items_failed_pointer": "/request_counts/failed",
+            "items_total_pointer": "/request_counts/total",
         },
         "states": {
             "pending": ["validating", "in_progress", "finalizing"],

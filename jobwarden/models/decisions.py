@@ -11,7 +11,7 @@ must be timezone-aware.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -25,9 +25,16 @@ from jobwarden.models.actions import (
     Wait,
     escalate,
 )
-from jobwarden.models.backoff import backoff_ceiling, backoff_delay, clamp, progress_estimate
+from jobwarden.models.backoff import backoff_delay
 from jobwarden.models.business_deadline import earlier
 from jobwarden.models.contract import PollPolicy, ProviderContract, RemoteStatus
+from jobwarden.models.estimates import (
+    FinishEstimate,
+    agreement,
+    aim,
+    estimate_finish,
+    recent_finish,
+)
 from jobwarden.models.excerpts import storable
 from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation, RowChanges
@@ -46,12 +53,13 @@ __all__ = [
     "PollView",
     "Wait",
     "action_for_reading",
+    "aimed_wait",
     "decide_after_status",
     "decide_status_answer",
+    "finish_estimate",
     "first_poll",
     "guard_before_status_request",
     "poll_view",
-    "progress_wait",
     "retry_wait",
     "wait_within",
 ]
@@ -61,9 +69,6 @@ __all__ = [
 # doubling: they wait for the provider to recover, and the contract's growth factor
 # exists to find finished jobs soon, not to retry a failing provider sooner.
 RETRY_GROWTH = 2.0
-# How far past the extrapolated finish a progress estimate aims, as a share of the
-# time the job has run (see backoff.progress_estimate): scripts/bench_polling.py.
-PROGRESS_MARGIN = 0.03
 
 
 class Phase(StrEnum):
@@ -87,6 +92,9 @@ class PollView:
     next_poll_at: datetime | None
     # The deadline is the business deadline, which came before the result deadline.
     deadline_is_business: bool = False
+    # What the previous reading said: its progress and the finish it implied (0027).
+    progress: float | None = None
+    estimated_finish: datetime | None = None
 
 
 def poll_view(op: Operation, *, accepted_at: datetime | None = None) -> PollView:
@@ -108,6 +116,8 @@ def poll_view(op: Operation, *, accepted_at: datetime | None = None) -> PollView
         consecutive_rate_limited=op.consecutive_rate_limited,
         poll_attempt=op.poll_attempt,
         next_poll_at=None if accepted_at else op.next_poll_at,
+        progress=op.progress,
+        estimated_finish=op.estimated_finish,
     )
 
 
@@ -250,36 +260,53 @@ def first_poll(
     )
 
 
-def progress_wait(
-    view: PollView, policy: PollPolicy, reading: StatusReading | None, *, now: datetime
-) -> float | None:
-    """Seconds until just past the finish the reported progress implies, or None.
-
-    Only while observing, with progress strictly between 0 and 100. The start is the
-    provider's ``started_at`` unless it is in our future or before our acceptance
-    (clock skew), else the acceptance. Raised to the shortest local wait and capped at
-    the backoff's ceiling for this attempt: early progress extrapolates badly (a slow
-    start, whole percents), and no estimate may find a job later than the backoff would.
-    """
-    if view.phase is not Phase.observing or reading is None or reading.progress is None:
+def finish_estimate(
+    view: PollView, reading: StatusReading | None, *, now: datetime
+) -> FinishEstimate | None:
+    """The finish this reading implies while observing (kept on the row for the next)."""
+    if view.phase is not Phase.observing or reading is None:
         return None
-    start = view.accepted_at
-    started = reading.started_at
-    if started is not None and started <= now:
-        start = max(start, started)
-    seconds = progress_estimate(
-        elapsed=(now - start).total_seconds(), progress=reading.progress, margin=PROGRESS_MARGIN
+    return estimate_finish(
+        progress=reading.progress,
+        started_at=reading.started_at,
+        eta=reading.eta,
+        accepted_at=view.accepted_at,
+        now=now,
     )
-    if seconds is None:
+
+
+def aimed_wait(
+    view: PollView, policy: PollPolicy, reading: StatusReading | None, *, now: datetime
+) -> tuple[float, FinishEstimate] | None:
+    """Seconds until just past the finish two agreeing readings imply, or None.
+
+    Only while observing, and only when this reading's estimate confirms the previous
+    one's (``estimates.agreement``): then the wait goes beyond the backoff's ceiling,
+    the whole way to the finish, so a job with a steady pace costs a handful of
+    requests. Raised to the contract's floor (``max(hint_floor_seconds, jitter_floor x
+    base_seconds)``), so polls aimed too early never come in a burst; the caller clips
+    it to the deadline and never uses it in place of a provider's delay.
+    """
+    current = finish_estimate(view, reading, now=now)
+    if current is None or reading is None:
+        return None
+    broken = agreement(
+        current,
+        previous_finish=view.estimated_finish,
+        previous_progress=view.progress,
+        progress=reading.progress,
+        step=reading.progress_step,
+    )
+    if broken is not None:
         return None
     floor = max(policy.hint_floor_seconds, policy.jitter_floor * policy.base_seconds)
-    cap = backoff_ceiling(
-        attempt=view.poll_attempt,
-        base=policy.base_seconds,
-        maximum=pending_maximum(view, policy, now=now),
-        growth=policy.growth_factor,
-    )
-    return clamp(seconds, floor=floor, cap=max(cap, floor))
+    recent = None
+    if not current.from_eta and reading.progress is not None and view.estimated_finish:
+        recent = recent_finish(current, view.estimated_finish, view.progress, reading.progress)
+    target = aim(current, recent=recent, expires_at=reading.expires_at)
+    if recent is not None and recent < current.finish:
+        current = replace(current, finish=recent)  # the finish aimed at, as recorded
+    return max(floor, (target - now).total_seconds()), current
 
 
 def pending_maximum(view: PollView, policy: PollPolicy, *, now: datetime) -> float:
@@ -357,9 +384,14 @@ def _next_wait(
         )
         source = DelaySource.local_backoff
     if source is DelaySource.local_backoff and rate_limited == 0:
-        estimate = progress_wait(view, policy, reading, now=now)
-        if estimate is not None:
-            seconds, source = estimate, DelaySource.progress_estimate
+        aimed = aimed_wait(view, policy, reading, now=now)
+        if aimed is not None:
+            seconds, estimate = aimed
+            source = (
+                DelaySource.provider_eta if estimate.from_eta else DelaySource.progress_estimate
+            )
+            wait = _wait_for(view, now=now, seconds=seconds, source=source)
+            return replace(wait, estimated_finish=estimate.finish, evidence=estimate.evidence())
     return _wait_for(view, now=now, seconds=seconds, source=source)
 
 
@@ -404,10 +436,10 @@ def decide_after_status(
     failures, 5xx and malformed answers spend the transport budget (a failed
     read is not a failed job); 401/403 and other 4xx escalate at once; 429s
     escalate after ``policy.max_rate_limited`` in a row. Every wait honours
-    Retry-After, then a poll hint, then local backoff; reported progress replaces
-    the backoff (never a provider's delay) with the wait until the estimated
-    finish. Every wait is clipped to the deadline; when no request is left in the
-    budget it escalates instead.
+    Retry-After, then a poll hint, then local backoff; progress or a provider ETA that
+    two readings agree on replaces the backoff (never a provider's delay) with the wait
+    until just past the estimated finish. Every wait is clipped to the deadline; when
+    no request is left in the budget it escalates instead.
     """
     failures = view.transport_failures_used
     rate_limited = 0
@@ -489,4 +521,8 @@ def decide_status_answer(
         changes["last_remote_state"] = storable(reading.raw_state or "")[:200] or None
         if reading.progress is not None:
             changes["progress"] = reading.progress
+        # The next reading confirms this estimate or breaks the pace (estimates.agreement);
+        # a reading without one clears it, so only two fresh readings ever agree.
+        estimate = finish_estimate(view, reading, now=now)
+        changes["estimated_finish"] = None if estimate is None else estimate.finish
     return decision, changes

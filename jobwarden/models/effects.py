@@ -88,17 +88,21 @@ def timed(p: Plan, step: str, seconds: float) -> Plan:
 
 def wait_event(wait: Wait, *, actor: str, now: datetime) -> EventDraft:
     """The decision to wait, with the source of the delay (DESIGN: every wait says why)."""
+    excerpt: dict[str, Any] = {
+        "next_poll_at": wait.until.isoformat(),
+        "delay_seconds": round(wait.delay_seconds, 3),
+        "clipped_to_deadline": wait.clipped_to_deadline,
+    }
+    if wait.estimated_finish is not None:
+        excerpt["estimated_finish"] = wait.estimated_finish.isoformat()
+        excerpt["evidence"] = wait.evidence
     return EventDraft(
         kind=EventKind.decision,
         actor=actor,
         at=now,
         cause=wait.cause,
         delay_source=wait.delay_source.value,
-        excerpt={
-            "next_poll_at": wait.until.isoformat(),
-            "delay_seconds": round(wait.delay_seconds, 3),
-            "clipped_to_deadline": wait.clipped_to_deadline,
-        },
+        excerpt=excerpt,
     )
 
 

@@ -83,6 +83,9 @@ class Operation:
     # The digest of the contract text it was created under (0026); None: created before
     # contracts were pinned, so the current contract holds (models/contract_pins.py).
     contract_digest: str | None = None
+    # The finish the last status reading implied (0027): the next reading that agrees
+    # aims the poll past it (models/estimates.py); None when that reading implied none.
+    estimated_finish: datetime | None = None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
@@ -177,6 +180,7 @@ class RowChanges(TypedDict, total=False):
     cleanup_deadline: datetime | None
     approved_request_digest: str | None
     contract_digest: str | None
+    estimated_finish: datetime | None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

@@ -115,6 +115,7 @@ UNBOUND_COLUMNS: Final = frozenset(
         "last_remote_state",  # caches of the last observation, which its event records
         "last_http_status",
         "progress",
+        "estimated_finish",  # what the last reading implied; an aimed wait's event names it
     }
 )
 

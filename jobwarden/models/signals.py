@@ -163,6 +163,9 @@ class StatusReading:
     error: object | None  # the value at the contract's error pointer, if any
     contradiction: str | None  # "succeeded_without_result_reference" | "running_after_expiry"
     started_at: datetime | None = None  # when the remote job started, as the provider says
+    eta: datetime | None = None  # when the provider expects the job to finish, on its clock
+    # One item's share of the progress when it came from item counts (100 / total).
+    progress_step: float | None = None
 
 
 _RFC3339 = re.compile(
@@ -191,6 +194,27 @@ def _progress(value: object | Missing) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) and 0.0 <= number <= 100.0 else None
+
+
+def _count(value: object | Missing) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if value >= 0 else None
+
+
+def item_progress(completed: object, failed: object, total: object) -> float | None:
+    """``100 * (completed + failed) / total`` from provider item counts, or None.
+
+    OpenAI Batch's ``request_counts``: a failed request is processed as surely as a
+    completed one, so both count towards the pace. Counts that are not non-negative
+    integers, a total of 0 and counts beyond the total are no evidence (a provider that
+    contradicts itself says nothing about its finish). ``failed`` may be MISSING.
+    """
+    done, total_n = _count(completed), _count(total)
+    lost = 0 if isinstance(failed, Missing) or failed is None else _count(failed)
+    if done is None or lost is None or not total_n or done + lost > total_n:
+        return None
+    return 100.0 * (done + lost) / total_n
 
 
 # Unix-seconds expiries (OpenAI batches) beyond this are garbage, not times.
@@ -295,10 +319,20 @@ def read_status(  # noqa: PLR0913 - a convention's state (or its pointer) rides 
     elif remote_status is RemoteStatus.pending and expires_at is not None and expires_at < now:
         contradiction = "running_after_expiry"
 
+    progress = _progress(_optional(body, spec.progress_pointer))
+    step = None
+    if progress is None and spec.items_total_pointer is not None:
+        total = _optional(body, spec.items_total_pointer)
+        progress = item_progress(
+            _optional(body, spec.items_completed_pointer),
+            _optional(body, spec.items_failed_pointer),
+            total,
+        )
+        step = None if progress is None else 100.0 / float(total)  # type: ignore[arg-type]
     return StatusReading(
         remote_status=remote_status,
         raw_state=raw_state,
-        progress=_progress(_optional(body, spec.progress_pointer)),
+        progress=progress,
         poll_hint=validate_poll_hint(
             _optional(body, spec.poll_hint_pointer), now=now, deadline=deadline
         ),
@@ -307,4 +341,6 @@ def read_status(  # noqa: PLR0913 - a convention's state (or its pointer) rides 
         error=error,
         contradiction=contradiction,
         started_at=parse_timestamp(_optional(body, spec.started_at_pointer)),
+        eta=parse_timestamp(_optional(body, spec.eta_pointer)),
+        progress_step=step,
     )

@@ -21,6 +21,11 @@ from jobwarden.sandbox.webhooks import WebhookBehaviour, WebhookOptionError, par
 
 OUTCOMES = ("succeeded", "failed", "expired")
 CREATE_RESPONSES = ("normal", "drop", "hold")
+# How a time-driven job (seconds_to_finish) reports its way to the end, for issue 38's
+# polling bench and its acceptance tests: a steady pace; the same pace to 90 % by 60 % of
+# the time, then 90 % until the end; 60 % in the first fifth, then slower; or no progress
+# but an estimated_completion_time that starts at 60 % of the time and slips to the end.
+PROGRESS_SHAPES = ("steady", "stall90", "front_loaded", "eta_slips")
 CANCEL_MODES = ("honour", "race", "never")
 # What a failed, cancelled or expired job leaves, and how its cleanup endpoint answers
 # (ARM RPC "Delete Resource Asynchronously", RPC-Delete-V1-01): nothing; resources a
@@ -87,6 +92,7 @@ class Behaviour:
     error_code: str = "job_failed"
     error_message: str = "the job failed (scripted by the sandbox)"
     progress: bool = True
+    progress_shape: str = "steady"
     retry_after: int | None = None
     retry_after_date: int | None = None
     poll_hint: Any = None
@@ -241,6 +247,7 @@ _FIELDS = frozenset(
         "error_code",
         "error_message",
         "progress",
+        "progress_shape",
         "retry_after",
         "retry_after_date",
         "poll_hint",
@@ -360,6 +367,8 @@ def parse_behaviour(raw: Any) -> Behaviour:
     if declared_failed is not None and shape != "openai_jsonl":
         raise BehaviourError('behaviour.declared_failed_items is the "openai_jsonl" shape')
     checks = _int(raw, "cleanup_checks")
+    if raw.get("progress_shape", "steady") != "steady" and raw.get("seconds_to_finish") is None:
+        raise BehaviourError("behaviour.progress_shape needs seconds_to_finish (a time-driven job)")
     return Behaviour(
         polls_to_finish=2 if polls is None else polls,
         seconds_to_finish=_float(raw, "seconds_to_finish"),
@@ -367,6 +376,7 @@ def parse_behaviour(raw: Any) -> Behaviour:
         error_code=_str(raw, "error_code", Behaviour.error_code),
         error_message=_str(raw, "error_message", Behaviour.error_message),
         progress=_bool(raw, "progress", True),
+        progress_shape=_choice(raw, "progress_shape", PROGRESS_SHAPES),
         retry_after=_int(raw, "retry_after"),
         retry_after_date=_int(raw, "retry_after_date"),
         poll_hint=raw.get("poll_hint"),

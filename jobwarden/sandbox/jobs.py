@@ -21,7 +21,9 @@ __all__ = [
     "build_result",
     "repeatability_problem",
     "result_document",
+    "slipping_eta",
     "streamed_result",
+    "time_driven_progress",
 ]
 
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
@@ -48,7 +50,7 @@ class Job:
     cancel_requested: bool = False
     final: str | None = None
     last_status: str = "queued"
-    last_progress: int = 0
+    last_progress: float = 0  # whole percents; four decimals for a time-driven job
     first_sent: str | None = None  # Repeatability-First-Sent of the first create
     notified: str = "queued"  # the status the last webhook announced
     late_event_sent: bool = False  # behaviour.webhook.out_of_order: sent once, after the result
@@ -177,3 +179,26 @@ def streamed_result(behaviour: Behaviour) -> tuple[hostile.Generator, int, str] 
     if b.hostile_result == "huge":
         return hostile.generated_result(b.result_items, b.huge_bytes)
     return None
+
+
+def time_driven_progress(shape: str, fraction: float) -> float:
+    """The percent a time-driven job reports after ``fraction`` of its time (four decimals,
+    as fine as a percentComplete double or request counts of a large batch; never 100
+    while it runs): see behaviour.PROGRESS_SHAPES."""
+    if shape == "stall90":
+        percent = min(90.0, 150.0 * fraction)
+    elif shape == "front_loaded":
+        percent = 300.0 * fraction if fraction < 0.2 else 60.0 + 50.0 * (fraction - 0.2)
+    else:
+        percent = 100.0 * fraction
+    return max(0.0, min(99.9999, round(percent, 4)))
+
+
+def slipping_eta(job: Job, status: str, mono_now: float) -> str | None:
+    """behaviour.progress_shape "eta_slips": an ETA at 60 % of the time, slipping to the
+    end (0.6 D + 0.4 t after creation), always early while the job runs; else None."""
+    b = job.behaviour
+    if b.progress_shape != "eta_slips" or status != "running" or not b.seconds_to_finish:
+        return None
+    eta = 0.6 * b.seconds_to_finish + 0.4 * (mono_now - job.created_mono)
+    return iso_utc(job.created_at + timedelta(seconds=eta))

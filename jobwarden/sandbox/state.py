@@ -28,7 +28,9 @@ from jobwarden.sandbox.jobs import (
     Job,
     build_result,
     repeatability_problem,
+    slipping_eta,
     streamed_result,
+    time_driven_progress,
 )
 from jobwarden.sandbox.replies import (
     Reply,
@@ -328,7 +330,7 @@ class SandboxState:
             return time.monotonic() - job.created_mono >= b.seconds_to_finish
         return n >= b.polls_to_finish
 
-    def _advance(self, job: Job, n: int) -> tuple[str, int | None]:
+    def _advance(self, job: Job, n: int) -> tuple[str, float | None]:
         """Move the job along for status call ``n``; return (status, progress)."""
         b = job.behaviour
         if job.final is None:
@@ -350,15 +352,20 @@ class SandboxState:
             job.last_progress = max(job.last_progress, self._running_progress(job, n))
         job.last_status = status
         self._notify(job, status)
-        return status, (job.last_progress if b.progress else None)
+        reports = b.progress and b.progress_shape != "eta_slips"
+        return status, (job.last_progress if reports else None)
 
     @staticmethod
-    def _running_progress(job: Job, n: int) -> int:
+    def _running_progress(job: Job, n: int) -> float:
         b = job.behaviour
         if b.never_finish or b.run_past_expiry:
             fraction = 1 - 1 / (n + 1)
         elif b.seconds_to_finish:
-            fraction = (time.monotonic() - job.created_mono) / b.seconds_to_finish
+            # Time-driven: as fine as Azure's percentComplete (a double), in the shape
+            # the behaviour asks for (behaviour.PROGRESS_SHAPES).
+            return time_driven_progress(
+                b.progress_shape, (time.monotonic() - job.created_mono) / b.seconds_to_finish
+            )
         else:
             fraction = n / b.polls_to_finish
         return max(0, min(99, int(100 * fraction)))
@@ -367,7 +374,7 @@ class SandboxState:
         self,
         job: Job,
         status: str,
-        progress: int | None,
+        progress: float | None,
         mode: str = "none",
         *,
         authorization: str | None = None,
@@ -386,6 +393,8 @@ class SandboxState:
             "result": None,
             "error": None,
         }
+        if b.progress_shape == "eta_slips":
+            body["estimated_completion_time"] = slipping_eta(job, status, time.monotonic())
         headers: dict[str, str] = {}
         if status == "succeeded" and not b.succeed_without_result:
             digest = job.result_sha256

@@ -16,7 +16,6 @@ from jobwarden.models.backoff import (
     backoff_delay,
     clamp,
     parse_retry_after,
-    progress_estimate,
     validate_poll_hint,
 )
 from jobwarden.models.pointers import MISSING
@@ -128,50 +127,6 @@ def test_backoff_delay_refuses_arguments_outside_its_contract(kwargs: dict[str, 
     args.update(kwargs)
     with pytest.raises(ValueError, match="must be"):
         backoff_delay(**args)  # type: ignore[arg-type]
-
-
-# --- progress estimates -------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("elapsed", "progress", "margin", "expected"),
-    [
-        (20.0, 50.0, 0.0, 20.0),  # half done in 20 s: 20 s to go
-        (90.0, 90.0, 0.0, 10.0),
-        (30.0, 25.0, 0.0, 90.0),
-        (20.0, 50.0, 0.03, 20.6),  # aims 3 % of the elapsed time past the estimate
-        (10.0, 99.9, 0.05, 0.01001 + 0.5),  # almost done: the margin spaces the polls
-        (20.0, 0.0, 0.03, None),  # not started: says nothing about the finish
-        (20.0, 100.0, 0.03, None),  # done working but not finished (finalizing)
-        (20.0, 150.0, 0.03, None),
-        (20.0, -1.0, 0.03, None),
-        (0.0, 50.0, 0.03, None),  # no time has passed yet
-        (-5.0, 50.0, 0.03, None),  # a start in our future
-        (math.inf, 50.0, 0.03, None),
-        (20.0, math.nan, 0.03, None),
-    ],
-)
-def test_progress_extrapolates_the_finish_at_the_pace_so_far(
-    elapsed: float, progress: float, margin: float, expected: float | None
-) -> None:
-    estimate = progress_estimate(elapsed=elapsed, progress=progress, margin=margin)
-    assert estimate == (None if expected is None else pytest.approx(expected))
-
-
-@given(
-    elapsed=st.floats(min_value=1e-3, max_value=1e7),
-    low=st.floats(min_value=1e-9, max_value=99.999),
-    high=st.floats(min_value=1e-9, max_value=99.999),
-    margin=st.floats(min_value=0.0, max_value=1.0),
-)
-def test_more_progress_never_means_a_later_finish(
-    elapsed: float, low: float, high: float, margin: float
-) -> None:
-    low, high = sorted((low, high))
-    slow = progress_estimate(elapsed=elapsed, progress=low, margin=margin)
-    fast = progress_estimate(elapsed=elapsed, progress=high, margin=margin)
-    assert slow is not None and fast is not None
-    assert margin * elapsed * (1 - 1e-12) <= fast <= slow
 
 
 @pytest.mark.parametrize(

@@ -161,3 +161,29 @@ def test_a_stop_and_the_human_decision_after_it_are_marked_with_who_acted() -> N
     svg = render_svg(tl)
     assert '<g class="mark mark-human_decision" data-at="9.0">' in svg
     assert "decided: extend (human:token:alice)" in svg
+
+
+def test_a_wait_aimed_at_the_jobs_finish_shows_the_estimated_finish_it_aimed_past() -> None:
+    finish = T0 + timedelta(seconds=60)
+    events = [
+        _ev(1, EventKind.create_accepted, 0, http_status=202, excerpt={"job_id": "j"}),
+        _ev(
+            2,
+            EventKind.polled,
+            3,
+            http_status=200,
+            delay_source="progress_estimate",
+            excerpt={
+                "next_poll_at": (finish + timedelta(seconds=1.8)).isoformat(),
+                "estimated_finish": finish.isoformat(),
+                "evidence": "pace 1.667 %/s since 2026-12-01T12:00:00+00:00",
+            },
+        ),
+        _ev(3, EventKind.polled, 61.8, http_status=200, excerpt={"remote_state": "succeeded"}),
+    ]
+    tl = build_timeline(
+        events, deadline=T0 + timedelta(hours=1), budget_used=2, budget_max=10, now=T0
+    )
+    assert [w.estimated_finish for w in tl.waits] == [finish]
+    svg = render_svg(tl)
+    assert re.search(r'class="estimated-finish"[^>]*data-at="60.0"', svg), svg

@@ -15,13 +15,13 @@ from jobwarden.models.backoff import PollHint, RetryAfter
 from jobwarden.models.contract import DEFAULT_GROWTH_FACTOR, PollPolicy, RemoteStatus
 from jobwarden.models.contract_loader import load_contract
 from jobwarden.models.decisions import (
-    PROGRESS_MARGIN,
     DelaySource,
     Phase,
     PollView,
     Wait,
     decide_after_status,
 )
+from jobwarden.models.estimates import FINISH_MARGIN
 from jobwarden.models.signals import HttpSignal, SignalKind, StatusReading, read_status
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
@@ -42,7 +42,16 @@ POLICY = PollPolicy(
 FLOOR = 1.0  # max(hint_floor_seconds, jitter_floor * base_seconds)
 
 
-def view(*, age: float = 600.0, attempt: int = 40, phase: Phase = Phase.observing) -> PollView:
+def view(
+    *,
+    age: float = 600.0,
+    attempt: int = 40,
+    phase: Phase = Phase.observing,
+    finish_in: float | None = None,
+    progress: float | None = None,
+) -> PollView:
+    """``finish_in``: the finish the previous reading implied, seconds after NOW;
+    ``progress``: that reading's progress."""
     return PollView(
         phase=phase,
         deadline=DEADLINE,
@@ -54,6 +63,8 @@ def view(*, age: float = 600.0, attempt: int = 40, phase: Phase = Phase.observin
         consecutive_rate_limited=0,
         poll_attempt=attempt,
         next_poll_at=None,
+        progress=progress,
+        estimated_finish=None if finish_in is None else NOW + timedelta(seconds=finish_in),
     )
 
 
@@ -191,54 +202,104 @@ def test_the_growth_bound_does_not_apply_to_a_cancel_awaiting_confirmation() -> 
 @pytest.mark.parametrize(
     ("progress", "started", "expected", "source"),
     [
-        (50.0, 20.0, 20.0 + 20 * PROGRESS_MARGIN, DelaySource.progress_estimate),
-        (90.0, 90.0, 10.0 + 90 * PROGRESS_MARGIN, DelaySource.progress_estimate),
-        (20.0, 100.0, 60.0, DelaySource.progress_estimate),  # 400 s to go: capped at max
-        (99.0, 10.0, FLOOR, DelaySource.progress_estimate),  # 0.4 s to go: the floor
+        # 50 % in 20 s: 20 s to go, plus the margin of the 40 s the job takes.
+        (50.0, 20.0, 20.0 + 40 * FINISH_MARGIN, DelaySource.progress_estimate),
+        (90.0, 90.0, 10.0 + 100 * FINISH_MARGIN, DelaySource.progress_estimate),
+        # 400 s to go: beyond max_seconds (60 s) and the backoff's ceiling, as far as the
+        # finish, which is where the two readings agree the job ends.
+        (20.0, 100.0, 400.0 + 500 * FINISH_MARGIN, DelaySource.progress_estimate),
+        (99.0, 10.0, FLOOR, DelaySource.progress_estimate),  # 0.1 s to go: the floor
         (None, 20.0, 60.0, DelaySource.local_backoff),
         (0.0, 20.0, 60.0, DelaySource.local_backoff),  # not started
         (100.0, 20.0, 60.0, DelaySource.local_backoff),  # finalizing: progress says nothing
     ],
 )
-def test_reported_progress_aims_the_next_poll_just_past_the_estimated_finish(
+def test_progress_two_readings_agree_on_aims_the_next_poll_just_past_the_finish(
     progress: float | None, started: float | None, expected: float, source: DelaySource
 ) -> None:
-    wait = wait_after(pending(progress, started=started))
+    remaining = None
+    if progress is not None and 0 < progress < 100 and started is not None:
+        remaining = started * (100 - progress) / progress
+    # The previous reading implied the same finish, at a lower progress.
+    v = view(finish_in=remaining, progress=1.0 if remaining is not None else None)
+    wait = wait_after(pending(progress, started=started), v=v)
     assert wait.delay_seconds == pytest.approx(expected)
     assert wait.delay_source is source
+    if source is DelaySource.progress_estimate:
+        assert wait.estimated_finish == NOW + timedelta(seconds=remaining or 0.0)
+        assert wait.evidence is not None and "%/s" in wait.evidence
 
 
 @pytest.mark.parametrize(
-    ("started", "expected"),
+    ("previous_finish_in", "previous_progress", "why"),
     [
-        (50.0, 50 / 9 + 50 * PROGRESS_MARGIN),  # the provider's start, after our acceptance
-        (None, 100 / 9 + 100 * PROGRESS_MARGIN),  # no start given: our acceptance, 100 s ago
-        (-30.0, 100 / 9 + 100 * PROGRESS_MARGIN),  # a start in our future: clock skew, ignored
-        (3600.0, 100 / 9 + 100 * PROGRESS_MARGIN),  # before we asked: never earlier than that
+        (None, None, "the first reading is a guess"),
+        (20.0 + 0.11 * 40, 10.0, "the last reading's finish was 11 % of the duration later"),
+        (20.0 - 0.11 * 40, 10.0, "... or earlier"),
+        (20.0, 50.0, "progress did not move: a stall"),
+        (20.0, 60.0, "progress went back"),
+    ],
+)
+def test_a_reading_that_breaks_the_pace_leaves_the_backoff_in_charge(
+    previous_finish_in: float | None, previous_progress: float | None, why: str
+) -> None:
+    v = view(finish_in=previous_finish_in, progress=previous_progress)
+    wait = wait_after(pending(50.0, started=20.0), v=v, u=0.0)
+    assert wait.delay_source is DelaySource.local_backoff, why
+    assert wait.delay_seconds == pytest.approx(30.0)  # min(60, 0.25 x 600 s) at u = 0
+    assert wait.estimated_finish is None
+
+
+def test_a_job_speeding_up_is_not_aimed_at_the_finish_its_average_pace_promises() -> None:
+    # 50 % after 20 s, and 42 % 2 s ago: the averages say 40 s and 42.9 s in all (within
+    # 10 %), but 8 % in 2 s says 6.25 s to go, not 20: aiming at 40 s would be 14 s late.
+    v = view(finish_in=(20 / 0.42 - 20), progress=42.0)
+    wait = wait_after(pending(50.0, started=20.0), v=v)
+    assert wait.delay_source is DelaySource.local_backoff
+
+
+@pytest.mark.parametrize(
+    ("started", "remaining"),
+    [
+        (50.0, 50 / 9),  # the provider's start, after our acceptance
+        (None, 100 / 9),  # no start given: our acceptance, 100 s ago
+        (-30.0, 100 / 9),  # a start in our future: clock skew, ignored
+        (3600.0, 100 / 9),  # before we asked: never earlier than that
     ],
 )
 def test_the_estimate_counts_from_the_providers_start_within_our_own_bounds(
-    started: float | None, expected: float
+    started: float | None, remaining: float
 ) -> None:
-    wait = wait_after(pending(90.0, started=started), v=view(age=100.0))
-    assert wait.delay_seconds == pytest.approx(expected)
+    v = replace(view(age=100.0, finish_in=remaining, progress=80.0))
+    wait = wait_after(pending(90.0, started=started), v=v)
+    start = min(100.0, started) if started is not None and started > 0 else 100.0
+    assert wait.delay_seconds == pytest.approx(remaining + (start + remaining) * FINISH_MARGIN)
     assert wait.delay_source is DelaySource.progress_estimate
 
 
-def test_a_progress_estimate_takes_no_jitter_and_no_longer_than_the_backoff_would() -> None:
-    # Early on, the estimate (45 s to go) is capped like the backoff: by base_seconds for a
-    # 5 s old job, by the attempt's ceiling (2 * 1.25 = 2.5 s) for an older one.
-    wait = wait_after(pending(10.0, started=5.0), v=view(age=5.0, attempt=1), u=0.0)
-    assert wait.delay_seconds == pytest.approx(2.0)
-    wait = wait_after(pending(10.0, started=5.0), v=view(age=100.0, attempt=1), u=0.0)
-    assert wait.delay_seconds == pytest.approx(2.5)  # jittered backoff at u=0: 1.25 s
+def test_two_provider_etas_that_agree_aim_just_past_them() -> None:
+    eta = NOW + timedelta(seconds=300)
+    read = replace(pending(), eta=eta)
+    wait = wait_after(read, v=view(age=600.0, finish_in=310.0))
+    assert wait.delay_source is DelaySource.provider_eta
+    assert wait.delay_seconds == pytest.approx(300 + 900 * FINISH_MARGIN)
+    assert wait.estimated_finish == eta
+    # The provider moved it by more than a tenth of the job's duration: backoff.
+    moved = wait_after(read, v=view(age=600.0, finish_in=200.0))
+    assert moved.delay_source is DelaySource.local_backoff
+
+
+def test_an_aimed_poll_never_goes_past_the_expiry_the_provider_announced() -> None:
+    read = replace(pending(50.0, started=1000.0), expires_at=NOW + timedelta(seconds=100))
+    wait = wait_after(read, v=view(age=1000.0, finish_in=1000.0, progress=40.0))
     assert wait.delay_source is DelaySource.progress_estimate
+    assert wait.delay_seconds == pytest.approx(100.0)
 
 
 @pytest.mark.parametrize(
     ("retry_after", "hint", "expected", "source"),
     [
-        # The estimate alone would say 20.6 s; the provider's word decides, sooner or later,
+        # The estimate alone would say 21.2 s; the provider's word decides, sooner or later,
         # so the wait stays remembered as the provider's past a person's early wake-up.
         (30.0, None, 30.0, DelaySource.provider_retry_after),
         (5.0, None, 5.0, DelaySource.provider_retry_after),
@@ -251,19 +312,25 @@ def test_a_progress_estimate_takes_no_jitter_and_no_longer_than_the_backoff_woul
 def test_a_progress_estimate_never_replaces_the_providers_delay(
     retry_after: float | None, hint: float | None, expected: float, source: DelaySource
 ) -> None:
-    wait = wait_after(pending(50.0, started=20.0, hint=hint), sig=signal(retry_after=retry_after))
+    v = view(finish_in=20.0, progress=40.0)
+    read = pending(50.0, started=20.0, hint=hint)
+    wait = wait_after(read, v=v, sig=signal(retry_after=retry_after))
     assert wait.delay_seconds == pytest.approx(expected)
     assert wait.delay_source is source
 
 
 def test_progress_is_not_used_while_a_cancel_awaits_confirmation() -> None:
-    wait = wait_after(pending(50.0, started=20.0), v=view(phase=Phase.cancelling))
+    v = view(phase=Phase.cancelling, finish_in=20.0, progress=40.0)
+    wait = wait_after(pending(50.0, started=20.0), v=v)
     assert wait.delay_source is DelaySource.local_backoff
 
 
 @given(
     progress=st.none() | st.floats(min_value=-10, max_value=110),
+    previous=st.none() | st.floats(min_value=-10, max_value=110),
     started=st.none() | st.floats(min_value=-1e5, max_value=1e7),
+    finish_in=st.none() | st.floats(min_value=-1e5, max_value=1e7),
+    eta_in=st.none() | st.floats(min_value=-1e5, max_value=1e7),
     retry_after=st.none() | st.floats(min_value=0, max_value=1e5),
     hint=st.none() | st.floats(min_value=0, max_value=1e4),
     age=st.floats(min_value=0, max_value=1e6),
@@ -271,10 +338,13 @@ def test_progress_is_not_used_while_a_cancel_awaits_confirmation() -> None:
     u=st.floats(0, 1),
     to_deadline=st.floats(min_value=0.001, max_value=1e5),
 )
-def test_every_wait_with_progress_stays_between_the_floor_the_cap_and_the_provider(
+def test_every_aimed_wait_stays_between_the_floor_the_deadline_and_the_provider(
     *,
     progress: float | None,
+    previous: float | None,
     started: float | None,
+    finish_in: float | None,
+    eta_in: float | None,
     retry_after: float | None,
     hint: float | None,
     age: float,
@@ -282,23 +352,32 @@ def test_every_wait_with_progress_stays_between_the_floor_the_cap_and_the_provid
     u: float,
     to_deadline: float,
 ) -> None:
-    v = replace(view(age=age, attempt=attempt), deadline=NOW + timedelta(seconds=to_deadline))
+    v = replace(
+        view(age=age, attempt=attempt, finish_in=finish_in, progress=previous),
+        deadline=NOW + timedelta(seconds=to_deadline),
+    )
     read = pending(progress, started=started, hint=hint)
+    if eta_in is not None:
+        read = replace(read, eta=NOW + timedelta(seconds=eta_in))
     wait = wait_after(read, v=v, sig=signal(retry_after=retry_after), u=u)
     assert NOW < wait.until <= v.deadline
     assert wait.delay_seconds <= (v.deadline - NOW).total_seconds() + 1e-9
     provider = retry_after if retry_after is not None else hint
-    if wait.clipped_to_deadline:
-        assert wait.until == v.deadline
-        return
+    aimed = wait.delay_source in (DelaySource.progress_estimate, DelaySource.provider_eta)
     if provider is not None:
         # Invariant 3: never before the provider asked, estimate or not.
-        assert wait.delay_seconds >= max(provider, POLICY.hint_floor_seconds)
-        assert wait.delay_source is not DelaySource.progress_estimate
-    if wait.delay_source is DelaySource.progress_estimate:
-        assert progress is not None and 0 < progress < 100
-        assert FLOOR <= wait.delay_seconds <= POLICY.max_seconds
-    if provider is None:
+        assert not aimed
+        if not wait.clipped_to_deadline:
+            assert wait.delay_seconds >= max(provider, POLICY.hint_floor_seconds)
+    if aimed:
+        assert finish_in is not None  # never on one reading alone
+        assert wait.estimated_finish is not None
+        if wait.delay_source is DelaySource.progress_estimate:
+            assert progress is not None and 0 < progress < 100
+            assert previous is None or previous < progress  # never on a stall
+        if not wait.clipped_to_deadline:
+            assert wait.delay_seconds >= FLOOR  # no burst, however early the estimate
+    elif provider is None:
         assert wait.delay_seconds <= POLICY.max_seconds
 
 
@@ -331,7 +410,8 @@ def test_a_sandbox_status_read_through_the_shipped_contract_aims_at_the_finish()
     contract = load_contract(SHIPPED / "sandbox.toml")
     body = {"status": "running", "progress": 95, "started_at": "2024-05-01T11:59:40Z"}
     reading = read_status(contract, body, now=NOW, deadline=DEADLINE)
-    wait = wait_after(reading, policy=contract.poll, v=view(age=20.0, attempt=40))
-    # 95 % done in 20 s: 20 * 5 / 95 s to go, plus the margin.
+    remaining = 20 * 5 / 95  # 95 % done in 20 s
+    v = view(age=20.0, attempt=40, finish_in=remaining, progress=80.0)
+    wait = wait_after(reading, policy=contract.poll, v=v)
     assert wait.delay_source is DelaySource.progress_estimate
-    assert wait.delay_seconds == pytest.approx(20 * 5 / 95 + 20 * PROGRESS_MARGIN)
+    assert wait.delay_seconds == pytest.approx(remaining + (20 + remaining) * FINISH_MARGIN)

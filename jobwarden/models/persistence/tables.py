@@ -237,6 +237,8 @@ class OperationRow(Base):
     cleanup_deadline: Mapped[datetime | None] = mapped_column(TZ)
     # The digest of the create request the approval bound (0025): sent only while equal.
     approved_request_digest: Mapped[str | None] = mapped_column(String(64))
+    # The finish the last status reading implied (0027); not indexed, so a poll stays HOT.
+    estimated_finish: Mapped[datetime | None] = mapped_column(TZ)
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)
