@@ -31,7 +31,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from sqlalchemy.engine import make_url
 
-from tests import socket_origins
+from tests import door_matrix_report, socket_origins
 
 # No test is timed (speed is the benchmarks' business, scripts/bench_*): Hypothesis's
 # per-example deadline would fail a property on a loaded machine, not a wrong answer.
@@ -88,6 +88,11 @@ def _configure_environment() -> tuple[str, str]:
 
 ADMIN_URL, REDIS_URL = _configure_environment()
 socket_origins.watch(urlsplit(REDIS_URL).port or 6379)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The doors x promises grid (DESIGN.md invariant 18), printed after the run.
+    door_matrix_report.register(config)
 
 
 @pytest.hookimpl(wrapper=True)

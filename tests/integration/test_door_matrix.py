@@ -1,0 +1,237 @@
+"""Promises hold across doors (DESIGN.md invariant 18, issue 33): every door x every promise.
+
+``CELLS`` is the one table: for each door and each promise either the test that holds
+the door to the promise, or ``NotApplicable`` saying why it cannot apply. A door added
+to ``DOORS`` without its cells fails the meta-test, and so does a promise. Each cell is
+one test with the id ``door-promise``; tests/door_matrix_report.py prints the grid at
+the end of the run (PASS / FAIL / FAIL* not delivered yet / n.a.), under xdist too.
+
+A cell whose promise is not delivered yet is decorated ``@undelivered("what is missing")``
+in its module: a strict xfail, so it shows FAIL* in the grid and fails the run the day
+it starts passing, until the decoration is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete
+
+from jobwarden.api.app import create_app
+from jobwarden.config.settings import Settings
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.schedule_tables import ScheduleRow
+from jobwarden.tasks import runtime as runtime_module
+from jobwarden.tasks.runtime import build_runtime
+from jobwarden.tasks.runtime import close as close_runtime
+from tests.api_server import serving
+from tests.door_matrix_report import TABLE_PROPERTY
+from tests.integration.api_helpers import tenant_name
+from tests.integration.matrix import (
+    binding,
+    hostile,
+    identity,
+    intake_log,
+    keys,
+    tenant,
+    two_person,
+)
+from tests.integration.matrix.doors import (
+    HOOKS,
+    HOOKS_SECRET_ENV,
+    OTHER_HOOKS,
+    OTHER_SECRET_ENV,
+    SECRETS,
+    Doors,
+    write_providers,
+)
+
+DOORS = (
+    "python",  # jobwarden.submit and the tasks.interventions calls
+    "celery",  # the jobwarden.submit Celery task's message
+    "http",  # the /v1 API with a bearer token
+    "mcp",  # the MCP tools with a token
+    "cli",  # the jobwarden command
+    "console",  # the operators' pages with a session
+    "schedules",  # /v1/schedules and what the beat's tick fires
+    "resubmit",  # a person's resubmission of a failed operation
+    "webhooks",  # a provider's signed delivery
+)
+PROMISES = (
+    "tenant",  # one tenant never sees or touches another's operations (invariant 12)
+    "identity",  # the recorded author is the authenticated principal (invariant 15)
+    "two_person",  # distinct principals, none the submitter or on-behalf-of (15)
+    "binding",  # an approval binds the request as it will leave (13)
+    "reserved_keys",  # keys jobwarden derives cannot be submitted (17)
+    "intake_log",  # every submission answer is logged with its door and caller
+    "no_500",  # hostile input is a refusal naming the field, never a crash
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NotApplicable:
+    """A door the promise cannot apply to, and why (shown as n.a. in the grid)."""
+
+    why: str
+
+
+Cell = Callable[[Doors], None] | NotApplicable
+
+# Every cell's tenants are named alike (api_helpers.tenant_name): "tenant-<hex>".
+TENANT_PREFIX = tenant_name().rsplit("-", 1)[0] + "-"
+_NEVER_DECIDES = "a {door} never decides: approvals are given through the approving doors"
+CELLS: dict[tuple[str, str], Cell] = {
+    # -- tenant ----------------------------------------------------------------------
+    ("python", "tenant"): tenant.python,
+    ("celery", "tenant"): tenant.celery,
+    ("http", "tenant"): tenant.http,
+    ("mcp", "tenant"): tenant.mcp,
+    ("cli", "tenant"): tenant.cli,
+    ("console", "tenant"): tenant.console,
+    ("schedules", "tenant"): tenant.schedules,
+    ("resubmit", "tenant"): tenant.resubmit,
+    ("webhooks", "tenant"): tenant.webhooks,
+    # -- identity --------------------------------------------------------------------
+    ("python", "identity"): identity.python,
+    ("celery", "identity"): NotApplicable(
+        "Celery only submits, from services inside the trust boundary (the broker): no "
+        "decision is taken through it; its submitter is logged as submitter:<requested_by>"
+    ),
+    ("http", "identity"): identity.http,
+    ("mcp", "identity"): identity.mcp,
+    ("cli", "identity"): identity.cli,
+    ("console", "identity"): identity.console,
+    ("schedules", "identity"): identity.schedules,
+    ("resubmit", "identity"): identity.resubmit,
+    ("webhooks", "identity"): identity.webhooks,
+    # -- two-person rule ---------------------------------------------------------------
+    ("python", "two_person"): two_person.python,
+    ("celery", "two_person"): NotApplicable(_NEVER_DECIDES.format(door="Celery message")),
+    ("http", "two_person"): two_person.http,
+    ("mcp", "two_person"): NotApplicable(
+        "the MCP tools never approve (start, get, cancel, list): an agent is not a person"
+    ),
+    ("cli", "two_person"): two_person.cli,
+    ("console", "two_person"): two_person.console,
+    ("schedules", "two_person"): two_person.schedules,
+    ("resubmit", "two_person"): two_person.resubmit,
+    ("webhooks", "two_person"): NotApplicable(_NEVER_DECIDES.format(door="webhook")),
+    # -- approval bound to the request ---------------------------------------------------
+    ("python", "binding"): binding.python,
+    ("celery", "binding"): NotApplicable(_NEVER_DECIDES.format(door="Celery message")),
+    ("http", "binding"): binding.http,
+    ("mcp", "binding"): NotApplicable(
+        "the MCP tools never approve; an agent reads the create request (get_operation) only"
+    ),
+    ("cli", "binding"): binding.cli,
+    ("console", "binding"): binding.console,
+    ("schedules", "binding"): NotApplicable(
+        "a schedule never approves: what it fires waits for an approval through the "
+        "approving doors, which bind it (their cells)"
+    ),
+    ("resubmit", "binding"): binding.resubmit,
+    ("webhooks", "binding"): NotApplicable(_NEVER_DECIDES.format(door="webhook")),
+    # -- intake log ------------------------------------------------------------------
+    ("python", "intake_log"): intake_log.python,
+    ("celery", "intake_log"): intake_log.celery,
+    ("http", "intake_log"): intake_log.http,
+    ("mcp", "intake_log"): intake_log.mcp,
+    ("cli", "intake_log"): intake_log.cli,
+    ("console", "intake_log"): intake_log.console,
+    ("schedules", "intake_log"): intake_log.schedules,
+    ("resubmit", "intake_log"): intake_log.resubmit,
+    ("webhooks", "intake_log"): NotApplicable(
+        "a webhook never submits: its delivery is recorded in webhook_deliveries and the "
+        "operation's history"
+    ),
+    # -- reserved keys -----------------------------------------------------------------
+    ("python", "reserved_keys"): keys.python,
+    ("celery", "reserved_keys"): keys.celery,
+    ("http", "reserved_keys"): keys.http,
+    ("mcp", "reserved_keys"): keys.mcp,
+    ("cli", "reserved_keys"): keys.cli,
+    ("console", "reserved_keys"): NotApplicable(
+        "the console takes no key: its one submission, a resubmit, uses the key jobwarden "
+        "derives (the resubmit row holds that door to it)"
+    ),
+    ("schedules", "reserved_keys"): keys.schedules,
+    ("resubmit", "reserved_keys"): keys.resubmit,
+    ("webhooks", "reserved_keys"): NotApplicable(
+        "a webhook never submits nor derives a key: it is matched to an operation by job id"
+    ),
+    # -- no 500 from input -----------------------------------------------------------------
+    ("python", "no_500"): hostile.python,
+    ("celery", "no_500"): hostile.celery,
+    ("http", "no_500"): hostile.http,
+    ("mcp", "no_500"): hostile.mcp,
+    ("cli", "no_500"): hostile.cli,
+    ("console", "no_500"): hostile.console,
+    ("schedules", "no_500"): hostile.schedules,
+    ("resubmit", "no_500"): hostile.resubmit,
+    ("webhooks", "no_500"): hostile.webhooks,
+}
+
+
+def _params() -> list[object]:
+    out: list[object] = []
+    for door in DOORS:
+        for promise in PROMISES:
+            cell = CELLS.get((door, promise))
+            if cell is None or isinstance(cell, NotApplicable):
+                continue
+            missing = getattr(cell, "undelivered", None)
+            marks = [pytest.mark.xfail(strict=True, reason=missing)] if missing else []
+            out.append(pytest.param(door, promise, id=f"{door}-{promise}", marks=marks))
+    return out
+
+
+@pytest.fixture(scope="module")
+def doors(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Doors]:
+    providers = write_providers(Path(tmp_path_factory.mktemp("matrix_providers")))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(HOOKS_SECRET_ENV, SECRETS[HOOKS])
+        env.setenv(OTHER_SECRET_ENV, SECRETS[OTHER_HOOKS])
+        settings = Settings(providers_dir=providers)
+        rt = build_runtime(settings)
+        try:
+            with serving(create_app(settings)) as api:
+                yield Doors(url=database_url, rt=rt, api=api, providers=providers)
+        finally:
+            close_runtime(rt)
+            rt.redis.close()
+            runtime_module.reset()
+    assert HOOKS_SECRET_ENV not in os.environ
+
+
+@pytest.fixture
+def doors_forget_schedules(doors: Doors) -> Iterator[Doors]:
+    """The cells' schedules are removed after each cell, so no later tick in this process
+    (another file's, or a beat's) fires or counts their slots."""
+    yield doors
+    with transaction(doors.url) as session:
+        session.execute(delete(ScheduleRow).where(ScheduleRow.tenant.like(f"{TENANT_PREFIX}%")))
+
+
+def test_every_door_has_a_cell_for_every_promise(record_property: Callable[..., None]) -> None:
+    missing = [(d, p) for d in DOORS for p in PROMISES if (d, p) not in CELLS]
+    unknown = [cell for cell in CELLS if cell[0] not in DOORS or cell[1] not in PROMISES]
+    # The grid's shape travels to the report plugin with this test's report.
+    na = {f"{d}-{p}": c.why for (d, p), c in CELLS.items() if isinstance(c, NotApplicable)}
+    record_property(TABLE_PROPERTY, {"doors": DOORS, "promises": PROMISES, "na": na})
+    assert missing == [], f"cells missing from CELLS (a test or NotApplicable): {missing}"
+    assert unknown == []
+    for door, promise in CELLS:
+        # The report plugin reads the grid back from the test ids (door-promise).
+        assert re.fullmatch(r"[a-z0-9_]+", door + promise), (door, promise)
+
+
+@pytest.mark.parametrize(("door", "promise"), _params())
+def test_the_door_keeps_the_promise(doors_forget_schedules: Doors, door: str, promise: str) -> None:
+    cell = CELLS[(door, promise)]
+    assert not isinstance(cell, NotApplicable)
+    cell(doors_forget_schedules)
