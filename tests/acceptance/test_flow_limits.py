@@ -116,6 +116,17 @@ def _delay_sources(op_ids: list[str], database_url: str) -> Counter[str]:
     return Counter({str(source): count for source, count in rows})
 
 
+def _reserved_creates_not_sent(op_ids: list[str], database_url: str) -> set[str]:
+    with transaction(database_url) as session:
+        rows = session.scalars(
+            select(EventRow.operation_id).where(
+                EventRow.operation_id.in_([uuid.UUID(o) for o in op_ids]),
+                EventRow.cause.like("%reserved create not sent%"),
+            )
+        ).all()
+    return {str(o) for o in rows}
+
+
 def test_four_workers_keep_200_operations_within_one_provider_rate_limit(
     pipeline: Pipeline, database_url: str
 ) -> None:
@@ -200,9 +211,14 @@ def test_four_workers_keep_200_operations_within_one_provider_rate_limit(
     # burnt a counted request per refusal).
     creates = Counter(r["idempotency_key"] for r in log if r["kind"] == "create")
     statuses = Counter(r["job_id"] for r in log if r["kind"] == "status")
+    unsent = _reserved_creates_not_sent(op_ids, database_url)
     for op_id in op_ids:
         row = pipeline.row(op_id)
-        assert row.create_attempts == creates[row.provider_token], op_id
+        # A create claimed just before the deadline is checked again after its claim
+        # commits (models/steps.py:unsent): counted, not sent, and the history says so.
+        # That is the only way a counted create may be missing from the provider's log.
+        not_sent = 1 if op_id in unsent else 0
+        assert row.create_attempts == creates[row.provider_token] + not_sent, op_id
         sent = statuses[row.remote_job_id] if row.remote_job_id else 0
         assert row.status_requests_used - sent in (0, 1), (op_id, row.status_requests_used, sent)
 

@@ -27,7 +27,10 @@ pytestmark = [
 # a handful of status requests (the sandbox answers the first one "queued").
 LATE = 0.10 * SECONDS_TO_FINISH
 SLACK = 0.25  # a worker's scheduling only ever makes a poll later
-FLOOR = 0.1  # the sandbox contract's max(hint_floor_seconds, jitter_floor x base_seconds)
+# The shortest backoff the stack's sandbox contract allows: jitter_floor 0.5 x base_seconds
+# 0.1 (tests/acceptance/conftest.py); hint_floor_seconds only raises provider hints.
+FLOOR = 0.05
+ARRIVAL_STAMP_LAG = 0.025  # how much a loaded machine may shorten a gap between arrival stamps
 
 
 def _submit(pipeline: Pipeline, **behaviour: Any) -> tuple[str, datetime]:
@@ -84,9 +87,15 @@ def test_progress_that_stalls_at_90_percent_leaves_the_backoff_in_charge_without
     assert "progress_estimate" in sources
     after = sources[sources.index("progress_estimate") :]
     assert "local_backoff" in after, sources
+    # No burst was decided: every wait the worker chose holds the contract's floor.
+    delays = [w.excerpt["delay_seconds"] for w in _waits(pipeline, op)]
+    assert min(delays) >= FLOOR, delays
+    # None left either, seen from the provider. The stamps are arrival times logged by a
+    # sandbox sharing this process, which a loaded machine delays (0.084 s was once seen
+    # where 0.1 s was expected); a burst's requests arrive within a few milliseconds.
     seen = _status_times(pipeline, op)
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(seen)]
-    assert min(gaps) >= FLOOR - 0.01, gaps
+    assert min(gaps) >= FLOOR - ARRIVAL_STAMP_LAG, gaps
     # No later than the backoff's own bound: 25 % of the job's age, plus scheduling.
     assert (seen[-1] - finish).total_seconds() <= 0.25 * SECONDS_TO_FINISH + SLACK
 
