@@ -27,13 +27,13 @@ if TYPE_CHECKING:
         RetryLaterError,
         StaleVersionError,
     )
-    from jobwarden.models.escalation import Option, OptionKind
+    from jobwarden.models.humans.escalation import Option, OptionKind
+    from jobwarden.tasks.humans.interventions import Decision, approve
+    from jobwarden.tasks.humans.interventions import decide_escalation as decide
+    from jobwarden.tasks.humans.interventions import escalation_options as options
+    from jobwarden.tasks.humans.interventions import request_cancel as cancel
     from jobwarden.tasks.intake import SubmitOutcome, SubmitResult
     from jobwarden.tasks.intake import submit_operation as submit
-    from jobwarden.tasks.interventions import Decision, approve
-    from jobwarden.tasks.interventions import decide_escalation as decide
-    from jobwarden.tasks.interventions import escalation_options as options
-    from jobwarden.tasks.interventions import request_cancel as cancel
 
     __version__: str
 
@@ -63,13 +63,13 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "submit": ("jobwarden.tasks.intake", "submit_operation"),
     "SubmitResult": ("jobwarden.tasks.intake", "SubmitResult"),
     "SubmitOutcome": ("jobwarden.tasks.intake", "SubmitOutcome"),
-    "cancel": ("jobwarden.tasks.interventions", "request_cancel"),
-    "approve": ("jobwarden.tasks.interventions", "approve"),
-    "decide": ("jobwarden.tasks.interventions", "decide_escalation"),
-    "options": ("jobwarden.tasks.interventions", "escalation_options"),
-    "Decision": ("jobwarden.tasks.interventions", "Decision"),
-    "Option": ("jobwarden.models.escalation", "Option"),
-    "OptionKind": ("jobwarden.models.escalation", "OptionKind"),
+    "cancel": ("jobwarden.tasks.humans.interventions", "request_cancel"),
+    "approve": ("jobwarden.tasks.humans.interventions", "approve"),
+    "decide": ("jobwarden.tasks.humans.interventions", "decide_escalation"),
+    "options": ("jobwarden.tasks.humans.interventions", "escalation_options"),
+    "Decision": ("jobwarden.tasks.humans.interventions", "Decision"),
+    "Option": ("jobwarden.models.humans.escalation", "Option"),
+    "OptionKind": ("jobwarden.models.humans.escalation", "OptionKind"),
     "JobwardenError": ("jobwarden.models.errors", "JobwardenError"),
     "RefusedInputError": ("jobwarden.models.errors", "RefusedInputError"),
     "InvalidSubmissionError": ("jobwarden.models.errors", "InvalidSubmissionError"),

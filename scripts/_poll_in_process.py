@@ -31,7 +31,7 @@ def in_process_mode(args: argparse.Namespace) -> int:
             "JOBWARDEN_SANDBOX_TOKEN": token,
         }
     )
-    from jobwarden.sandbox.server import SandboxServer
+    from jobwarden.demo.sandbox.server import SandboxServer
 
     sandbox = SandboxServer(token=token)
     sandbox.start()

@@ -4,7 +4,7 @@ Issue 7 saw one 400 MB status body take a worker to 1.3 GB RSS (read whole, then
 The edge now cuts bodies while reading, so the peak may grow by the body limit and a
 small constant, never by the body. A sandbox in a subprocess (so its memory is not
 counted) serves bodies of --body-mb generated while written; this process reads them
-through tasks.provider_edge.ProviderClient as status answers (bounded by the answer
+through tasks.provider.edge.ProviderClient as status answers (bounded by the answer
 limit) and as result downloads (bounded by the contract's result.max_bytes), and
 compares its peak RSS (VmHWM, reset before each scenario) with the limit. Exits 1 when
 a delta exceeds limit + --slack-mb. Linux only (/proc/self).
@@ -78,7 +78,7 @@ def main() -> int:
     os.environ["JOBWARDEN_SANDBOX_TOKEN"] = token
     port = _free_port()
     serve = (
-        "import sys; from jobwarden.sandbox.server import serve; "
+        "import sys; from jobwarden.demo.sandbox.server import serve; "
         "serve(sys.argv[1], int(sys.argv[2]), sys.argv[3])"
     )
     sandbox = subprocess.Popen(
@@ -97,9 +97,9 @@ def main() -> int:
 
 def _run(args: argparse.Namespace, base_url: str) -> int:
     from jobwarden.models.actions import ProviderRequest, RequestPurpose
-    from jobwarden.models.contract_loader import load_contract
-    from jobwarden.models.signals import RawResponse
-    from jobwarden.tasks.provider_edge import ProviderClient
+    from jobwarden.models.contracts.loader import load_contract
+    from jobwarden.models.provider.signals import RawResponse
+    from jobwarden.tasks.provider.edge import ProviderClient
 
     shipped = load_contract(REPO / "config" / "providers" / "sandbox.toml")
     assert shipped.result is not None

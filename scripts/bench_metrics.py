@@ -8,7 +8,7 @@ flight stays fixed as the history grows: the first ``--in-flight`` operations ke
 fill's mix of states (observing, stopped, awaiting approval ...), every later one has
 ended (succeeded or failed), as a long-running service's history looks. After each size
 it folds the counters' deltas (as beat does every 15 s), ANALYZEs and times each figure
-of jobwarden.metrics.SQL_FIGURES and the whole collection (the collector's cache off),
+of jobwarden.observability.metrics.SQL_FIGURES and the whole collection (the collector's cache off),
 p50/max in ms; last, the ratio of the largest
 size's whole scrape to the smallest's (flat history cost: near 1). ``--write-cost N``
 also times N poll writes per round with the counters' triggers on and off. A benchmark
@@ -66,8 +66,8 @@ WHERE operation_id IN (
 
 def _time_scrapes(url: str, repeat: int) -> float:
     """Print each figure's p50/max and return the whole scrape's p50 (ms)."""
-    from jobwarden.metrics import SQL_FIGURES, Scrape, collect_families
     from jobwarden.models.persistence.metrics_store import scrape_session
+    from jobwarden.observability.metrics import SQL_FIGURES, Scrape, collect_families
 
     now = datetime.now(UTC)
     print(f"  {'figure':<28} {'p50 ms':>9} {'max ms':>9}")
@@ -94,7 +94,7 @@ def _write_cost(url: str, writes: int) -> None:
     and off, in alternating rounds; per write, the fenced statement alone."""
     from sqlalchemy import text
 
-    from jobwarden.models.history import EventDraft, EventKind
+    from jobwarden.models.history.chain import EventDraft, EventKind
     from jobwarden.models.persistence import store
     from jobwarden.models.persistence.db import engine_for, step_session
 

@@ -190,8 +190,8 @@ def run_workers(
     from redis import Redis
 
     from jobwarden.config.settings import get_settings
-    from jobwarden.embedded import LocalRedis
-    from jobwarden.sandbox.server import SandboxServer
+    from jobwarden.demo.embedded import LocalRedis
+    from jobwarden.demo.sandbox.server import SandboxServer
 
     tmp = Path(tempfile.mkdtemp(prefix="jobwarden-bench-poll-"))
     (tmp / "providers").mkdir()

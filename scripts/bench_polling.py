@@ -45,14 +45,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from jobwarden.models.actions import Send, Wait  # noqa: E402 - after the path above
-from jobwarden.models.contract import ProviderContract, StatusSpec  # noqa: E402
-from jobwarden.models.contract_loader import load_contract  # noqa: E402
-from jobwarden.models.conventions import AZURE, Monitor  # noqa: E402
-from jobwarden.models.decisions import first_poll, poll_view  # noqa: E402
-from jobwarden.models.history import EventKind  # noqa: E402
+from jobwarden.models.contracts.contract import ProviderContract, StatusSpec  # noqa: E402
+from jobwarden.models.contracts.loader import load_contract  # noqa: E402
+from jobwarden.models.conventions.strategies import AZURE, Monitor  # noqa: E402
+from jobwarden.models.history.chain import EventKind  # noqa: E402
 from jobwarden.models.operation import Operation  # noqa: E402
-from jobwarden.models.requests import StepContext  # noqa: E402
-from jobwarden.models.signals import HttpObservation, RawResponse  # noqa: E402
+from jobwarden.models.polling.decisions import first_poll, poll_view  # noqa: E402
+from jobwarden.models.provider.requests import StepContext  # noqa: E402
+from jobwarden.models.provider.signals import HttpObservation, RawResponse  # noqa: E402
 from jobwarden.models.states import OperationState  # noqa: E402
 from jobwarden.models.steps import after_poll, before_poll  # noqa: E402
 

@@ -197,7 +197,7 @@ def main() -> int:
     args = parser.parse_args()
     lines = int(args.gib * GIB) // args.line_bytes
     total = lines * args.line_bytes
-    from jobwarden.models.contract_fields import MAX_RESULT_BYTES
+    from jobwarden.models.contracts.fields import MAX_RESULT_BYTES
 
     # The bound sits above the result (a quarter more), never above what a contract may say.
     max_bytes = min(MAX_RESULT_BYTES, total + total // 4 + MIB)
@@ -233,8 +233,8 @@ def main() -> int:
     os.environ.update(env)
     write_contract(providers, max_bytes=max_bytes, request_timeout=args.request_timeout)
 
-    from jobwarden.harness import Stack
-    from jobwarden.sandbox.server import SandboxServer
+    from jobwarden.demo.harness import Stack
+    from jobwarden.demo.sandbox.server import SandboxServer
 
     admin = create_engine(args.admin_url, isolation_level="AUTOCOMMIT")
     sandbox: SandboxServer | None = None
@@ -383,7 +383,7 @@ def _digests(sandbox: Any, row: Any, op: uuid.UUID, total: int, url: str) -> boo
     from jobwarden.config.settings import get_settings
     from jobwarden.models.persistence import result_rows
     from jobwarden.models.persistence.db import transaction
-    from jobwarden.tasks.result_store import ResultStore
+    from jobwarden.tasks.results.store import ResultStore
 
     token = os.environ["JOBWARDEN_SANDBOX_TOKEN"]
     status = httpx.get(

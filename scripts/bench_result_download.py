@@ -112,7 +112,7 @@ def _record(url: str, op_id: uuid.UUID, stored: object) -> None:
     """The operation (succeeded) and its result row, as collection writes them."""
     from jobwarden.models.persistence.db import transaction
     from jobwarden.models.persistence.tables import ResultRow
-    from jobwarden.models.result_objects import StoredObject
+    from jobwarden.models.results.objects import StoredObject
     from jobwarden.models.states import OperationState as S
     from tests.integration.api_helpers import insert_operation  # one intent event, chained
 
@@ -198,8 +198,8 @@ def main() -> int:
     try:
         from jobwarden.api.auth import Scope, create_token
         from jobwarden.models.persistence.migrate import upgrade
-        from jobwarden.models.result_objects import object_key
-        from jobwarden.tasks.result_store import ResultStore
+        from jobwarden.models.results.objects import object_key
+        from jobwarden.tasks.results.store import ResultStore
 
         upgrade(url)
         token = create_token(url, tenant=TENANT, name="bench", scopes=[Scope.read]).token

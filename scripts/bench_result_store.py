@@ -46,8 +46,8 @@ def _chunks(total: int, blocks: list[bytes]) -> Iterator[bytes]:
 
 
 def _scenario(name: str, store: object, total: int, blocks: list[bytes], limit_mb: int) -> bool:
-    from jobwarden.models.result_objects import object_key
-    from jobwarden.tasks.result_store import ResultStore
+    from jobwarden.models.results.objects import object_key
+    from jobwarden.tasks.results.store import ResultStore
 
     assert isinstance(store, ResultStore)
     expected = hashlib.sha256()
@@ -85,7 +85,7 @@ def main() -> int:
     args = parser.parse_args()
     total = int(args.gib * 1024) * MIB
 
-    from jobwarden.tasks.result_store import ResultStore
+    from jobwarden.tasks.results.store import ResultStore
     from tests.s3_server import S3Server
 
     blocks = [hashlib.sha256(bytes([n])).digest() * (MIB // 32) for n in range(4)]

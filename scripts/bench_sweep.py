@@ -94,7 +94,7 @@ def _clone(database_url: str, prototype: str, count: int, due: bool) -> None:
 
 def _measure_worker(env: dict[str, str], parked: int, settle: float) -> tuple[float, int, int]:
     """Worker RSS (MB, processes) after `settle` seconds of sweeps; and sweeps seen."""
-    from jobwarden.harness import Stack
+    from jobwarden.demo.harness import Stack
 
     stack = Stack(env)
     try:

@@ -21,8 +21,8 @@ from typing import Any
 
 from kombu import pools as kombu_pools
 
-from jobwarden.embedded import LocalPostgres, LocalRedis, ServerStartError
-from jobwarden.harness import Stack
+from jobwarden.demo.embedded import LocalPostgres, LocalRedis, ServerStartError
+from jobwarden.demo.harness import Stack
 
 # Raised when a private server cannot be started; the tests fail with it, never skip.
 PrivateServerError = ServerStartError

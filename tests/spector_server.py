@@ -60,7 +60,7 @@ from urllib.parse import quote
 
 import httpx
 
-from jobwarden.embedded import ServerStartError
+from jobwarden.demo.embedded import ServerStartError
 
 SPECTOR_DIR = Path(__file__).resolve().parent / "spector"
 # scripts/install_spector touches this after npm ci; older than the lock file means stale.

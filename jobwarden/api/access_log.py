@@ -1,5 +1,5 @@
 """One structured line per HTTP request: ``http_request`` with method, path, status,
-duration, trace id and tenant (jobwarden.logs formats it like every other line).
+duration, trace id and tenant (jobwarden.observability.logs formats it like every other line).
 
 uvicorn's own access line is one preformatted string (``'127.0.0.1:5 - "GET /x" 200'``)
 with no duration, trace id or tenant, so ``jobwarden api`` turns it off and this ASGI
@@ -22,8 +22,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobwarden.logs import bound, get_logger
-from jobwarden.models.trace_context import trace_id_from
+from jobwarden.models.intake.trace_context import trace_id_from
+from jobwarden.observability.logs import bound, get_logger
 
 log = get_logger("jobwarden.access")
 

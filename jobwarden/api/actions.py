@@ -1,7 +1,7 @@
 """Action routes: cancel, approvals, decisions (issue 10, item 5).
 
 Each records the authenticated principal as the actor through the one
-intervention function every door uses (tasks/interventions.py). The route
+intervention function every door uses (tasks/humans/interventions.py). The route
 checks what it can answer precisely first — the tenant (404), the state
 (409), who may approve (403), the fingerprint (409), the offered options
 (422) — and the intervention checks again inside its own fenced write, so a
@@ -23,7 +23,6 @@ from jobwarden.api.problems import ProblemError
 from jobwarden.api.queries import owned_operation
 from jobwarden.api.responses import problem_responses
 from jobwarden.api.views import NOT_FOUND, OperationId, OperationLinks, operation_links, storable
-from jobwarden.models.approvals import SELF_APPROVAL, WINDOW_CLOSED, WINDOW_ENDED
 from jobwarden.models.errors import (
     AnotherApproverNeededError,
     ApprovalRefusedError,
@@ -31,10 +30,11 @@ from jobwarden.models.errors import (
     RefusedInputError,
     RequestDigestMismatchError,
 )
-from jobwarden.models.identity import same_principal
+from jobwarden.models.humans.approvals import SELF_APPROVAL, WINDOW_CLOSED, WINDOW_ENDED
+from jobwarden.models.humans.identity import same_principal
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import TERMINAL, OperationState
-from jobwarden.tasks import interventions
+from jobwarden.tasks.humans import interventions
 
 router = APIRouter(tags=["actions"])
 BUSINESS_DECISIONS = ("resubmit", "accept_result")

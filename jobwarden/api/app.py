@@ -18,7 +18,6 @@ from redis import Redis
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from jobwarden import telemetry
 from jobwarden.api import actions, intake, queries, results, schedules, webhooks
 from jobwarden.api.access_log import AccessLog
 from jobwarden.api.context import settings_of
@@ -27,13 +26,14 @@ from jobwarden.api.problems import ProblemError, install_handlers
 from jobwarden.api.token_cache import TokenCache
 from jobwarden.config.settings import Settings, get_settings
 from jobwarden.console import install as install_console
-from jobwarden.metrics import (
+from jobwarden.models.persistence.db import snapshot
+from jobwarden.observability import telemetry
+from jobwarden.observability.metrics import (
     PostgresCollector,
     WebhookRefusalCollector,
     exposition,
     registry_for,
 )
-from jobwarden.models.persistence.db import snapshot
 from jobwarden.tasks.runtime import Runtime, build_runtime, current
 from jobwarden.tasks.runtime import close as close_runtime
 
@@ -98,7 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     # The operators' console (/console): same tokens, held in a session cookie.
     install_console(app, resolved)
-    # Tracing only when the OTEL_* variables ask for it (jobwarden.telemetry).
+    # Tracing only when the OTEL_* variables ask for it (jobwarden.observability.telemetry).
     telemetry.setup("jobwarden-api")
     telemetry.instrument_app(app)
     return app
@@ -110,7 +110,7 @@ def healthz() -> dict[str, str]:
 
 
 def metrics(request: Request) -> Response:
-    """Prometheus metrics, read from Postgres (jobwarden.metrics); aggregates, no tenant.
+    """Prometheus metrics, read from Postgres (observability.metrics); aggregates, no tenant.
 
     OpenMetrics when the Accept header asks for it (Prometheus does), else the text
     format 0.0.4. Without Postgres there are no figures to give: a 503 problem, so the scrape fails

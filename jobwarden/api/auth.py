@@ -1,7 +1,7 @@
 """API tokens: the tenant comes from the caller's credential, never from the body.
 
 The token, its principal and the lookup every door shares live in
-jobwarden/tasks/principals.py (no FastAPI there: the CLI resolves tokens too); this
+jobwarden/tasks/humans/principals.py (no FastAPI there: the CLI resolves tokens too); this
 module is the HTTP side: the bearer dependency, the scope check and token creation.
 """
 
@@ -22,7 +22,7 @@ from jobwarden.api.context import settings_of
 from jobwarden.api.problems import ProblemError
 from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence.db import transaction
-from jobwarden.tasks.principals import (
+from jobwarden.tasks.humans.principals import (
     LAST_USE_RESOLUTION,
     TOKEN_PREFIX,
     Principal,

@@ -23,19 +23,19 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from jobwarden import telemetry
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of, settings_of
 from jobwarden.api.problems import ProblemError, problem_responses
 from jobwarden.api.views import storable
 from jobwarden.models.errors import InvalidCommandError, RefusedInputError
+from jobwarden.models.intake.submission import SubmissionRequest
+from jobwarden.models.intake.trace_context import traceparent
 from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.db import snapshot
-from jobwarden.models.submission import SubmissionRequest
-from jobwarden.models.trace_context import traceparent
+from jobwarden.observability import telemetry
 from jobwarden.tasks.intake import Caller, SubmitOutcome, SubmitResult, submit_request
-from jobwarden.tasks.provider_edge import json_depth, parse_json
+from jobwarden.tasks.provider.edge import json_depth, parse_json
 
 router = APIRouter(tags=["operations"])
 
@@ -76,7 +76,7 @@ class SubmissionBody(BaseModel):
     # Checked by intake's own rule (models/concurrency.py), whose error names the field.
     concurrency_key: str | None = None
     # An ISO 8601 time with its offset, or seconds from now; checked by intake's own rule
-    # (models/business_deadline.py). Not part of the fingerprint.
+    # (models/polling/business_deadline.py). Not part of the fingerprint.
     business_deadline: str | float | None = Field(
         default=None,
         description="when the business stops wanting the work: an ISO 8601 time with its "

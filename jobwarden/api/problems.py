@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
-from jobwarden.logs import get_logger
+from jobwarden.observability.logs import get_logger
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "tag:jobwarden.dev,2026:problem/"

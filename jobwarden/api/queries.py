@@ -52,16 +52,16 @@ from jobwarden.api.views import (
     result_path,
 )
 from jobwarden.models.actions import EscalationReason
+from jobwarden.models.history.verification import ChainProblem
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import api_store, query_store, result_rows, store
 from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.persistence.result_rows import StoredResultRow
-from jobwarden.models.result_access import validated
+from jobwarden.models.results.access import validated
 from jobwarden.models.states import OFFERS_OPTIONS, OperationState
-from jobwarden.models.verification import ChainProblem
 from jobwarden.tasks.history_archive import archived_events
-from jobwarden.tasks.interventions import escalation_options
-from jobwarden.tasks.provider_edge import shown_create_request
+from jobwarden.tasks.humans.interventions import escalation_options
+from jobwarden.tasks.provider.edge import shown_create_request
 from jobwarden.tasks.runtime import Runtime
 
 router = APIRouter(tags=["operations"])

@@ -31,12 +31,12 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from jobwarden.api.problems import ProblemError
-from jobwarden.logs import get_logger
 from jobwarden.models.actions import Decided, Record
 from jobwarden.models.errors import LostRaceError, ResultIntegrityError
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence.result_rows import StoredResultRow
+from jobwarden.observability.logs import get_logger
 from jobwarden.tasks.runtime import Runtime
 from jobwarden.tasks.steps import Writer, under_lease
 

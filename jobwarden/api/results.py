@@ -5,7 +5,7 @@ unknown one, as on every read route). The bytes come from the row (a result with
 is inline) or from the result store, streamed in the store's chunks, so a 2 GiB result
 costs the API process about one chunk of memory (scripts/bench_result_download.py).
 
-Headers (the rules are in ``models/result_access.py``): ``Content-Type`` (stored, else
+Headers (the rules are in ``models/results/access.py``): ``Content-Type`` (stored, else
 octet-stream), ``Content-Length``, ``Repr-Digest`` (RFC 9530 section 3, the whole
 result's sha256, also on a 206), a strong ``ETag`` (the sha256), ``Accept-Ranges: bytes``
 and ``Jobwarden-Result-Validated``: ``true`` (succeeded), ``false`` (kept after failing
@@ -46,7 +46,6 @@ from jobwarden.api.problems import ProblemError
 from jobwarden.api.queries import parse_operation_id
 from jobwarden.api.responses import problem_responses
 from jobwarden.api.views import NOT_FOUND, NOT_FOUND_DETAIL, OperationId
-from jobwarden.logs import get_logger
 from jobwarden.models.errors import (
     ResultChangedError,
     ResultLocationError,
@@ -56,7 +55,7 @@ from jobwarden.models.errors import (
 from jobwarden.models.persistence import query_store, result_rows
 from jobwarden.models.persistence.db import snapshot
 from jobwarden.models.persistence.result_rows import StoredResultRow
-from jobwarden.models.result_access import (
+from jobwarden.models.results.access import (
     ByteRange,
     Unsatisfiable,
     choose_range,
@@ -66,6 +65,7 @@ from jobwarden.models.result_access import (
     validated,
     validated_header,
 )
+from jobwarden.observability.logs import get_logger
 from jobwarden.tasks.runtime import Runtime
 
 router = APIRouter(tags=["operations"])

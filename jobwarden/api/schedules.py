@@ -20,9 +20,10 @@ from jobwarden.api.context import runtime_of, settings_of
 from jobwarden.api.problems import ProblemError
 from jobwarden.api.responses import problem_responses
 from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.intake.submission import SubmissionRequest
 from jobwarden.models.persistence import schedule_store
 from jobwarden.models.persistence.db import snapshot, transaction
-from jobwarden.models.schedules import (
+from jobwarden.models.schedules.slots import (
     NAME_PATTERN,
     ScheduleError,
     ScheduleStatus,
@@ -32,7 +33,6 @@ from jobwarden.models.schedules import (
     rfc3339,
     slot_key,
 )
-from jobwarden.models.submission import SubmissionRequest
 from jobwarden.tasks import schedules as ticks
 from jobwarden.tasks.intake import LIMITS
 from jobwarden.tasks.runtime import utcnow

@@ -25,7 +25,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from jobwarden.config.settings import get_settings
-from jobwarden.logs import get_logger
+from jobwarden.observability.logs import get_logger
 
 log = get_logger("jobwarden.api")
 

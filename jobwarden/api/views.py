@@ -100,7 +100,7 @@ def result_path(operation_id: uuid.UUID | str) -> str:
 
 
 class CreateRequest(BaseModel):
-    """The create as it leaves (or left): what an approver approves (models/outgoing.py)."""
+    """The create as it leaves (or left): what an approver approves (provider/outgoing.py)."""
 
     method: str
     url: str
@@ -121,7 +121,7 @@ class ResultView(BaseModel):
     size_bytes: int
     content_type: str | None
     # true: validated (succeeded); false: kept after failing validation; "accepted": a
-    # person accepted it as it is (models/result_access.py).
+    # person accepted it as it is (models/results/access.py).
     validated: bool | Literal["accepted"]
     download: str
 

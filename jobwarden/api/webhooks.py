@@ -3,7 +3,7 @@
 No API token: the signature the contract names is the authentication. The raw
 body is read with a cap before anything parses it (the signature covers those
 exact bytes); verification, deduplication and the wake-up live in
-``tasks.webhooks``, run off the event loop because they wait on Postgres and on
+``tasks.provider.webhooks``, run off the event loop because they wait on Postgres and on
 the operation's lease.
 """
 
@@ -16,8 +16,8 @@ from starlette.concurrency import run_in_threadpool
 
 from jobwarden.api.context import runtime_of
 from jobwarden.api.problems import problem_response
-from jobwarden.models.webhooks import Refusal
-from jobwarden.tasks import webhooks
+from jobwarden.models.provider.webhooks import Refusal
+from jobwarden.tasks.provider import webhooks
 
 router = APIRouter(tags=["webhooks"])
 

@@ -21,10 +21,10 @@ from celery.signals import (
 )
 from celery.utils.log import get_multiprocessing_logger
 
-from jobwarden import telemetry
 from jobwarden.config.broker import transport_for
 from jobwarden.config.settings import Settings, get_settings
-from jobwarden.logs import install_formatter
+from jobwarden.observability import telemetry
+from jobwarden.observability.logs import install_formatter
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -35,7 +35,7 @@ def make_celery(settings: Settings) -> Celery:
         backend=settings.redis_url,
         include=[
             "jobwarden.tasks.pipeline",
-            "jobwarden.tasks.notifications",
+            "jobwarden.tasks.humans.notifications",
             "jobwarden.tasks.schedules",
             "jobwarden.tasks.history_archive",
             "jobwarden.tasks.metrics_tallies",
@@ -56,7 +56,7 @@ def make_celery(settings: Settings) -> Celery:
         task_default_queue=settings.queue,
         # Notifications go to a queue of their own, consumed by the notifications worker
         # (docker-compose.yml) and never by the workers that poll: a slow receiver must
-        # never take a poller's seat (issue 33, finding 8; tasks/notifications.py).
+        # never take a poller's seat (issue 33, finding 8; tasks/humans/notifications.py).
         task_routes={
             "jobwarden.notify": {"queue": settings.notifications_queue},
             "jobwarden.deliver_notifications": {"queue": settings.notifications_queue},
@@ -119,7 +119,7 @@ app = make_celery(get_settings())
 
 def _structured_logs(logger: Any, **_: Any) -> None:
     # Celery keeps its handlers (stderr or --logfile) and its levels; only the line format
-    # changes, to jobwarden's structured one (JOBWARDEN_LOG_FORMAT, jobwarden.logs).
+    # changes, to jobwarden's structured one (JOBWARDEN_LOG_FORMAT, jobwarden.observability.logs).
     install_formatter(logger, get_settings().log_format)
     # The pool's own logger ("multiprocessing": a child lost to SIGKILL, say) has a handler
     # of its own that Celery configures with the same setup; it speaks JSON too.
@@ -147,7 +147,7 @@ def _tracing_checked(sender: Any = None, **_: Any) -> None:
 
 
 def _tracing(**_: Any) -> None:
-    # Each prefork pool process sets up its own exporter (jobwarden.telemetry).
+    # Each prefork pool process sets up its own exporter (jobwarden.observability.telemetry).
     telemetry.setup("jobwarden-worker")
 
 

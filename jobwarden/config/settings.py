@@ -16,7 +16,7 @@ from pydantic_settings import (
 )
 
 from jobwarden.models.errors import SettingsError
-from jobwarden.models.result_objects import STORE_VARIABLE, parse_store_url
+from jobwarden.models.results.objects import STORE_VARIABLE, parse_store_url
 
 DEFAULT_PROVIDERS_DIR = Path(__file__).resolve().parent / "providers"
 DEFAULT_SCHEDULES_DIR = Path(__file__).resolve().parent / "schedules"
@@ -99,7 +99,7 @@ class Settings(BaseSettings):
     key_prefix: str = "jobwarden"
     queue: str = "jobwarden"
     # A step holds the lease across up to two requests, each bounded by its contract's
-    # request_timeout_seconds (tasks.provider_edge.check_request_bounds): 150 s covers the
+    # request_timeout_seconds (tasks.provider.edge.check_request_bounds): 150 s covers the
     # longest shipped timeout (60 s) twice with room to spare.
     lease_ttl_seconds: float = Field(default=150.0, gt=0)
     # How long a person's intervention (cancel, approval, decision) waits for a step in
@@ -117,7 +117,7 @@ class Settings(BaseSettings):
     redispatch_after_seconds: float = Field(default=60.0, gt=0)
     worker_name: str = "worker"
     # Log lines: JSON objects, or readable text for a terminal; unset: JSON unless stderr
-    # is a TTY (jobwarden.logs).
+    # is a TTY (jobwarden.observability.logs).
     log_format: Literal["json", "console"] | None = None
     # The HTTP API (jobwarden api): where uvicorn listens and with how many processes.
     api_host: str = "127.0.0.1"
@@ -145,7 +145,7 @@ class Settings(BaseSettings):
     console_session_secret: SecretStr | None = None
     console_secure_cookie: bool = True
     console_session_hours: float = Field(default=8.0, gt=0)
-    # Notifications (jobwarden/tasks/notifications.py): the per-tenant targets file (unset:
+    # Notifications (jobwarden/tasks/humans/notifications.py): the per-tenant targets file (unset:
     # no targets, every outbox row ends no_target), the relay's beat period, batch and
     # whole-request timeout, and how long before an approval window ends its reminder goes.
     notifications_file: Path | None = None
@@ -167,7 +167,7 @@ class Settings(BaseSettings):
     # workers in jobwarden.schedule_submit messages of this many slots each.
     schedule_submit_chunk: int = Field(default=100, gt=0)
     schedules_dir: Path = DEFAULT_SCHEDULES_DIR
-    # Where collected results are streamed (tasks/result_store.py): file:///dir or
+    # Where collected results are streamed (tasks/results/store.py): file:///dir or
     # s3://bucket[/prefix]; S3 credentials come from the AWS_* variables, never from here.
     result_store: str = Field(default_factory=default_result_store)
     # History (tasks/history_archive.py). Every history_interval_seconds beat creates the

@@ -13,29 +13,29 @@ from typing import Any
 
 from jobwarden.api.auth import Principal
 from jobwarden.console.timeline import build_timeline, render_svg
-from jobwarden.models.approvals import (
+from jobwarden.models.contracts.contract import DEFAULT_APPROVAL_WINDOW_SECONDS
+from jobwarden.models.history.archive import as_chained
+from jobwarden.models.history.chain import ChainedEvent, EventDraft, EventKind
+from jobwarden.models.history.excerpts import redacted
+from jobwarden.models.history.verification import ChainProblem
+from jobwarden.models.humans.approvals import (
     approval_window_end,
     given_approvals,
     on_behalf_of,
     standing,
 )
-from jobwarden.models.contract import DEFAULT_APPROVAL_WINDOW_SECONDS
-from jobwarden.models.escalation import Option
-from jobwarden.models.excerpts import redacted
-from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
-from jobwarden.models.history_archive import as_chained
-from jobwarden.models.identity import same_principal
+from jobwarden.models.humans.escalation import Option
+from jobwarden.models.humans.identity import same_principal
 from jobwarden.models.operation import Operation
-from jobwarden.models.outgoing import ShownRequest
 from jobwarden.models.persistence import query_store, store
 from jobwarden.models.persistence.db import transaction
+from jobwarden.models.provider.outgoing import ShownRequest
 from jobwarden.models.states import AUTOMATION_STOPPED, OFFERS_OPTIONS, TERMINAL
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.verification import ChainProblem
-from jobwarden.story import event_line
+from jobwarden.observability.story import event_line
 from jobwarden.tasks.history_archive import archived_events
-from jobwarden.tasks.interventions import escalation_options
-from jobwarden.tasks.provider_edge import secret_forms, shown_create_request
+from jobwarden.tasks.humans.interventions import escalation_options
+from jobwarden.tasks.provider.edge import secret_forms, shown_create_request
 from jobwarden.tasks.runtime import Runtime
 
 # What an approval is valid for when given from the console (the HTTP API's default).
@@ -253,7 +253,7 @@ def operation_page(
 
 
 # Before approval (or admission) the provider's deadlines are not running: they move by
-# the wait when it ends (models/approvals.py), so a countdown now would be a promise the
+# the wait when it ends (models/humans/approvals.py), so a countdown now would be a promise the
 # page cannot keep.
 NOT_STARTED = frozenset({S.awaiting_approval, S.queued})
 

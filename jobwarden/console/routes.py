@@ -32,13 +32,13 @@ from jobwarden.console.pages import (
     needs_a_human,
     operation_page,
 )
-from jobwarden.models.approvals import SELF_APPROVAL
 from jobwarden.models.errors import AnotherApproverNeededError, LostRaceError, RefusedInputError
+from jobwarden.models.humans.approvals import SELF_APPROVAL
 from jobwarden.models.persistence import query_store, store
 from jobwarden.models.persistence.db import snapshot
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
 from jobwarden.models.states import OperationState as S
-from jobwarden.tasks import interventions
+from jobwarden.tasks.humans import interventions
 from jobwarden.tasks.runtime import utcnow
 
 HERE = Path(__file__).parent

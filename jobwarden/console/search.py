@@ -32,12 +32,12 @@ from jobwarden.console.routes import (
 )
 from jobwarden.models.actions import EscalationReason
 from jobwarden.models.errors import LostRaceError, RefusedInputError
-from jobwarden.models.escalation import OptionKind
+from jobwarden.models.humans.escalation import OptionKind
 from jobwarden.models.persistence import query_store
 from jobwarden.models.persistence.db import snapshot
 from jobwarden.models.persistence.tables import NEEDS_A_HUMAN
 from jobwarden.models.states import OperationState
-from jobwarden.tasks import interventions
+from jobwarden.tasks.humans import interventions
 
 PAGE = 50
 # One bulk decision touches at most this many operations; a larger outage is decided in

@@ -15,7 +15,7 @@ from email.utils import parsedate_to_datetime
 from html import escape
 from typing import Any
 
-from jobwarden.models.history import ChainedEvent
+from jobwarden.models.history.chain import ChainedEvent
 
 # Events that record a provider's answer to one request we sent (or its absence).
 ANSWER_KINDS = frozenset(

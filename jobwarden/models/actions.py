@@ -16,8 +16,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from jobwarden.models.history import EventKind
-from jobwarden.models.results import ResultVerdict
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.results.validation import ResultVerdict
 from jobwarden.models.states import OperationState
 
 if TYPE_CHECKING:  # operation.py imports EscalationReason from here

@@ -35,14 +35,14 @@ from jobwarden.models.actions import (
     Send,
     escalate,
 )
-from jobwarden.models.contract import CleanupSpec, ProviderContract
-from jobwarden.models.decisions import retry_wait
-from jobwarden.models.history import EventKind
+from jobwarden.models.contracts.contract import CleanupSpec, ProviderContract
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation, RowChanges
-from jobwarden.models.origins import on_allowed_origin, shown_url, usable_url
-from jobwarden.models.pointers import Missing, resolve_pointer
-from jobwarden.models.requests import StepContext, job_path, resolve_url
-from jobwarden.models.signals import RawResponse, SignalKind, classify_http
+from jobwarden.models.polling.decisions import retry_wait
+from jobwarden.models.provider.origins import on_allowed_origin, shown_url, usable_url
+from jobwarden.models.provider.pointers import Missing, resolve_pointer
+from jobwarden.models.provider.requests import StepContext, job_path, resolve_url
+from jobwarden.models.provider.signals import RawResponse, SignalKind, classify_http
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.states import is_allowed
 

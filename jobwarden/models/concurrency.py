@@ -22,12 +22,12 @@ from datetime import datetime, timedelta
 from typing import Annotated, Final
 
 from jobwarden.models.actions import Decided, Record
-from jobwarden.models.approvals import window_end
-from jobwarden.models.contract import ConcurrencySpec
-from jobwarden.models.contract_fields import count
-from jobwarden.models.contract_sections import ContractTable
+from jobwarden.models.contracts.contract import ConcurrencySpec
+from jobwarden.models.contracts.fields import count
+from jobwarden.models.contracts.sections import ContractTable
 from jobwarden.models.errors import InvalidSubmissionError
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.humans.approvals import window_end
 from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.states import TERMINAL, WAITING_FOR_ROOM, OperationState
 

@@ -25,25 +25,24 @@ from jobwarden.models.actions import (
     Send,
     escalate,
 )
-from jobwarden.models.backoff import validate_poll_hint
-from jobwarden.models.business_deadline import earlier, passed
-from jobwarden.models.collection import collection
-from jobwarden.models.contract import ReconciliationPath, RemoteStatus
-from jobwarden.models.convention_steps import convention_create
-from jobwarden.models.conventions import AZURE
+from jobwarden.models.contracts.contract import ReconciliationPath, RemoteStatus
+from jobwarden.models.conventions.steps import convention_create
+from jobwarden.models.conventions.strategies import AZURE
 from jobwarden.models.create_outcomes import CreateOutcomeKind, decide_after_create
-from jobwarden.models.decisions import (
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.operation import Operation
+from jobwarden.models.polling.backoff import validate_poll_hint
+from jobwarden.models.polling.business_deadline import earlier, passed
+from jobwarden.models.polling.decisions import (
     PollView,
     action_for_reading,
     first_poll,
     poll_view,
     retry_wait,
 )
-from jobwarden.models.history import EventKind
-from jobwarden.models.operation import Operation
-from jobwarden.models.origins import on_allowed_origin, shown_url, usable_url
-from jobwarden.models.pointers import MISSING, resolve_pointer
-from jobwarden.models.requests import (
+from jobwarden.models.provider.origins import on_allowed_origin, shown_url, usable_url
+from jobwarden.models.provider.pointers import MISSING, resolve_pointer
+from jobwarden.models.provider.requests import (
     StepContext,
     create_request,
     job_id_problem,
@@ -52,13 +51,14 @@ from jobwarden.models.requests import (
     lookup_request,
     resolve_url,
 )
-from jobwarden.models.signals import (
+from jobwarden.models.provider.signals import (
     HttpSignal,
     RawResponse,
     SignalKind,
     classify_http,
     read_status,
 )
+from jobwarden.models.results.collection import collection
 from jobwarden.models.states import OperationState as S
 
 # --- create -----------------------------------------------------------------------------
@@ -232,7 +232,7 @@ def after_create(
     )
     replayed = raw.observation.headers.get("idempotent-replayed", "").lower() == "true"
     if contract.convention in AZURE and signal.kind in (SignalKind.ok, SignalKind.accepted):
-        # An Azure convention reads its own 2xx create answers (models/convention_steps.py):
+        # An Azure convention reads its own 2xx create answers (models/conventions/steps.py):
         # which header names the monitor, and whether the answer already ended the job.
         event = (
             EventKind.reconciled

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from jobwarden.models.signals import HttpSignal, SignalKind
+from jobwarden.models.provider.signals import HttpSignal, SignalKind
 
 
 class CreateOutcomeKind(StrEnum):

@@ -31,12 +31,12 @@ from jobwarden.models.actions import (
     Succeed,
     Wait,
 )
-from jobwarden.models.excerpts import excerpt, scrub_text
-from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.history.chain import EventDraft, EventKind
+from jobwarden.models.history.excerpts import excerpt, scrub_text
 from jobwarden.models.operation import Operation, RowChanges
+from jobwarden.models.provider.signals import RawResponse
 from jobwarden.models.reservations import as_sent, folded_claim, with_next_poll_reserved
-from jobwarden.models.results import ResultVerdict
-from jobwarden.models.signals import RawResponse
+from jobwarden.models.results.validation import ResultVerdict
 from jobwarden.models.states import TERMINAL, is_allowed
 from jobwarden.models.states import OperationState as S
 

@@ -20,7 +20,7 @@ class InvalidSubmissionError(RefusedInputError):
 
 
 class InvalidCommandError(InvalidSubmissionError):
-    """A command its provider's command schema refuses (models.command_schema).
+    """A command its provider's command schema refuses (models.contracts.command_schema).
 
     ``path`` locates the failing value from the command's root (object keys and array
     indices), ``problem`` says what is wrong with it; the message joins the shown path
@@ -162,7 +162,7 @@ class ResultStoreUnavailableError(RetryLaterError):
     """The result store (JOBWARDEN_RESULT_STORE) was down or refused; no object was recorded.
 
     The collect step counts it against its budget and tries again; an upload it cut short
-    left nothing at the key (tasks/result_store.py).
+    left nothing at the key (tasks/results/store.py).
     """
 
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 from jobwarden.models.actions import EscalationReason
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.states import OperationState
 
 
@@ -81,10 +81,10 @@ class Operation:
     # 0025): the create step sends only a request with this digest. None: none is bound.
     approved_request_digest: str | None = None
     # The digest of the contract text it was created under (0026); None: created before
-    # contracts were pinned, so the current contract holds (models/contract_pins.py).
+    # contracts were pinned, so the current contract holds (models/contracts/pins.py).
     contract_digest: str | None = None
     # The finish the last status reading implied (0027): the next reading that agrees
-    # aims the poll past it (models/estimates.py); None when that reading implied none.
+    # aims the poll past it (models/polling/estimates.py); None when that reading implied none.
     estimated_finish: datetime | None = None
     last_remote_state: str | None
     last_http_status: int | None

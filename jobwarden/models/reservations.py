@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from jobwarden.models.actions import RequestPurpose, Send
-from jobwarden.models.history import EventDraft
+from jobwarden.models.history.chain import EventDraft
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import POLLED
 from jobwarden.models.states import OperationState as S

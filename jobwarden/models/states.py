@@ -162,7 +162,7 @@ CLEANING: frozenset[OperationState] = frozenset({S.cleanup_pending, S.cleaning_u
 HUMAN_ONLY_SOURCES: frozenset[OperationState] = AUTOMATION_STOPPED | {S.awaiting_approval}
 
 # Ended after a known failure: automation is done, but the two business decisions only a
-# person takes remain (models/escalation.py): resubmit as a new operation with a new token,
+# person takes remain (models/humans/escalation.py): resubmit as a new operation with a new token,
 # and, after a validation failure, accept the collected result as it is.
 ENDED_WITH_OPTIONS: frozenset[OperationState] = frozenset(
     {S.failed, S.expired, S.cancelled, S.result_validation_failed, S.result_unavailable}

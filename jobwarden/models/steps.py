@@ -33,10 +33,8 @@ from jobwarden.models.actions import (
     Wait,
     escalate,
 )
-from jobwarden.models.approvals import decide_window
 from jobwarden.models.cleanup import after_cleanup, before_cleanup
-from jobwarden.models.collection import collection, partial_collection
-from jobwarden.models.convention_steps import after_monitor_poll
+from jobwarden.models.conventions.steps import after_monitor_poll
 from jobwarden.models.create_decisions import (
     after_create,
     after_reconcile,
@@ -44,22 +42,24 @@ from jobwarden.models.create_decisions import (
     before_reconcile,
     create_too_late,
 )
-from jobwarden.models.decisions import (
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.humans.approvals import decide_window
+from jobwarden.models.operation import Operation
+from jobwarden.models.polling.decisions import (
     decide_status_answer,
     guard_before_status_request,
     poll_view,
     wait_within,
 )
-from jobwarden.models.history import EventKind
-from jobwarden.models.operation import Operation
-from jobwarden.models.origins import on_allowed_origin, shown_url, usable_url
-from jobwarden.models.requests import (
+from jobwarden.models.provider.origins import on_allowed_origin, shown_url, usable_url
+from jobwarden.models.provider.requests import (
     StepContext,
     job_path,
     resolve_url,
 )
-from jobwarden.models.result_decisions import after_collect, before_collect
-from jobwarden.models.signals import RawResponse, SignalKind, classify_http, read_status
+from jobwarden.models.provider.signals import RawResponse, SignalKind, classify_http, read_status
+from jobwarden.models.results.collection import collection, partial_collection
+from jobwarden.models.results.decisions import after_collect, before_collect
 from jobwarden.models.states import CLEANING, POLLED
 from jobwarden.models.states import OperationState as S
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from jobwarden.config.celery_app import app
-from jobwarden.logs import get_logger
 from jobwarden.models.states import OperationState as S
+from jobwarden.observability.logs import get_logger
 from jobwarden.tasks.runtime import Runtime, utcnow
 
 log = get_logger("jobwarden.tasks")

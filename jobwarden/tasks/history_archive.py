@@ -4,7 +4,7 @@ store as verifiable segments, their partitions then detached and dropped whole.
 One run (``jobwarden archive``, or the beat task): create the coming months' partitions;
 then, for each month partition older than the retention, refuse it (naming an operation)
 if an operation in it has not ended before the cutoff, else write each operation's
-history as a segment (models/history_archive.py), record it in ``archived_histories``
+history as a segment (models/history/archive.py), record it in ``archived_histories``
 (one commit per operation), and finally detach and drop the partition. Rows are never
 deleted: a partition leaves whole, after every history in it is in the store.
 
@@ -32,10 +32,8 @@ from typing import Final
 from sqlalchemy.exc import DBAPIError
 
 from jobwarden.config.celery_app import app
-from jobwarden.logs import get_logger
 from jobwarden.models.errors import JobwardenError, ResultMissingError
-from jobwarden.models.history import StoredEvent
-from jobwarden.models.history_archive import (
+from jobwarden.models.history.archive import (
     SegmentError,
     archive_refusal,
     decode_segment,
@@ -44,11 +42,13 @@ from jobwarden.models.history_archive import (
     retention_cutoff,
     segment_key,
 )
+from jobwarden.models.history.chain import StoredEvent
 from jobwarden.models.persistence import history_store, store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.history_store import ArchivedHistory
-from jobwarden.models.result_objects import StoredObject, mismatch
-from jobwarden.tasks.result_store import ResultStore
+from jobwarden.models.results.objects import StoredObject, mismatch
+from jobwarden.observability.logs import get_logger
+from jobwarden.tasks.results.store import ResultStore
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 
 log = get_logger("jobwarden.history")

@@ -18,21 +18,26 @@ from sqlalchemy import String
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from jobwarden import telemetry
 from jobwarden.models.concurrency import admits_now, key_limit
-from jobwarden.models.contract import ProviderContract
+from jobwarden.models.contracts.contract import ProviderContract
 from jobwarden.models.errors import RefusedInputError
-from jobwarden.models.fingerprint import request_fingerprint, show_key
-from jobwarden.models.history import GENESIS_HASH, ChainedEvent, chain
-from jobwarden.models.intent import Intake, intent_event, opening
+from jobwarden.models.history.chain import GENESIS_HASH, ChainedEvent, chain
+from jobwarden.models.intake.fingerprint import request_fingerprint, show_key
+from jobwarden.models.intake.intent import Intake, intent_event, opening
+from jobwarden.models.intake.submission import (
+    ACTOR_PREFIX,
+    FieldLimits,
+    Submission,
+    SubmissionRequest,
+)
+from jobwarden.models.intake.trace_context import trace_id_from
 from jobwarden.models.operation import COLUMNS
 from jobwarden.models.persistence import api_store, concurrency_store, intake_store, store
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import Base, EventRow, OperationRow
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.submission import ACTOR_PREFIX, FieldLimits, Submission, SubmissionRequest
-from jobwarden.models.trace_context import trace_id_from
+from jobwarden.observability import telemetry
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 
@@ -98,7 +103,7 @@ class Caller:
     actor: str | None = None  # None: submitter:<requested_by>
     token_id: uuid.UUID | None = None
     # The principal a schedule submits for (its author): in the intent event, so that
-    # principal can never approve it (models/approvals.py). Set by a door only.
+    # principal can never approve it (models/humans/approvals.py). Set by a door only.
     on_behalf_of: str | None = None
     # A break-glass submitter's reason: marked on the intent event, as on every decision.
     break_glass: str | None = None
@@ -133,13 +138,13 @@ def submit_request(
     """Record an operation's intent and hand it to the workers: every door's one call.
 
     Raises InvalidSubmissionError naming the field and the rule for any input the
-    rules in models/submission.py refuse; nothing but an intake-log entry is recorded
+    rules in models/intake/submission.py refuse; nothing but an intake-log entry is recorded
     then. The row, its intent event and the intake-log entry are written in one
     transaction, so a failure leaves none. A valid W3C ``trace_parent`` gives the
     operation its trace id; an invalid one is ignored. ``resubmit_of`` is set only by a
-    person's resubmission (tasks/interventions.py), never by a caller's request;
+    person's resubmission (tasks/humans/interventions.py), never by a caller's request;
     ``derived_key`` only by jobwarden's own key derivations (resubmission, schedule slots),
-    the one way into a reserved key namespace (models/reserved_keys.py, invariant 17).
+    the one way into a reserved key namespace (models/intake/reserved_keys.py, invariant 17).
     """
     rt = runtime or current()
     who = caller or Caller()
@@ -301,7 +306,7 @@ def _intent(
     """The intent row's columns and its first event, as ``claim`` inserts them.
 
     ``traced``: the submission span's traceparent (tracing on), kept in the intent's
-    excerpt for the steps' spans (jobwarden.telemetry).
+    excerpt for the steps' spans (jobwarden.observability.telemetry).
     """
     op = opening(sub, contract, intake)
     # A column left unset takes its default (NULL for every one the snapshot has None).

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from jobwarden.config.celery_app import app
 from jobwarden.config.settings import get_settings
-from jobwarden.logs import get_logger
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.metrics_store import fold_tallies
+from jobwarden.observability.logs import get_logger
 
 log = get_logger(__name__)
 

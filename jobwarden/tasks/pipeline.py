@@ -13,9 +13,7 @@ from typing import Any
 from celery import Task
 from sqlalchemy.exc import DBAPIError
 
-from jobwarden import telemetry
 from jobwarden.config.celery_app import app
-from jobwarden.logs import bind, bound, get_logger
 from jobwarden.models.actions import EscalationReason
 from jobwarden.models.errors import (
     GiveUpError,
@@ -36,6 +34,8 @@ from jobwarden.models.steps import (
     RECONCILE,
     StepKind,
 )
+from jobwarden.observability import telemetry
+from jobwarden.observability.logs import bind, bound, get_logger
 from jobwarden.tasks import faults
 from jobwarden.tasks.concurrency import admit_stranded, after_end
 from jobwarden.tasks.dispatch import enqueue_many, republish, schedule
@@ -129,7 +129,7 @@ def _run_step(operation_id: str, step: StepKind) -> str | None:
 
 def _recorded_context(rt: Runtime, operation_id: uuid.UUID) -> Callable[[], str | None]:
     """Reads the submission's traceparent from the intent event (tracing on, once per
-    operation and process: jobwarden.telemetry keeps it)."""
+    operation and process: jobwarden.observability.telemetry keeps it)."""
 
     def load() -> str | None:
         with snapshot(rt.settings.database_url) as session:

@@ -18,16 +18,16 @@ from typing import Any, Protocol
 from redis import Redis
 
 from jobwarden.config.settings import Settings, get_settings
-from jobwarden.models.contract import ProviderContract
-from jobwarden.models.contract_loader import effective_base_url, load_contracts
-from jobwarden.models.contract_pins import ContractVersion, current_versions, pinned_contract
+from jobwarden.models.contracts.contract import ProviderContract
+from jobwarden.models.contracts.loader import effective_base_url, load_contracts
+from jobwarden.models.contracts.pins import ContractVersion, current_versions, pinned_contract
+from jobwarden.models.contracts.plugins import ProviderPlugin, load_plugin
 from jobwarden.models.errors import ContractError
 from jobwarden.models.persistence import contract_store
 from jobwarden.models.persistence.db import snapshot
-from jobwarden.models.plugins import ProviderPlugin, load_plugin
-from jobwarden.models.requests import StepContext
-from jobwarden.tasks.provider_edge import ProviderClient, check_request_bounds
-from jobwarden.tasks.result_store import ResultStore
+from jobwarden.models.provider.requests import StepContext
+from jobwarden.tasks.provider.edge import ProviderClient, check_request_bounds
+from jobwarden.tasks.results.store import ResultStore
 
 
 def utcnow() -> datetime:

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from jobwarden.config.celery_app import app
-from jobwarden.logs import get_logger
 from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.intake.submission import SubmissionRequest
 from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence import schedule_store as sstore
 from jobwarden.models.persistence.db import transaction
-from jobwarden.models.schedules import (
+from jobwarden.models.schedules.slots import (
     EPOCH,
     ScheduleAction,
     ScheduleError,
@@ -44,10 +44,10 @@ from jobwarden.models.schedules import (
     render_command,
     slot_key,
 )
-from jobwarden.models.submission import SubmissionRequest
+from jobwarden.observability.logs import get_logger
 from jobwarden.tasks import faults
+from jobwarden.tasks.humans.interventions import request_cancel
 from jobwarden.tasks.intake import Caller, SubmitOutcome, submit_request
-from jobwarden.tasks.interventions import request_cancel
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 
 log = get_logger("jobwarden.schedules")

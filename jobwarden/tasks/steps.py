@@ -33,27 +33,27 @@ from jobwarden.models.actions import (
 from jobwarden.models.cleanup import with_cleanup
 from jobwarden.models.effects import Plan, plan, timed
 from jobwarden.models.errors import LeaseNotAcquiredError, StaleVersionError
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import snapshot, transaction
-from jobwarden.models.rate_limits import granted, rate_limited
-from jobwarden.models.request_binding import decide_binding
-from jobwarden.models.requests import StepContext
+from jobwarden.models.provider.binding import decide_binding
+from jobwarden.models.provider.rate_limits import granted, rate_limited
+from jobwarden.models.provider.requests import StepContext
+from jobwarden.models.provider.signals import RawResponse
 from jobwarden.models.reservations import as_sent
-from jobwarden.models.signals import RawResponse
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
 from jobwarden.models.steps import StepKind, unsent
 from jobwarden.tasks import faults
 from jobwarden.tasks.leases import operation_lease
-from jobwarden.tasks.provider_edge import (
+from jobwarden.tasks.provider.edge import (
     MAX_REQUESTS_PER_LEASE,
     secret_forms,
     shown_create_request,
 )
-from jobwarden.tasks.rate_limits import take
+from jobwarden.tasks.provider.rate_limits import take
 from jobwarden.tasks.reservations import Marking, settled, spendable
-from jobwarden.tasks.result_collection import collector, stored_whole
+from jobwarden.tasks.results.collection import collector, stored_whole
 from jobwarden.tasks.runtime import Runtime, utcnow
 
 # A step sends one request, except reconciliation by lookup, which may follow an empty
@@ -188,7 +188,7 @@ def run(
 
 def _off_approval(ctx: StepContext, op: Operation, send: Send, now: datetime) -> Decided | None:
     """The create about to leave, rendered as its approval was shown and checked against
-    the digest it bound (models/request_binding.py); None when it may leave. Before the
+    the digest it bound (models/provider/binding.py); None when it may leave. Before the
     rate limiter and the claim, so a refused send costs no token and no counted attempt."""
     if send.request.purpose is not RequestPurpose.create or op.approved_request_digest is None:
         return None

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from jobwarden.harness import REPO, Stack, wait_for
+from jobwarden.demo.harness import REPO, Stack, wait_for
+from jobwarden.demo.sandbox.server import SandboxServer
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
-from jobwarden.sandbox.server import SandboxServer
 from tests.integration.notify_helpers import Receiver, receiving
 from tests.spector_server import SpectorServer
 
@@ -571,7 +571,7 @@ def worker_logs(stack: Stack) -> str:
 
 
 def log_records(stack: Stack) -> list[dict[str, Any]]:
-    """Every line the stack logged as a JSON object (jobwarden.logs: JSON when not a TTY).
+    """Every line the stack logged as a JSON object (observability.logs: JSON when not a TTY).
 
     What Celery prints before its logging is set up (a warning to root) or past it (the
     shutdown notice) is no record: ``unstructured_lines`` returns those.

@@ -18,10 +18,10 @@ import pytest
 
 from jobwarden.api.app import create_app
 from jobwarden.api.auth import Scope, create_token
-from jobwarden.harness import Stack
+from jobwarden.demo.harness import Stack
+from jobwarden.models.intake.trace_context import trace_id_from
 from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence.db import transaction
-from jobwarden.models.trace_context import trace_id_from
 from tests.acceptance.conftest import Pipeline
 from tests.api_server import serving
 

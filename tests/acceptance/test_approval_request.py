@@ -19,10 +19,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from jobwarden.harness import Stack, wait_for
-from jobwarden.models.excerpts import REDACTED
-from jobwarden.models.outgoing import NEW_PER_REQUEST
-from jobwarden.sandbox.server import SandboxServer
+from jobwarden.demo.harness import Stack, wait_for
+from jobwarden.demo.sandbox.server import SandboxServer
+from jobwarden.models.history.excerpts import REDACTED
+from jobwarden.models.provider.outgoing import NEW_PER_REQUEST
 from tests.acceptance.conftest import TOKEN, Pipeline
 from tests.api_server import serving
 from tests.integration.api_helpers import make_token

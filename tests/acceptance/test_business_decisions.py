@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from jobwarden.harness import Stack
+from jobwarden.demo.harness import Stack
 from jobwarden.models.errors import RefusedInputError
 from tests.acceptance.conftest import Pipeline
 
@@ -19,7 +19,7 @@ from tests.acceptance.conftest import Pipeline
 def test_a_failed_job_resubmitted_by_a_person_is_created_again_under_a_new_token(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from jobwarden.tasks.interventions import decide_escalation, escalation_options
+    from jobwarden.tasks.humans.interventions import decide_escalation, escalation_options
 
     old = pipeline.submit({"polls_to_finish": 1, "outcome": "failed"})
     ended = pipeline.wait_state(old)
@@ -49,7 +49,7 @@ def test_a_failed_job_resubmitted_by_a_person_is_created_again_under_a_new_token
 def test_a_result_that_failed_validation_is_accepted_as_sent_and_never_reads_as_success(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from jobwarden.tasks.interventions import decide_escalation, escalation_options
+    from jobwarden.tasks.humans.interventions import decide_escalation, escalation_options
 
     # 6 of 10 items failed: over the sandbox contract's max_failed_fraction of 0.5.
     op = pipeline.submit({"polls_to_finish": 1, "result_items": 10, "result_failed_items": 6})
@@ -79,7 +79,7 @@ def test_a_result_that_failed_validation_is_accepted_as_sent_and_never_reads_as_
 def test_a_result_contradicting_its_checksum_is_not_kept_and_cannot_be_accepted(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from jobwarden.tasks.interventions import escalation_options
+    from jobwarden.tasks.humans.interventions import escalation_options
 
     op = pipeline.submit({"polls_to_finish": 1, "result_bad_checksum": True})
     row = pipeline.wait_state(op)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from jobwarden.harness import REPO, Stack
+from jobwarden.demo.harness import REPO, Stack
 from tests.acceptance.conftest import Pipeline, result_bytes
 
 NEVER_FINISHES = {"never_finish": True, "cancel": "honour"}
@@ -45,7 +45,7 @@ def _remote_state(event: Any) -> str | None:
 def test_cancel_while_running_ends_cancelled_only_after_the_provider_confirms(
     stack: Stack, pipeline: Pipeline, worker_env: dict[str, str]
 ) -> None:
-    from jobwarden.tasks.interventions import request_cancel
+    from jobwarden.tasks.humans.interventions import request_cancel
 
     op = pipeline.submit(NEVER_FINISHES)
     _observing(pipeline, op)
@@ -93,7 +93,7 @@ def test_cancel_while_running_ends_cancelled_only_after_the_provider_confirms(
 def test_cancel_that_races_the_finish_ends_succeeded_and_the_history_shows_both(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from jobwarden.tasks.interventions import request_cancel
+    from jobwarden.tasks.humans.interventions import request_cancel
 
     op = pipeline.submit({"never_finish": True, "cancel": "race", "result_items": 5})
     _observing(pipeline, op)
@@ -123,7 +123,7 @@ def test_cancel_that_races_the_finish_ends_succeeded_and_the_history_shows_both(
 def test_cancel_never_confirmed_stops_at_the_cancel_deadline_as_cancellation_unconfirmed(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from jobwarden.tasks.interventions import request_cancel
+    from jobwarden.tasks.humans.interventions import request_cancel
 
     op = pipeline.submit({"never_finish": True, "cancel": "never"}, cancel_deadline_seconds=2)
     _observing(pipeline, op)
@@ -224,7 +224,7 @@ def test_cancel_of_a_terminal_operation_is_refused_and_records_nothing(
     stack: Stack, pipeline: Pipeline
 ) -> None:
     from jobwarden.models.errors import RefusedInputError
-    from jobwarden.tasks.interventions import request_cancel
+    from jobwarden.tasks.humans.interventions import request_cancel
 
     op = pipeline.submit({"polls_to_finish": 1})
     before = pipeline.wait_state(op)
@@ -247,7 +247,7 @@ def test_cancel_of_a_terminal_operation_is_refused_and_records_nothing(
 
 def test_cancel_requested_twice_sends_one_cancel(stack: Stack, pipeline: Pipeline) -> None:
     from jobwarden.models.errors import RefusedInputError
-    from jobwarden.tasks.interventions import request_cancel
+    from jobwarden.tasks.humans.interventions import request_cancel
 
     op = pipeline.submit(NEVER_FINISHES)
     _observing(pipeline, op)
@@ -274,7 +274,7 @@ def test_concurrent_cancel_requests_record_one_intent_and_send_one_cancel(
     stack: Stack, pipeline: Pipeline
 ) -> None:
     from jobwarden.models.errors import RefusedInputError
-    from jobwarden.tasks.interventions import request_cancel
+    from jobwarden.tasks.humans.interventions import request_cancel
 
     op = pipeline.submit(NEVER_FINISHES)
     _observing(pipeline, op)
@@ -300,14 +300,14 @@ def test_concurrent_cancel_requests_record_one_intent_and_send_one_cancel(
 def test_history_command_tells_the_cancel_story_one_line_per_event(
     stack: Stack, pipeline: Pipeline, worker_env: dict[str, str]
 ) -> None:
-    from jobwarden.tasks.interventions import request_cancel
+    from jobwarden.tasks.humans.interventions import request_cancel
 
     op = pipeline.submit(NEVER_FINISHES)
     _observing(pipeline, op)
     request_cancel(op, "pytest", "operator said stop")
     assert pipeline.wait_state(op).state == "cancelled"
     out = subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", "history", op],
+        [sys.executable, "-m", "jobwarden.cli.main", "history", op],
         env={**stack.env, **worker_env},
         cwd=str(REPO),
         capture_output=True,

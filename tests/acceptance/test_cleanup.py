@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from jobwarden.harness import Stack, wait_for
+from jobwarden.demo.harness import Stack, wait_for
 from tests.acceptance.conftest import Pipeline
 
 CLEANUP = "sandbox_cleanup"
@@ -50,7 +50,7 @@ def test_a_failed_job_that_left_resources_is_cleaned_up_once_then_ends_failed(
 def test_a_cancelled_job_whose_resources_go_at_once_ends_cancelled_after_one_delete(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from jobwarden.tasks.interventions import request_cancel
+    from jobwarden.tasks.humans.interventions import request_cancel
 
     op = pipeline.submit({"never_finish": True, "leaves_resources": "sync"}, provider=CLEANUP)
     pipeline.wait_state(op, "observing")
@@ -73,7 +73,7 @@ def test_a_cancelled_job_whose_resources_go_at_once_ends_cancelled_after_one_del
 def test_a_cleanup_nobody_confirms_stops_for_a_person_and_is_never_resent_by_automation(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from jobwarden.tasks.interventions import decide_escalation, escalation_options
+    from jobwarden.tasks.humans.interventions import decide_escalation, escalation_options
 
     op = pipeline.submit(
         {"polls_to_finish": 1, "outcome": "failed", "leaves_resources": "refuse"},

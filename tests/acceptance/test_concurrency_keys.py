@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from jobwarden.harness import Stack, wait_for
+from jobwarden.demo.harness import Stack, wait_for
 from tests.acceptance.conftest import Pipeline
 
 pytestmark = pytest.mark.usefixtures("stack")
@@ -100,7 +100,7 @@ def test_an_escalated_holder_keeps_the_key_until_a_human_decides(
     stack: Stack, pipeline: Pipeline
 ) -> None:
     from jobwarden.tasks.concurrency import hand_over
-    from jobwarden.tasks.interventions import decide_escalation
+    from jobwarden.tasks.humans.interventions import decide_escalation
     from jobwarden.tasks.runtime import current
 
     key = f"deploy:escalated:{secrets.token_hex(4)}"
@@ -123,7 +123,7 @@ def test_an_escalated_holder_keeps_the_key_until_a_human_decides(
 def test_a_queued_operation_cancelled_by_a_person_ends_without_sending_anything(
     pipeline: Pipeline,
 ) -> None:
-    from jobwarden.tasks.interventions import request_cancel
+    from jobwarden.tasks.humans.interventions import request_cancel
 
     key = f"deploy:cancel:{secrets.token_hex(4)}"
     holder = pipeline.submit({"polls_to_finish": 2}, concurrency_key=key)

@@ -131,7 +131,7 @@ def remote_job_of(database_url: str, op_id: str) -> str:
 
 
 def wait_state(database_url: str, op_id: str, state: str) -> None:
-    from jobwarden.harness import wait_for
+    from jobwarden.demo.harness import wait_for
 
     wait_for(lambda: state_of(database_url, op_id) == state, timeout=30, what=f"{op_id} {state}")
 

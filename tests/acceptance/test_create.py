@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 
-from jobwarden.harness import Stack
+from jobwarden.demo.harness import Stack
 from tests.acceptance.conftest import Pipeline
 
 

@@ -1,6 +1,6 @@
 """Result download conventions end to end (issue 21): real workers and beat against the
 sandbox, each test naming the public doc its sandbox behaviour models
-(jobwarden/sandbox/downloads.py, jobwarden/sandbox/conventions.py).
+(jobwarden/demo/sandbox/downloads.py, jobwarden/demo/sandbox/conventions.py).
 
 - Amazon S3 User Guide, "Download and upload objects with presigned URLs": a presigned URL
   works until X-Amz-Date + X-Amz-Expires, then answers 403 AccessDenied "Request has
@@ -124,7 +124,7 @@ def test_a_presigned_url_within_its_time_is_collected_at_the_first_attempt(
 def test_a_single_use_download_cut_off_mid_body_is_never_requested_again(
     pipeline: Pipeline,
 ) -> None:
-    from jobwarden.tasks.interventions import escalation_options
+    from jobwarden.tasks.humans.interventions import escalation_options
 
     behaviour = {**FINISHED, "result_single_use": True, "result_cut_after_bytes": 100}
     op = pipeline.submit(behaviour, provider="sandbox_single_use")

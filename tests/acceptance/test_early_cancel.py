@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 
 from jobwarden.config.settings import get_settings
-from jobwarden.harness import wait_for
-from jobwarden.tasks.interventions import request_cancel
+from jobwarden.demo.harness import wait_for
+from jobwarden.tasks.humans.interventions import request_cancel
 from jobwarden.tasks.runtime import build_runtime
 from jobwarden.tasks.runtime import close as close_runtime
 from tests.acceptance.conftest import Pipeline

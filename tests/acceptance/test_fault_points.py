@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from jobwarden.harness import Stack, wait_for
+from jobwarden.demo.harness import Stack, wait_for
 from tests.acceptance.conftest import Pipeline
 
 NEVER_FINISHES = {"never_finish": True, "cancel": "honour"}
@@ -52,7 +52,7 @@ def _fault_while_cancelling(
     **limits: Any,
 ) -> tuple[str, Any]:
     """As _fault, for a point on the cancel path: cancel a running job, then let it stop."""
-    from jobwarden.tasks.interventions import request_cancel
+    from jobwarden.tasks.humans.interventions import request_cancel
 
     key = secrets.token_hex(8)
     arm(point, key, action)

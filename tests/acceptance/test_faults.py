@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobwarden.harness import REPO, Stack, wait_for
+from jobwarden.demo.harness import REPO, Stack, wait_for
 from tests.acceptance.conftest import Pipeline, logged
 
 
@@ -216,7 +216,7 @@ def test_a_two_hour_retry_after_parks_the_operation_with_no_countdown_held_by_a_
     ]
     assert held == []
     assert len(pipeline.job_requests(op, "status")) == 1
-    from jobwarden.tasks.interventions import request_cancel
+    from jobwarden.tasks.humans.interventions import request_cancel
 
     # Leave nothing running: cancel it. The provider asked not to be polled for two hours,
     # and a cancel does not change that (invariant 3): no status read confirms the cancel
@@ -277,7 +277,7 @@ def test_broker_down_at_submit_time_commits_the_row_and_the_sweeper_sends_the_cr
     committed = pipeline.row(op)
     assert committed is not None and committed.idempotency_key == key
     # The submit's own wake-up was lost with the broker; it said so (one JSON line, the
-    # script never set up logging: jobwarden.logs formats logging's last resort) and left
+    # script never set up logging: observability.logs formats logging's last resort) and left
     # the row due.
     said = [json.loads(ln) for ln in out.stderr.splitlines() if ln.startswith("{")]
     lost = [r for r in said if r["event"] == "enqueue_failed" and r["operation_id"] == op]

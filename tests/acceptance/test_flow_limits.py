@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from jobwarden.harness import wait_for
+from jobwarden.demo.harness import wait_for
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import EventRow, OperationRow
-from jobwarden.tasks.interventions import escalation_options
+from jobwarden.tasks.humans.interventions import escalation_options
 from tests.acceptance.conftest import STOPPED, Pipeline
 
 pytestmark = pytest.mark.usefixtures("stack")

@@ -30,8 +30,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from jobwarden.harness import REPO, Stack, wait_for
-from jobwarden.sandbox.server import SandboxServer
+from jobwarden.demo.harness import REPO, Stack, wait_for
+from jobwarden.demo.sandbox.server import SandboxServer
 from tests.acceptance.conftest import Pipeline, logged, worker_logs
 from tests.conftest import ADMIN_URL, TEST_DB
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from jobwarden.harness import Stack, wait_for
+from jobwarden.demo.harness import Stack, wait_for
 from jobwarden.models.errors import AnotherApproverNeededError, RefusedInputError
 from tests.acceptance.conftest import Pipeline
 from tests.api_server import serving
@@ -14,7 +14,7 @@ from tests.api_server import serving
 def test_an_exhausted_budget_extended_once_by_a_human_runs_to_success(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from jobwarden.tasks.interventions import decide_escalation, escalation_options
+    from jobwarden.tasks.humans.interventions import decide_escalation, escalation_options
 
     op = pipeline.submit({"polls_to_finish": 5}, max_status_requests=2)
     row = pipeline.wait_state(op)
@@ -39,7 +39,7 @@ def test_an_exhausted_budget_extended_once_by_a_human_runs_to_success(
 def test_an_operation_needing_approval_sends_nothing_until_its_fingerprint_is_approved(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from jobwarden.tasks.interventions import approve
+    from jobwarden.tasks.humans.interventions import approve
 
     op = pipeline.submit({"polls_to_finish": 1}, provider="sandbox_approval")
     row = pipeline.row(op)
@@ -56,8 +56,8 @@ def test_an_operation_needing_approval_sends_nothing_until_its_fingerprint_is_ap
 def test_a_two_person_contract_sends_one_create_only_after_two_distinct_approvers(
     stack: Stack, pipeline: Pipeline
 ) -> None:
-    from jobwarden.models.identity import token_author
-    from jobwarden.tasks.interventions import approve
+    from jobwarden.models.humans.identity import token_author
+    from jobwarden.tasks.humans.interventions import approve
 
     op = pipeline.submit({"polls_to_finish": 1}, provider="sandbox_two_approvers")
     fingerprint = pipeline.row(op).request_fingerprint
@@ -81,7 +81,7 @@ def test_an_approval_after_the_create_deadline_would_have_passed_sends_the_creat
 ) -> None:
     # The user's story (issue 20): approved after the 3 s create deadline the contract gives,
     # counted from submission; before, the create then failed at once, nothing sent.
-    from jobwarden.tasks.interventions import approve
+    from jobwarden.tasks.humans.interventions import approve
     from jobwarden.tasks.runtime import utcnow
 
     op = pipeline.submit({"polls_to_finish": 1}, provider="sandbox_approval_short")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from jobwarden.harness import Stack
+from jobwarden.demo.harness import Stack
 from jobwarden.models.errors import InvalidSubmissionError
 from tests.acceptance.conftest import Pipeline
 

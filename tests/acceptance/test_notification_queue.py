@@ -15,7 +15,7 @@ from redis import Redis
 
 from jobwarden.config.celery_app import make_celery
 from jobwarden.config.settings import Settings
-from jobwarden.harness import Stack, wait_for
+from jobwarden.demo.harness import Stack, wait_for
 
 
 def test_a_worker_that_polls_never_receives_a_notification_delivery(database_url: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from standardwebhooks import Webhook
 
-from jobwarden.harness import Stack, wait_for
+from jobwarden.demo.harness import Stack, wait_for
 from tests.acceptance.conftest import NOTIFIED_TENANT, NOTIFY_SECRET, Pipeline
 from tests.integration.notify_helpers import Receiver, outbox_rows
 

@@ -8,7 +8,7 @@ from email.utils import parsedate_to_datetime
 from itertools import pairwise
 from typing import Any
 
-from jobwarden.harness import Stack
+from jobwarden.demo.harness import Stack
 from tests.acceptance.conftest import Pipeline
 
 # Scheduling tolerance, only ever in the permissive direction (a request may be late).

@@ -30,7 +30,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from jobwarden.harness import wait_for
+from jobwarden.demo.harness import wait_for
 from jobwarden.models.persistence.migrate import upgrade
 from tests.acceptance.conftest import STOPPED
 from tests.conftest import ADMIN_URL
@@ -221,7 +221,7 @@ def test_the_wheel_holds_one_import_root_with_every_folder_in_it(wheel: Path) ->
         "jobwarden/migrations/env.py",
         "jobwarden/migrations/script.py.mako",
         "jobwarden/migrations/versions/0001_operations_and_events.py",
-        "jobwarden/sandbox/server.py",
+        "jobwarden/demo/sandbox/server.py",
     ):
         assert shipped in names, shipped
 

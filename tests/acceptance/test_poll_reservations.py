@@ -20,7 +20,7 @@ from typing import Any, cast
 import pytest
 from redis import Redis
 
-from jobwarden.harness import wait_for
+from jobwarden.demo.harness import wait_for
 from jobwarden.tasks.runtime import close as close_runtime
 from tests.acceptance.conftest import Pipeline
 

@@ -20,11 +20,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from jobwarden.harness import wait_for
-from jobwarden.models.history_archive import month_start, partition_name
-from jobwarden.models.intent import opening
+from jobwarden.demo.harness import wait_for
+from jobwarden.demo.sandbox.server import SandboxServer
+from jobwarden.models.history.archive import month_start, partition_name
+from jobwarden.models.intake.intent import opening
 from jobwarden.models.persistence.db import transaction
-from jobwarden.sandbox.server import SandboxServer
 from tests.acceptance.conftest import Pipeline
 from tests.private_servers import PrivateRun, machine_servers_untouched, private_run
 

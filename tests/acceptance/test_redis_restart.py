@@ -17,8 +17,8 @@ import pytest
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from jobwarden.harness import wait_for
-from jobwarden.sandbox.server import SandboxServer
+from jobwarden.demo.harness import wait_for
+from jobwarden.demo.sandbox.server import SandboxServer
 from tests.acceptance.conftest import Pipeline
 from tests.private_servers import PrivateRun, machine_servers_untouched, private_run
 

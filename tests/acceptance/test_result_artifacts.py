@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from jobwarden.harness import Stack
+from jobwarden.demo.harness import Stack
 from tests.acceptance.conftest import Pipeline
 from tests.integration.test_cli import _cli
 
@@ -73,7 +73,7 @@ def test_a_cancelled_jobs_partial_output_is_collected_labelled_and_the_operation
 ) -> None:
     # OpenAI Batch guide: a cancelled batch keeps the requests it completed in its output
     # file; the sandbox's partial_on_cancel names such output in the cancelled status.
-    from jobwarden.tasks.interventions import request_cancel
+    from jobwarden.tasks.humans.interventions import request_cancel
 
     op = pipeline.submit(
         {"polls_to_finish": 1000, "partial_on_cancel": True, "result_items": 7},

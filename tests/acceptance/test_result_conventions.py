@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from jobwarden.harness import REPO, Stack
+from jobwarden.demo.harness import REPO, Stack
 from tests.acceptance.conftest import Pipeline
 
 pytestmark = pytest.mark.usefixtures("stack")
@@ -123,7 +123,7 @@ def test_azure_style_item_status_records_498_succeeded_and_2_failed_with_referen
     assert summary["failed_item_refs"] == ["item-499", "item-500"]
     # The operator's view: `jobwarden history` says how the items ended.
     out = subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", "history", op],
+        [sys.executable, "-m", "jobwarden.cli.main", "history", op],
         env={**stack.env, **worker_env},
         cwd=str(REPO),
         capture_output=True,

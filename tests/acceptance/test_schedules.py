@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, select
 
-from jobwarden.harness import REPO, Stack, wait_for
+from jobwarden.demo.harness import REPO, Stack, wait_for
 from jobwarden.models.persistence import schedule_store
 from jobwarden.models.persistence.api_tables import IntakeLogRow
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.schedule_tables import ScheduleRow
 from jobwarden.models.persistence.tables import OperationRow
-from jobwarden.models.schedules import parse_spec, rfc3339, slot_key
+from jobwarden.models.schedules.slots import parse_spec, rfc3339, slot_key
 from tests.acceptance.conftest import Pipeline, logged
 
 pytestmark = pytest.mark.usefixtures("stack")
@@ -205,7 +205,7 @@ def test_three_hours_down_with_a_one_hour_catch_up_window(stack: Stack, pipeline
 
 
 def test_each_overlap_policy_against_a_long_running_job(pipeline: Pipeline) -> None:
-    from jobwarden.tasks.interventions import request_cancel
+    from jobwarden.tasks.humans.interventions import request_cancel
 
     start = soon(3)
     names = {"skip": "ov-skip", "buffer_one": "ov-buffer", "allow_all": "ov-all",
@@ -259,7 +259,7 @@ def test_each_overlap_policy_against_a_long_running_job(pipeline: Pipeline) -> N
 def _cli(*args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
     acting = {"JOBWARDEN_TOKEN": token} if token is not None else {}
     return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", *args],
+        [sys.executable, "-m", "jobwarden.cli.main", *args],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO), **acting},
         capture_output=True,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from jobwarden.harness import wait_for
+from jobwarden.demo.harness import wait_for
 from tests.acceptance.conftest import Pipeline
 
 pytestmark = pytest.mark.usefixtures("stack")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jobwarden.harness import Stack, wait_for
+from jobwarden.demo.harness import Stack, wait_for
 from tests.acceptance.conftest import (
     Pipeline,
     log_records,
@@ -39,7 +39,7 @@ def _printed_outside_logging(line: str) -> bool:
 
 
 def _credential_forms() -> tuple[str, ...]:
-    from jobwarden.tasks.provider_edge import secret_forms
+    from jobwarden.tasks.provider.edge import secret_forms
     from jobwarden.tasks.runtime import current
 
     forms = secret_forms(current().contract("sandbox"))

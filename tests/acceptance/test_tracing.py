@@ -1,4 +1,4 @@
-"""OpenTelemetry (jobwarden.telemetry): one trace from an HTTP submission to the collected
+"""OpenTelemetry (observability.telemetry): one trace from an HTTP submission to the collected
 result, continuing the caller's traceparent, with the caller's sampling.
 
 Real processes, configured only by the standard OTEL_* variables: `jobwarden api` and a
@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jobwarden.harness import REPO, Stack, wait_for
+from jobwarden.demo.harness import REPO, Stack, wait_for
 from tests.acceptance.conftest import Pipeline
 from tests.otlp_receiver import Received, otlp_receiver
 
@@ -60,7 +60,7 @@ def traced(worker_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[str, Re
             stack.start_worker("otel", concurrency=1)
             with (tmp_path / "api.log").open("wb") as log:
                 api = subprocess.Popen(
-                    [sys.executable, "-m", "jobwarden.cli", "api", "--port", str(port)],
+                    [sys.executable, "-m", "jobwarden.cli.main", "api", "--port", str(port)],
                     cwd=REPO,
                     env={**os.environ, **env, "JOBWARDEN_API_HOST": "127.0.0.1"},
                     stdout=subprocess.DEVNULL,

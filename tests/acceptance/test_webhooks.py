@@ -23,11 +23,11 @@ import pytest
 from redis import Redis
 
 from jobwarden.api.app import create_app
-from jobwarden.harness import Stack, wait_for
+from jobwarden.demo.harness import Stack, wait_for
+from jobwarden.demo.sandbox.webhooks import signed_delivery
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.webhook_store import deliveries
-from jobwarden.sandbox.webhooks import signed_delivery
-from jobwarden.tasks.webhooks import refused_count
+from jobwarden.tasks.provider.webhooks import refused_count
 from tests.acceptance.conftest import WEBHOOK_SECRET, Pipeline
 from tests.api_server import serving
 

@@ -1,4 +1,4 @@
-"""What real workers did reaches /metrics through the history (jobwarden.metrics).
+"""What real workers did reaches /metrics through the history (jobwarden.observability.metrics).
 
 Workers are other processes; the API serves the figures. Each step write carries the
 step's name and duration on its last event, and each provider answer is one event with
@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client.core import Metric
 
-from jobwarden.metrics import collect_families
+from jobwarden.observability.metrics import collect_families
 from tests.acceptance.conftest import Pipeline
 
 pytestmark = pytest.mark.usefixtures("stack")

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from jobwarden.api.auth import new_token, secret_hash
-from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.history.chain import EventDraft, EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import api_store, store
 from jobwarden.models.persistence.db import transaction

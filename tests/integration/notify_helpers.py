@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from jobwarden.models.actions import Decided, EscalationReason, escalate
 from jobwarden.models.effects import plan
-from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.history.chain import EventDraft, EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import notification_store, store
 from jobwarden.models.persistence.db import step_session, transaction

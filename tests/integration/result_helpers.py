@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import ResultRow
-from jobwarden.models.result_objects import object_key
+from jobwarden.models.results.objects import object_key
 from jobwarden.models.states import OperationState as S
-from jobwarden.tasks.result_store import ResultStore
+from jobwarden.tasks.results.store import ResultStore
 from tests.integration.api_helpers import NOW, insert_operation
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from jobwarden.api.app import create_app
 from jobwarden.api.auth import Scope, create_token
-from jobwarden.logs import formatter
+from jobwarden.observability.logs import formatter
 from tests.api_server import serving, serving_thread
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -86,7 +86,7 @@ def test_jobwarden_api_serves_the_app_and_history_shows_each_intake_attempt(
     log_file = tmp_path / "api.log"
     with log_file.open("wb") as stderr:
         server = subprocess.Popen(
-            [sys.executable, "-m", "jobwarden.cli", "api", "--port", str(port)],
+            [sys.executable, "-m", "jobwarden.cli.main", "api", "--port", str(port)],
             cwd=REPO,
             env={**os.environ, "JOBWARDEN_API_HOST": "127.0.0.1", "JOBWARDEN_LOG_FORMAT": "json"},
             stdout=subprocess.DEVNULL,

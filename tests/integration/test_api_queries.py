@@ -20,7 +20,7 @@ from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.db import engine_for, transaction
 from jobwarden.models.persistence.tables import NEEDS_A_HUMAN
 from jobwarden.models.states import OperationState as S
-from jobwarden.tasks.interventions import escalation_options
+from jobwarden.tasks.humans.interventions import escalation_options
 from tests.api_server import serving
 from tests.integration.api_helpers import (
     NOW,

@@ -20,9 +20,9 @@ import pytest
 from fastapi import FastAPI
 
 from jobwarden.api.app import create_app
-from jobwarden.models.result_objects import object_key
+from jobwarden.models.results.objects import object_key
 from jobwarden.models.states import OperationState as S
-from jobwarden.tasks.result_store import ResultStore
+from jobwarden.tasks.results.store import ResultStore
 from jobwarden.tasks.runtime import current
 from tests.api_server import serving
 from tests.integration.api_helpers import insert_operation, make_token, tenant_name

@@ -20,23 +20,23 @@ import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-from jobwarden.cli import app
+from jobwarden.cli.main import app
 from jobwarden.config.settings import Settings
-from jobwarden.harness import REPO
+from jobwarden.demo.harness import REPO
+from jobwarden.demo.sandbox.server import SandboxServer
 from jobwarden.models.errors import RequestDigestMismatchError
-from jobwarden.models.history import EventKind
-from jobwarden.models.identity import token_author
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.humans.identity import token_author
+from jobwarden.models.intake.submission import SubmissionRequest
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import engine_for, transaction
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.steps import CREATE, RECONCILE
-from jobwarden.models.submission import SubmissionRequest
-from jobwarden.sandbox.server import SandboxServer
 from jobwarden.tasks import pipeline
 from jobwarden.tasks import runtime as runtime_module
+from jobwarden.tasks.humans.interventions import approve
 from jobwarden.tasks.intake import submit_request
-from jobwarden.tasks.interventions import approve
-from jobwarden.tasks.provider_edge import shown_create_request
+from jobwarden.tasks.provider.edge import shown_create_request
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from jobwarden.tasks.runtime import close as close_runtime
 from tests.api_server import serving

@@ -20,11 +20,11 @@ import pytest
 
 from jobwarden.api.auth import create_token
 from jobwarden.models.errors import RefusedInputError
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.intake.resubmission import resubmission
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import ResultRow
-from jobwarden.models.resubmission import resubmission
 from jobwarden.models.states import OperationState as S
 from tests.api_server import serving
 from tests.integration.api_helpers import NOW, insert_operation, load, make_token, tenant_name
@@ -59,7 +59,7 @@ def _failed_validation(database_url: str, tenant: str, *, kept: bool = True) -> 
     with transaction(database_url) as session:
         row = store.load(session, op)
         assert row is not None
-        from jobwarden.models.history import EventDraft
+        from jobwarden.models.history.chain import EventDraft
 
         rejected = EventDraft(
             kind=EventKind.result_rejected,
@@ -176,7 +176,7 @@ def test_resubmit_is_offered_only_after_a_known_final_failure(
 
 
 def test_a_resubmission_past_the_business_deadline_is_not_offered(database_url: str) -> None:
-    from jobwarden.tasks.interventions import decide_escalation, escalation_options
+    from jobwarden.tasks.humans.interventions import decide_escalation, escalation_options
 
     op = insert_operation(database_url, tenant_name(), S.failed, business_deadline=NOW)
     assert escalation_options(str(op)) == []
@@ -187,13 +187,13 @@ def test_a_resubmission_past_the_business_deadline_is_not_offered(database_url: 
 def test_the_python_door_resubmits_once_even_when_asked_again_after_a_crash(
     database_url: str,
 ) -> None:
+    from jobwarden.tasks.humans.interventions import decide_escalation
     from jobwarden.tasks.intake import submit_request
-    from jobwarden.tasks.interventions import decide_escalation
 
     old = insert_operation(database_url, tenant_name(), S.failed)
     # A crash after the replacement was made and before the link was written: intake
     # already holds the key, so asking again links that one instead of making another.
-    # As tasks/interventions.py submits it: linked, and allowed its reserved key.
+    # As tasks/humans/interventions.py submits it: linked, and allowed its reserved key.
     made = submit_request(
         resubmission(load(database_url, old), requested_by="alice"),
         door="python",
@@ -213,7 +213,7 @@ def test_the_python_door_resubmits_once_even_when_asked_again_after_a_crash(
 def test_a_resubmission_of_an_approval_contract_waits_for_its_own_approval(
     database_url: str,
 ) -> None:
-    from jobwarden.tasks.interventions import decide_escalation
+    from jobwarden.tasks.humans.interventions import decide_escalation
 
     old = insert_operation(database_url, tenant_name(), S.failed, provider="openai_batch")
     decided = decide_escalation(str(old), "resubmit", "alice", "input file replaced")

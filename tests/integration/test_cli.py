@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from jobwarden.models.contract_loader import contract_json_schema
+from jobwarden.models.contracts.loader import contract_json_schema
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import OperationRow
 from tests.integration.test_store import _insert, _new_row
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", *args],
+        [sys.executable, "-m", "jobwarden.cli.main", *args],
         cwd=REPO,
         env={**os.environ, **(env or {})},
         capture_output=True,

@@ -12,8 +12,8 @@ from datetime import timedelta
 
 import pexpect
 
-from jobwarden.harness import REPO
-from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.demo.harness import REPO
+from jobwarden.models.history.chain import EventDraft, EventKind
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import OperationState as S
@@ -25,7 +25,7 @@ CREDENTIAL = "sk-watch-credential-0123456789"
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", *args],
+        [sys.executable, "-m", "jobwarden.cli.main", *args],
         cwd=REPO,
         env={**os.environ, "JOBWARDEN_SANDBOX_TOKEN": CREDENTIAL},
         capture_output=True,
@@ -57,7 +57,7 @@ def test_watch_shows_progress_and_the_story_live_and_ends_at_the_stop(database_u
     op = insert_operation(database_url, tenant_name(), S.observing, progress=10.0)
     child = pexpect.spawn(
         sys.executable,
-        ["-m", "jobwarden.cli", "watch", str(op), "--interval", "0.2"],
+        ["-m", "jobwarden.cli.main", "watch", str(op), "--interval", "0.2"],
         cwd=str(REPO),
         env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "120"},
         dimensions=(40, 120),
@@ -205,7 +205,7 @@ def test_list_names_a_bad_filter_in_one_line() -> None:
 def test_watch_reads_postgres_at_most_every_fifth_of_a_second_and_stops_at_the_stop(
     database_url: str,
 ) -> None:
-    from jobwarden.watch_cli import MIN_WATCH_INTERVAL, follow
+    from jobwarden.cli.watch import MIN_WATCH_INTERVAL, follow
 
     op = insert_operation(database_url, tenant_name(), S.observing, progress=10.0)
     slept: list[float] = []

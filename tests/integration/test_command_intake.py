@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from jobwarden.config.settings import get_settings
 from jobwarden.models.errors import InvalidCommandError
-from jobwarden.models.fingerprint import request_fingerprint
+from jobwarden.models.intake.fingerprint import request_fingerprint
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import EventRow, OperationRow
 from jobwarden.tasks.intake import SubmitOutcome, submit_from_message, submit_operation

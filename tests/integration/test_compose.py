@@ -24,7 +24,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from jobwarden.harness import REPO
+from jobwarden.demo.harness import REPO
 
 JOBWARDEN_SERVICES = (
     "migrate",
@@ -209,7 +209,9 @@ def _extras_needed(service: dict[str, Any]) -> set[str]:
         needed |= {"flower"}
     traced = runs[:1] in (["api"], ["mcp"]) or "worker" in runs
     if traced and any(name.startswith("OTEL_") for name in env):
-        needed |= {"otel"}  # jobwarden.telemetry: the SDK, when OTEL_* asks for tracing
+        needed |= {
+            "otel"
+        }  # jobwarden.observability.telemetry: the SDK, when OTEL_* asks for tracing
     providers = any(str(v).endswith(":/etc/jobwarden/providers:ro") for v in service["volumes"])
     if "worker" in runs and providers:
         needed |= {"notify"}  # an operator's contract may name an Apprise channel

@@ -23,13 +23,13 @@ from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import concurrency_store, store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.tasks.concurrency import admit_stranded
+from jobwarden.tasks.humans.interventions import request_cancel
 from jobwarden.tasks.intake import (
     SubmitOutcome,
     SubmitResult,
     submit_from_message,
     submit_operation,
 )
-from jobwarden.tasks.interventions import request_cancel
 from jobwarden.tasks.runtime import current
 from tests.api_server import serving
 
@@ -146,7 +146,7 @@ def test_the_sweepers_pass_admits_a_queue_whose_hand_over_never_ran(
         assert (tenant, "deploy:s") not in concurrency_store.stranded_keys(session, limit=1000)
     # The holder ends by a write that runs no hand-over (as a process dying right after).
     row = _row(database_url, holder.operation_id)
-    from jobwarden.models.history import EventDraft, EventKind
+    from jobwarden.models.history.chain import EventDraft, EventKind
 
     ended = EventDraft(
         kind=EventKind.cancel_requested,
@@ -232,7 +232,7 @@ def test_the_http_door_takes_a_concurrency_key_and_answers_queued(
 def test_a_contract_demanding_approval_queues_unapproved_and_admits_to_approval(
     database_url: str, tenant: str
 ) -> None:
-    from jobwarden.tasks.interventions import approve
+    from jobwarden.tasks.humans.interventions import approve
 
     def batch() -> SubmitResult:
         return _submit(tenant, "batch:nightly", provider="openai_batch", command={"n": 1})

@@ -44,7 +44,7 @@ def test_a_demo_killed_after_it_started_its_worker_leaves_no_process_behind(
     database_url: str,
 ) -> None:
     demo = subprocess.Popen(
-        [sys.executable, "-m", "jobwarden.cli", "demo"],
+        [sys.executable, "-m", "jobwarden.cli.main", "demo"],
         cwd=REPO,
         env={**os.environ, "JOBWARDEN_DATABASE_URL": database_url},
         stdout=subprocess.PIPE,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from jobwarden.demo import demo_routing
-from jobwarden.harness import REPO, Stack
+from jobwarden.demo.harness import REPO, Stack
+from jobwarden.demo.run import demo_routing
 
 
 def test_the_demo_routes_to_a_queue_and_prefix_beside_the_configured_ones() -> None:
@@ -42,7 +42,7 @@ def test_a_readme_worker_on_the_configured_queue_takes_none_of_the_demos_tasks(
         readme.start_worker("readme-worker", concurrency=2)
         readme.wait_ready("readme-worker")
         demo = subprocess.run(
-            [sys.executable, "-m", "jobwarden.cli", "demo"],
+            [sys.executable, "-m", "jobwarden.cli.main", "demo"],
             cwd=REPO,
             env={**os.environ, **env},
             capture_output=True,

@@ -52,7 +52,7 @@ from tests.integration.matrix.doors import (
 )
 
 DOORS = (
-    "python",  # jobwarden.submit and the tasks.interventions calls
+    "python",  # jobwarden.submit and the tasks.humans.interventions calls
     "celery",  # the jobwarden.submit Celery task's message
     "http",  # the /v1 API with a bearer token
     "mcp",  # the MCP tools with a token

@@ -2,7 +2,7 @@
 (issue 24: `initdb … Permission denied` from /root/app, mode 0700, in a container).
 
 Under root the cluster runs as an unprivileged OS user, who cannot search a 0700 folder
-of root's: the binaries must be run from a copy that user owns (jobwarden/embedded.py).
+of root's: the binaries must be run from a copy that user owns (jobwarden/demo/embedded.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from jobwarden.embedded import LocalPostgres
+from jobwarden.demo.embedded import LocalPostgres
 from tests.private_servers import postgres_bin_dir
 
 

@@ -13,8 +13,8 @@ import tomllib
 
 import pytest
 
-from jobwarden.extras import EXTRAS
-from jobwarden.harness import REPO
+from jobwarden.cli.extras import EXTRAS
+from jobwarden.demo.harness import REPO
 
 # Every module an extra provides, and what they bring along (starlette, flower).
 DOORS = sorted({*EXTRAS["api"], *EXTRAS["mcp"], "starlette", "flower", "apprise"})
@@ -34,7 +34,7 @@ def _without_doors(code: str) -> subprocess.CompletedProcess[str]:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return _without_doors(
-        f"sys.argv = ['jobwarden', *{list(args)!r}]\nfrom jobwarden.cli import main\nmain()"
+        f"sys.argv = ['jobwarden', *{list(args)!r}]\nfrom jobwarden.cli.main import main\nmain()"
     )
 
 
@@ -49,8 +49,8 @@ def test_submitting_working_and_the_demo_import_without_any_door() -> None:
         "        importlib.import_module(info.name)\n"
         "jobwarden.submit, jobwarden.cancel, jobwarden.decide\n"
         "import jobwarden.config.celery_app, jobwarden.tasks.pipeline\n"
-        "import jobwarden.sandbox.server, jobwarden.demo, jobwarden.embedded\n"
-        "import jobwarden.watch_cli, jobwarden.result_cli\n"
+        "import jobwarden.demo.sandbox.server, jobwarden.demo.run, jobwarden.demo.embedded\n"
+        "import jobwarden.cli.watch, jobwarden.cli.result\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in "
         f"{DOORS!r} and sys.modules[m] is not None)\n"
         "assert not loaded, loaded\n"
@@ -86,7 +86,7 @@ def test_the_mcp_door_names_its_own_extra_when_only_it_is_missing() -> None:
         "for name in ('fastapi', 'starlette', 'uvicorn', 'httptools', 'jinja2',"
         " 'itsdangerous', 'prometheus_client'):\n"
         "    del sys.modules[name]\n"
-        "sys.argv = ['jobwarden', 'mcp']\nfrom jobwarden.cli import main\nmain()"
+        "sys.argv = ['jobwarden', 'mcp']\nfrom jobwarden.cli.main import main\nmain()"
     )
     assert done.returncode == 2
     assert "needs the 'mcp' extra" in done.stderr and "jobwarden[mcp]" in done.stderr

@@ -24,16 +24,16 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from jobwarden.models.errors import PartitionNotArchivedError
-from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain
-from jobwarden.models.history_archive import months_ahead, partition_name
+from jobwarden.models.history.archive import months_ahead, partition_name
+from jobwarden.models.history.chain import GENESIS_HASH, EventDraft, EventKind, chain
+from jobwarden.models.history.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.persistence import history_store, store
 from jobwarden.models.persistence.db import dispose_all, engine_for, transaction
 from jobwarden.models.persistence.history_store import ArchivedHistory
 from jobwarden.models.persistence.migrate import alembic_config, upgrade
 from jobwarden.models.persistence.tables import OperationRow, TimerRow
-from jobwarden.models.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.states import OperationState as S
-from jobwarden.tasks.result_store import ResultStore
+from jobwarden.tasks.results.store import ResultStore
 from tests.conftest import scratch_database
 from tests.integration.test_cli import _cli
 from tests.integration.test_store import _new_row

@@ -21,16 +21,16 @@ from sqlalchemy import select
 
 from jobwarden.api.auth import create_token
 from jobwarden.config.settings import Settings
-from jobwarden.harness import REPO
+from jobwarden.demo.harness import REPO
 from jobwarden.models.errors import AnotherApproverNeededError
-from jobwarden.models.history import EventKind
-from jobwarden.models.identity import token_author
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.humans.identity import token_author
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks import runtime as runtime_module
-from jobwarden.tasks.interventions import approve
+from jobwarden.tasks.humans.interventions import approve
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from jobwarden.tasks.runtime import close as close_runtime
 from jobwarden.tasks.schedules import tick_once, trigger

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from jobwarden.config.settings import get_settings
-from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain
+from jobwarden.models.history.chain import GENESIS_HASH, EventDraft, EventKind, chain
 from jobwarden.models.persistence import api_store, intake_store, store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.tasks.intake import SubmitOutcome, submit_operation

@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from jobwarden.config.settings import get_settings
 from jobwarden.models.errors import InvalidSubmissionError
-from jobwarden.models.fingerprint import EXACT_INTEGER, canonical_command
+from jobwarden.models.intake.fingerprint import EXACT_INTEGER, canonical_command
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import EventRow, OperationRow
 from jobwarden.tasks.intake import (
@@ -397,7 +397,7 @@ def test_the_celery_door_never_raises_whatever_the_message_holds(message: dict[s
 
 def _cli(*args: str | bytes) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", *args],
+        [sys.executable, "-m", "jobwarden.cli.main", *args],
         cwd=REPO,
         env=os.environ.copy(),
         capture_output=True,
@@ -438,7 +438,7 @@ def test_the_cli_prints_one_line_and_exits_2_for_a_too_deep_command(database_url
     _one_line_exit_2(done, "nested deeper than 32")
 
 
-# Two CLI paths that jobwarden/cli.py (not intake) still gets wrong; strict, so a fix shows.
+# Two CLI paths that jobwarden/cli/main.py (not intake) still gets wrong; strict, so a fix shows.
 
 
 def test_the_cli_keeps_a_long_error_on_one_line(database_url: str) -> None:

@@ -34,7 +34,7 @@ from mcp_types import CallToolResult, JSONRPCResponse, TextContent
 
 from jobwarden.api.auth import new_token, secret_hash
 from jobwarden.config.settings import Settings
-from jobwarden.mcp_server import RETRY_RULE, build_server
+from jobwarden.mcp.server import RETRY_RULE, build_server
 from jobwarden.models.persistence import api_store, store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import OperationState as S
@@ -291,7 +291,7 @@ def _free_port() -> int:
 def http_server() -> Iterator[str]:
     """`jobwarden mcp --transport http` on a free port; yields the /mcp URL once it listens."""
     port = _free_port()
-    argv = [sys.executable, "-m", "jobwarden.cli", "mcp", "--transport", "http"]
+    argv = [sys.executable, "-m", "jobwarden.cli.main", "mcp", "--transport", "http"]
     # A file, not a pipe nobody reads: the access log must never block the server.
     with tempfile.TemporaryFile(mode="w+") as log:
         process = subprocess.Popen(

@@ -29,14 +29,14 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobwarden.harness import REPO
-from jobwarden.metrics import STEP_BUCKETS, PostgresCollector, collect_families
-from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.demo.harness import REPO
+from jobwarden.models.history.chain import EventDraft, EventKind
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.states import OperationState as S
-from jobwarden.tasks.webhooks import count_refusal
+from jobwarden.observability.metrics import STEP_BUCKETS, PostgresCollector, collect_families
+from jobwarden.tasks.provider.webhooks import count_refusal
 from tests.api_server import serving
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -266,7 +266,7 @@ EXPECTED = {
     ("jobwarden_provider_responses_total", ("429",)): 1,
     ("jobwarden_provider_responses_total", ("5xx",)): 1,
     ("jobwarden_provider_responses_total", ("none",)): 1,
-    # No schedule in this database: the tick is not behind (jobwarden/schedule_metrics.py).
+    # No schedule in this database: the tick is not behind (observability/schedule_metrics.py).
     ("jobwarden_schedule_lag_seconds", ()): 0.0,
 }
 
@@ -442,7 +442,7 @@ def test_a_scrape_within_the_cache_period_reuses_the_last_answer(database_url: s
 
 def _sample_names(database_url: str) -> set[str]:
     from jobwarden.config.settings import get_settings
-    from jobwarden.metrics import WebhookRefusalCollector
+    from jobwarden.observability.metrics import WebhookRefusalCollector
 
     provider = f"metrics-{secrets.token_hex(4)}"
     _known_mix(database_url, provider)

@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from jobwarden.metrics import collect_families
-from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.history.chain import EventDraft, EventKind
 from jobwarden.models.persistence import metrics_store, store
 from jobwarden.models.persistence.db import engine_for, step_session, transaction
 from jobwarden.models.persistence.metrics_tables import ENDED_STATES
 from jobwarden.models.states import TERMINAL
 from jobwarden.models.states import OperationState as S
+from jobwarden.observability.metrics import collect_families
 from tests.integration.notify_helpers import escalate_on_a_step_connection, insert_operation
 from tests.integration.test_metrics import _known_mix, _values
 

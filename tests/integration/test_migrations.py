@@ -268,7 +268,7 @@ def _awaiting_at_0014(url: str, tenant: str, business: datetime | None) -> uuid.
 def test_the_notification_constraints_allow_exactly_the_live_kinds_channels_and_statuses(
     connection: Connection,
 ) -> None:
-    from jobwarden.models.notifications import Channel, DeliveryStatus, NotificationKind
+    from jobwarden.models.humans.notifications import Channel, DeliveryStatus, NotificationKind
 
     for name, enum in (
         ("ck_notifications_kind_known", NotificationKind),

@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 import pytest
 from redis import Redis
 
-from jobwarden.models.notification_targets import Targets, TenantTargets
+from jobwarden.models.humans.notification_targets import Targets, TenantTargets
 from jobwarden.models.states import OperationState as S
-from jobwarden.tasks.notifications import Relay, deliver_for, make_client, relay_once
+from jobwarden.tasks.humans.notifications import Relay, deliver_for, make_client, relay_once
 from tests.integration.notify_helpers import (
     Receiver,
     escalate_on_a_step_connection,

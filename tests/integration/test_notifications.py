@@ -20,12 +20,12 @@ from standardwebhooks import Webhook
 
 from jobwarden.models.actions import Decided, Move
 from jobwarden.models.errors import StaleVersionError
-from jobwarden.models.history import EventKind
-from jobwarden.models.notification_targets import Targets, TenantTargets
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.humans.notification_targets import Targets, TenantTargets
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import step_session
 from jobwarden.models.states import OperationState as S
-from jobwarden.tasks.notifications import Relay, make_client, relay_once, remind_once
+from jobwarden.tasks.humans.notifications import Relay, make_client, relay_once, remind_once
 from tests.integration.notify_helpers import (
     escalate_on_a_step_connection,
     free_port,

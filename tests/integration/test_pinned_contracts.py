@@ -28,19 +28,19 @@ from sqlalchemy import select, text
 
 from jobwarden.api.auth import create_token
 from jobwarden.config.settings import Settings
-from jobwarden.harness import REPO
-from jobwarden.models.contract_pins import contract_digest, short_digest
-from jobwarden.models.history import EventKind
+from jobwarden.demo.harness import REPO
+from jobwarden.demo.sandbox.server import SandboxServer
+from jobwarden.models.contracts.pins import contract_digest, short_digest
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import ProviderContractRow
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.steps import STEPS
-from jobwarden.sandbox.server import SandboxServer
 from jobwarden.tasks import runtime as runtime_module
+from jobwarden.tasks.humans.interventions import request_cancel
 from jobwarden.tasks.intake import submit_operation
-from jobwarden.tasks.interventions import request_cancel
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from jobwarden.tasks.runtime import close as close_runtime
 from jobwarden.tasks.steps import run
@@ -161,7 +161,7 @@ def _cli(*args: str, folder: Path, token: str | None = None) -> subprocess.Compl
     if token is not None:
         env["JOBWARDEN_TOKEN"] = token
     return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", *args],
+        [sys.executable, "-m", "jobwarden.cli.main", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

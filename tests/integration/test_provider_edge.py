@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
+from jobwarden.demo.sandbox.server import SandboxServer
 from jobwarden.models.actions import ProviderRequest, RequestPurpose
-from jobwarden.models.contract import AuthSpec, ProviderContract
-from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.contracts.contract import AuthSpec, ProviderContract
+from jobwarden.models.contracts.loader import load_contract
+from jobwarden.models.contracts.plugins import OutboundRequest, load_plugin
 from jobwarden.models.errors import GiveUpError
-from jobwarden.models.plugins import OutboundRequest, load_plugin
-from jobwarden.models.requests import resolve_url
-from jobwarden.models.signals import RawResponse, TransportFailure
-from jobwarden.sandbox.server import SandboxServer
-from jobwarden.tasks.provider_edge import ProviderClient, json_depth, parse_json, secret_forms
+from jobwarden.models.provider.requests import resolve_url
+from jobwarden.models.provider.signals import RawResponse, TransportFailure
+from jobwarden.tasks.provider.edge import ProviderClient, json_depth, parse_json, secret_forms
 from jobwarden.tasks.runtime import step_contexts
 
 
@@ -107,8 +107,8 @@ def test_paths_with_colons_join_onto_a_base_url_with_a_path() -> None:
 
 
 def test_history_excerpts_redact_secret_looking_fields_and_bound_their_size() -> None:
-    from jobwarden.models.excerpts import excerpt
-    from jobwarden.models.signals import HttpObservation, RawResponse
+    from jobwarden.models.history.excerpts import excerpt
+    from jobwarden.models.provider.signals import HttpObservation, RawResponse
 
     body = {
         "id": "job_1",
@@ -240,7 +240,7 @@ def test_a_huge_status_answer_is_cut_while_reading_at_the_answer_limit(
 def test_a_result_past_max_bytes_keeps_one_byte_more_so_validation_refuses_its_size(
     secured: SandboxServer,
 ) -> None:
-    from jobwarden.models.results import validate_result
+    from jobwarden.models.results.validation import validate_result
 
     contract = _secured_contract(secured.url, max_bytes=100_000)
     client = ProviderClient()

@@ -20,12 +20,12 @@ import httpcore
 import httpx
 import pytest
 
+from jobwarden.demo.sandbox.server import SandboxServer
 from jobwarden.models.actions import ProviderRequest, RequestPurpose
-from jobwarden.models.contract_loader import load_contract
-from jobwarden.models.signals import TransportFailure
-from jobwarden.sandbox.server import SandboxServer
-from jobwarden.tasks import provider_transport
-from jobwarden.tasks.provider_edge import ProviderClient, transport_failure
+from jobwarden.models.contracts.loader import load_contract
+from jobwarden.models.provider.signals import TransportFailure
+from jobwarden.tasks.provider import transport as provider_transport
+from jobwarden.tasks.provider.edge import ProviderClient, transport_failure
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
 

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis import Redis
 
-from jobwarden.models.contract import RateLimit
-from jobwarden.tasks.rate_limits import bucket_key, take, take_from
+from jobwarden.models.contracts.contract import RateLimit
+from jobwarden.tasks.provider.rate_limits import bucket_key, take, take_from
 from tests.unit.factories import contract
 
 T0 = 1_800_000_000.0  # an injected Redis-clock second, far from the epoch like the real one

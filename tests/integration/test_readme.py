@@ -57,7 +57,7 @@ def test_the_readme_has_shell_examples() -> None:
 def test_a_readme_shell_example_runs_as_written(database_url: str, command: str) -> None:
     argv = shlex.split(command)
     done = subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", *argv[1:]],
+        [sys.executable, "-m", "jobwarden.cli.main", *argv[1:]],
         env={
             **os.environ,
             "JOBWARDEN_DATABASE_URL": database_url,

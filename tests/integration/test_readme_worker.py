@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobwarden.harness import wait_for
+from jobwarden.demo.harness import wait_for
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

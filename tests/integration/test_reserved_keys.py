@@ -1,6 +1,6 @@
 """Issue 33, finding 4 (invariant 17): keys jobwarden derives cannot be planted.
 
-Every door refuses an idempotency key in a reserved namespace (models/reserved_keys.py)
+Every door refuses an idempotency key in a reserved namespace (models/intake/reserved_keys.py)
 naming the field, and records the refusal in the intake log; a resubmission refuses to
 adopt an operation under its key that is not linked to the original (one planted before
 the rule); `jobwarden keys check` lists such keys with who planted them, and passes the
@@ -23,13 +23,13 @@ from sqlalchemy import delete
 
 from jobwarden.api.app import create_app
 from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.intake.reserved_keys import ReservedKeyError
 from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.schedule_tables import ScheduleRow
-from jobwarden.models.reserved_keys import ReservedKeyError
 from jobwarden.models.states import OperationState as S
+from jobwarden.tasks.humans.interventions import decide_escalation
 from jobwarden.tasks.intake import submit_from_message, submit_operation
-from jobwarden.tasks.interventions import decide_escalation
 from jobwarden.tasks.runtime import current
 from tests.api_server import serving
 from tests.integration.api_helpers import insert_operation, load, make_token, tenant_name
@@ -147,7 +147,7 @@ def test_keys_check_lists_planted_keys_with_their_door_and_passes_derived_ones(
     database_url: str, tenant: str
 ) -> None:
     from jobwarden.models.persistence import schedule_store
-    from jobwarden.models.schedules import parse_spec
+    from jobwarden.models.schedules.slots import parse_spec
     from jobwarden.tasks.schedules import tick_once
 
     failed = insert_operation(database_url, tenant, S.failed)
@@ -192,7 +192,7 @@ def test_a_schedule_slot_never_adopts_an_operation_planted_under_its_key(
     database_url: str, tenant: str
 ) -> None:
     from jobwarden.models.persistence import schedule_store
-    from jobwarden.models.schedules import parse_spec
+    from jobwarden.models.schedules.slots import parse_spec
     from jobwarden.tasks.schedules import tick_once
 
     slot = datetime(2026, 1, 1, tzinfo=UTC)

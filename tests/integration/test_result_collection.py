@@ -18,18 +18,18 @@ from pathlib import Path
 import pytest
 
 from jobwarden.models.actions import ProviderRequest, RequestPurpose, Wait
-from jobwarden.models.contract import ProviderContract
-from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.contracts.contract import ProviderContract
+from jobwarden.models.contracts.loader import load_contract
 from jobwarden.models.operation import Operation
-from jobwarden.models.requests import StepContext
-from jobwarden.models.result_decisions import after_collect
-from jobwarden.models.results import Collected
-from jobwarden.models.signals import TransportFailure
+from jobwarden.models.provider.requests import StepContext
+from jobwarden.models.provider.signals import TransportFailure
+from jobwarden.models.results.decisions import after_collect
+from jobwarden.models.results.validation import Collected
 from jobwarden.models.states import OperationState as S
-from jobwarden.tasks.provider_edge import ProviderClient
-from jobwarden.tasks.provider_transport import BodyState
-from jobwarden.tasks.result_collection import collector
-from jobwarden.tasks.result_store import ResultStore
+from jobwarden.tasks.provider.edge import ProviderClient
+from jobwarden.tasks.provider.transport import BodyState
+from jobwarden.tasks.results.collection import collector
+from jobwarden.tasks.results.store import ResultStore
 from jobwarden.tasks.runtime import step_contexts
 from tests.s3_server import S3Server
 from tests.unit.factories import NOW, operation
@@ -172,8 +172,8 @@ def test_an_assembled_paged_result_over_the_inline_limit_is_written_to_the_store
     # Issue 34: a paged final result is one artifact; above what a row keeps inline it goes
     # to the result store (a directory store here) and the success records where it is.
     from jobwarden.models.actions import Decided, Succeed
-    from jobwarden.models.results import INLINE_LIMIT, ResultVerdict
-    from jobwarden.tasks.result_collection import stored_whole
+    from jobwarden.models.results.validation import INLINE_LIMIT, ResultVerdict
+    from jobwarden.tasks.results.collection import stored_whole
 
     store = ResultStore.from_url((tmp_path / "results").as_uri(), environ={})
     content = json.dumps({"value": ["x" * 100] * (INLINE_LIMIT // 100 + 10)}).encode()
@@ -198,7 +198,7 @@ def test_a_fetched_first_page_over_the_inline_limit_is_still_paged(tmp_path: Pat
     # first page of a list ([ARM-PAGING] "nextLink") is paged even when it streamed into
     # the store: the collector holds it whole up to the paging bound for its next link.
     from jobwarden.models.actions import Record
-    from jobwarden.models.results import INLINE_LIMIT
+    from jobwarden.models.results.validation import INLINE_LIMIT
 
     store = ResultStore.from_url((tmp_path / "results").as_uri(), environ={})
     rows = [{"id": f"item-{n}", "value": "x" * 40} for n in range(2000)]

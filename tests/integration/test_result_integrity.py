@@ -26,12 +26,12 @@ from sqlalchemy import text
 
 from jobwarden.api import result_checks
 from jobwarden.api.app import create_app
-from jobwarden.logs import formatter
 from jobwarden.models.errors import ResultIntegrityError
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.result_rows import result_of
-from jobwarden.tasks.result_store import ResultStore
+from jobwarden.observability.logs import formatter
+from jobwarden.tasks.results.store import ResultStore
 from jobwarden.tasks.runtime import current
 from tests.api_server import serving
 from tests.integration.api_helpers import make_token, tenant_name

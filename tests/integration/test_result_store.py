@@ -21,8 +21,8 @@ from jobwarden.models.errors import (
     ResultTooLargeError,
     SettingsError,
 )
-from jobwarden.models.result_objects import object_key
-from jobwarden.tasks.result_store import ResultStore
+from jobwarden.models.results.objects import object_key
+from jobwarden.tasks.results.store import ResultStore
 from tests.s3_server import S3Server
 
 MIB = 1024 * 1024

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jobwarden.sandbox.server import SandboxServer
+from jobwarden.demo.sandbox.server import SandboxServer
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

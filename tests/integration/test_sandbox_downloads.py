@@ -1,5 +1,5 @@
 """The sandbox's download conventions over real HTTP (port 0, httpx, no patching), each
-named after the public doc it models (jobwarden/sandbox/downloads.py)."""
+named after the public doc it models (jobwarden/demo/sandbox/downloads.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from jobwarden.harness import wait_for
-from jobwarden.sandbox.server import SandboxServer
+from jobwarden.demo.harness import wait_for
+from jobwarden.demo.sandbox.server import SandboxServer
 
 
 @pytest.fixture

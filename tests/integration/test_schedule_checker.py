@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobwarden.harness import REPO
+from jobwarden.demo.harness import REPO
 from jobwarden.models.persistence import schedule_store
 from jobwarden.models.persistence.db import transaction
 from tests.integration.api_helpers import tenant_name
@@ -21,7 +21,7 @@ from tests.integration.api_helpers import tenant_name
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", *args],
+        [sys.executable, "-m", "jobwarden.cli.main", *args],
         cwd=REPO,
         env=dict(os.environ),
         capture_output=True,

@@ -16,12 +16,12 @@ import httpx
 import pytest
 from sqlalchemy import delete, select
 
-from jobwarden.harness import REPO
-from jobwarden.metrics import collect_families
+from jobwarden.demo.harness import REPO
 from jobwarden.models.persistence import schedule_store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.schedule_tables import ScheduleActionRow, ScheduleRow
-from jobwarden.models.schedules import ScheduleStatus, parse_spec
+from jobwarden.models.schedules.slots import ScheduleStatus, parse_spec
+from jobwarden.observability.metrics import collect_families
 from jobwarden.tasks.runtime import current
 from jobwarden.tasks.schedules import tick_once
 from tests.api_server import serving
@@ -40,7 +40,7 @@ def tenant(database_url: str) -> Iterator[str]:
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", *args],
+        [sys.executable, "-m", "jobwarden.cli.main", *args],
         cwd=REPO,
         env={**os.environ, **(env or {})},
         capture_output=True,

@@ -24,7 +24,7 @@ from jobwarden.models.persistence import schedule_store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.schedule_tables import ScheduleActionRow, ScheduleRow
 from jobwarden.models.persistence.tables import OperationRow
-from jobwarden.models.schedules import OverlapPolicy, ScheduleError, parse_spec
+from jobwarden.models.schedules.slots import OverlapPolicy, ScheduleError, parse_spec
 from jobwarden.tasks.runtime import Runtime, current
 from jobwarden.tasks.schedules import backfill, run_ticks, submit_named, tick_once, trigger
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jobwarden.embedded import ServerStartError
+from jobwarden.demo.embedded import ServerStartError
 from tests.spector_server import ScenarioStatus, SpectorServer
 
 API_VERSION = {"api-version": "2022-12-01-preview"}

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from jobwarden.harness import wait_for
+from jobwarden.demo.harness import wait_for
 from jobwarden.models.errors import LeaseNotAcquiredError
 from jobwarden.tasks import leases
 from jobwarden.tasks.leases import lease_key, operation_lease, step_lease

@@ -11,7 +11,7 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.exc import DBAPIError
 
 from jobwarden.models.errors import StaleVersionError, TransitionRefusedError
-from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.history.chain import EventDraft, EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import engine_for, transaction

@@ -19,15 +19,15 @@ import httpx
 import pytest
 
 from jobwarden.config.settings import Settings
-from jobwarden.harness import REPO
+from jobwarden.demo.harness import REPO
 from jobwarden.models.errors import AnotherApproverNeededError
-from jobwarden.models.history import EventKind
-from jobwarden.models.identity import token_author
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.humans.identity import token_author
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks import runtime as runtime_module
-from jobwarden.tasks.interventions import approve
+from jobwarden.tasks.humans.interventions import approve
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from jobwarden.tasks.runtime import close as close_runtime
 from tests.api_server import serving

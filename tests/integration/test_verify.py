@@ -26,13 +26,13 @@ from sqlalchemy import insert, select, text
 
 from jobwarden.config.settings import get_settings
 from jobwarden.models.effects import Plan, StoredResult
-from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain, draft_fields
+from jobwarden.models.history.chain import GENESIS_HASH, EventDraft, EventKind, chain, draft_fields
+from jobwarden.models.history.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import engine_for, transaction
 from jobwarden.models.persistence.tables import EventRow
-from jobwarden.models.results import ResultVerdict
-from jobwarden.models.row_facts import ROW_FACTS, row_digest
+from jobwarden.models.results.validation import ResultVerdict
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.intake import submit_operation
 from jobwarden.tasks.runtime import Runtime, build_runtime
@@ -58,7 +58,7 @@ SEQ_ACCEPTED, SEQ_POLL, SEQ_OBSERVED, SEQ_DECISION, SEQ_COLLECTED = 3, 4, 5, 6, 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", *args],
+        [sys.executable, "-m", "jobwarden.cli.main", *args],
         cwd=REPO,
         env=dict(os.environ),
         capture_output=True,

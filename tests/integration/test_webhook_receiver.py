@@ -1,6 +1,6 @@
 """The webhook receiver against real Postgres and Redis (no workers, no HTTP).
 
-Deliveries are signed by the sandbox's own sender (jobwarden.sandbox.webhooks), so
+Deliveries are signed by the sandbox's own sender (jobwarden.demo.sandbox.webhooks), so
 the receiver and the sender agree on the wire format the contracts describe.
 """
 
@@ -21,21 +21,21 @@ from sqlalchemy import func, select
 from jobwarden.api.app import create_app
 from jobwarden.api.webhooks import MAX_WEBHOOK_BYTES
 from jobwarden.config.settings import Settings
-from jobwarden.harness import REPO
-from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.demo.harness import REPO
+from jobwarden.demo.sandbox.webhooks import signed_delivery
+from jobwarden.models.history.chain import EventDraft, EventKind
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import OperationRow, TimerRow
 from jobwarden.models.persistence.webhook_tables import WebhookDeliveryRow
+from jobwarden.models.provider.webhooks import WebhookOutcome
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.webhooks import WebhookOutcome
-from jobwarden.sandbox.webhooks import signed_delivery
 from jobwarden.tasks import runtime as runtime_module
-from jobwarden.tasks.interventions import request_cancel
+from jobwarden.tasks.humans.interventions import request_cancel
 from jobwarden.tasks.leases import operation_lease
+from jobwarden.tasks.provider.webhooks import WebhookBusyError, receive, refused_count
 from jobwarden.tasks.runtime import Runtime, build_runtime, utcnow
 from jobwarden.tasks.runtime import close as close_runtime
-from jobwarden.tasks.webhooks import WebhookBusyError, receive, refused_count
 from tests.api_server import serving
 
 SECRET_ENV = "JOBWARDEN_SANDBOX_WEBHOOK_SECRET"

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from jobwarden.models.actions import Decided, Send
-from jobwarden.models.contract import ProviderContract
-from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.contracts.contract import ProviderContract
+from jobwarden.models.contracts.loader import load_contract
 from jobwarden.models.effects import Plan, plan
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
-from jobwarden.models.requests import StepContext
-from jobwarden.models.signals import HttpObservation, RawResponse, TransportFailure
+from jobwarden.models.provider.requests import StepContext
+from jobwarden.models.provider.signals import HttpObservation, RawResponse, TransportFailure
 from jobwarden.models.states import OperationState, check_transition
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"

@@ -16,12 +16,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobwarden.models.actions import DelaySource, ProviderRequest, Send, Wait
-from jobwarden.models.contract import JobLocator, ReconciliationPath, ReconciliationSpec
+from jobwarden.models.contracts.contract import JobLocator, ReconciliationPath, ReconciliationSpec
 from jobwarden.models.create_decisions import before_create, before_reconcile
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
-from jobwarden.models.requests import StepContext
-from jobwarden.models.signals import TransportFailure
+from jobwarden.models.provider.requests import StepContext
+from jobwarden.models.provider.signals import TransportFailure
 from jobwarden.models.states import OperationState
 from tests.unit.factories import BASE, NOW, claimed, context, contract, operation, planned
 

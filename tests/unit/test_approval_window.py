@@ -8,7 +8,11 @@ from datetime import datetime, timedelta
 import pytest
 
 from jobwarden.models.actions import Decided, Finish, NotYet, Record
-from jobwarden.models.approvals import (
+from jobwarden.models.contracts.contract import Limits
+from jobwarden.models.create_decisions import create_too_late
+from jobwarden.models.errors import ApprovalRefusedError
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.humans.approvals import (
     BUSINESS_DEADLINE_PASSED,
     WINDOW_CLOSED,
     approval_window_end,
@@ -16,10 +20,6 @@ from jobwarden.models.approvals import (
     decide_window,
     window_end,
 )
-from jobwarden.models.contract import Limits
-from jobwarden.models.create_decisions import create_too_late
-from jobwarden.models.errors import ApprovalRefusedError
-from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import TERMINAL, OperationState
 from tests.unit.factories import NOW, operation, planned, walked

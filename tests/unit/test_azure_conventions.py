@@ -11,8 +11,9 @@ import pytest
 
 from jobwarden.models.actions import Accept, Collect, Escalate, Finish, ProviderRequest, Wait
 from jobwarden.models.actions import RequestPurpose as P
-from jobwarden.models.contract import RemoteStatus
-from jobwarden.models.conventions import (
+from jobwarden.models.contracts.contract import RemoteStatus
+from jobwarden.models.contracts.routes import choose_route, place_job_id
+from jobwarden.models.conventions.strategies import (
     FinalSource,
     Monitor,
     Tracked,
@@ -22,11 +23,10 @@ from jobwarden.models.conventions import (
     with_api_version,
 )
 from jobwarden.models.errors import InvalidCommandError
-from jobwarden.models.requests import create_request
-from jobwarden.models.routes import choose_route, place_job_id
+from jobwarden.models.intake.submission import check_provider_command
+from jobwarden.models.provider.requests import create_request
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.steps import after_create, after_poll
-from jobwarden.models.submission import check_provider_command
 from tests.unit.factories import NOW, context, operation, reply
 
 ARM = context("azure_arm")
@@ -250,7 +250,7 @@ def _final(
     body: object,
     code: int = 200,
 ) -> Any:
-    from jobwarden.models.contract import FinalStateVia
+    from jobwarden.models.contracts.contract import FinalStateVia
 
     tracked = Tracked(
         method=method,

@@ -26,9 +26,9 @@ from azure.mgmt.core.polling.arm_polling import (
     BodyContentPolling,
 )
 
-from jobwarden.models.contract import FinalStateVia
-from jobwarden.models.convention_evidence import FinalSource, Tracked, final_result
-from jobwarden.models.conventions import Monitor, read_monitor_answer
+from jobwarden.models.contracts.contract import FinalStateVia
+from jobwarden.models.conventions.evidence import FinalSource, Tracked, final_result
+from jobwarden.models.conventions.strategies import Monitor, read_monitor_answer
 from tests.unit.factories import context, reply
 
 ARM = context("azure_arm")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobwarden.models.backoff import (
+from jobwarden.models.polling.backoff import (
     PollHint,
     RetryAfter,
     backoff_ceiling,
@@ -18,7 +18,7 @@ from jobwarden.models.backoff import (
     parse_retry_after,
     validate_poll_hint,
 )
-from jobwarden.models.pointers import MISSING
+from jobwarden.models.provider.pointers import MISSING
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 DEADLINE = NOW + timedelta(hours=1)

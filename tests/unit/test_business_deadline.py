@@ -11,19 +11,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobwarden.models.actions import Escalate, EscalationReason, Finish, Send, Wait
-from jobwarden.models.backoff import PollHint, RetryAfter
-from jobwarden.models.business_deadline import check_business_deadline, earlier, resolve
-from jobwarden.models.contract import RemoteStatus
-from jobwarden.models.decisions import (
+from jobwarden.models.contracts.contract import RemoteStatus
+from jobwarden.models.errors import InvalidSubmissionError
+from jobwarden.models.history.hash_form import canonical
+from jobwarden.models.history.row_facts import LATER_FACTS, ROW_FACTS, _fact, row_digest
+from jobwarden.models.humans.escalation import EscalationView, OptionKind, options_for
+from jobwarden.models.polling.backoff import PollHint, RetryAfter
+from jobwarden.models.polling.business_deadline import check_business_deadline, earlier, resolve
+from jobwarden.models.polling.decisions import (
     decide_after_status,
     guard_before_status_request,
     poll_view,
 )
-from jobwarden.models.errors import InvalidSubmissionError
-from jobwarden.models.escalation import EscalationView, OptionKind, options_for
-from jobwarden.models.hash_form import canonical
-from jobwarden.models.row_facts import LATER_FACTS, ROW_FACTS, _fact, row_digest
-from jobwarden.models.signals import HttpSignal, SignalKind, StatusReading
+from jobwarden.models.provider.signals import HttpSignal, SignalKind, StatusReading
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.steps import before_create, before_poll, before_reconcile
 from tests.unit.factories import NOW, context, operation

@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from jobwarden.models.cancel_requests import decide_cancel_request
 from jobwarden.models.errors import RefusedInputError
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.humans.cancel_requests import decide_cancel_request
 from jobwarden.models.states import TERMINAL, OperationState, is_allowed
 from tests.unit.factories import NOW, operation
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobwarden.models.canonical import _plain, dumps
-from jobwarden.models.hash_form import canonical, hashable
+from jobwarden.models.history.hash_form import canonical, hashable
 
 SAFE = 2**53 - 1
 scalars = (

@@ -64,7 +64,7 @@ def test_beat_folds_the_metrics_deltas_with_a_task_the_workers_know() -> None:
 
 def test_notification_deliveries_are_routed_to_their_own_queue_and_steps_are_not() -> None:
     # Issue 33, finding 8: a receiver that answers slowly must never hold a poller's seat.
-    import jobwarden.tasks.notifications  # noqa: F401 - registers the tasks on the app
+    import jobwarden.tasks.humans.notifications  # noqa: F401 - registers the tasks on the app
     from jobwarden.config.settings import get_settings
 
     queue = get_settings().queue

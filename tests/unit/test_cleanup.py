@@ -32,16 +32,16 @@ from jobwarden.models.actions import (
     Wait,
 )
 from jobwarden.models.cleanup import after_cleanup, before_cleanup, with_cleanup
-from jobwarden.models.contract import CleanupSpec
-from jobwarden.models.escalation import (
+from jobwarden.models.contracts.contract import CleanupSpec
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.humans.escalation import (
     OptionKind,
     decide_option,
     options_for,
     view_of,
 )
-from jobwarden.models.history import EventKind
 from jobwarden.models.operation import Operation
-from jobwarden.models.signals import TransportFailure
+from jobwarden.models.provider.signals import TransportFailure
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.steps import CLEANUP, STEPS, unsent
 from tests.unit.factories import NOW, context, operation, planned, reply, walked

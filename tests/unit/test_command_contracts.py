@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from jobwarden.models.contract_command import MAX_SCHEMA_FILE_BYTES
-from jobwarden.models.contract_loader import check_contracts, load_contract
+from jobwarden.models.contracts.command import MAX_SCHEMA_FILE_BYTES
+from jobwarden.models.contracts.loader import check_contracts, load_contract
 from jobwarden.models.errors import ContractError, InvalidCommandError
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"

@@ -18,16 +18,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobwarden.models.command_schema import (
+from jobwarden.models.contracts.command_schema import (
     CommandSchema,
     SchemaDocumentError,
     compile_schema,
 )
-from jobwarden.models.contract import CommandSpec, ProviderContract
-from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.contracts.contract import CommandSpec, ProviderContract
+from jobwarden.models.contracts.loader import load_contract
 from jobwarden.models.errors import InvalidCommandError, InvalidSubmissionError
-from jobwarden.models.fingerprint import request_fingerprint
-from jobwarden.models.submission import FieldLimits, check_provider_command, check_submission
+from jobwarden.models.intake.fingerprint import request_fingerprint
+from jobwarden.models.intake.submission import FieldLimits, check_provider_command, check_submission
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
 DIGEST = "sha256:" + "0123456789abcdef" * 4

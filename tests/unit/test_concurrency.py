@@ -21,11 +21,11 @@ from jobwarden.models.concurrency import (
     key_limit,
     next_to_admit,
 )
-from jobwarden.models.contract import ConcurrencySpec
-from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.contracts.contract import ConcurrencySpec
+from jobwarden.models.contracts.loader import load_contract
 from jobwarden.models.errors import ContractError, InvalidSubmissionError
-from jobwarden.models.fingerprint import request_fingerprint
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.intake.fingerprint import request_fingerprint
 from jobwarden.models.states import TERMINAL, OperationState, is_allowed
 from tests.unit.factories import NOW, operation, planned
 

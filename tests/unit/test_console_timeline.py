@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobwarden.console.timeline import build_timeline, outcome_of, render_svg, retry_after_end
-from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
+from jobwarden.models.history.chain import ChainedEvent, EventDraft, EventKind
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

@@ -8,9 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from jobwarden.models.contract import Convention, JobLocator, ProviderContract, RemoteStatus
-from jobwarden.models.contract_loader import SHIPPED_CONTRACTS_DIR, check_contracts, load_contract
-from jobwarden.models.signals import read_status
+from jobwarden.models.contracts.contract import (
+    Convention,
+    JobLocator,
+    ProviderContract,
+    RemoteStatus,
+)
+from jobwarden.models.contracts.loader import SHIPPED_CONTRACTS_DIR, check_contracts, load_contract
+from jobwarden.models.provider.signals import read_status
 from tests.unit.factories import NOW
 
 ARM_TEXT = (SHIPPED_CONTRACTS_DIR / "azure_arm.toml").read_text()
@@ -134,7 +139,7 @@ def test_the_whole_status_body_may_be_the_inline_result(tmp_path: Path) -> None:
     assert not any(e.field == "status.result_ref_pointer" for e in errors), errors
 
 
-# --- what google-aip151 and openai-batch supply (models/convention_tables.py) -------------
+# --- what google-aip151 and openai-batch supply (models/conventions/tables.py) -------------
 
 VALID = Path(__file__).parent / "contracts" / "valid"
 

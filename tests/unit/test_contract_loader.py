@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from jobwarden.models import contract_loader
-from jobwarden.models.contract import (
+from jobwarden.models.contracts import loader as contract_loader
+from jobwarden.models.contracts.contract import (
     AuthSpec,
     CancelSpec,
     CleanupSpec,
@@ -33,7 +33,7 @@ from jobwarden.models.contract import (
     TokenPlacement,
     WebhookSpec,
 )
-from jobwarden.models.contract_loader import (
+from jobwarden.models.contracts.loader import (
     DIRECTORY_FIELD,
     FILE_FIELD,
     SHIPPED_CONTRACTS_DIR,
@@ -42,9 +42,9 @@ from jobwarden.models.contract_loader import (
     load_contract,
     load_contracts,
 )
-from jobwarden.models.contract_sections import TopLevel
+from jobwarden.models.contracts.plugins import OutboundRequest, is_plugin_spec, load_plugin
+from jobwarden.models.contracts.sections import TopLevel
 from jobwarden.models.errors import ContractError
-from jobwarden.models.plugins import OutboundRequest, is_plugin_spec, load_plugin
 
 FIXTURES = Path(__file__).parent / "contracts"
 BROKEN = FIXTURES / "broken"
@@ -697,7 +697,7 @@ def test_failed_may_be_empty_only_when_an_error_pointer_says_what_failure_is(
 
 
 def test_every_table_model_has_exactly_the_fields_of_the_value_it_builds() -> None:
-    # A field added to a models.contract dataclass without a key in its table model (or
+    # A field added to a models.contracts.contract dataclass without a key in its table model (or
     # the reverse) would be dropped or refused silently: the two must name the same fields.
     for key, (model, _) in contract_loader.SECTIONS.items():
         keys = {f.alias or name for name, f in model.model_fields.items()}

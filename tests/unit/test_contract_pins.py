@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobwarden.models.contract_pins import (
+from jobwarden.models.contracts.pins import (
     VersionUse,
     contract_digest,
     pinned_contract,
@@ -21,9 +21,9 @@ from jobwarden.models.contract_pins import (
     usage_lines,
 )
 from jobwarden.models.errors import ContractError
-from jobwarden.models.intent import Intake, intent_event, opening
+from jobwarden.models.intake.intent import Intake, intent_event, opening
+from jobwarden.models.intake.submission import Submission
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.submission import Submission
 from tests.unit.factories import NOW, SHIPPED
 
 SANDBOX = (SHIPPED / "sandbox.toml").read_text(encoding="utf-8")

@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from jobwarden.models.contract_loader import (
+from jobwarden.models.contracts.loader import (
     SHIPPED_CONTRACTS_DIR,
     check_contracts,
     contract_json_schema,

@@ -16,8 +16,8 @@ import pytest
 
 from jobwarden.models.actions import Accept, Collect, Escalate, ProviderRequest
 from jobwarden.models.actions import RequestPurpose as P
-from jobwarden.models.convention_urls import MAX_HEADER, received_url
-from jobwarden.models.requests import create_request
+from jobwarden.models.conventions.urls import MAX_HEADER, received_url
+from jobwarden.models.provider.requests import create_request
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.steps import after_create, after_poll
 from tests.unit.factories import NOW, context, operation, reply
@@ -242,7 +242,7 @@ def test_a_monitor_url_over_the_bound_is_refused_naming_the_header_and_its_size(
 
 
 def test_a_huge_location_is_kept_bounded_in_the_history() -> None:
-    from jobwarden.models.excerpts import HEADER_LIMIT, excerpt
+    from jobwarden.models.history.excerpts import HEADER_LIMIT, excerpt
 
     junk = "https://evil.example/" + "x" * 70_000
     answer = reply(202, None, headers={"azure-asyncoperation": AAO, "location": junk})

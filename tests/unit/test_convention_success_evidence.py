@@ -9,7 +9,7 @@ what its convention requires ([ARM] ARM RPC "Asynchronous operations": a PUT/PAT
 with the resource; [LRO] Azure REST API Guidelines "Long-running operations": a POST's
 result is JSON; RFC 9110 section 15.3.5: only a 204, or a DELETE, ends with no body). A
 final result fetched from a URL is judged when it is fetched (a JSON document parsed
-whole: ``models/results.py``), so a ``Send`` of that fetch is not a success yet.
+whole: ``models/results/validation.py``), so a ``Send`` of that fetch is not a success yet.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from jobwarden.models.actions import Accept, Collect, ProviderRequest, Succeed
 from jobwarden.models.actions import RequestPurpose as P
-from jobwarden.models.requests import StepContext, create_request
-from jobwarden.models.result_decisions import before_collect
+from jobwarden.models.provider.requests import StepContext, create_request
+from jobwarden.models.results.decisions import before_collect
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.steps import after_create, after_poll
 from tests.unit.factories import NOW, context, operation, reply

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobwarden.models.backoff import PollHint, RetryAfter
-from jobwarden.models.contract import PollPolicy, RemoteStatus
+from jobwarden.models.contracts.contract import PollPolicy, RemoteStatus
 from jobwarden.models.create_outcomes import CreateOutcomeKind, decide_after_create
-from jobwarden.models.decisions import (
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.polling.backoff import PollHint, RetryAfter
+from jobwarden.models.polling.decisions import (
     Collect,
     DelaySource,
     Escalate,
@@ -27,8 +28,7 @@ from jobwarden.models.decisions import (
     first_poll,
     guard_before_status_request,
 )
-from jobwarden.models.history import EventKind
-from jobwarden.models.signals import (
+from jobwarden.models.provider.signals import (
     HttpSignal,
     SignalKind,
     StatusReading,

@@ -22,10 +22,10 @@ import google_crc32c
 import pytest
 
 from jobwarden.models.actions import Finish, Send, Succeed
-from jobwarden.models.contract import DigestField, ResultSpec
-from jobwarden.models.requests import StepContext
-from jobwarden.models.result_decisions import after_collect, before_collect
-from jobwarden.models.results import validate_result
+from jobwarden.models.contracts.contract import DigestField, ResultSpec
+from jobwarden.models.provider.requests import StepContext
+from jobwarden.models.results.decisions import after_collect, before_collect
+from jobwarden.models.results.validation import validate_result
 from jobwarden.models.states import OperationState
 from tests.unit.factories import NOW, claimed, context, operation, planned, reply, walked
 

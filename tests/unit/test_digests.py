@@ -18,16 +18,21 @@ from typing import Any
 
 import pytest
 
-from jobwarden.models.contract import (
+from jobwarden.models.contracts.contract import (
     ChecksumAlgorithm,
     ChecksumEncoding,
     DigestField,
     ResultSpec,
 )
-from jobwarden.models.contract_loader import load_contract
-from jobwarden.models.digests import Digester, DigestReport, MalformedFieldError, parse_dictionary
+from jobwarden.models.contracts.loader import load_contract
 from jobwarden.models.errors import ContractError
-from jobwarden.models.pointers import MISSING
+from jobwarden.models.provider.pointers import MISSING
+from jobwarden.models.results.digests import (
+    Digester,
+    DigestReport,
+    MalformedFieldError,
+    parse_dictionary,
+)
 
 HELLO = b'{"hello": "world"}'
 HELLO_SHA256 = "X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE="

@@ -17,10 +17,10 @@ from datetime import timedelta
 import pytest
 
 from jobwarden.models.actions import Finish, Move, Send, Wait
-from jobwarden.models.collection import expected_result
-from jobwarden.models.requests import StepContext
-from jobwarden.models.result_decisions import after_collect, before_collect
-from jobwarden.models.signals import TransportFailure
+from jobwarden.models.provider.requests import StepContext
+from jobwarden.models.provider.signals import TransportFailure
+from jobwarden.models.results.collection import expected_result
+from jobwarden.models.results.decisions import after_collect, before_collect
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.states import is_allowed
 from tests.unit.factories import NOW, context, operation, reply

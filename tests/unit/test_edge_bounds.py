@@ -15,7 +15,7 @@ from jobwarden.models.actions import (
     Wait,
 )
 from jobwarden.models.create_decisions import after_create
-from jobwarden.models.result_decisions import before_collect
+from jobwarden.models.results.decisions import before_collect
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.steps import after_poll, before_cancel, before_poll, unsent
 from tests.unit.factories import BASE, NOW, answer, context, operation

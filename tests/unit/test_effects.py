@@ -37,15 +37,15 @@ from jobwarden.models.actions import (
     escalate,
     stop_state,
 )
-from jobwarden.models.backoff import parse_retry_after
-from jobwarden.models.contract import ReconciliationPath, ReconciliationSpec
-from jobwarden.models.decisions import poll_view
+from jobwarden.models.contracts.contract import ReconciliationPath, ReconciliationSpec
 from jobwarden.models.effects import Plan, StoredResult, wake_changes
-from jobwarden.models.history import EventDraft, EventKind
+from jobwarden.models.history.chain import EventDraft, EventKind
 from jobwarden.models.operation import COLUMNS, Operation
-from jobwarden.models.requests import StepContext
-from jobwarden.models.results import ResultVerdict
-from jobwarden.models.signals import RawResponse, TransportFailure
+from jobwarden.models.polling.backoff import parse_retry_after
+from jobwarden.models.polling.decisions import poll_view
+from jobwarden.models.provider.requests import StepContext
+from jobwarden.models.provider.signals import RawResponse, TransportFailure
+from jobwarden.models.results.validation import ResultVerdict
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
 from jobwarden.models.steps import STEPS, StepKind, unsent
 from tests.unit.factories import (

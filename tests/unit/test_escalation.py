@@ -6,9 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobwarden.models.decisions import EscalationReason as R
 from jobwarden.models.errors import RefusedInputError
-from jobwarden.models.escalation import (
+from jobwarden.models.humans.escalation import (
     EXTEND_CHECKS,
     Bounds,
     EscalationView,
@@ -16,6 +15,7 @@ from jobwarden.models.escalation import (
     apply_option,
     options_for,
 )
+from jobwarden.models.polling.decisions import EscalationReason as R
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.states import is_allowed
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import urllib.parse
 
-from jobwarden.models.excerpts import REDACTED, excerpt
+from jobwarden.models.history.excerpts import REDACTED, excerpt
 from tests.unit.factories import answer
 
 SECRET = "sk-live-0123456789abcdef"

@@ -11,14 +11,14 @@ from dataclasses import replace
 from typing import Any
 
 from jobwarden.models.actions import Record, RequestPurpose, Send
-from jobwarden.models.contract import ResultSpec
+from jobwarden.models.contracts.contract import ResultSpec
 from jobwarden.models.effects import plan
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
-from jobwarden.models.requests import StepContext
-from jobwarden.models.result_decisions import after_collect, before_collect
-from jobwarden.models.results import Collected, failed_lines_spec, validate_result
-from jobwarden.models.signals import RawResponse
+from jobwarden.models.provider.requests import StepContext
+from jobwarden.models.provider.signals import RawResponse
+from jobwarden.models.results.decisions import after_collect, before_collect
+from jobwarden.models.results.validation import Collected, failed_lines_spec, validate_result
 from jobwarden.models.states import OperationState as S
 from tests.unit.factories import NOW, context, operation, reply
 

@@ -16,9 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobwarden.models.errors import InvalidSubmissionError
-from jobwarden.models.fingerprint import canonical_command, request_fingerprint
-from jobwarden.models.hash_form import NUMBER_TAG, canonical, exact_decimal, hashable
-from jobwarden.models.history import (
+from jobwarden.models.history.chain import (
     GENESIS_HASH,
     ChainedEvent,
     EventDraft,
@@ -27,10 +25,18 @@ from jobwarden.models.history import (
     chain,
     draft_fields,
 )
+from jobwarden.models.history.hash_form import NUMBER_TAG, canonical, exact_decimal, hashable
+from jobwarden.models.history.row_facts import (
+    LATER_FACTS,
+    ROW_FACTS,
+    UNBOUND_COLUMNS,
+    _fact,
+    row_digest,
+)
+from jobwarden.models.history.verification import check_result, row_bound, verify_chain
+from jobwarden.models.intake.fingerprint import canonical_command, request_fingerprint
 from jobwarden.models.operation import COLUMNS
-from jobwarden.models.row_facts import LATER_FACTS, ROW_FACTS, UNBOUND_COLUMNS, _fact, row_digest
 from jobwarden.models.states import OperationState as S
-from jobwarden.models.verification import check_result, row_bound, verify_chain
 from tests.unit import factories
 
 BASE = {"method": "POST", "route": "/r", "tenant": "t", "provider": "p"}

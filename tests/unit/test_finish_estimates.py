@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobwarden.models.contract_loader import load_contract
-from jobwarden.models.estimates import (
+from jobwarden.models.contracts.loader import load_contract
+from jobwarden.models.polling.estimates import (
     FINISH_MARGIN,
     PACE_TOLERANCE,
     Disagreement,
@@ -21,8 +21,8 @@ from jobwarden.models.estimates import (
     estimate_finish,
     progress_step,
 )
-from jobwarden.models.pointers import MISSING
-from jobwarden.models.signals import item_progress, read_status
+from jobwarden.models.provider.pointers import MISSING
+from jobwarden.models.provider.signals import item_progress, read_status
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
 NOW = datetime(2026, 12, 6, 12, 0, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ import re
 
 import yaml
 
-from jobwarden.harness import REPO
+from jobwarden.demo.harness import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 

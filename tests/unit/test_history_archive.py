@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobwarden.models.history import GENESIS_HASH, EventDraft, EventKind, chain
-from jobwarden.models.history_archive import (
+from jobwarden.models.history.archive import (
     HeldOperation,
     Partition,
     SegmentError,
@@ -25,7 +24,8 @@ from jobwarden.models.history_archive import (
     partition_name,
     segment_key,
 )
-from jobwarden.models.verification import verify_chain
+from jobwarden.models.history.chain import GENESIS_HASH, EventDraft, EventKind, chain
+from jobwarden.models.history.verification import verify_chain
 
 OP = str(uuid.UUID(int=7))
 AT = datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)

@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobwarden.models.actions import Decided, Record
-from jobwarden.models.approvals import (
+from jobwarden.models.errors import AnotherApproverNeededError, RefusedInputError
+from jobwarden.models.history.chain import ChainedEvent, EventDraft, EventKind
+from jobwarden.models.humans.approvals import (
     NOT_COUNTED,
     SAME_APPROVER,
     SELF_APPROVAL,
@@ -21,9 +23,7 @@ from jobwarden.models.approvals import (
     decide_approval,
     on_behalf_of,
 )
-from jobwarden.models.errors import AnotherApproverNeededError, RefusedInputError
-from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
-from jobwarden.models.identity import (
+from jobwarden.models.humans.identity import (
     Author,
     AuthorKind,
     as_author,

@@ -132,8 +132,8 @@ def import_each_alone(names: list[str]) -> list[str]:
 def test_discovery_walks_every_folder_of_the_package() -> None:
     for name in (
         "jobwarden",
-        "jobwarden.cli",
-        "jobwarden.sandbox.server",
+        "jobwarden.cli.main",
+        "jobwarden.demo.sandbox.server",
         "jobwarden.models.states",
         "jobwarden.tasks.pipeline",
         "jobwarden.config.celery_app",

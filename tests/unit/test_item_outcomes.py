@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from jobwarden.models.collection import expected_result
-from jobwarden.models.contract import ResultSpec
-from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.contracts.contract import ResultSpec
+from jobwarden.models.contracts.loader import load_contract
 from jobwarden.models.errors import ContractError
-from jobwarden.models.results import ResultVerdict, validate_result
-from jobwarden.story import event_line
+from jobwarden.models.results.collection import expected_result
+from jobwarden.models.results.validation import ResultVerdict, validate_result
+from jobwarden.observability.story import event_line
 from tests.unit.factories import context
 
 FIXTURE = Path(__file__).parent / "contracts" / "valid" / "azure_item_status.toml"
@@ -270,7 +270,7 @@ def test_a_declared_total_record_count_is_still_checked_with_item_rules() -> Non
 def test_the_history_line_shows_the_per_item_outcome() -> None:
     from datetime import UTC, datetime
 
-    from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
+    from jobwarden.models.history.chain import ChainedEvent, EventDraft, EventKind
 
     summary = check(AZURE, azure_documents()).summary()
     draft = EventDraft(

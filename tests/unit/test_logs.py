@@ -13,7 +13,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobwarden.logs import bind, bound, chosen_format, formatter, get_logger, uvicorn_log_config
+from jobwarden.observability.logs import (
+    bind,
+    bound,
+    chosen_format,
+    formatter,
+    get_logger,
+    uvicorn_log_config,
+)
 
 
 @pytest.fixture
@@ -129,7 +136,7 @@ def test_a_process_that_never_set_up_logging_still_writes_one_structured_line() 
     import subprocess
 
     script = (
-        "from jobwarden.logs import get_logger\n"
+        "from jobwarden.observability.logs import get_logger\n"
         "get_logger('jobwarden.tasks').warning('enqueue_failed', operation_id='op-1')\n"
     )
     done = subprocess.run(

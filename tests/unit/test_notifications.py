@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobwarden.models.errors import NotificationConfigError
-from jobwarden.models.notification_targets import parse_targets
-from jobwarden.models.notifications import (
+from jobwarden.models.humans.notification_targets import parse_targets
+from jobwarden.models.humans.notifications import (
     MAX_DETAIL_CHARS,
     NotificationKind,
     RetryPolicy,

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from jobwarden.models.contract import RemoteStatus
-from jobwarden.models.signals import read_status
+from jobwarden.models.contracts.contract import RemoteStatus
+from jobwarden.models.provider.signals import read_status
 from tests.unit.factories import NOW, contract
 
 GOOGLE = contract("google_aip151")

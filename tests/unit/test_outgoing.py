@@ -1,12 +1,12 @@
-"""The create an approval shows is the create the edge sends (models/outgoing.py)."""
+"""The create an approval shows is the create the edge sends (models/provider/outgoing.py)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
 
-from jobwarden.models.excerpts import REDACTED
-from jobwarden.models.outgoing import (
+from jobwarden.models.history.excerpts import REDACTED
+from jobwarden.models.provider.outgoing import (
     FIRST_SENT_LATER,
     NEW_PER_REQUEST,
     credential_header,
@@ -14,7 +14,7 @@ from jobwarden.models.outgoing import (
     outgoing_headers,
     shown_create,
 )
-from jobwarden.models.requests import create_request
+from jobwarden.models.provider.requests import create_request
 from tests.unit.factories import TOKEN, context, operation
 
 SECRET = "sk-live-0123456789abcdefghij"

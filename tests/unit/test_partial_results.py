@@ -12,11 +12,11 @@ from dataclasses import replace
 import pytest
 
 from jobwarden.models.actions import Collect, Finish, ProviderRequest, RequestPurpose, Send
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
-from jobwarden.models.requests import StepContext
-from jobwarden.models.result_decisions import after_collect, before_collect
-from jobwarden.models.results import Collected, validate_result
+from jobwarden.models.provider.requests import StepContext
+from jobwarden.models.results.decisions import after_collect, before_collect
+from jobwarden.models.results.validation import Collected, validate_result
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.steps import after_poll
 from tests.unit.factories import NOW, context, operation, planned, reply, walked

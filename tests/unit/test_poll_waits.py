@@ -11,18 +11,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobwarden.models.backoff import PollHint, RetryAfter
-from jobwarden.models.contract import DEFAULT_GROWTH_FACTOR, PollPolicy, RemoteStatus
-from jobwarden.models.contract_loader import load_contract
-from jobwarden.models.decisions import (
+from jobwarden.models.contracts.contract import DEFAULT_GROWTH_FACTOR, PollPolicy, RemoteStatus
+from jobwarden.models.contracts.loader import load_contract
+from jobwarden.models.polling.backoff import PollHint, RetryAfter
+from jobwarden.models.polling.decisions import (
     DelaySource,
     Phase,
     PollView,
     Wait,
     decide_after_status,
 )
-from jobwarden.models.estimates import FINISH_MARGIN
-from jobwarden.models.signals import HttpSignal, SignalKind, StatusReading, read_status
+from jobwarden.models.polling.estimates import FINISH_MARGIN
+from jobwarden.models.provider.signals import HttpSignal, SignalKind, StatusReading, read_status
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
 FIXTURES = Path(__file__).resolve().parent / "contracts" / "valid"

@@ -115,7 +115,7 @@ def test_the_lint_catches_each_forbidden_pattern(source: str) -> None:
     [
         "from datetime import datetime, timedelta\nx = datetime.fromisoformat('2024-01-01')",
         "import math\nx = math.ldexp(1.0, 3)",
-        "from models.contract import ProviderContract",
+        "from models.contracts.contract import ProviderContract",
     ],
 )
 def test_the_lint_allows_pure_code(source: str) -> None:

@@ -17,13 +17,13 @@ from jobwarden.models.actions import (
     Send,
     Wait,
 )
-from jobwarden.models.contract import RateLimit
-from jobwarden.models.contract_fields import MAX_SECONDS
-from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.contracts.contract import RateLimit
+from jobwarden.models.contracts.fields import MAX_SECONDS
+from jobwarden.models.contracts.loader import load_contract
 from jobwarden.models.effects import plan
 from jobwarden.models.errors import ContractError
-from jobwarden.models.history import EventKind
-from jobwarden.models.rate_limits import credential_reference, granted, rate_limited
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.provider.rate_limits import credential_reference, granted, rate_limited
 from jobwarden.models.states import OperationState as S
 from tests.unit.factories import NOW, SHIPPED, operation
 

@@ -19,20 +19,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobwarden.models.actions import Escalate, EscalationReason, Record
-from jobwarden.models.approvals import (
+from jobwarden.models.contracts.contract import AuthSpec
+from jobwarden.models.errors import RequestDigestMismatchError
+from jobwarden.models.history.chain import ChainedEvent, EventDraft, EventKind
+from jobwarden.models.humans.approvals import (
     DIGEST_MISMATCH,
     GivenApproval,
     decide_approval,
     given_approvals,
     standing,
 )
-from jobwarden.models.contract import AuthSpec
-from jobwarden.models.errors import RequestDigestMismatchError
-from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
 from jobwarden.models.operation import Operation
-from jobwarden.models.outgoing import ShownRequest, request_digest, shown_create
-from jobwarden.models.request_binding import APPROVAL_STALE, decide_binding
-from jobwarden.models.requests import StepContext, create_request
+from jobwarden.models.provider.binding import APPROVAL_STALE, decide_binding
+from jobwarden.models.provider.outgoing import ShownRequest, request_digest, shown_create
+from jobwarden.models.provider.requests import StepContext, create_request
 from jobwarden.models.states import OperationState
 from tests.unit.factories import NOW, context, operation, planned, walked
 

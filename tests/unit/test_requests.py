@@ -5,10 +5,10 @@ Pure: the requests are built by the core and only sent by the edge."""
 from __future__ import annotations
 
 from jobwarden.models.actions import ProviderRequest
-from jobwarden.models.contract import ProviderContract
-from jobwarden.models.contract_loader import load_contract
-from jobwarden.models.requests import StepContext, create_request, job_locator, resolve_url
-from jobwarden.models.signals import HttpObservation, RawResponse
+from jobwarden.models.contracts.contract import ProviderContract
+from jobwarden.models.contracts.loader import load_contract
+from jobwarden.models.provider.requests import StepContext, create_request, job_locator, resolve_url
+from jobwarden.models.provider.signals import HttpObservation, RawResponse
 from tests.unit.factories import SHIPPED, TOKEN, contract, operation
 
 

@@ -22,7 +22,7 @@ from jobwarden.models.actions import (
     Send,
     Wait,
 )
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.reservations import as_sent, reserved_send
 from jobwarden.models.states import POLLED, OperationState

@@ -1,5 +1,5 @@
-"""Reserved key namespaces (models/reserved_keys.py, invariant 17) and the audit's
-judgement of stored keys (models/key_audit.py): pure, table-driven."""
+"""Reserved key namespaces (models/intake/reserved_keys.py, invariant 17) and the audit's
+judgement of stored keys (models/intake/key_audit.py): pure, table-driven."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobwarden.models.key_audit import KeyedOperation, planted_reason
-from jobwarden.models.reserved_keys import (
+from jobwarden.models.intake.key_audit import KeyedOperation, planted_reason
+from jobwarden.models.intake.reserved_keys import (
     RESERVED,
     ReservedKeyError,
     check_caller_key,
     reserved_namespace,
 )
-from jobwarden.models.resubmission import KEY_PREFIX as RESUBMIT_PREFIX
-from jobwarden.models.schedules import KEY_PREFIX as SCHEDULE_PREFIX
-from jobwarden.models.schedules import slot_key
-from jobwarden.models.submission import FieldLimits, SubmissionRequest
+from jobwarden.models.intake.resubmission import KEY_PREFIX as RESUBMIT_PREFIX
+from jobwarden.models.intake.submission import FieldLimits, SubmissionRequest
+from jobwarden.models.schedules.slots import KEY_PREFIX as SCHEDULE_PREFIX
+from jobwarden.models.schedules.slots import slot_key
 
 OLD = uuid.UUID("0b5e1c4e-0000-4000-8000-000000000000")
 SLOT = datetime(2026, 1, 1, tzinfo=UTC)

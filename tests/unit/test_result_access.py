@@ -8,7 +8,7 @@ import hashlib
 
 import pytest
 
-from jobwarden.models.result_access import (
+from jobwarden.models.results.access import (
     ByteRange,
     Unsatisfiable,
     choose_range,

@@ -17,7 +17,7 @@ from jobwarden.models.errors import (
     RetryLaterError,
     SettingsError,
 )
-from jobwarden.models.result_objects import (
+from jobwarden.models.results.objects import (
     StoredObject,
     StoreURL,
     StreamedDigest,

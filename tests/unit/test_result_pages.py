@@ -23,14 +23,14 @@ from jobwarden.models.actions import (
     Send,
     Succeed,
 )
-from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.contracts.loader import load_contract
 from jobwarden.models.errors import ContractError
 from jobwarden.models.operation import Operation
-from jobwarden.models.pointers import resolve_pointer
-from jobwarden.models.requests import StepContext
-from jobwarden.models.result_decisions import after_collect, before_collect
-from jobwarden.models.result_pages import MAX_PAGES, PageShape, paged_artifact
-from jobwarden.models.results import Collected, validate_result
+from jobwarden.models.provider.pointers import resolve_pointer
+from jobwarden.models.provider.requests import StepContext
+from jobwarden.models.results.decisions import after_collect, before_collect
+from jobwarden.models.results.pages import MAX_PAGES, PageShape, paged_artifact
+from jobwarden.models.results.validation import Collected, validate_result
 from jobwarden.models.states import OperationState as S
 from tests.unit.factories import NOW, context, operation, reply
 

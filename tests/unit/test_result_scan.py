@@ -10,9 +10,9 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobwarden.models.contract import ResultSpec
-from jobwarden.models.item_outcomes import MAX_FAILED_KEPT, MAX_FAILED_REFS
-from jobwarden.models.results import DOCUMENT_LIMIT, ResultScan, validate_result
+from jobwarden.models.contracts.contract import ResultSpec
+from jobwarden.models.results.item_outcomes import MAX_FAILED_KEPT, MAX_FAILED_REFS
+from jobwarden.models.results.validation import DOCUMENT_LIMIT, ResultScan, validate_result
 from tests.unit.factories import context
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from jobwarden.models.contract import DigestField, ResultSpec
-from jobwarden.models.results import ResultVerdict, validate_result
+from jobwarden.models.contracts.contract import DigestField, ResultSpec
+from jobwarden.models.results.validation import ResultVerdict, validate_result
 
 SPEC = ResultSpec(
     fetch="url",
@@ -97,8 +97,8 @@ def test_jsonl_results_count_lines_as_items() -> None:
 def test_results_are_fetched_only_from_origins_the_contract_allows() -> None:
     from pathlib import Path
 
-    from jobwarden.models.contract_loader import load_contract
-    from jobwarden.models.results import origin_allowed
+    from jobwarden.models.contracts.loader import load_contract
+    from jobwarden.models.results.validation import origin_allowed
 
     base = load_contract(Path(__file__).resolve().parents[2] / "config/providers/sandbox.toml")
     assert origin_allowed(base, "http://127.0.0.1:8765", "http://127.0.0.1:8765/v1/jobs/x/result")
@@ -144,7 +144,7 @@ def test_a_result_without_digests_or_item_rules_is_judged_as_before() -> None:
 
 def _collecting(ctx: Any) -> tuple[Any, Any]:
     from jobwarden.models.actions import Send
-    from jobwarden.models.result_decisions import before_collect
+    from jobwarden.models.results.decisions import before_collect
     from jobwarden.models.states import OperationState
     from tests.unit.factories import NOW, claimed, operation, planned
 
@@ -194,7 +194,7 @@ def test_rfc9530_an_altered_body_with_correct_looking_digest_headers_ends_valida
     None
 ):
     from jobwarden.models.actions import Finish
-    from jobwarden.models.result_decisions import after_collect
+    from jobwarden.models.results.decisions import after_collect
     from jobwarden.models.states import OperationState
     from tests.unit.factories import NOW, planned, reply, walked
 

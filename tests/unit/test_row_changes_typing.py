@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 
 from jobwarden.models.actions import Decided, Move
 from jobwarden.models.effects import Plan
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import RowChanges
 from jobwarden.models.states import OperationState
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobwarden.sandbox.behaviour import BehaviourError, parse_behaviour
-from jobwarden.sandbox.jobs import time_driven_progress
+from jobwarden.demo.sandbox.behaviour import BehaviourError, parse_behaviour
+from jobwarden.demo.sandbox.jobs import time_driven_progress
 
 
 @pytest.mark.parametrize(

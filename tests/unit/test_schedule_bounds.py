@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobwarden.models.schedules import (
+from jobwarden.models.schedules.slots import (
     FIELDS,
     LAST_YEAR,
     MAX_CATCHUP_SECONDS,

@@ -1,4 +1,4 @@
-"""The schedules core (models/schedules.py): which slots are due and what each becomes,
+"""The schedules core (models/schedules/slots.py): which slots are due and what each becomes,
 on an injected clock: every ``now`` below is an argument, nothing reads the time."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobwarden.models.schedule_files import check_schedules
-from jobwarden.models.schedules import (
+from jobwarden.models.schedules.files import check_schedules
+from jobwarden.models.schedules.slots import (
     OverlapPolicy,
     ScheduleError,
     ScheduleSpec,

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from jobwarden.config.settings import DEFAULT_PROVIDERS_DIR, load_settings
-from jobwarden.models.contract import ProviderContract
-from jobwarden.models.contract_loader import load_contracts
+from jobwarden.models.contracts.contract import ProviderContract
+from jobwarden.models.contracts.loader import load_contracts
 from jobwarden.models.errors import SettingsError
-from jobwarden.tasks.provider_edge import check_request_bounds
+from jobwarden.tasks.provider.edge import check_request_bounds
 
 
 @pytest.fixture(autouse=True)

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from jobwarden.models.contract import ProviderContract, RemoteStatus, WebhookScheme
-from jobwarden.models.contract_loader import load_contract
-from jobwarden.models.conventions import Monitor, read_monitor_answer
-from jobwarden.models.signals import HttpObservation, read_status
-from jobwarden.models.webhooks import Delivery, Refusal, Refused, verify_delivery
+from jobwarden.models.contracts.contract import ProviderContract, RemoteStatus, WebhookScheme
+from jobwarden.models.contracts.loader import load_contract
+from jobwarden.models.conventions.strategies import Monitor, read_monitor_answer
+from jobwarden.models.provider.signals import HttpObservation, read_status
+from jobwarden.models.provider.webhooks import Delivery, Refusal, Refused, verify_delivery
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

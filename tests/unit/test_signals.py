@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobwarden.models.contract import (
+from jobwarden.models.contracts.contract import (
     CreateSpec,
     JobLocator,
     Limits,
@@ -25,8 +25,8 @@ from jobwarden.models.contract import (
     StatusSpec,
     TokenPlacement,
 )
-from jobwarden.models.pointers import MISSING, resolve_pointer
-from jobwarden.models.signals import (
+from jobwarden.models.provider.pointers import MISSING, resolve_pointer
+from jobwarden.models.provider.signals import (
     HttpObservation,
     SignalKind,
     TransportFailure,
@@ -440,7 +440,7 @@ def test_resolve_pointer_never_raises(doc: object, pointer: str) -> None:
 
 
 def test_expiry_as_unix_seconds_is_read_like_openai_sends_it() -> None:
-    from jobwarden.models.signals import parse_timestamp
+    from jobwarden.models.provider.signals import parse_timestamp
 
     assert parse_timestamp(1_700_000_000) == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
     assert parse_timestamp(True) is None

@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 
 from jobwarden.models.actions import STOP_VIA, EscalationReason, Record, stop_state
-from jobwarden.models.cancel_requests import CANCELLABLE
-from jobwarden.models.escalation import (
+from jobwarden.models.humans.cancel_requests import CANCELLABLE
+from jobwarden.models.humans.escalation import (
     Bounds,
     EscalationView,
     OptionKind,

@@ -21,10 +21,10 @@ from jobwarden.models.actions import (
     Send,
     Wait,
 )
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
-from jobwarden.models.requests import StepContext
-from jobwarden.models.signals import RawResponse
+from jobwarden.models.provider.requests import StepContext
+from jobwarden.models.provider.signals import RawResponse
 from jobwarden.models.states import OperationState
 from jobwarden.models.steps import after_cancel, before_cancel
 from tests.unit.factories import BASE, NOW, claimed, context, planned, reply, walked

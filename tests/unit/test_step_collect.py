@@ -25,13 +25,13 @@ from jobwarden.models.actions import (
     Succeed,
     Wait,
 )
-from jobwarden.models.digests import DigestCheck
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
-from jobwarden.models.requests import StepContext
-from jobwarden.models.result_decisions import after_collect, before_collect
-from jobwarden.models.results import ResultVerdict
-from jobwarden.models.signals import RawResponse
+from jobwarden.models.provider.requests import StepContext
+from jobwarden.models.provider.signals import RawResponse
+from jobwarden.models.results.decisions import after_collect, before_collect
+from jobwarden.models.results.digests import DigestCheck
+from jobwarden.models.results.validation import ResultVerdict
 from jobwarden.models.states import OperationState
 from jobwarden.models.steps import unsent
 from tests.unit.factories import BASE, NOW, claimed, context, operation, planned, reply, walked
@@ -279,7 +279,7 @@ def _bytes(doc: object) -> bytes:
     return json.dumps(doc).encode()
 
 
-# What the digest check refuses (models/digests.py): the bytes may not be what was sent.
+# What the digest check refuses (models/results/digests.py): the bytes may not be what was sent.
 INTEGRITY_PROBLEMS = ("checksum mismatch", "the provider gave no checksum")
 
 

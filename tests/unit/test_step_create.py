@@ -28,11 +28,11 @@ from jobwarden.models.actions import (
     Wait,
 )
 from jobwarden.models.create_decisions import after_create, before_create, before_reconcile
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
-from jobwarden.models.requests import StepContext, create_request
-from jobwarden.models.result_decisions import before_collect
-from jobwarden.models.signals import RawResponse, TransportFailure
+from jobwarden.models.provider.requests import StepContext, create_request
+from jobwarden.models.provider.signals import RawResponse, TransportFailure
+from jobwarden.models.results.decisions import before_collect
 from jobwarden.models.states import OperationState
 from jobwarden.models.steps import CREATE
 from tests.unit.factories import (

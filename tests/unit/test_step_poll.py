@@ -25,8 +25,8 @@ from jobwarden.models.actions import (
     Send,
     Wait,
 )
-from jobwarden.models.history import EventKind
-from jobwarden.models.requests import StepContext
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.provider.requests import StepContext
 from jobwarden.models.states import OperationState
 from jobwarden.models.steps import after_poll, before_poll
 from tests.unit.factories import BASE, NOW, planned, reply, walked

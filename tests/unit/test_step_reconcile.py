@@ -11,11 +11,11 @@ from dataclasses import replace
 import pytest
 
 from jobwarden.models.actions import Accept, Escalate, EscalationReason, RequestPurpose, Send
-from jobwarden.models.contract import ReconciliationPath, ReconciliationSpec
+from jobwarden.models.contracts.contract import ReconciliationPath, ReconciliationSpec
 from jobwarden.models.create_decisions import after_reconcile, before_reconcile
-from jobwarden.models.history import EventKind
-from jobwarden.models.requests import StepContext, create_request
-from jobwarden.models.signals import RawResponse, TransportFailure
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.provider.requests import StepContext, create_request
+from jobwarden.models.provider.signals import RawResponse, TransportFailure
 from jobwarden.models.states import OperationState
 from tests.unit.factories import (
     BASE,

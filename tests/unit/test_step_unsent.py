@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from jobwarden.models.actions import Decided, Escalate, EscalationReason, Finish, Send
-from jobwarden.models.history import EventKind
-from jobwarden.models.requests import StepContext
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.provider.requests import StepContext
 from jobwarden.models.states import OperationState
 from jobwarden.models.steps import before_cancel, before_poll, unsent
 from tests.unit.factories import NOW, claimed, planned, walked

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from jobwarden.models.create_decisions import after_create
-from jobwarden.models.history import ChainedEvent
-from jobwarden.models.signals import RawResponse
-from jobwarden.story import event_line
+from jobwarden.models.history.chain import ChainedEvent
+from jobwarden.models.provider.signals import RawResponse
+from jobwarden.observability.story import event_line
 from tests.unit.factories import NOW, planned, reply
 from tests.unit.step_helpers import SANDBOX, sent_create
 
@@ -42,7 +42,7 @@ def test_the_story_tells_a_create_to_try_again_later_from_one_refused_for_good(
 def test_a_create_answer_a_convention_stops_at_is_told_as_the_creates_answer() -> None:
     # Issue 34: an ARM create answered 202 naming nothing to poll was told as "polled, 202"
     # though no status request was made.
-    from jobwarden.models.requests import create_request
+    from jobwarden.models.provider.requests import create_request
     from jobwarden.models.states import OperationState as S
     from tests.unit.factories import context, operation
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from jobwarden.models.errors import InvalidSubmissionError
-from jobwarden.models.submission import SubmissionRequest, check_submission
+from jobwarden.models.intake.submission import SubmissionRequest, check_submission
 from jobwarden.tasks.intake import MESSAGE_FIELDS, REQUIRED_FIELDS
 from tests.unit.test_submission_rules import LIMITS, VALID
 
@@ -19,11 +19,11 @@ PACKAGE = Path(__file__).resolve().parents[2] / "jobwarden"
 # Where a submission comes in: each builds one SubmissionRequest and calls submit_request.
 DOORS = {
     "api/intake.py": "http",
-    "mcp_server.py": "mcp",
-    "cli.py": "python",
+    "mcp/server.py": "mcp",
+    "cli/main.py": "python",
     "tasks/intake.py": "python and celery",
 }
-# resubmission (models/resubmission.py) builds a person's resubmission from the old operation.
+# resubmission (intake/resubmission.py) builds a person's resubmission from the old operation.
 BUILDERS = {"SubmissionRequest", "submission_request", "resubmission"}
 
 

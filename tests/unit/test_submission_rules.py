@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobwarden.models.errors import InvalidSubmissionError
-from jobwarden.models.fingerprint import (
+from jobwarden.models.intake.fingerprint import (
     EXACT_INTEGER,
     MAX_COMMAND_BYTES,
     MAX_DEPTH,
@@ -22,7 +22,7 @@ from jobwarden.models.fingerprint import (
     show_key,
     shown_path,
 )
-from jobwarden.models.submission import (
+from jobwarden.models.intake.submission import (
     HTTP_METHODS,
     FieldLimits,
     check_command,

@@ -1,4 +1,4 @@
-"""jobwarden.telemetry: the standard OTEL_* variables decide; off is the default and costs
+"""observability.telemetry: the standard OTEL_* variables decide; off is the default and costs
 nothing (no SDK module is even imported)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from jobwarden.telemetry import TelemetryConfigError, check, requested
+from jobwarden.observability.telemetry import TelemetryConfigError, check, requested
 
 
 @pytest.mark.parametrize(
@@ -96,8 +96,8 @@ def test_off_by_default_no_opentelemetry_module_is_imported() -> None:
     code = (
         "import sys\n"
         "from jobwarden.api.app import create_app\n"
-        "import jobwarden.tasks.pipeline, jobwarden.tasks.provider_edge\n"
-        "from jobwarden import telemetry\n"
+        "import jobwarden.tasks.pipeline, jobwarden.tasks.provider.edge\n"
+        "from jobwarden.observability import telemetry\n"
         "create_app()\n"
         "ours = ('opentelemetry.sdk.trace', 'opentelemetry.instrumentation', "
         "'opentelemetry.exporter')\n"
@@ -137,7 +137,7 @@ def test_jobwarden_api_refuses_a_bad_otel_setting_in_one_line(
 ) -> None:
     env = {**os.environ, **variable}
     done = subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli", "api", "--port", "1"],
+        [sys.executable, "-m", "jobwarden.cli.main", "api", "--port", "1"],
         env=env,
         capture_output=True,
         text=True,
@@ -151,6 +151,6 @@ def test_jobwarden_api_refuses_a_bad_otel_setting_in_one_line(
 def test_the_samplers_accepted_are_those_the_sdk_knows_by_name() -> None:
     from opentelemetry.sdk.trace import sampling
 
-    from jobwarden.telemetry import _SAMPLERS
+    from jobwarden.observability.telemetry import _SAMPLERS
 
     assert set(_SAMPLERS) == set(sampling._KNOWN_SAMPLERS)

@@ -10,7 +10,7 @@ from email.utils import parsedate_to_datetime
 
 from jobwarden.models.actions import Send
 from jobwarden.models.create_decisions import before_create
-from jobwarden.models.requests import create_request, provider_token
+from jobwarden.models.provider.requests import create_request, provider_token
 from jobwarden.models.states import OperationState as S
 from tests.unit.factories import NOW, context, operation
 

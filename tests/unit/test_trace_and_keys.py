@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from jobwarden.api.intake import _sf_string
-from jobwarden.models.trace_context import trace_id_from, traceparent
+from jobwarden.models.intake.trace_context import trace_id_from, traceparent
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"

@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 from jobwarden.models.actions import Decided, Record
-from jobwarden.models.approvals import (
+from jobwarden.models.contracts.contract import ProviderContract
+from jobwarden.models.contracts.loader import load_contract
+from jobwarden.models.errors import AnotherApproverNeededError, ContractError
+from jobwarden.models.history.chain import ChainedEvent, EventDraft, EventKind
+from jobwarden.models.humans.approvals import (
     SAME_APPROVER,
     SELF_APPROVAL,
     GivenApproval,
@@ -18,11 +22,7 @@ from jobwarden.models.approvals import (
     given_approvals,
     same_person,
 )
-from jobwarden.models.contract import ProviderContract
-from jobwarden.models.contract_loader import load_contract
-from jobwarden.models.errors import AnotherApproverNeededError, ContractError
-from jobwarden.models.history import ChainedEvent, EventDraft, EventKind
-from jobwarden.models.identity import Author, AuthorKind, token_author
+from jobwarden.models.humans.identity import Author, AuthorKind, token_author
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import OperationState
 from tests.unit.factories import NOW, operation, planned, walked

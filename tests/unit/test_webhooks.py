@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from jobwarden.demo.sandbox.behaviour import BehaviourError, parse_behaviour
 from jobwarden.models.actions import DelaySource
-from jobwarden.models.contract import ChecksumEncoding, WebhookScheme, WebhookSpec
-from jobwarden.models.contract_loader import load_contract
+from jobwarden.models.contracts.contract import ChecksumEncoding, WebhookScheme, WebhookSpec
+from jobwarden.models.contracts.loader import load_contract
 from jobwarden.models.errors import ContractError
-from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
-from jobwarden.models.webhooks import (
+from jobwarden.models.provider.webhooks import (
     POLLED,
     REFUSAL_STATUS,
     Delivery,
@@ -28,7 +28,7 @@ from jobwarden.models.webhooks import (
     hmac_signature,
     verify_delivery,
 )
-from jobwarden.sandbox.behaviour import BehaviourError, parse_behaviour
+from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
 from tests.unit.factories import NOW, operation
 
 S = OperationState

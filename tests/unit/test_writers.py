@@ -24,14 +24,19 @@ from jobwarden.models.actions import (
     Record,
     escalate,
 )
-from jobwarden.models.approvals import decide_approval
-from jobwarden.models.cancel_requests import decide_cancel_request
 from jobwarden.models.errors import RefusedInputError
-from jobwarden.models.escalation import EXTEND_CHECKS, EscalationView, OptionKind, decide_option
-from jobwarden.models.history import EventKind
-from jobwarden.models.intent import Intake, intent_event, opening
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.humans.approvals import decide_approval
+from jobwarden.models.humans.cancel_requests import decide_cancel_request
+from jobwarden.models.humans.escalation import (
+    EXTEND_CHECKS,
+    EscalationView,
+    OptionKind,
+    decide_option,
+)
+from jobwarden.models.intake.intent import Intake, intent_event, opening
+from jobwarden.models.intake.submission import Submission
 from jobwarden.models.states import TERMINAL, OperationState
-from jobwarden.models.submission import Submission
 from tests.unit.factories import ACTOR, MAX_COUNTDOWN, NOW, contract, operation, planned, walked
 
 S = OperationState

@@ -1,6 +1,6 @@
 """operations: polling_mode, what an Azure-convention operation is polled through
 
-Under the Azure conventions (models/conventions.py) the create answer decides how the
+Under the Azure conventions (models/conventions/strategies.py) the create answer decides how the
 remote job is observed: a status monitor (Operation-Location / Azure-AsyncOperation),
 a Location polled until it stops answering 202, or the ARM resource itself. That
 choice must survive every later step, so it is a column. NULL for every other

@@ -3,7 +3,7 @@
 The column was spelt ``authorised_by`` while the escalation reason, the HTTP header
 and every provider's API say "authorization"; one word everywhere. Postgres renames
 the column inside the CHECK that names it; the constraint is renamed to match. The
-row digest keeps the fact's old name (models/row_facts.py ``DIGESTED_AS``), so every
+row digest keeps the fact's old name (models/history/row_facts.py ``DIGESTED_AS``), so every
 history written before this still verifies. Workers of the old release must be
 stopped before it runs: they would write the old column name.
 

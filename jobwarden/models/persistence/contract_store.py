@@ -15,7 +15,7 @@ from sqlalchemy import Table, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from jobwarden.models.contract_pins import VersionUse
+from jobwarden.models.contracts.pins import VersionUse
 from jobwarden.models.persistence.tables import OperationRow, ProviderContractRow
 from jobwarden.models.states import TERMINAL
 

@@ -3,7 +3,7 @@ create them ahead, read what a partition holds, record an archived segment, and 
 and drop a partition whose every history is archived.
 
 Helpers take the session and never commit. Partition names come from the catalog or
-from ``models.history_archive.partition_name``, and are quoted as identifiers anyway.
+from ``models.history.archive.partition_name``, and are quoted as identifiers anyway.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from jobwarden.models.errors import PartitionNotArchivedError
-from jobwarden.models.history_archive import (
+from jobwarden.models.history.archive import (
     DEFAULT_PARTITION,
     HeldOperation,
     Partition,

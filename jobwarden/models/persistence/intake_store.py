@@ -30,13 +30,13 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from jobwarden.models.history import GENESIS_HASH, ChainedEvent, chain
-from jobwarden.models.notifications import Notice, Subject, kind_for, notice
+from jobwarden.models.history.chain import GENESIS_HASH, ChainedEvent, chain
+from jobwarden.models.history.row_facts import ROW_FACTS, row_digest
+from jobwarden.models.humans.notifications import Notice, Subject, kind_for, notice
 from jobwarden.models.persistence import outbox
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.api_tables import IntakeLogRow
 from jobwarden.models.persistence.tables import TIMER_COLUMNS, EventRow, OperationRow
-from jobwarden.models.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.states import OperationState
 
 OPERATIONS = cast(Table, OperationRow.__table__)

@@ -1,4 +1,4 @@
-"""The reserved-key audit's one query (models/key_audit.py judges what it finds).
+"""The reserved-key audit's one query (models/intake/key_audit.py judges what it finds).
 
 A scan of operations whose key starts with a reserved prefix (case-insensitively, as
 intake refuses them): an operator's audit, run by hand, not a hot path.
@@ -9,11 +9,11 @@ from __future__ import annotations
 from sqlalchemy import func, or_, select, true
 from sqlalchemy.orm import Session
 
-from jobwarden.models.key_audit import KeyedOperation
+from jobwarden.models.intake.key_audit import KeyedOperation
+from jobwarden.models.intake.reserved_keys import RESERVED
 from jobwarden.models.persistence.api_tables import IntakeLogRow
 from jobwarden.models.persistence.schedule_tables import ScheduleRow, ScheduleSlotRow
 from jobwarden.models.persistence.tables import OperationRow
-from jobwarden.models.reserved_keys import RESERVED
 
 
 def keyed_operations(session: Session, tenant: str | None = None) -> list[KeyedOperation]:

@@ -17,7 +17,7 @@ from sqlalchemy import Table, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from jobwarden.models.notifications import CHANNELS, DeliveryStatus, Notice, NotificationKind
+from jobwarden.models.humans.notifications import CHANNELS, DeliveryStatus, Notice, NotificationKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence.notification_tables import NotificationRow
 from jobwarden.models.persistence.tables import OperationRow, TimerRow

@@ -2,7 +2,7 @@
 
 One row per (event id, channel). The row is written in the same statement as the
 operation write that needs a human, so a committed stop always has its notification
-and a rolled-back one never does; the relay (tasks/notifications.py) delivers it later.
+and a rolled-back one never does; the relay (tasks/humans/notifications.py) delivers it later.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from jobwarden.models.notifications import Channel, DeliveryStatus, NotificationKind
+from jobwarden.models.humans.notifications import Channel, DeliveryStatus, NotificationKind
 from jobwarden.models.persistence.tables import Base
 
 TZ = DateTime(timezone=True)

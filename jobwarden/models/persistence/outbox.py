@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from psycopg.types.json import Jsonb
 
-from jobwarden.models.notifications import CHANNELS, DeliveryStatus, Notice
+from jobwarden.models.humans.notifications import CHANNELS, DeliveryStatus, Notice
 
 # The columns a new row names (the rest take their defaults), with the casts their
 # binds need inside a SELECT list (an untyped bind there would be text).

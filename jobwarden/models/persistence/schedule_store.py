@@ -23,7 +23,7 @@ from jobwarden.models.persistence.schedule_tables import (
     ScheduleSlotRow,
 )
 from jobwarden.models.persistence.tables import OperationRow
-from jobwarden.models.schedules import (
+from jobwarden.models.schedules.slots import (
     OverlapPolicy,
     ScheduleAction,
     ScheduleSpec,
@@ -368,7 +368,7 @@ class PendingSlot:
     origin: str
     requested_by: str
     cancel_previous: bool
-    # The schedule's author (models/approvals.py: never approves what the slot submits).
+    # The schedule's author (models/humans/approvals.py: never approves what the slot submits).
     author: str | None = None
 
 

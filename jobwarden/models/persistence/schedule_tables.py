@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from jobwarden.models.persistence.tables import Base
-from jobwarden.models.schedules import (
+from jobwarden.models.schedules.slots import (
     OverlapPolicy,
     ScheduleAction,
     ScheduleStatus,

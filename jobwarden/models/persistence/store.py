@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from jobwarden.models.effects import Plan
 from jobwarden.models.errors import StaleVersionError, TransitionRefusedError
-from jobwarden.models.history import (
+from jobwarden.models.history.chain import (
     GENESIS_HASH,
     ChainedEvent,
     EventDraft,
@@ -42,7 +42,9 @@ from jobwarden.models.history import (
     chain,
     recorded_fields,
 )
-from jobwarden.models.notifications import NOTIFY_STATES, Notice, notices_for
+from jobwarden.models.history.row_facts import ROW_FACTS, row_digest
+from jobwarden.models.history.verification import ChainProblem, check_result, verify_chain
+from jobwarden.models.humans.notifications import NOTIFY_STATES, Notice, notices_for
 from jobwarden.models.operation import COLUMNS, Operation
 from jobwarden.models.persistence import outbox
 from jobwarden.models.persistence.db import driver_execute
@@ -54,9 +56,7 @@ from jobwarden.models.persistence.tables import (
     ResultRow,
     TimerRow,
 )
-from jobwarden.models.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.states import OperationState, check_transition
-from jobwarden.models.verification import ChainProblem, check_result, verify_chain
 
 # Core statements: history rows need no ORM identity, and this runs on every poll.
 EVENTS = cast(Table, EventRow.__table__)

@@ -265,7 +265,7 @@ class OperationRow(Base):
 class ProviderContractRow(Base):
     """A provider contract's text by its sha256 (0026): written once, at the first intake
     under it (or a move to it), and never changed; what pinned operations are read under
-    (models/contract_pins.py)."""
+    (models/contracts/pins.py)."""
 
     __tablename__ = "provider_contracts"
 

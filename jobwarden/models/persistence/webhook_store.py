@@ -1,6 +1,6 @@
 """SQL for webhook deliveries: finding the operation a delivery names, and the dedup row.
 
-Helpers take the session and never commit; the shell (tasks/webhooks.py) owns the
+Helpers take the session and never commit; the shell (tasks/provider/webhooks.py) owns the
 transaction, so the delivery row and the operation's event commit together or not
 at all: a delivery refused half-way can be sent again and is not a duplicate.
 """
@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.persistence.webhook_tables import WebhookDeliveryRow
-from jobwarden.models.webhooks import WebhookOutcome
+from jobwarden.models.provider.webhooks import WebhookOutcome
 
 DELIVERIES = cast(Table, WebhookDeliveryRow.__table__)
 OPERATIONS = cast(Table, OperationRow.__table__)

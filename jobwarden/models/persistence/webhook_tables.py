@@ -23,7 +23,7 @@ from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from jobwarden.models.persistence.tables import Base
-from jobwarden.models.webhooks import WebhookOutcome
+from jobwarden.models.provider.webhooks import WebhookOutcome
 
 TZ = DateTime(timezone=True)
 OUTCOME_VALUES = ", ".join(f"'{o.value}'" for o in WebhookOutcome)

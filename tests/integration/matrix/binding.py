@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from jobwarden.config.settings import Settings
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.states import OperationState as S
 from jobwarden.models.steps import CREATE
 from jobwarden.tasks import runtime as runtime_module
-from jobwarden.tasks.interventions import approve
+from jobwarden.tasks.humans.interventions import approve
 from jobwarden.tasks.pipeline import run_step
 from jobwarden.tasks.runtime import build_runtime
 from jobwarden.tasks.runtime import close as close_runtime

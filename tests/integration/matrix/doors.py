@@ -32,9 +32,9 @@ from sqlalchemy import select
 
 from jobwarden.api.auth import new_token, secret_hash
 from jobwarden.config.settings import Settings
-from jobwarden.harness import REPO
-from jobwarden.mcp_server import build_server
-from jobwarden.models.history import ChainedEvent
+from jobwarden.demo.harness import REPO
+from jobwarden.mcp.server import build_server
+from jobwarden.models.history.chain import ChainedEvent
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import api_store, store
 from jobwarden.models.persistence.api_store import IntakeEntry
@@ -170,7 +170,7 @@ class Doors:
     ) -> subprocess.CompletedProcess[str]:
         """``jobwarden ARGS`` as an operator runs it, against this run's servers."""
         return subprocess.run(
-            [sys.executable, "-m", "jobwarden.cli", *args],
+            [sys.executable, "-m", "jobwarden.cli.main", *args],
             cwd=REPO,
             env={**os.environ, "JOBWARDEN_PROVIDERS_DIR": str(self.providers), **(env or {})},
             capture_output=True,

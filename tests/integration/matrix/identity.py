@@ -11,13 +11,13 @@ from datetime import timedelta
 import pytest
 
 from jobwarden.models.errors import RefusedInputError
-from jobwarden.models.history import EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.states import OperationState as S
+from jobwarden.tasks.humans.interventions import approve
 from jobwarden.tasks.intake import submit_operation
-from jobwarden.tasks.interventions import approve
+from jobwarden.tasks.provider.webhooks import receive
 from jobwarden.tasks.runtime import utcnow
 from jobwarden.tasks.schedules import tick_once
-from jobwarden.tasks.webhooks import receive
 from tests.integration.api_helpers import insert_operation, tenant_name
 from tests.integration.matrix.doors import (
     HOOKS,

@@ -13,8 +13,8 @@ from datetime import timedelta
 
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.states import OperationState as S
+from jobwarden.tasks.humans.interventions import decide_escalation
 from jobwarden.tasks.intake import submit_from_message, submit_operation
-from jobwarden.tasks.interventions import decide_escalation
 from jobwarden.tasks.runtime import utcnow
 from jobwarden.tasks.schedules import tick_once
 from tests.integration.api_helpers import insert_operation, tenant_name

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from jobwarden.models.errors import RefusedInputError
-from jobwarden.models.schedules import rfc3339
+from jobwarden.models.schedules.slots import rfc3339
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.intake import submit_from_message, submit_operation
 from jobwarden.tasks.schedules import tick_once

@@ -9,7 +9,7 @@ from typing import Any
 
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.intake import submit_from_message, submit_operation
-from jobwarden.tasks.webhooks import receive
+from jobwarden.tasks.provider.webhooks import receive
 from tests.integration.api_helpers import insert_operation, tenant_name
 from tests.integration.matrix.doors import (
     COMMAND,

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from jobwarden.models.errors import AnotherApproverNeededError
-from jobwarden.models.identity import Author, token_author
+from jobwarden.models.humans.identity import Author, token_author
 from jobwarden.models.states import OperationState as S
-from jobwarden.tasks.interventions import approve
+from jobwarden.tasks.humans.interventions import approve
 from jobwarden.tasks.runtime import utcnow
 from jobwarden.tasks.schedules import tick_once
 from tests.integration.api_helpers import insert_operation, tenant_name

@@ -7,7 +7,7 @@ import hmac
 import secrets
 import time
 
-from jobwarden.sandbox.webhooks import (
+from jobwarden.demo.sandbox.webhooks import (
     HMAC_SIGNATURE_HEADER,
     HMAC_TIMESTAMP_HEADER,
     signed_delivery,
