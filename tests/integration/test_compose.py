@@ -169,7 +169,7 @@ def test_images_are_pinned_to_the_versions_the_embedded_mode_runs() -> None:
     assert minor is not None
     assert images["valkey"].startswith(f"valkey/valkey:{minor.group(1)}.")
     assert images["postgres"].startswith("postgres:18.")
-    assert '"pginstall18"' in (REPO / "jobwarden" / "embedded.py").read_text()
+    assert '"pginstall18"' in (REPO / "jobwarden" / "demo" / "embedded.py").read_text()
 
 
 def test_every_variable_compose_reads_is_in_the_env_example() -> None:
