@@ -106,6 +106,31 @@ def test_the_generated_reference_pages_are_not_stale() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_a_changed_command_makes_its_reference_page_stale(
+    fresh_clone: Path, tmp_path: Path
+) -> None:
+    # The staleness check is worth something only if a change in the code trips it: a
+    # command's help changed in a copy, its CLI page is named, nothing else.
+    changed = tmp_path / "clone"
+    shutil.copytree(fresh_clone, changed, symlinks=True)
+    cli = changed / "jobwarden" / "cli" / "main.py"
+    old = '"""The bounded options a human may pick for a stopped operation."""'
+    assert old in cli.read_text(encoding="utf-8")
+    cli.write_text(cli.read_text(encoding="utf-8").replace(old, '"""Options, reworded."""'))
+    done = subprocess.run(
+        [sys.executable, str(changed / "scripts" / "gen_docs.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=_clean_env(PYTHONPATH=str(changed)),
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "docs/reference/cli.md is stale: run python scripts/gen_docs.py"
+    ]
+
+
 def test_the_docs_site_builds_strict_from_a_fresh_clone(fresh_clone: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     done = subprocess.run(
