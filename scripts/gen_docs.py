@@ -80,7 +80,7 @@ def cli_page() -> str:
     )
     if done.returncode != 0:
         raise SystemExit(f"typer utils docs failed: {done.stderr.strip()[-2000:]}")
-    body = done.stdout.strip()
+    body = _link_commands(done.stdout.strip())
     title, _, rest = body.partition("\n")
     return "\n".join(
         [
@@ -96,6 +96,27 @@ def cli_page() -> str:
             "",
         ]
     )
+
+
+def _link_commands(markdown: str) -> str:
+    """Each entry of a command's **Commands** list links to that sub-command's section."""
+    import re
+
+    out, current, in_commands = [], "", False
+    for line in markdown.splitlines():
+        heading = re.match(r"#+ `([^`]+)`$", line)
+        if heading:
+            current, in_commands = heading.group(1), False
+        elif line.startswith("**"):
+            in_commands = line == "**Commands**:"
+        entry = re.match(r"\* `([^`]+)`:", line)
+        if entry and current and in_commands:
+            name = entry.group(1)
+            linked = f"[`{name}`](#{_slug(f'{current} {name}')})"
+            out.append(line.replace(f"`{name}`", linked, 1))
+        else:
+            out.append(line)
+    return "\n".join(out)
 
 
 # --- Settings --------------------------------------------------------------------------

@@ -19,6 +19,7 @@ What a newcomer installs (``pip install .``) is the interpreter running these te
 from __future__ import annotations
 
 import contextlib
+import html
 import os
 import re
 import secrets
@@ -131,22 +132,45 @@ def test_a_changed_command_makes_its_reference_page_stale(
     ]
 
 
-def test_the_docs_site_builds_strict_from_a_fresh_clone(fresh_clone: Path, tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    done = subprocess.run(
+def _mkdocs_build(project: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=fresh_clone,
+        cwd=project,
         capture_output=True,
         text=True,
         check=False,
         env=_clean_env(NO_MKDOCS_2_WARNING="1"),
         timeout=300,
     )
+
+
+@pytest.fixture(scope="module")
+def built_site(fresh_clone: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    site = tmp_path_factory.mktemp("site")
+    done = _mkdocs_build(fresh_clone, site)
     assert done.returncode == 0, done.stderr[-4000:]
+    return site
+
+
+def test_the_docs_site_builds_strict_from_a_fresh_clone(built_site: Path) -> None:
     for page in ("tutorial/first-operation", "reference/cli", "reference/http-api", "changelog"):
-        assert (site / page / "index.html").is_file(), page
+        assert (built_site / page / "index.html").is_file(), page
     # The includes brought the repository's own files in.
-    assert "Unreleased" in (site / "changelog" / "index.html").read_text(encoding="utf-8")
+    assert "Unreleased" in (built_site / "changelog" / "index.html").read_text(encoding="utf-8")
+
+
+def test_every_link_to_an_anchor_of_its_own_page_lands(built_site: Path) -> None:
+    # mkdocs --strict checks the anchors of Markdown links, not of links written as HTML
+    # (or made by the theme): the built pages are checked here, each href="#x" against
+    # the ids of its own page.
+    dangling = []
+    for page in sorted(built_site.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        ids = set(re.findall(r'\sid="([^"]+)"', text))
+        for target in re.findall(r'href="#([^"]*)"', text):
+            if target and html.unescape(target) not in ids:
+                dangling.append(f"{page.relative_to(built_site)}#{target}")
+    assert dangling == []
 
 
 def test_the_strict_build_fails_on_a_broken_link(fresh_clone: Path, tmp_path: Path) -> None:
@@ -155,15 +179,7 @@ def test_the_strict_build_fails_on_a_broken_link(fresh_clone: Path, tmp_path: Pa
     shutil.copytree(fresh_clone, broken, symlinks=True)
     page = broken / "docs" / "how-to" / "history.md"
     page.write_text(page.read_text(encoding="utf-8") + "\n[gone](../no-such-page.md)\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "s")],
-        cwd=broken,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=_clean_env(NO_MKDOCS_2_WARNING="1"),
-        timeout=300,
-    )
+    done = _mkdocs_build(broken, tmp_path / "site")
     assert done.returncode != 0
     assert "no-such-page.md" in done.stderr
 
