@@ -14,6 +14,8 @@ regenerating every generated page is this one command.
 - ``docs/reference/http-api.md``: the OpenAPI document of ``jobwarden.api.app.create_app``.
 - ``docs/reference/metrics.md``: every metric family the ``/metrics`` collectors in
   ``jobwarden/observability/`` build (name, type, labels, help), read from their source.
+- the "Convention reference" section of ``docs/contracts.md`` (between its markers): the
+  conventions' own table (``jobwarden/models/conventions/reference.py``).
 
 Generated in a clean environment: ``JOBWARDEN_*`` variables are dropped first, so a
 developer's settings never leak into a page.
@@ -570,6 +572,30 @@ def metrics_page() -> str:
     )
 
 
+# --- Convention reference (a section of docs/contracts.md) -----------------------------
+
+
+def contracts_page() -> str:
+    """docs/contracts.md with its convention reference regenerated between the markers:
+    the conventions' own functions probed on the shipped Azure contracts (the table
+    tests/unit/test_convention_reference.py holds equal)."""
+    from jobwarden.models.contracts.contract import Convention
+    from jobwarden.models.contracts.loader import SHIPPED_CONTRACTS_DIR, load_contract
+    from jobwarden.models.conventions.reference import BEGIN, END, reference_markdown
+
+    table = reference_markdown(
+        {
+            Convention.azure_lro: load_contract(SHIPPED_CONTRACTS_DIR / "azure_lro.toml"),
+            Convention.azure_arm: load_contract(SHIPPED_CONTRACTS_DIR / "azure_arm.toml"),
+        }
+    )
+    text = (DOCS / "contracts.md").read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise SystemExit("docs/contracts.md: the convention reference markers are missing")
+    head, rest = text.split(BEGIN, 1)
+    return head + table + rest.split(END, 1)[1]
+
+
 # --- Driver ----------------------------------------------------------------------------
 
 
@@ -585,6 +611,7 @@ def pages() -> dict[Path, Callable[[], str]]:
         REFERENCE / "contract-schema.md": contract_page,
         REFERENCE / "http-api.md": http_api_page,
         REFERENCE / "metrics.md": metrics_page,
+        DOCS / "contracts.md": contracts_page,
     }
 
 
