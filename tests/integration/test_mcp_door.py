@@ -1,9 +1,9 @@
 """The MCP door (issue 13, item 4): SDK clients against `jobwarden mcp`, over stdio and HTTP.
 
-The stdio server is the README's own configuration snippet run as a subprocess; the
-HTTP server is `jobwarden mcp --transport http` on a free port. Both talk to the
-test's scratch database and Redis prefix; no worker runs, so operations stay where
-their intake left them.
+The stdio server is the agents guide's configuration snippet (docs/how-to/agents.md) run
+as a subprocess; the HTTP server is `jobwarden mcp --transport http` on a free port. Both
+talk to the test's scratch database and Redis prefix; no worker runs, so operations stay
+where their intake left them.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ from jobwarden.models.states import OperationState as S
 from tests.integration.api_helpers import NOW, insert_operation, tenant_name
 from tests.integration.test_cli import REPO, _cli
 
-README = REPO / "README.md"
+# The agents' how-to guide of the docs site carries the snippet (it was the README's).
+GUIDE = REPO / "docs" / "how-to" / "agents.md"
 COMMAND = {"kind": "export", "behaviour": {"polls_to_finish": 1}}
 ALL = ("submit", "read", "cancel")
 WAIT = 30.0  # seconds any one exchange with a server may take before the test fails
@@ -63,16 +64,15 @@ def _token(url: str, tenant: str, scopes: tuple[str, ...] = ALL, name: str = "ag
 
 
 def _readme_server() -> dict[str, Any]:
-    """The stdio server entry of the README's "For agents (MCP)" JSON snippet."""
-    section = README.read_text().split("## For agents (MCP)", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```json\n(.*?)```", section, flags=re.S)
-    assert block is not None, "the README's MCP section has no json snippet"
+    """The stdio server entry of the agents guide's JSON snippet (docs/how-to/agents.md)."""
+    block = re.search(r"```json\n(.*?)```", GUIDE.read_text(), flags=re.S)
+    assert block is not None, "docs/how-to/agents.md has no json snippet"
     entry: dict[str, Any] = json.loads(block.group(1))["mcpServers"]["jobwarden"]
     return entry
 
 
 def _stdio_params(token: str) -> StdioServerParameters:
-    """The README snippet as written, its values pointed at this test's servers."""
+    """The guide's snippet as written, its values pointed at this test's servers."""
     entry = _readme_server()
     ours = {
         "JOBWARDEN_MCP_TOKEN": token,

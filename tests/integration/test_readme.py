@@ -1,4 +1,10 @@
-"""The README's Python examples run as written, against the test database and prefix."""
+"""The Python examples and `$ jobwarden ...` lines of the README and the docs site run as
+written, against the test database and prefix (issue 36: the examples moved from the README
+into the how-to guides; wherever they are, they run).
+
+The generated reference pages (docs/reference/) are left out: their `$ jobwarden [OPTIONS]`
+lines are usage synopses typer writes, not commands.
+"""
 
 from __future__ import annotations
 
@@ -11,22 +17,43 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-# Shell examples meant to run as written: the `$ jobwarden ...` lines of console blocks.
-COMMANDS = [
-    line.removeprefix("$ ")
-    for block in re.findall(r"```console\n(.*?)```", README.read_text(), flags=re.S)
-    for line in block.splitlines()
-    if line.startswith("$ jobwarden ")
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+PAGES = [
+    README,
+    *sorted(
+        p for p in (REPO / "docs").rglob("*.md") if "reference" not in p.relative_to(REPO).parts
+    ),
 ]
+
+
+def _blocks(fence: str) -> list[tuple[str, str]]:
+    """(page#n, text) of every ``fence`` block of the pages, in order."""
+    found = []
+    for page in PAGES:
+        blocks = re.findall(rf"```{fence}\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
+        name = page.relative_to(REPO).as_posix()
+        found += [(f"{name}#{i}", block) for i, block in enumerate(blocks)]
+    return found
+
+
+BLOCKS = _blocks("python")
+# Shell examples meant to run as written: the `$ jobwarden ...` lines of console blocks.
+COMMANDS = sorted(
+    {
+        line.removeprefix("$ ")
+        for _, block in _blocks("console")
+        for line in block.splitlines()
+        if line.startswith("$ jobwarden ")
+    }
+)
 
 
 def test_the_readme_has_python_examples() -> None:
     assert BLOCKS
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
+@pytest.mark.parametrize("block", [b for _, b in BLOCKS], ids=[name for name, _ in BLOCKS])
 def test_a_readme_example_runs_as_written(database_url: str, block: str) -> None:
     # A fresh interpreter, as a reader would run it: the JOBWARDEN_* variables the test
     # session set (scratch database, key prefix, queue) are its whole configuration.
@@ -37,10 +64,10 @@ def test_a_readme_example_runs_as_written(database_url: str, block: str) -> None
             "JOBWARDEN_DATABASE_URL": database_url,
             # The shipped contracts and defaults, as a reader has them (an earlier test
             # package may have pointed these at its own variants).
-            "JOBWARDEN_PROVIDERS_DIR": str(README.parent / "config" / "providers"),
+            "JOBWARDEN_PROVIDERS_DIR": str(REPO / "config" / "providers"),
             "JOBWARDEN_LEASE_TTL_SECONDS": "150",
         },
-        cwd=README.parent,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
@@ -61,10 +88,10 @@ def test_a_readme_shell_example_runs_as_written(database_url: str, command: str)
         env={
             **os.environ,
             "JOBWARDEN_DATABASE_URL": database_url,
-            "JOBWARDEN_PROVIDERS_DIR": str(README.parent / "config" / "providers"),
+            "JOBWARDEN_PROVIDERS_DIR": str(REPO / "config" / "providers"),
             "JOBWARDEN_LEASE_TTL_SECONDS": "150",
         },
-        cwd=README.parent,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,4 +1,5 @@
-"""The README's HTTP API example runs as written: db upgrade, a token, `jobwarden api`,
+"""The HTTP API walk-through (docs/how-to/http-api.md, once the README's) runs as written:
+db upgrade, a token, `jobwarden api`,
 a submit (201 with Location), the same request again (a replay) and a fetch.
 
 The one change made to the block: the port. 8080 may be taken where the tests run, so
@@ -20,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-SECTION = README.read_text(encoding="utf-8").split("## HTTP API", 1)[1].split("\n## ", 1)[0]
-BLOCKS = re.findall(r"```bash\n(.*?)```", SECTION, flags=re.S)
+REPO = Path(__file__).resolve().parents[2]
+GUIDE = REPO / "docs" / "how-to" / "http-api.md"
+BLOCKS = re.findall(r"```bash\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S)
 
 
 def _free_port() -> int:
@@ -32,7 +33,7 @@ def _free_port() -> int:
         return port
 
 
-def test_the_http_api_section_has_one_shell_example() -> None:
+def test_the_http_api_guide_has_one_shell_example() -> None:
     assert len(BLOCKS) == 1 and "jobwarden api &" in BLOCKS[0]
 
 
@@ -53,7 +54,7 @@ def test_the_readme_http_example_runs_as_written(database_url: str, tmp_path: Pa
                 "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
                 "JOBWARDEN_DATABASE_URL": database_url,
                 "JOBWARDEN_API_PORT": str(port),
-                "JOBWARDEN_PROVIDERS_DIR": str(README.parent / "config" / "providers"),
+                "JOBWARDEN_PROVIDERS_DIR": str(REPO / "config" / "providers"),
             },
             cwd=tmp_path,
             stdout=stdout,

@@ -1,4 +1,5 @@
-"""The README's worker command, run as written, logs: INFO lines, structured, and it
+"""The worker command of the operations guide (docs/how-to/operate.md, once the README's),
+run as written, logs: INFO lines, structured, and it
 consumes the queue JOBWARDEN_QUEUE names (here a queue of the test's own, so it never
 takes another test's tasks)."""
 
@@ -15,12 +16,13 @@ from pathlib import Path
 
 from jobwarden.demo.harness import wait_for
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+GUIDE = REPO / "docs" / "how-to" / "operate.md"
 
 
 def _worker_command() -> list[str]:
     (command,) = re.findall(
-        r"`(celery -A jobwarden\.config\.celery_app worker[^`]*)`", README.read_text()
+        r"`(celery -A jobwarden\.config\.celery_app worker[^`]*)`", GUIDE.read_text()
     )
     program, *args = shlex.split(command)
     # The venv's celery, as an activated venv would find it.
@@ -38,7 +40,7 @@ def test_the_readme_worker_command_logs_structured_info_lines(tmp_path: Path) ->
     with log_file.open("wb") as stderr, banner.open("wb") as stdout:
         worker = subprocess.Popen(
             _worker_command(),
-            cwd=README.parent,
+            cwd=REPO,
             env={**os.environ, "JOBWARDEN_QUEUE": queue, "JOBWARDEN_LOG_FORMAT": "json"},
             stdout=stdout,
             stderr=stderr,
