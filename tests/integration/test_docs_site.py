@@ -222,7 +222,6 @@ def newcomer_database() -> Iterator[str]:
 def test_the_readmes_first_operation_runs_from_a_fresh_clone(
     fresh_clone: Path, newcomer_database: str, tmp_path: Path
 ) -> None:
-    assert shutil.which("jq"), "the first operation picks the id with jq: install jq"
     # The one change made to the block: the sandbox's port (8765 may be taken where the
     # tests run), with JOBWARDEN_SANDBOX_URL pointing the contract at it.
     port = _free_port()
