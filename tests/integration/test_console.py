@@ -434,6 +434,11 @@ def test_every_viewer_of_a_running_operation_shares_one_poller_and_sees_its_chan
     assert seen == [[version, version + 1]] * viewers
     # One read per second for all four viewers (plus the first), not one per viewer.
     assert hub.reads <= elapsed + 2, (hub.reads, elapsed)
+    # Every viewer closed its stream: the server noticed (sse-starlette's disconnect
+    # watch cancels the stream) and the last one out stopped the poller.
+    from jobwarden.demo.harness import wait_for
+
+    wait_for(lambda: hub.pollers() == 0, timeout=15, what="the poller to stop")
 
 
 def test_a_console_form_sent_as_json_is_refused(database_url: str, base_url: str) -> None:
