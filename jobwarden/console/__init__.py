@@ -36,7 +36,7 @@ def install(app: FastAPI, settings: Settings) -> None:
 
     async def refused(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ConsoleError)
-        return page(request, "error.html", {"error": exc}, status=exc.status)
+        return page(request, "error.html", {"error": exc}, status=exc.status, headers=exc.headers)
 
     app.add_exception_handler(LoginRequiredError, login_required)
     app.add_exception_handler(ConsoleError, refused)

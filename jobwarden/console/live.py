@@ -84,9 +84,3 @@ def _offer(queue: asyncio.Queue[Marker | None], marker: Marker | None) -> None:
     if queue.full():
         queue.get_nowait()
     queue.put_nowait(marker)
-
-
-def sse(event: str, data: str) -> str:
-    """One message in the text/event-stream format (WHATWG HTML, server-sent events):
-    an ``event:`` line, one ``data:`` line, and the blank line that dispatches it."""
-    return f"event: {event}\ndata: {data}\n\n"

@@ -6,6 +6,7 @@ template renders; no request objects, so each is callable from a test.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,9 +28,11 @@ from jobwarden.models.humans.approvals import (
 from jobwarden.models.humans.escalation import Option
 from jobwarden.models.humans.identity import same_principal
 from jobwarden.models.operation import Operation
-from jobwarden.models.persistence import query_store, store
+from jobwarden.models.persistence import query_store, result_rows, store
 from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.result_rows import StoredResultRow
 from jobwarden.models.provider.outgoing import ShownRequest
+from jobwarden.models.results.access import validated
 from jobwarden.models.states import AUTOMATION_STOPPED, OFFERS_OPTIONS, TERMINAL
 from jobwarden.models.states import OperationState as S
 from jobwarden.observability.story import event_line
@@ -140,6 +143,68 @@ class OperationPage:
     cancellable: bool  # not ended: the cancel form is offered
     timeline_svg: str
     create_request: ShownRequest | None  # None: the provider is no longer configured
+    result: ResultBlock | None  # None: nothing was collected (or kept)
+    # The create's body indented for reading (JSON only; None: shown as sent). The page
+    # shows the exact bytes too: the approval binds those, not this rendering.
+    create_body_readable: str | None
+
+
+def readable_body(body: str | None) -> str | None:
+    """A JSON body indented two spaces, keys in their order; None when it is not JSON."""
+    if body is None:
+        return None
+    try:
+        return json.dumps(json.loads(body), indent=2, ensure_ascii=False)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultBlock:
+    """A collected result as GET /v1/operations/{id}/result serves it: its digest, size,
+    item count, what it is (validated, kept after failing validation, accepted by a
+    person) and the console's download link, which checks the digest as the API does."""
+
+    sha256: str
+    size_bytes: int
+    size: str  # as a person reads it: "1.4 MiB"
+    items: int | None
+    content_type: str
+    validated: str  # "validated", "accepted as it is", "failed validation (kept)"
+    where: str  # "inline in the database" or the result store's location
+    download: str
+
+
+def result_block(row: Operation, result: StoredResultRow | None) -> ResultBlock | None:
+    if result is None:
+        return None
+    checked = validated(row.state.value)
+    return ResultBlock(
+        sha256=result.sha256,
+        size_bytes=result.size_bytes,
+        size=byte_size(result.size_bytes),
+        items=result.record_count,
+        content_type=result.content_type or "application/octet-stream",
+        validated=(
+            "accepted as it is"
+            if checked == "accepted"
+            else "validated"
+            if checked
+            else "failed validation (kept)"
+        ),
+        where=result.location or "inline in the database",
+        download=f"/console/operations/{row.operation_id}/result",
+    )
+
+
+def byte_size(n: int) -> str:
+    """A size in binary units, as a person reads it (the exact bytes are shown beside)."""
+    size = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _approval_window_ends(
@@ -169,6 +234,7 @@ def operation_page(
         problems = [ChainProblem(seq=0, problem=p) for p in segment] or store.verify(
             session, operation_id, archived=archived
         )
+        result = result_rows.result_of(session, operation_id)
     ctx = rt.found_context(row)
     contract = ctx.contract if ctx is not None else None
     limits = contract.limits if contract is not None else None
@@ -219,7 +285,7 @@ def operation_page(
                 limits.max_result_fetches if limits else None,
             ),
         ],
-        deadlines=_deadlines(row, _waiting_since(row, events), now),
+        deadlines=_deadlines(row, events, now),
         story=[
             StoryLine(
                 at=ev.draft.at,
@@ -249,6 +315,8 @@ def operation_page(
         cancellable=row.state not in TERMINAL,
         timeline_svg=render_svg(timeline),
         create_request=shown,
+        result=result_block(row, result),
+        create_body_readable=readable_body(shown.body) if shown is not None else None,
     )
 
 
@@ -264,9 +332,29 @@ def _waiting_since(row: Operation, events: list[ChainedEvent]) -> datetime:
     return entered[-1] if entered else row.created_at
 
 
+# When each deadline is met: the first event entering one of these states (the create's by
+# the row's accepted_at). A met deadline is no longer a countdown: the page says it was met.
+MET_ON_ENTERING = {
+    "result": frozenset({S.result_collecting.value, S.succeeded.value}),
+    "cancel": frozenset({S.cancelled.value}),
+    "collect": frozenset(
+        {S.succeeded.value, S.result_validation_failed.value, S.result_accepted.value}
+    ),
+}
+
+
+def met_at(row: Operation, events: list[ChainedEvent], name: str) -> datetime | None:
+    """When the operation did what deadline ``name`` bounds; None if it has not (yet)."""
+    if name == "create":
+        return row.accepted_at
+    states = MET_ON_ENTERING.get(name, frozenset())
+    return next((e.draft.at for e in events if e.draft.to_state in states), None)
+
+
 def _deadlines(
-    row: Operation, since: datetime, now: datetime
+    row: Operation, events: list[ChainedEvent], now: datetime
 ) -> list[tuple[str, datetime | None, str]]:
+    since = _waiting_since(row, events)
     waiting = row.state in NOT_STARTED
     shown: list[tuple[str, datetime | None, str]] = []
     for name, at in (
@@ -275,16 +363,26 @@ def _deadlines(
         ("cancel", row.cancel_deadline),
         ("collect", row.collect_deadline),
     ):
+        met = met_at(row, events, name) if at is not None else None
         if waiting and at is not None and name in ("create", "result"):
             span = at - since
             started = "approved" if row.state is S.awaiting_approval else "admitted"
             shown.append((name, None, f"{_span(span)} from when it is {started}"))
+        elif at is None:
+            shown.append((name, at, "-"))
+        elif met is not None:
+            early = (at - met).total_seconds()
+            side = "before" if early >= 0 else "after"
+            shown.append((name, at, f"met, {_span(timedelta(seconds=abs(early)))} {side} it"))
         elif row.state in TERMINAL:
-            shown.append((name, at, "-"))  # ended: no deadline is running any more
+            # Ended without doing what it bounds: no deadline is running any more.
+            ended = f"ended {row.state.value}"
+            shown.append((name, at, f"missed: {ended}" if at <= row.updated_at else ended))
         else:
             shown.append((name, at, time_left(at, now)))
     timer = "approval window" if row.state is S.awaiting_approval else "next poll"
-    shown.append((timer, row.next_poll_at, time_left(row.next_poll_at, now)))
+    left = "-" if row.state in TERMINAL else time_left(row.next_poll_at, now)
+    shown.append((timer, row.next_poll_at, left))
     return shown
 
 

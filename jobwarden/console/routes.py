@@ -2,31 +2,35 @@
 
 Every page needs a session (jobwarden.console.session) whose token holds the
 ``read`` scope; a decision needs ``decide``, an approval ``approve`` and a cancel
-``cancel``, as over the HTTP API. Every POST carries the session's CSRF token in its form. Search
-and bulk decisions live in jobwarden/console/search.py.
+``cancel``, as over the HTTP API. A finished operation's result downloads from
+/console/operations/{id}/result under the session's token, exactly as
+GET /v1/operations/{id}/result serves it (same scope, same tenant, same digest
+check). Every POST carries the session's CSRF token in its form. Search and bulk
+decisions live in jobwarden/console/search.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
+from jobwarden.api import results
 from jobwarden.api.auth import Principal, Scope, secret_hash
 from jobwarden.api.context import runtime_of, settings_of
 from jobwarden.api.problems import ProblemError
 from jobwarden.api.queries import decode_cursor, encode_cursor, parse_operation_id
 from jobwarden.console import session as sessions
-from jobwarden.console.live import LiveHub, Marker, sse
+from jobwarden.console.live import LiveHub, Marker
 from jobwarden.console.pages import (
     APPROVAL_SECONDS,
     needs_a_human,
@@ -50,18 +54,21 @@ MAX_FORM_FIELD = 2000
 # No console form has more than a dozen fields; a body with more is not one of ours.
 MAX_FORM_FIELDS = 50
 # An idle stream sends a comment this often, so a vanished viewer is noticed and dropped.
-KEEPALIVE_SECONDS = 15.0
+KEEPALIVE_SECONDS = 15
+RECONNECT_MS = 3000
 NO_REASON = "a decision needs a reason: say why, for whoever reads the history"
 NO_CANCEL_REASON = "a cancel needs a reason: say why, for whoever reads the history"
 
 
 class ConsoleError(Exception):
-    """A refusal shown as a page: the status and a sentence naming what was wrong."""
+    """A refusal shown as a page: the status and a sentence naming what was wrong (and the
+    headers a client acts on, such as Retry-After)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = dict(headers or {})
 
 
 async def form_of(request: Request) -> dict[str, str]:
@@ -139,8 +146,16 @@ def checked(current: sessions.ConsoleSession, form: dict[str, str], scope: Scope
     return current.principal
 
 
-def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
-    return templates.TemplateResponse(request, name, context, status_code=status)
+def page(
+    request: Request,
+    name: str,
+    context: dict[str, Any],
+    status: int = 200,
+    headers: Mapping[str, str] | None = None,
+) -> HTMLResponse:
+    return templates.TemplateResponse(
+        request, name, context, status_code=status, headers=dict(headers or {})
+    )
 
 
 def see_other(url: str) -> RedirectResponse:
@@ -259,9 +274,11 @@ def hub_of(request: Request) -> LiveHub:
 
 
 @router.get("/operations/{operation_id}/stream")
-async def operation_stream(request: Request, operation_id: str) -> StreamingResponse:
-    """Server-sent events (WHATWG HTML §9.2, text/event-stream): ``changed`` with the new
-    version whenever the row changes, ``end`` once automation has stopped."""
+async def operation_stream(request: Request, operation_id: str) -> EventSourceResponse:
+    """Server-sent events (WHATWG HTML §9.2, text/event-stream, framed by sse-starlette):
+    ``changed`` with the new version whenever the row changes, ``end`` once automation
+    has stopped. sse-starlette sends the keep-alive comment and notices a viewer who left
+    (the disconnect cancels the generator, so the hub drops its watch)."""
     current = await run_in_threadpool(session_of, request)
     try:
         op_id = parse_operation_id(operation_id)
@@ -277,31 +294,47 @@ async def operation_stream(request: Request, operation_id: str) -> StreamingResp
         raise ConsoleError(404, "no such operation in this tenant")
     hub = hub_of(request)
 
-    async def events() -> AsyncIterator[str]:
-        yield "retry: 3000\n\n"
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        # How long a browser waits before reconnecting after the stream drops.
+        yield ServerSentEvent(retry=RECONNECT_MS)
         async with hub.watch(op_id) as changes:
             while True:
-                try:
-                    marker = await asyncio.wait_for(changes.get(), KEEPALIVE_SECONDS)
-                except TimeoutError:
-                    yield ": keepalive\n\n"
-                    continue
+                marker = await changes.get()
                 if marker is None:
-                    yield sse("end", json.dumps({"state": None}))
+                    yield ServerSentEvent(json.dumps({"state": None}), event="end")
                     return
-                yield sse("changed", json.dumps({"version": marker.version, "state": marker.state}))
+                changed = {"version": marker.version, "state": marker.state}
+                yield ServerSentEvent(json.dumps(changed), event="changed")
                 if marker.state in STOPPED:
                     # ``ended``: nothing may be asked of it any more (the page drops its
                     # cancel form, which sits outside the part that is swapped in).
-                    ended = marker.state in ENDED
-                    yield sse("end", json.dumps({"state": marker.state, "ended": ended}))
+                    ended = {"state": marker.state, "ended": marker.state in ENDED}
+                    yield ServerSentEvent(json.dumps(ended), event="end")
                     return
 
-    return StreamingResponse(
+    return EventSourceResponse(
         events(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        ping=KEEPALIVE_SECONDS,
+        headers={"Cache-Control": "no-store"},
     )
+
+
+@router.api_route("/operations/{operation_id}/result", methods=["GET", "HEAD"])
+def result_download(
+    request: Request,
+    operation_id: str,
+    current: Session,
+    range_: Annotated[str | None, Header(alias="Range")] = None,
+    if_range: Annotated[str | None, Header(alias="If-Range")] = None,
+) -> Response:
+    """The operation's collected result, as GET /v1/operations/{id}/result serves it
+    (the same function: the digest checked before the first byte, ranges, the
+    attachment disposition), authorised by the session's token instead of a header."""
+    try:
+        parse_operation_id(operation_id)
+        return results.get_result(operation_id, request, current.principal, range_, if_range)
+    except ProblemError as exc:
+        raise ConsoleError(exc.status, exc.detail, exc.headers) from None
 
 
 def _moved(exc: Exception) -> ConsoleError:

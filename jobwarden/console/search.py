@@ -97,8 +97,8 @@ def _choices() -> dict[str, Any]:
 def search(request: Request, current: Session, cursor: str | None = None) -> HTMLResponse:
     params = _filters(request)
     query = parse_filter(current.principal.tenant, params, limit=PAGE)
-    if cursor:
-        query = replace(query, after=cursor_at(cursor))
+    # Newest first: an operator searching is mostly after what just happened.
+    query = replace(query, newest_first=True, after=cursor_at(cursor) if cursor else None)
     with snapshot(settings_of(request).database_url) as session:
         found = query_store.list_operations(session, query)
     given = {k: v for k, v in params.items() if v}

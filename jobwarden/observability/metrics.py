@@ -24,13 +24,14 @@ More figures read from SQL are one more function in ``SQL_FIGURES``.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeHistogramMetricFamily,
@@ -42,6 +43,7 @@ from prometheus_client.registry import Collector
 from redis import Redis
 from sqlalchemy.orm import Session
 
+from jobwarden.models.humans.notifications import CHANNELS, DeliveryStatus
 from jobwarden.models.persistence import metrics_store, notification_store
 from jobwarden.observability.logs import get_logger
 from jobwarden.observability.schedule_metrics import schedule_families
@@ -49,6 +51,7 @@ from jobwarden.tasks.provider.webhooks import refusal_counts
 
 log = get_logger(__name__)
 
+GAVE_UP = DeliveryStatus.gave_up.value
 # The early-request, detection-delay and step-duration figures read this many most recent
 # events.
 DEFAULT_EVENT_WINDOW = 100_000
@@ -155,7 +158,16 @@ def notification_figures(scrape: Scrape) -> Iterable[Metric]:
     )
     for (channel, state), n in sorted(outbox.items()):
         notifications.add_metric([channel, state], n)
-    return [notifications]
+    # A row that gave up stays gave_up and is never deleted: their number only grows. One
+    # series per channel from the first scrape, so the alert's increase() sees the first.
+    given_up = CounterMetricFamily(
+        "jobwarden_notifications_given_up",
+        "Notifications whose delivery gave up (attempts or age ran out), by channel.",
+        labels=["channel"],
+    )
+    for channel in CHANNELS:
+        given_up.add_metric([channel.value], outbox.get((channel.value, GAVE_UP), 0))
+    return [notifications, given_up]
 
 
 def sweeper_figures(scrape: Scrape) -> Iterable[Metric]:
@@ -340,10 +352,48 @@ class WebhookRefusalCollector(Collector):
                 self._client = None
 
 
-def registry_for(*collectors: Collector) -> CollectorRegistry:
+class ProcessFigures(Collector):
+    """prometheus_client's process figures (CPU seconds, resident memory, open file
+    descriptors, start time) and Python's (garbage collection, version) for this process,
+    each sample labelled with its ``pid``.
+
+    The label is why this wraps the library's collectors rather than registering them
+    bare: the API runs several worker processes behind one port, and a scrape lands on
+    any of them, so unlabelled ``process_cpu_seconds_total`` would jump between
+    processes and read as counter resets. Per pid, each series is one process's own.
+    """
+
+    def __init__(self) -> None:
+        self._sources: list[Collector] = [
+            ProcessCollector(registry=None),
+            PlatformCollector(registry=None),
+            # GCCollector registers itself and takes no None: a registry of its own.
+            GCCollector(registry=CollectorRegistry(auto_describe=False)),
+        ]
+
+    def collect(self) -> Iterator[Metric]:
+        pid = str(os.getpid())  # a forked worker is another process
+        for source in self._sources:
+            for family in source.collect():
+                labelled = Metric(family.name, family.documentation, family.type, family.unit)
+                for sample in family.samples:
+                    labelled.add_sample(
+                        sample.name, {**sample.labels, "pid": pid}, sample.value, sample.timestamp
+                    )
+                yield labelled
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+def registry_for(*collectors: Collector, process: bool = True) -> CollectorRegistry:
+    """A registry of ``collectors`` and, unless ``process`` is False, the serving
+    process's own figures (``ProcessFigures``)."""
     registry = CollectorRegistry(auto_describe=False)
     for collector in collectors:
         registry.register(collector)
+    if process:
+        registry.register(ProcessFigures())
     return registry
 
 

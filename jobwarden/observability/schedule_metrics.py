@@ -27,10 +27,15 @@ def schedule_families(session: Session, now: datetime) -> list[Metric]:
             ScheduleRow.next_due_at.is_not(None),
         )
     )
+    # Every declared schedule has a series, 0 until it misses a slot: the alert's
+    # increase() sees the first miss (a series born at 1 shows no increase).
     missed = session.execute(
-        select(ScheduleRow.tenant, ScheduleRow.name, func.count())
-        .join(ScheduleSlotRow, ScheduleSlotRow.schedule_id == ScheduleRow.schedule_id)
-        .where(ScheduleSlotRow.state == SlotState.missed.value)
+        select(ScheduleRow.tenant, ScheduleRow.name, func.count(ScheduleSlotRow.schedule_id))
+        .outerjoin(
+            ScheduleSlotRow,
+            (ScheduleSlotRow.schedule_id == ScheduleRow.schedule_id)
+            & (ScheduleSlotRow.state == SlotState.missed.value),
+        )
         .group_by(ScheduleRow.tenant, ScheduleRow.name)
         .order_by(ScheduleRow.tenant, ScheduleRow.name)
     ).all()

@@ -14,8 +14,10 @@ parent's sampling, so a caller's ``traceparent`` flag decides), ``OTEL_EXPORTER_
 
 One trace per operation: the submission's span (``jobwarden.submit``, a child of the
 caller's ``traceparent`` or of the HTTP request's span) is the parent of every step's
-span (``jobwarden.step``) and each step's provider requests (client spans whose
-context is the ``traceparent`` the provider receives). A step runs in a worker, often
+span (``jobwarden.step``) and each step's provider requests: client spans from the
+OpenTelemetry httpx instrumentation (``instrument_client``), whose context is the
+``traceparent`` the provider receives; this module's own client span only where a
+provider plugin signs the request (``request_span``). A step runs in a worker, often
 woken by the sweeper rather than by a message that carried the context, so the
 submission's context is recorded in the intent event (``traceparent`` in its excerpt)
 and read back by the step (once per operation and process).
@@ -30,6 +32,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -246,6 +249,7 @@ def setup(service: str, environ: Mapping[str, str] = os.environ) -> bool:
         try:
             from opentelemetry import trace
             from opentelemetry.instrumentation.celery import CeleryInstrumentor
+            from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor  # noqa: F401
             from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
             from opentelemetry.sdk.resources import SERVICE_NAME, Resource
             from opentelemetry.sdk.trace import TracerProvider
@@ -254,6 +258,10 @@ def setup(service: str, environ: Mapping[str, str] = os.environ) -> bool:
             raise TelemetryConfigError(_MISSING) from None
         check_values(environ)
         if not _tracer:
+            # The stable HTTP conventions (url.full, http.request.method,
+            # http.response.status_code) for the instrumentations' spans, the names
+            # jobwarden's own client spans use; an operator's own setting wins.
+            os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "http")
             # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read by Resource.create, win.
             resource = Resource.create(
                 {} if environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: service}
@@ -391,12 +399,60 @@ def step_span(
         yield
 
 
+# The purpose of the provider request being sent (create, status, result, ...): read by the
+# httpx instrumentation's hook, which sees only the HTTP request.
+_purpose: ContextVar[str | None] = ContextVar("jobwarden_request_purpose", default=None)
+
+
+def instrument_client(client: Any) -> None:
+    """Client spans for a provider edge's httpx client, from the OpenTelemetry httpx
+    instrumentation (semantic conventions, the ``traceparent`` injected from its own
+    span); nothing when tracing is off. Its hook adds what the edge knows: the request's
+    purpose (``jobwarden.request``), and the URL without its query (a presigned
+    download's signature is a credential; the library redacts only a few known names)."""
+    if not enabled():
+        return
+    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+
+    HTTPXClientInstrumentor.instrument_client(client, request_hook=_request_hook)
+
+
+def _request_hook(span: Span, request: Any) -> None:
+    if not span.is_recording():
+        return
+    purpose = _purpose.get()
+    if purpose is not None:
+        span.set_attribute("jobwarden.request", purpose)
+    url = str(request.url)
+    if "?" in url:
+        shown = url.split("?", 1)[0]
+        # Both names: the stable conventions' and the old ones (OTEL_SEMCONV_STABILITY_OPT_IN).
+        for name in ("url.full", "http.url"):
+            span.set_attribute(name, shown)
+
+
 @contextmanager
-def request_span(method: str, url: str, purpose: str) -> Iterator[Span | None]:
-    """A provider request's client span (its context is the traceparent sent); None off."""
+def request_span(method: str, url: str, purpose: str, *, signed: bool) -> Iterator[Span | None]:
+    """A provider request's client span; yields ours, or None when the httpx
+    instrumentation makes it (or tracing is off).
+
+    ``signed``: a provider plugin rewrites the request after its headers are built
+    (signing them, ``traceparent`` included). The instrumentation injects its
+    ``traceparent`` in the transport, after the plugin, which would break such a
+    signature; so for a plugin's requests the instrumentation is suppressed and this
+    module's own span is the client span, its ``traceparent`` fixed before signing.
+    """
     if not enabled():
         yield None
         return
+    if not signed:
+        token = _purpose.set(purpose)
+        try:
+            yield None
+        finally:
+            _purpose.reset(token)
+        return
+    from opentelemetry.instrumentation.utils import suppress_http_instrumentation
     from opentelemetry.trace import SpanKind
 
     # The URL without its query: a presigned download's signature is a credential.
@@ -406,14 +462,18 @@ def request_span(method: str, url: str, purpose: str) -> Iterator[Span | None]:
         "url.full": shown,
         "jobwarden.request": purpose,
     }
-    with _tracer[0].start_as_current_span(
-        method, kind=SpanKind.CLIENT, attributes=attributes
-    ) as span:
+    with (
+        suppress_http_instrumentation(),
+        _tracer[0].start_as_current_span(
+            method, kind=SpanKind.CLIENT, attributes=attributes
+        ) as span,
+    ):
         yield span
 
 
 def answered(span: Span | None, status: int | None) -> None:
-    """Record the provider's status on its request span (5xx and no answer are errors)."""
+    """Record the provider's status on our own request span (5xx and no answer are
+    errors); the instrumentation's spans record theirs."""
     if span is None:
         return
     from opentelemetry.trace import Status, StatusCode

@@ -11,6 +11,7 @@ Retry-After (RFC 9110 §10.2.3) windows are shaded on the timeline.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import uuid
@@ -185,7 +186,11 @@ def test_an_approval_page_shows_what_is_approved_and_approves_the_operation(
     assert page.locator("#request-line").inner_text() == f"POST {create_url}"
     headers = page.locator("#request-headers").inner_text()
     assert "Authorization" in headers and "Bearer [redacted]" in headers
-    assert '"kind":"export"' in page.locator("#request-body").inner_text()
+    # Indented and wrapped for reading; the exact bytes the digest binds one click away.
+    readable = page.locator("#request-body-readable")
+    assert '\n  "kind": "export"' in readable.inner_text()
+    assert readable.evaluate("e => e.scrollWidth <= e.clientWidth")
+    assert '"kind":"export"' in (page.locator("#request-body").text_content() or "")
     assert fingerprint in text and "valid until" in text and "once" in text
     assert "left" in page.locator("#approval-window").inner_text()
     assert '"kind": "export"' in page.locator("#command").inner_text()
@@ -280,3 +285,40 @@ def test_a_running_operation_is_cancelled_from_its_page_and_the_provider_confirm
     shot(page, shots, "cancel-recorded")
     page.reload()
     assert page.locator("#cancel").count() == 0
+
+
+def test_a_finished_operation_shows_its_result_downloads_it_and_fits_a_phone(
+    page: Any, browser: Any, console_url: str, database_url: str, tenant: str, shots: Path
+) -> None:
+    op = submit(tenant, {"polls_to_finish": 1})
+    wait_state(database_url, op, "succeeded")
+    page.goto(f"/console/operations/{op}")
+    result = page.locator("#result")
+    digest = page.locator("#result-digest").inner_text()
+    assert len(digest) == 64 and "validated" in page.locator("#result-validated").inner_text()
+    # Met deadlines say so; none of them counts down on a finished operation.
+    for name in ("create", "result", "collect"):
+        cell = page.locator(f'tr[data-deadline="{name}"] td').nth(2).inner_text()
+        assert cell.startswith("met, ") and cell.endswith(" before it"), (name, cell)
+    assert page.locator('tr[data-deadline="next poll"] td').nth(2).inner_text() == "-"
+    with page.expect_download() as started:
+        page.click("#result-download")
+    saved = Path(started.value.path())
+    assert hashlib.sha256(saved.read_bytes()).hexdigest() == digest
+    result.scroll_into_view_if_needed()
+    shot(page, shots, "operation_finished_result")
+    # The same page on a phone (390 CSS px): nothing makes the page wider than the screen.
+    cookies = page.context.cookies()
+    phone = browser.new_context(
+        base_url=console_url, viewport={"width": 390, "height": 844}, device_scale_factor=2
+    )
+    try:
+        phone.add_cookies(cookies)
+        small = phone.new_page()
+        small.goto(f"/console/operations/{op}")
+        assert small.locator("#result-digest").inner_text() == digest
+        width = small.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, width
+        shot(small, shots, "operation_finished_phone")
+    finally:
+        phone.close()

@@ -28,6 +28,7 @@ from tests.otlp_receiver import Received, otlp_receiver
 
 CALLER_SPAN = "00f067aa0ba902b7"
 CLIENT = 3  # opentelemetry.proto.trace.v1.Span.SpanKind.SPAN_KIND_CLIENT
+HTTPX = "opentelemetry.instrumentation.httpx"
 
 
 def _free_port() -> int:
@@ -143,12 +144,19 @@ def test_a_callers_trace_continues_through_intake_every_step_and_every_provider_
     row = pipeline.row(op["operation_id"])
     sent = pipeline.creates(op["operation_id"]) + pipeline.job_requests(op["operation_id"])
     assert len(sent) >= 4  # the create, two status requests, the result
-    clients = {s["span_id"]: s for s in spans if s["kind"] == CLIENT and s["scope"] == "jobwarden"}
+    # The client spans are the OpenTelemetry httpx instrumentation's (the sandbox has no
+    # signing plugin), with what the edge adds: the request's purpose.
+    clients = {s["span_id"]: s for s in spans if s["kind"] == CLIENT and s["scope"] == HTTPX}
     for request in sent:
         version, trace_id, parent, flags = request["traceparent"].split("-")
         assert (version, trace_id, flags) == ("00", trace, "01")
         assert parent in clients, request
         assert by_id[clients[parent]["parent_id"]]["name"].startswith("jobwarden.step ")
+    attributes = [clients[r["traceparent"].split("-")[2]]["attributes"] for r in sent]
+    assert {a["jobwarden.request"] for a in attributes} >= {"create", "status", "result"}
+    assert all(a["http.request.method"] in ("GET", "POST") for a in attributes)
+    assert all(a["http.response.status_code"] in (200, 201, 202) for a in attributes)
+    assert all("?" not in a["url.full"] for a in attributes)
     assert row.trace_id == trace
 
 

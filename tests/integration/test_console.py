@@ -8,6 +8,7 @@ text/event-stream format (WHATWG HTML §9.2).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -20,12 +21,14 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text
 
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import OperationState as S
 from tests.api_server import serving
 from tests.integration.api_helpers import NOW, insert_operation, load, make_token, tenant_name
+from tests.integration.result_helpers import operation_with_result, pattern
 
 ALL = ["read", "cancel", "approve", "decide"]
 
@@ -277,7 +280,7 @@ def test_the_queue_groups_what_needs_a_human_by_reason_with_counts_oldest_first(
     assert str(waiting) in html
 
 
-def test_search_finds_by_remote_job_id_and_key_and_pages_by_keyset(
+def test_search_finds_by_remote_job_id_and_key_and_pages_newest_first_by_keyset(
     database_url: str, base_url: str
 ) -> None:
     tenant = tenant_name()
@@ -295,8 +298,13 @@ def test_search_finds_by_remote_job_id_and_key_and_pages_by_keyset(
         assert first.text.count("<tr data-operation=") == 50
         link = re.search(r'href="([^"]+)" rel="next"', first.text)
         assert link is not None
+        # Newest first: the first page starts with the last one created, the second
+        # ends with the first one.
+        assert first.text.index(str(ops[-1])) < first.text.index(str(ops[-2]))
+        assert str(ops[0]) not in first.text
         second = client.get(link.group(1).replace("&amp;", "&"))
-        assert second.text.count("<tr data-operation=") == 3 and str(ops[-1]) in second.text
+        assert second.text.count("<tr data-operation=") == 3
+        assert second.text.index(str(ops[2])) < second.text.index(str(ops[0]))
         bad = client.get("/console/search", params={"state": "sleeping"})
         assert bad.status_code == 422 and "state" in bad.text
         forged = client.get("/console/search", params={"cursor": "bm90LWEtY3Vyc29y"})
@@ -355,7 +363,9 @@ def test_the_stream_sends_the_current_version_then_ends_for_a_stopped_operation(
         client.stream("GET", f"/console/operations/{op}/stream") as answer,
     ):
         assert answer.headers["content-type"].startswith("text/event-stream")
-        text = "".join(answer.iter_text())
+        # sse-starlette ends lines with CRLF, one of the three the format allows.
+        text = "".join(answer.iter_text()).replace("\r\n", "\n")
+    assert text.startswith("retry: 3000\n\n")
     assert f'event: changed\ndata: {{"version": {version}, "state": "escalated"}}\n\n' in text
     assert text.endswith('event: end\ndata: {"state": "escalated", "ended": false}\n\n')
 
@@ -424,6 +434,11 @@ def test_every_viewer_of_a_running_operation_shares_one_poller_and_sees_its_chan
     assert seen == [[version, version + 1]] * viewers
     # One read per second for all four viewers (plus the first), not one per viewer.
     assert hub.reads <= elapsed + 2, (hub.reads, elapsed)
+    # Every viewer closed its stream: the server noticed (sse-starlette's disconnect
+    # watch cancels the stream) and the last one out stopped the poller.
+    from jobwarden.demo.harness import wait_for
+
+    wait_for(lambda: hub.pollers() == 0, timeout=15, what="the poller to stop")
 
 
 def test_a_console_form_sent_as_json_is_refused(database_url: str, base_url: str) -> None:
@@ -515,3 +530,97 @@ def test_an_operation_awaiting_approval_cancelled_from_the_console_ends_abandone
         done = client.post(f"{path}/cancel", data={"csrf": csrf, "reason": "not tonight"})
         assert done.status_code == 303, done.text
     assert load(database_url, op).state is S.abandoned
+
+
+def test_a_finished_operation_shows_its_result_and_downloads_it_under_the_session(
+    database_url: str, base_url: str
+) -> None:
+    tenant = tenant_name()
+    data = pattern(70_000)
+    op, _ = operation_with_result(database_url, tenant, data)
+    with transaction(database_url) as session:
+        session.execute(
+            text("UPDATE operation_results SET record_count = 42 WHERE operation_id = :op"),
+            {"op": op},
+        )
+    digest = hashlib.sha256(data).hexdigest()
+    with login(base_url, _token(database_url, tenant, "ops", ["read"])) as client:
+        html = client.get(f"/console/operations/{op}").text
+        block = html[html.index('id="result"') :]
+        assert f'<code id="result-digest">{digest}</code>' in block
+        assert "68.4 KiB (70000 bytes)" in block and '<dd id="result-items">42</dd>' in block
+        assert '<dd id="result-validated">validated</dd>' in block
+        assert f'href="/console/operations/{op}/result"' in block
+        got = client.get(f"/console/operations/{op}/result")
+        assert got.status_code == 200 and got.content == data
+        assert got.headers["repr-digest"].startswith("sha-256=")
+        assert got.headers["content-disposition"] == f'attachment; filename="{op}.result"'
+        assert got.headers["jobwarden-result-validated"] == "true"
+        ranged = client.get(f"/console/operations/{op}/result", headers={"Range": "bytes=0-9"})
+        assert ranged.status_code == 206 and ranged.content == data[:10]
+        # Still running: no result block, and the link's route names the state.
+        running = insert_operation(database_url, tenant, S.observing)
+        assert 'id="result"' not in client.get(f"/console/operations/{running}").text
+        none = client.get(f"/console/operations/{running}/result")
+        assert none.status_code == 404 and "observing: it has no result" in none.text
+        assert none.headers["content-type"].startswith("text/html")
+    # The same authorisation as the API: another tenant's session finds nothing, and
+    # without a session the download is a redirect to the login.
+    with login(base_url, _token(database_url, tenant_name(), "ops", ["read"])) as other:
+        assert other.get(f"/console/operations/{op}/result").status_code == 404
+    with httpx.Client(base_url=base_url) as anonymous:
+        answer = anonymous.get(f"/console/operations/{op}/result")
+        assert (answer.status_code, answer.headers.get("location")) == (303, "/console/login")
+
+
+def _deadline_cells(html: str) -> dict[str, str]:
+    rows = re.findall(r'<tr data-deadline="([^"]+)">.*?<td>([^<]*)</td></tr>', html)
+    return dict(rows)
+
+
+def test_a_met_deadline_reads_as_met_not_as_a_countdown(database_url: str, base_url: str) -> None:
+    tenant = tenant_name()
+    accepted = NOW + timedelta(seconds=30)
+    observing = insert_operation(database_url, tenant, S.observing, accepted_at=accepted)
+    ended = insert_operation(
+        database_url,
+        tenant,
+        S.succeeded,
+        accepted_at=accepted,
+        collect_deadline=NOW + timedelta(minutes=30),
+    )
+    # insert_operation records its intent entering the state given (succeeded at NOW).
+    with login(base_url, _token(database_url, tenant, "ops", ["read"])) as client:
+        running = _deadline_cells(client.get(f"/console/operations/{observing}").text)
+        done = _deadline_cells(client.get(f"/console/operations/{ended}").text)
+    # Created at NOW with a 5 min create deadline, accepted 30 s in: met 4.5 min early.
+    assert running["create"] == "met, 4 min before it"
+    assert running["result"].endswith("left")
+    assert done["create"] == "met, 4 min before it"
+    assert done["result"] == "met, 60 min before it"
+    assert done["collect"] == "met, 30 min before it"
+    assert done["next poll"] == "-"
+
+
+def test_the_approval_shows_the_body_indented_and_wrapped_and_the_bytes_it_binds(
+    database_url: str, base_url: str
+) -> None:
+    tenant = tenant_name()
+    command = {"kind": "payout", "payee": "ACME GmbH " * 8, "amount": "12345.67"}
+    op = insert_operation(
+        database_url, tenant, S.awaiting_approval, requested_by="token:bob", command=command
+    )
+    with login(base_url, _token(database_url, tenant, "carol", ALL)) as client:
+        html = client.get(f"/console/operations/{op}").text
+    readable = re.search(r'<pre class="wrapped" id="request-body-readable">(.*?)</pre>', html, re.S)
+    sent = re.search(r'<pre class="wrapped" id="request-body">(.*?)</pre>', html, re.S)
+    assert readable is not None and sent is not None, html
+    # One key a line: the amount never scrolls out of view behind a long payee.
+    assert "\n  &#34;amount&#34;: &#34;12345.67&#34;" in readable.group(1)
+    assert "\n" not in sent.group(1).strip() and "12345.67" in sent.group(1)
+
+
+def test_every_page_declares_a_viewport_for_phones(database_url: str, base_url: str) -> None:
+    with httpx.Client(base_url=base_url) as client:
+        html = client.get("/console/login").text
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in html

@@ -440,12 +440,26 @@ def test_a_scrape_within_the_cache_period_reuses_the_last_answer(database_url: s
     assert operations() == 2
 
 
+def _declare_schedule(url: str, tenant: str) -> None:
+    from jobwarden.models.persistence import schedule_store
+    from jobwarden.models.schedules.slots import parse_spec
+
+    spec = parse_spec(
+        tenant, "nightly", {"cron": "0 2 * * *", "timezone": "UTC", "provider": "sandbox",
+        "command": {"kind": "export"}},
+        key_limit=200,
+    )  # fmt: skip
+    with transaction(url) as session:
+        schedule_store.declare(session, spec, source="test", actor="pytest", now=NOW)
+
+
 def _sample_names(database_url: str) -> set[str]:
     from jobwarden.config.settings import get_settings
     from jobwarden.observability.metrics import WebhookRefusalCollector
 
     provider = f"metrics-{secrets.token_hex(4)}"
     _known_mix(database_url, provider)
+    _declare_schedule(database_url, f"metrics-{secrets.token_hex(4)}")
     settings = get_settings()
     refusals = WebhookRefusalCollector(settings.redis_url, settings.key_prefix)
     try:
@@ -468,7 +482,12 @@ def test_the_shipped_alert_rules_parse_and_query_only_metrics_jobwarden_serves(
         "JobwardenEscalationsWaiting",
         "JobwardenEarlyStatusRequests",
         "JobwardenSweeperLag",
+        "JobwardenNotificationsGivenUp",
+        "JobwardenScheduleSlotsMissed",
     }
+    # The two a person must act on without knowing the system say how (runbook text).
+    for name in ("JobwardenNotificationsGivenUp", "JobwardenScheduleSlotsMissed"):
+        assert len(alerts[name]["annotations"].get("runbook", "")) > 200, name
     assert all(set(r) >= {"expr", "labels", "annotations"} for r in alerts.values())
     assert alerts["JobwardenEarlyStatusRequests"]["expr"].endswith("> 0")
     served = _sample_names(database_url)
@@ -548,3 +567,105 @@ def test_escalations_are_counted_by_reason_and_the_count_stays_when_a_human_move
     after = _values(collect_families(database_url, at), provider)
     # Waiting is a gauge and drops; the counter of escalations never decreases.
     assert (after[counted], after[waiting]) == (2, 1)
+
+
+def test_the_api_serves_its_process_figures_labelled_by_pid(fresh_url: str) -> None:
+    import os
+
+    from jobwarden.api.app import create_app
+
+    with serving(create_app(_settings(fresh_url))) as url:
+        answer = httpx.get(f"{url}/metrics", timeout=30)
+    samples = {s.name: s for f in text_string_to_metric_families(answer.text) for s in f.samples}
+    # prometheus_client's process and Python figures, of the process that answered (the
+    # test serves the app in this one).
+    for name in (
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_start_time_seconds",
+        "python_gc_objects_collected_total",
+        "python_info",
+    ):
+        assert samples[name].labels.get("pid") == str(os.getpid()), name
+    assert samples["process_resident_memory_bytes"].value > 0
+
+
+def test_given_up_notifications_and_missed_slots_have_a_series_from_the_first_scrape(
+    fresh_url: str,
+) -> None:
+    tenant = f"metrics-{secrets.token_hex(4)}"
+    _declare_schedule(fresh_url, tenant)
+    families = {f.name: f for f in collect_families(fresh_url, NOW)}
+    given_up = families["jobwarden_notifications_given_up"]
+    assert given_up.type == "counter"
+    assert sorted((s.labels["channel"], s.value) for s in given_up.samples) == [
+        ("apprise", 0.0),
+        ("webhook", 0.0),
+    ]
+    missed = families["jobwarden_schedule_missed_slots"].samples
+    assert [(s.labels, s.value) for s in missed] == [
+        ({"tenant": tenant, "schedule": "nightly"}, 0.0)
+    ]
+
+
+def _promtool_case(series: str, values: str, alert: str, fires: dict[str, str]) -> dict[str, Any]:
+    """A promtool rule test: the alert fires 6 minutes in (after a first increase at 5) and
+    is quiet again once the increase has left its window (at 90 minutes)."""
+    return {
+        "interval": "1m",
+        "input_series": [{"series": series, "values": values}],
+        "alert_rule_test": [
+            {"eval_time": "4m", "alertname": alert, "exp_alerts": []},
+            {
+                "eval_time": "6m",
+                "alertname": alert,
+                "exp_alerts": [{"exp_labels": {"severity": "warning", **fires}}],
+            },
+            {"eval_time": "90m", "alertname": alert, "exp_alerts": []},
+        ],
+    }
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed: run scripts/install_promtool")
+def test_the_given_up_and_missed_slot_alerts_fire_on_the_first_one_and_clear(
+    tmp_path: Path,
+) -> None:
+    import yaml
+
+    assert PROMTOOL is not None
+    rules = yaml.safe_load((REPO / "docs" / "prometheus" / "alerts.yml").read_text())
+    # promtool compares annotations too; the firing is what this test is about (the
+    # runbook text is checked above), so the copy it reads has none.
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    (tmp_path / "alerts.yml").write_text(yaml.safe_dump(rules))
+    tests = {
+        "rule_files": ["alerts.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            _promtool_case(
+                'jobwarden_notifications_given_up_total{channel="webhook"}',
+                "0x4 1x100",
+                "JobwardenNotificationsGivenUp",
+                {"channel": "webhook"},
+            ),
+            _promtool_case(
+                'jobwarden_schedule_missed_slots_total{tenant="acme",schedule="nightly"}',
+                "0x4 1x100",
+                "JobwardenScheduleSlotsMissed",
+                {"tenant": "acme", "schedule": "nightly"},
+            ),
+        ],
+    }
+    (tmp_path / "alerts_test.yml").write_text(yaml.safe_dump(tests))
+    ran = subprocess.run(
+        [PROMTOOL, "test", "rules", "alerts_test.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr

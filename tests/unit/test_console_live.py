@@ -6,7 +6,7 @@ import asyncio
 import uuid
 from contextlib import AsyncExitStack
 
-from jobwarden.console.live import LiveHub, Marker, sse
+from jobwarden.console.live import LiveHub, Marker
 
 
 def test_many_viewers_of_one_operation_share_one_poller_and_all_see_each_change() -> None:
@@ -79,7 +79,3 @@ def test_a_slow_viewer_only_keeps_the_newest_change() -> None:
             assert newest is not None and newest.version == 3
 
     asyncio.run(scenario())
-
-
-def test_a_message_is_in_the_event_stream_format() -> None:
-    assert sse("changed", '{"version": 3}') == 'event: changed\ndata: {"version": 3}\n\n'

@@ -67,6 +67,10 @@ class OperationFilter:
     idempotency_key: str | None = None
     since: datetime | None = None
     after: Position | None = None
+    # The console lists the newest first (what an operator looks for is what just
+    # happened); the API pages oldest first, so a client that follows links.next while
+    # rows are inserted sees each one exactly once, the new ones at the end.
+    newest_first: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,7 +102,8 @@ def _page(rows: Sequence[Any], limit: int, key: str) -> Page:
 
 
 def list_operations(session: Session, f: OperationFilter) -> Page:
-    """One page of the tenant's operations, oldest first, matching every given filter."""
+    """One page of the tenant's operations, oldest first (newest first if the filter says
+    so), matching every given filter."""
     query = select(*_SUMMARY).where(OPERATIONS.c.tenant == f.tenant)
     if f.state is not None:
         query = query.where(OPERATIONS.c.state == f.state.value)
@@ -112,13 +117,18 @@ def list_operations(session: Session, f: OperationFilter) -> Page:
         query = query.where(OPERATIONS.c.idempotency_key == f.idempotency_key)
     if f.since is not None:
         query = query.where(OPERATIONS.c.created_at >= f.since)
+    key = tuple_(OPERATIONS.c.created_at, OPERATIONS.c.operation_id)
     if f.after is not None:
-        # A row comparison, so Postgres walks the (…, created_at, operation_id) index.
-        query = query.where(
-            tuple_(OPERATIONS.c.created_at, OPERATIONS.c.operation_id)
-            > tuple_(f.after.at, f.after.operation_id)
-        )
-    query = query.order_by(OPERATIONS.c.created_at, OPERATIONS.c.operation_id).limit(f.limit + 1)
+        # A row comparison, so Postgres walks the (…, created_at, operation_id) index (in
+        # either direction).
+        last = tuple_(f.after.at, f.after.operation_id)
+        query = query.where(key < last if f.newest_first else key > last)
+    order = (
+        (OPERATIONS.c.created_at.desc(), OPERATIONS.c.operation_id.desc())
+        if f.newest_first
+        else (OPERATIONS.c.created_at, OPERATIONS.c.operation_id)
+    )
+    query = query.order_by(*order).limit(f.limit + 1)
     return _page(session.execute(query).all(), f.limit, "created_at")
 
 

@@ -24,6 +24,7 @@ def result_of(session: Session, operation_id: uuid.UUID) -> StoredResultRow | No
             RESULTS.c.content_type,
             RESULTS.c.sha256,
             RESULTS.c.size_bytes,
+            RESULTS.c.record_count,
         ).where(RESULTS.c.operation_id == operation_id)
     ).first()
     if found is None:
@@ -34,6 +35,7 @@ def result_of(session: Session, operation_id: uuid.UUID) -> StoredResultRow | No
         content_type=found.content_type,
         sha256=found.sha256,
         size_bytes=found.size_bytes,
+        record_count=found.record_count,
     )
 
 
@@ -46,3 +48,5 @@ class StoredResultRow:
     content_type: str | None
     sha256: str
     size_bytes: int
+    # How many items the result holds, when its contract counts them (records, lines).
+    record_count: int | None = None

@@ -402,6 +402,7 @@ class ProviderClient:
         if client is None:
             limits = httpx.Limits(max_connections=20, max_keepalive_connections=10)
             client = self._clients[contract.name] = new_client(limits, USER_AGENT)
+            telemetry.instrument_client(client)
         return client
 
     def close(self) -> None:
@@ -429,11 +430,17 @@ class ProviderClient:
         here. Raises GiveUpError only for the credential (missing or unusable):
         retrying cannot help, and the runner escalates ``authorization_denied``.
 
-        Tracing on (jobwarden.observability.telemetry), the request is a client span and its
-        ``traceparent`` is that span's: real ids, the operation's sampling. Off, the
-        operation's trace id with a fresh span id, as before.
+        Tracing on (jobwarden.observability.telemetry), the request is a client span (the
+        httpx instrumentation's, or ours for a plugin's request) and its ``traceparent`` is
+        that span's: real ids, the operation's sampling. Off, the operation's trace id
+        with a fresh span id, as before.
         """
-        with telemetry.request_span(request.method, request.url, request.purpose.value) as span:
+        signed = contract.name in self.plugins
+        with telemetry.request_span(
+            request.method, request.url, request.purpose.value, signed=signed
+        ) as span:
+            # Tracing on and no plugin, the httpx instrumentation replaces this header
+            # with its client span's in the transport.
             parent = telemetry.header_of(span) if span is not None else traceparent(trace_id)
             answer = self._send(contract, request, parent, trace_id, collect)
             telemetry.answered(span, answer.observation.status_code)
