@@ -539,6 +539,8 @@ def decide(
             f"resubmitted as {decided.resubmitted_as} ({decided.resubmitted_state})",
             highlight=False,
         )
+    for warning in decided.warnings:
+        err.print(f"warning: {warning.detail}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
