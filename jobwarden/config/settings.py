@@ -116,10 +116,10 @@ class Settings(BaseSettings):
     # A wake-up message this overdue is presumed lost and re-sent by the sweeper.
     redispatch_after_seconds: float = Field(default=60.0, gt=0)
     worker_name: str = "worker"
-    # Every worker stamps a heartbeat per queue it consumes this often (tasks/heartbeat.py);
-    # a door that records an operation while no worker stamped the operations' queue for
-    # worker_silence_seconds says so (issue 36, point 5), as does /readyz.
+    # How often every worker stamps each queue it consumes, in Redis (tasks/heartbeat.py).
     worker_heartbeat_seconds: float = Field(default=5.0, gt=0, le=3600)
+    # No stamp on the operations' queue for this long (longer than the heartbeat, checked):
+    # submission answers, /readyz and the console say no worker consumes it (issue 36).
     worker_silence_seconds: float = Field(default=30.0, gt=0)
     # Log lines: JSON objects, or readable text for a terminal; unset: JSON unless stderr
     # is a TTY (jobwarden.observability.logs).
