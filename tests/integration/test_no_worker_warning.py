@@ -204,6 +204,12 @@ def _unattended(d: Doors) -> bool:
     return no_worker(d.rt.redis, d.settings) is not None
 
 
+def _stamped(d: Doors) -> list[str]:
+    """The workers (by name, before the @host) with a stamp on the queue, live or aged."""
+    members = d.rt.redis.zrange(heartbeat_key(d.settings.key_prefix, d.settings.queue), 0, -1)
+    return [m.decode().split("@", 1)[0] for m in members]
+
+
 def test_with_no_worker_every_door_says_so(doors: Doors) -> None:
     assert said(doors) == dict.fromkeys(DOORS, True)
 
@@ -222,11 +228,14 @@ def test_a_live_worker_silences_every_door_and_its_death_makes_them_speak_again(
         stack.kill_worker("hb")
         wait_for(lambda: _unattended(doors), timeout=WAIT, what="the heartbeat to go stale")
         assert said(doors) == dict.fromkeys(DOORS, True)
-        # Stopped gracefully, it takes its heartbeat with it: no silence to wait out.
+        # Stopped gracefully, it takes its heartbeat with it: no silence to wait out. (The
+        # killed worker's stamp stays, aged: only the stopped one's is removed.)
         stack.start_worker("hb2", concurrency=1, notifications=False)
         stack.wait_ready("hb2")
         wait_for(lambda: not _unattended(doors), timeout=WAIT, what="the new heartbeat")
+        assert sorted(_stamped(doors)) == ["hb", "hb2"]
         stack.stop()
+        assert _stamped(doors) == ["hb"]
         assert _unattended(doors)
         assert python_door(doors) and http_door(doors)
     finally:
