@@ -165,5 +165,5 @@ def readyz(request: Request) -> JSONResponse:
         "workers": "none" if warnings else "ok",
         "warnings": warnings,
     }
-    headers = {"Jobwarden-Warning": ", ".join(str(w["code"]) for w in warnings)}
+    headers = {intake.WARNING_HEADER: ", ".join(str(w["code"]) for w in warnings)}
     return JSONResponse(body, headers=headers if warnings else None)
