@@ -207,7 +207,7 @@ def _unattended(d: Doors) -> bool:
 def _stamped(d: Doors) -> list[str]:
     """The workers (by name, before the @host) with a stamp on the queue, live or aged."""
     members = d.rt.redis.zrange(heartbeat_key(d.settings.key_prefix, d.settings.queue), 0, -1)
-    return [m.decode().split("@", 1)[0] for m in members]
+    return [m.decode().split("@", 1)[0] for m in members if isinstance(m, bytes)]
 
 
 def test_with_no_worker_every_door_says_so(doors: Doors) -> None:
