@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of
+from jobwarden.api.intake import SubmitWarning
 from jobwarden.api.problems import ProblemError
 from jobwarden.api.queries import owned_operation
 from jobwarden.api.responses import problem_responses
@@ -84,6 +85,8 @@ class ActionAnswer(BaseModel):
     # A resubmission's new operation (a new token, linked both ways), and its first state.
     resubmitted_as: uuid.UUID | None = None
     resubmitted_state: OperationState | None = None
+    # A resubmission's advice about now (as POST /v1/operations gives it): no_worker.
+    warnings: list[SubmitWarning] = Field(default_factory=list)
 
 
 class ApprovalAnswer(ActionAnswer):
@@ -287,4 +290,5 @@ def decide_operation(
         answer.resubmitted_as = uuid.UUID(decided.resubmitted_as)
         if decided.resubmitted_state is not None:
             answer.resubmitted_state = OperationState(decided.resubmitted_state)
+        answer.warnings = [SubmitWarning.model_validate(w.as_dict()) for w in decided.warnings]
     return answer

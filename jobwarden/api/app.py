@@ -26,6 +26,7 @@ from jobwarden.api.problems import ProblemError, install_handlers
 from jobwarden.api.token_cache import TokenCache
 from jobwarden.config.settings import Settings, get_settings
 from jobwarden.console import install as install_console
+from jobwarden.models.intake.attendance import no_worker_warning
 from jobwarden.models.persistence.db import snapshot
 from jobwarden.observability import telemetry
 from jobwarden.observability.metrics import (
@@ -34,6 +35,7 @@ from jobwarden.observability.metrics import (
     exposition,
     registry_for,
 )
+from jobwarden.tasks.heartbeat import last_beat
 from jobwarden.tasks.runtime import Runtime, build_runtime, current
 from jobwarden.tasks.runtime import close as close_runtime
 
@@ -124,9 +126,17 @@ def metrics(request: Request) -> Response:
 
 
 def readyz(request: Request) -> JSONResponse:
-    """Postgres answers SELECT 1 and Redis answers PING; else a 503 problem naming which."""
+    """Postgres answers SELECT 1 and Redis answers PING; else a 503 problem naming which.
+
+    Also whether a worker consumes the operations' queue (``workers``: ok or none, and
+    the no_worker warning, as a submission gives it). Reported, never failed on: the API
+    records work durably without workers (it waits in Postgres, the sweeper relays it),
+    so failing readiness would take intake out of the load balancer whenever workers
+    are down or not yet started, turning a worker outage into an intake outage.
+    """
     settings = settings_of(request)
     down: list[str] = []
+    warnings: list[dict[str, object]] = []
     try:
         with snapshot(settings.database_url) as session:
             session.execute(text("SELECT 1"))
@@ -136,10 +146,24 @@ def readyz(request: Request) -> JSONResponse:
         client = Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
         try:
             client.ping()
+            newest, now = last_beat(client, settings.key_prefix, settings.queue)
+            warning = no_worker_warning(
+                settings.queue, newest, now, settings.worker_silence_seconds
+            )
+            if warning is not None:
+                warnings.append(warning.as_dict())
         finally:
             client.close()
     except Exception:
         down.append("redis")
     if down:
         raise ProblemError(503, "not_ready", f"not answering: {', '.join(down)}", down=down)
-    return JSONResponse({"status": "ready", "postgres": "ok", "redis": "ok"})
+    body = {
+        "status": "ready",
+        "postgres": "ok",
+        "redis": "ok",
+        "workers": "none" if warnings else "ok",
+        "warnings": warnings,
+    }
+    headers = {intake.WARNING_HEADER: ", ".join(str(w["code"]) for w in warnings)}
+    return JSONResponse(body, headers=headers if warnings else None)

@@ -8,6 +8,11 @@ scenarios): a missing key is 400, a key reused with another fingerprint is 422
 (checked before "in progress"), a key whose first request is still being recorded
 is 409. A retry of a completed request gets the original answer (status and body)
 again; the draft names no header for that, so ours is ``Idempotent-Replayed: true``.
+
+An answer naming an operation that waits on a queue no worker consumes says so (issue
+36, point 5): a ``warnings`` member in the body, and ``Jobwarden-Warning: no_worker``, a
+header of our own (RFC 9111 obsoleted ``Warning``, which was about caches anyway). The
+warning is advice about now, so a replay carries today's, not the first answer's.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from jobwarden.tasks.provider.edge import json_depth, parse_json
 router = APIRouter(tags=["operations"])
 
 REPLAY_HEADER = "Idempotent-Replayed"
+# RFC 8941 list of tokens: each warning's code (today only no_worker).
+WARNING_HEADER = "Jobwarden-Warning"
 # How long a caller should wait before retrying a key whose first request is in progress.
 IN_PROGRESS_RETRY_SECONDS = 1
 # The status code of each answer, also written to the intake log's http_status.
@@ -89,6 +96,13 @@ class Links(BaseModel):
     events: str
 
 
+class SubmitWarning(BaseModel):
+    code: str = Field(description="no_worker: no worker consumed the queue lately")
+    queue: str
+    last_seen: str | None = Field(description="the newest heartbeat on the queue, if kept")
+    detail: str
+
+
 class SubmissionAnswer(BaseModel):
     outcome: str
     operation_id: str
@@ -96,6 +110,11 @@ class SubmissionAnswer(BaseModel):
     fingerprint: str
     trace_id: str
     links: Links
+    warnings: list[SubmitWarning] = Field(
+        default_factory=list,
+        description="advice about now: no_worker when nothing consumes the operation's queue "
+        "(also named by the Jobwarden-Warning header)",
+    )
 
 
 def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
@@ -296,6 +315,7 @@ def _answer(result: SubmitResult, *, outcome: str, state: str) -> dict[str, Any]
         "fingerprint": result.fingerprint,
         "trace_id": result.trace_id,
         "links": links(result.operation_id),
+        "warnings": [w.as_dict() for w in result.warnings],
     }
 
 
@@ -341,6 +361,8 @@ def _respond(result: SubmitResult) -> JSONResponse:
         body = _answer(result, outcome=outcome.value, state=str(result.state))
     if status == 201:
         headers["Location"] = body["links"]["self"]
+    if result.warnings:
+        headers[WARNING_HEADER] = ", ".join(w.code for w in result.warnings)
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -350,6 +372,14 @@ def _respond(result: SubmitResult) -> JSONResponse:
     response_model=SubmissionAnswer,
     summary="Submit an operation (Idempotency-Key required)",
     responses={
+        201: {
+            "headers": {
+                WARNING_HEADER: {
+                    "description": "no_worker: no worker consumed the operation's queue lately",
+                    "schema": {"type": "string"},
+                }
+            }
+        },
         200: {"model": SubmissionAnswer, "description": "duplicate_event: the existing one"},
         **problem_responses(
             {

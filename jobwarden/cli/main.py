@@ -469,6 +469,8 @@ def submit(
     # The CLI has always logged as the Python door (it is the Python call from a shell).
     result = submit_request(wanted, door="python", caller=who.caller)
     console.print_json(json.dumps(result.as_dict()))
+    for warning in result.warnings:  # one line each, beside the JSON a script reads
+        err.print(f"warning: {warning.detail}", markup=False, highlight=False, soft_wrap=True)
     # Exit codes a script can branch on: 0 recorded (created, replayed, duplicate_event),
     # 3 conflict (same key, different request: nothing was touched), 4 in progress.
     raise typer.Exit(SUBMIT_EXIT_CODES.get(result.outcome.value, 0))
@@ -537,6 +539,8 @@ def decide(
             f"resubmitted as {decided.resubmitted_as} ({decided.resubmitted_state})",
             highlight=False,
         )
+    for warning in decided.warnings:
+        err.print(f"warning: {warning.detail}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -39,6 +39,8 @@ def make_celery(settings: Settings) -> Celery:
             "jobwarden.tasks.schedules",
             "jobwarden.tasks.history_archive",
             "jobwarden.tasks.metrics_tallies",
+            # Not tasks: the consumer step stamping the worker's queues (issue 36, point 5).
+            "jobwarden.tasks.heartbeat",
         ],
     )
     transport = {

@@ -116,6 +116,11 @@ class Settings(BaseSettings):
     # A wake-up message this overdue is presumed lost and re-sent by the sweeper.
     redispatch_after_seconds: float = Field(default=60.0, gt=0)
     worker_name: str = "worker"
+    # How often every worker stamps each queue it consumes, in Redis (tasks/heartbeat.py).
+    worker_heartbeat_seconds: float = Field(default=5.0, gt=0, le=3600)
+    # No stamp on the operations' queue for this long (longer than the heartbeat, checked):
+    # submission answers, /readyz and the console say no worker consumes it (issue 36).
+    worker_silence_seconds: float = Field(default=30.0, gt=0)
     # Log lines: JSON objects, or readable text for a terminal; unset: JSON unless stderr
     # is a TTY (jobwarden.observability.logs).
     log_format: Literal["json", "console"] | None = None
@@ -192,6 +197,16 @@ class Settings(BaseSettings):
             return parse_store_url(value).url
         except SettingsError as exc:
             raise ValueError(str(exc).removeprefix(f"{STORE_VARIABLE}: ")) from None
+
+    @model_validator(mode="after")
+    def _silence_longer_than_heartbeat(self) -> Settings:
+        # Shorter, a live worker would be reported missing between two of its beats.
+        if self.worker_silence_seconds <= self.worker_heartbeat_seconds:
+            raise ValueError(
+                "JOBWARDEN_WORKER_SILENCE_SECONDS must be longer than "
+                "JOBWARDEN_WORKER_HEARTBEAT_SECONDS (a live worker would look gone between beats)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _countdown_below_visibility(self) -> Settings:

@@ -42,6 +42,7 @@ from jobwarden.models.persistence import query_store, store
 from jobwarden.models.persistence.db import snapshot
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
 from jobwarden.models.states import OperationState as S
+from jobwarden.tasks.heartbeat import no_worker
 from jobwarden.tasks.humans import interventions
 from jobwarden.tasks.runtime import utcnow
 
@@ -153,6 +154,11 @@ def page(
     status: int = 200,
     headers: Mapping[str, str] | None = None,
 ) -> HTMLResponse:
+    if "session" in context and not name.startswith("_"):
+        # A whole page for a signed-in person carries the banner (templates/_no_worker.html)
+        # when no worker consumes the operations' queue; a live fragment does not ask.
+        warning = no_worker(runtime_of(request).redis, settings_of(request))
+        context = {**context, "no_worker": warning}
     return templates.TemplateResponse(
         request, name, context, status_code=status, headers=dict(headers or {})
     )

@@ -107,6 +107,11 @@ class StartAnswer(BaseModel):
     fingerprint: str = Field(description="sha256 over method, route, tenant, provider, command")
     trace_id: str | None
     next_step: str = Field(description="what to do now")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="advice about now, e.g. no worker consumes the operation's queue: it "
+        "waits until one starts (tell a person; retrying does not help)",
+    )
 
 
 class CancelAnswer(BaseModel):
@@ -223,6 +228,7 @@ def _start(
         fingerprint=result.fingerprint,
         trace_id=result.trace_id,
         next_step=NEXT_STEP[result.outcome],
+        warnings=[f"{w.code}: {w.detail}" for w in result.warnings],
     )
 
 

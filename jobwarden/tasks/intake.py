@@ -22,6 +22,7 @@ from jobwarden.models.concurrency import admits_now, key_limit
 from jobwarden.models.contracts.contract import ProviderContract
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.history.chain import GENESIS_HASH, ChainedEvent, chain
+from jobwarden.models.intake.attendance import NoWorkerWarning
 from jobwarden.models.intake.fingerprint import request_fingerprint, show_key
 from jobwarden.models.intake.intent import Intake, intent_event, opening
 from jobwarden.models.intake.submission import (
@@ -36,9 +37,11 @@ from jobwarden.models.persistence import api_store, concurrency_store, intake_st
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import Base, EventRow, OperationRow
+from jobwarden.models.states import TERMINAL
 from jobwarden.models.states import OperationState as S
 from jobwarden.observability import telemetry
 from jobwarden.tasks.dispatch import enqueue
+from jobwarden.tasks.heartbeat import no_worker
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 
 
@@ -85,6 +88,9 @@ class SubmitResult:
     trace_id: str | None = None
     # A replay's: the state the creating answer named (the HTTP door repeats that answer).
     created_state: str | None = None
+    # Advice about now, not part of the recorded answer: no worker consumes the queue the
+    # operation waits on (issue 36, point 5). Empty when one does, or nothing waits.
+    warnings: tuple[NoWorkerWarning, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -93,6 +99,7 @@ class SubmitResult:
             "state": self.state,
             "fingerprint": self.fingerprint,
             "trace_id": self.trace_id,
+            "warnings": [w.as_dict() for w in self.warnings],
         }
 
 
@@ -164,7 +171,23 @@ def submit_request(
         recorded = traced
         if recorded is None and caller_trace is not None and request.trace_parent is not None:
             recorded = request.trace_parent.strip(" \t")
-        return _submit(rt, sub, door, who, caller_trace, resubmit_of, recorded)
+        return _advised(rt, _submit(rt, sub, door, who, caller_trace, resubmit_of, recorded))
+
+
+# The answers that name an operation a worker must still drive.
+_WAITING_ANSWERS = frozenset(
+    {SubmitOutcome.created, SubmitOutcome.replayed, SubmitOutcome.duplicate_event}
+)
+_ENDED = frozenset(s.value for s in TERMINAL)
+
+
+def _advised(rt: Runtime, result: SubmitResult) -> SubmitResult:
+    """``result`` with a no-worker warning when its operation waits on a queue nobody
+    consumes: one Redis round trip (the newest heartbeat), never Celery's broadcast."""
+    if result.outcome not in _WAITING_ANSWERS or result.state in _ENDED:
+        return result
+    warning = no_worker(rt.redis, rt.settings)
+    return result if warning is None else replace(result, warnings=(warning,))
 
 
 def _log_invalid(

@@ -21,7 +21,15 @@ def test_readyz_answers_when_postgres_and_redis_answer(database_url: str) -> Non
     with serving(create_app()) as api:
         ready = httpx.get(f"{api}/readyz", timeout=10)
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "postgres": "ok", "redis": "ok"}
+    body = ready.json()
+    assert {k: body[k] for k in ("status", "postgres", "redis")} == {
+        "status": "ready",
+        "postgres": "ok",
+        "redis": "ok",
+    }
+    # Whether a worker consumes the queue is reported, never failed on (see
+    # test_no_worker_warning.py, which runs a worker on a queue of its own).
+    assert body["workers"] in ("ok", "none")
 
 
 def test_readyz_is_a_503_problem_naming_each_service_that_does_not_answer() -> None:

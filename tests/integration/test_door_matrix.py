@@ -33,6 +33,7 @@ from tests.api_server import serving
 from tests.door_matrix_report import TABLE_PROPERTY
 from tests.integration.api_helpers import tenant_name
 from tests.integration.matrix import (
+    attended,
     binding,
     hostile,
     identity,
@@ -70,6 +71,7 @@ PROMISES = (
     "reserved_keys",  # keys jobwarden derives cannot be submitted (17)
     "intake_log",  # every submission answer is logged with its door and caller
     "no_500",  # hostile input is a refusal naming the field, never a crash
+    "no_silent_wait",  # an answer says when no worker consumes the queue (issue 36, point 5)
 )
 
 
@@ -174,6 +176,21 @@ CELLS: dict[tuple[str, str], Cell] = {
     ("schedules", "no_500"): hostile.schedules,
     ("resubmit", "no_500"): hostile.resubmit,
     ("webhooks", "no_500"): hostile.webhooks,
+    # -- no silent wait on a dead queue --------------------------------------------------
+    ("python", "no_silent_wait"): attended.python,
+    ("celery", "no_silent_wait"): attended.celery,
+    ("http", "no_silent_wait"): attended.http,
+    ("mcp", "no_silent_wait"): attended.mcp,
+    ("cli", "no_silent_wait"): attended.cli,
+    ("console", "no_silent_wait"): attended.console,
+    ("schedules", "no_silent_wait"): NotApplicable(
+        "a schedule's slots are submitted by the beat's tick task, which a worker runs: no "
+        "one waits on that answer (/readyz and the console's banner tell the operator)"
+    ),
+    ("resubmit", "no_silent_wait"): attended.resubmit,
+    ("webhooks", "no_silent_wait"): NotApplicable(
+        "a webhook never submits: it is matched to an operation a worker already drives"
+    ),
 }
 
 

@@ -37,6 +37,7 @@ from jobwarden.models.humans.escalation import (
     view_of,
 )
 from jobwarden.models.humans.identity import HUMAN, Author, AuthorKind, as_author
+from jobwarden.models.intake.attendance import NoWorkerWarning
 from jobwarden.models.intake.resubmission import resubmission, resubmit_key
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
@@ -154,6 +155,8 @@ class Decision:
     state: str
     resubmitted_as: str | None = None
     resubmitted_state: str | None = None
+    # The resubmission's advice about now: no worker consumes the queue it waits on.
+    warnings: tuple[NoWorkerWarning, ...] = ()
 
 
 def decide_escalation(  # noqa: PLR0913 - the door names itself for the intake log
@@ -231,6 +234,7 @@ def _resubmit(rt: Runtime, operation_id: str, who: Author, note: str, door: str)
         state=written.stored.state.value,
         resubmitted_as=answer.operation_id,
         resubmitted_state=answer.state,
+        warnings=answer.warnings,
     )
 
 
