@@ -17,20 +17,34 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from redis import Redis
 
 from jobwarden.demo.harness import wait_for
-from jobwarden.models.actions import ProviderRequest, RequestPurpose, Send
+from jobwarden.models.actions import (
+    Decided,
+    DelaySource,
+    EscalationReason,
+    ProviderRequest,
+    RequestPurpose,
+    Send,
+    Wait,
+    escalate,
+)
+from jobwarden.models.effects import plan
 from jobwarden.models.errors import LeaseNotAcquiredError
 from jobwarden.models.history.chain import EventKind
+from jobwarden.models.operation import Operation
+from jobwarden.models.plan import Plan
+from jobwarden.models.provider.signals import RawResponse
 from jobwarden.models.states import OperationState
 from jobwarden.tasks import leases
 from jobwarden.tasks.leases import lease_key, operation_lease, step_lease
 from jobwarden.tasks.reservations import Reservation, announced_key, spend_once, spent
-from tests.unit.factories import operation
+from tests.unit.factories import ACTOR, NOW, operation, reply
 
 MARKER_TTL = 60
 
@@ -56,18 +70,24 @@ def _announce(redis: Redis, prefix: str, op: uuid.UUID, ordinal: int) -> None:
         lease.left_on_row = ordinal  # as settling its last write records it
 
 
-def _spends(lease: Reservation, op: uuid.UUID, ordinal: int) -> bool:
-    """Whether a poll of a row that reserved ``ordinal`` may send it on the reservation."""
+def _poll(op: uuid.UUID, ordinal: int) -> tuple[Operation, Send]:
+    """A row waiting to poll with request ``ordinal`` reserved, and the poll's request."""
     url = f"http://127.0.0.1:1/v1/jobs/{op}"
     row = operation(
         OperationState.observing,
         operation_id=op,
+        remote_job_id="job-1",
         status_url=url,
         status_requests_used=ordinal,
         reserved_request=ordinal,
     )
     request = ProviderRequest(purpose=RequestPurpose.status, method="GET", url=url)
-    return lease.spend(row, Send(request=request, event=EventKind.poll_sent)) is not None
+    return row, Send(request=request, event=EventKind.poll_sent)
+
+
+def _spends(lease: Reservation, op: uuid.UUID, ordinal: int) -> bool:
+    """Whether a poll of a row that reserved ``ordinal`` may send it on the reservation."""
+    return lease.spend(*_poll(op, ordinal)) is not None
 
 
 def _expired(redis: Redis, prefix: str, op: uuid.UUID) -> AbstractContextManager[Reservation]:
@@ -306,3 +326,50 @@ def test_both_leases_exclude_a_redis_py_lock_on_the_same_key_and_it_them(
         assert not lock.acquire()
     with step_lease(redis, prefix, op, 30, MARKER_TTL):
         assert not lock.acquire()
+
+
+def _planned(op: Operation, decided: Decided, answer: RawResponse | None = None) -> Plan:
+    return plan(op, decided, actor=ACTOR, now=NOW, answer=answer, max_countdown=60)
+
+
+def test_a_settled_answer_carries_the_spent_reservation_over_the_row_it_was_spent_on(
+    redis: Redis, prefix: str
+) -> None:
+    op = uuid.uuid4()
+    _announce(redis, prefix, op, 1)
+    row, send = _poll(op, 1)
+    with step_lease(redis, prefix, op, 30, MARKER_TTL) as lease:
+        leaving = lease.spend(row, send)
+        assert leaving is not None and leaving.reserved_request is None
+        wait = Wait(
+            until=NOW + timedelta(seconds=5),
+            delay_seconds=5,
+            delay_source=DelaySource.local_backoff,
+            clipped_to_deadline=False,
+        )
+        written_over, p = lease.settle(leaving, _planned(leaving, Decided(action=wait), reply(200)))
+        assert written_over is row  # the fence: the row as stored, not as the request left it
+        (polled,) = p.events
+        assert polled.excerpt is not None and polled.excerpt["request"] == 1
+        assert (p.changes["status_requests_used"], p.changes["reserved_request"]) == (2, 2)
+        assert lease.left_on_row == 2
+    assert redis.get(announced_key(prefix, op)) == b"2"
+
+
+def test_a_reserved_request_not_sent_after_all_is_not_recorded_and_stays_spent(
+    redis: Redis, prefix: str
+) -> None:
+    op = uuid.uuid4()
+    _announce(redis, prefix, op, 1)
+    row, send = _poll(op, 1)
+    with step_lease(redis, prefix, op, 30, MARKER_TTL) as lease:
+        assert lease.spend(row, send) is not None
+        # Its deadline passed before it left (steps.unsent): decided on the row as stored.
+        detail = "result deadline passed; reserved request not sent"
+        stop = escalate(row.state, EscalationReason.deadline_exceeded, detail)
+        written_over, p = lease.settle(row, _planned(row, Decided(action=stop)))
+        assert written_over is row
+        assert [e.kind for e in p.events] == [EventKind.escalated]
+        # Marked and perhaps sent, as far as Redis knows: counted and unused, never returned.
+        assert "reserved_request" not in p.changes and "status_requests_used" not in p.changes
+    assert spent(redis, prefix, op, 1)
