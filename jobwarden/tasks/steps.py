@@ -132,19 +132,11 @@ def run(
         send = decided.action
         if not isinstance(send, Send):
             break
-        unbound = _off_approval(ctx, op, send, now)
-        if unbound is not None:
-            # Nothing leaves: not the create that was approved (invariant 13).
-            decided = unbound
+        cleared = _cleared(rt, ctx, op, decided, send, now=now)
+        if isinstance(cleared, Decided):
+            decided = cleared  # nothing leaves, nothing is counted
             break
-        # Before the claim, so a refused token costs neither a counted request nor a
-        # reservation; the step waits, never sleeps.
-        starts = send.request.purpose is RequestPurpose.create and op.create_attempts == 0
-        token = take(rt.redis, rt.settings.key_prefix, ctx.contract, create=starts)
-        if not token.granted:
-            decided = rate_limited(decided, send, retry_after=token.retry_after, now=now)
-            break
-        stamped = replace(decided, action=granted(send, token.at))
+        stamped = replace(decided, action=cleared)
         row, leaving = _claimed(rt, session, reservation, op, stamped, answer=answer, now=now)
         faults.fault_point(rt.redis, rt.settings.key_prefix, step.claim_point, fault_scope)
         now = utcnow()
@@ -173,6 +165,23 @@ def run(
     if isinstance(decided.action, Accept):
         faults.fault_point(rt.redis, rt.settings.key_prefix, "after_accept_commit", fault_scope)
     return op, p.next_at
+
+
+def _cleared(  # noqa: PLR0913 - the runner's state before a request, each named at the one call
+    rt: Runtime, ctx: StepContext, op: Operation, decided: Decided, send: Send, *, now: datetime
+) -> Send | Decided:
+    """``send`` cleared to leave, with the rate limiter's grant in its record; or the step's
+    decision when it may not: not the create that was approved (invariant 13), or no token
+    from the provider's shared rate limiter (the step waits, never sleeps). Before the
+    claim, so a request held back costs neither a counted request nor a reservation."""
+    unbound = _off_approval(ctx, op, send, now)
+    if unbound is not None:
+        return unbound
+    starts = send.request.purpose is RequestPurpose.create and op.create_attempts == 0
+    token = take(rt.redis, rt.settings.key_prefix, ctx.contract, create=starts)
+    if not token.granted:
+        return rate_limited(decided, send, retry_after=token.retry_after, now=now)
+    return granted(send, token.at)
 
 
 def _claimed(  # noqa: PLR0913 - the runner's state at the claim, each named at the one call
