@@ -18,12 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from jobwarden.models.history.chain import EventKind
 from jobwarden.models.results.validation import ResultVerdict
+from jobwarden.models.states import EscalationReason as EscalationReason  # noqa: PLC0414
 from jobwarden.models.states import OperationState
 
-if TYPE_CHECKING:  # operation.py imports EscalationReason from here
+if TYPE_CHECKING:
     from jobwarden.models.operation import RowChanges
 
 S = OperationState
+# EscalationReason is defined in states.py, with the states a stop lands in: operation.py
+# needs it and this module names operation.RowChanges, so defining it here made the two
+# import each other. Re-exported (the alias above), so every decision imports it from here.
 
 
 class DelaySource(StrEnum):
@@ -36,20 +40,6 @@ class DelaySource(StrEnum):
     manual_extension = "manual_extension"  # a human extended the bounds
     local_rate_limit = "local_rate_limit"  # no token from the provider's shared rate limiter
     webhook_interval = "webhook_interval"  # a webhook woke a status read less than its interval ago
-
-
-class EscalationReason(StrEnum):
-    deadline_exceeded = "deadline_exceeded"  # the result deadline passed while the job ran
-    request_budget_exhausted = "request_budget_exhausted"  # no status request left to send
-    rate_limited = "rate_limited"  # too many consecutive 429s
-    unknown_state = "unknown_state"  # a state the contract does not name, or an unexpected 404
-    authorization_denied = "authorization_denied"  # 401/403: never retry the same credential
-    provider_failure = "provider_failure"  # transport budget spent, or a refused request
-    contract_violation = "contract_violation"  # the provider contradicted itself or the contract
-    cancellation_unconfirmed = "cancellation_unconfirmed"  # cancel bounds ran out unconfirmed
-    internal_error = "internal_error"  # a step kept crashing on this operation (a bug, or input)
-    # A reconciling create is not the one approved; it may have reached the approved target.
-    approval_stale = "approval_stale"
 
 
 # The one place that says where a stop lands. While a cancel is ours, every stop is

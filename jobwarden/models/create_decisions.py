@@ -7,7 +7,7 @@ the same token, never to a fresh one (invariant 2).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from jobwarden.models.actions import (
@@ -28,7 +28,11 @@ from jobwarden.models.actions import (
 from jobwarden.models.contracts.contract import ReconciliationPath, RemoteStatus
 from jobwarden.models.conventions.steps import convention_create
 from jobwarden.models.conventions.strategies import AZURE
-from jobwarden.models.create_outcomes import CreateOutcomeKind, decide_after_create
+from jobwarden.models.create_outcomes import (
+    CreateOutcome,
+    CreateOutcomeKind,
+    decide_after_create,
+)
 from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.polling.backoff import validate_poll_hint
@@ -205,6 +209,32 @@ def _asked_delay(
     return retry_after, hint
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _CreateAnswer:
+    """A create (or same-token reconciliation) answer, read once for every branch."""
+
+    signal: HttpSignal
+    outcome: CreateOutcome
+    job_id: str | None
+    status_url: str | None
+    reconciling: bool
+    replayed: bool  # the provider says it replayed the answer to our token
+
+    @property
+    def located(self) -> tuple[str, str] | None:
+        """The job id and status URL, when the answer names both."""
+        if self.job_id is None or self.status_url is None:
+            return None
+        return self.job_id, self.status_url
+
+    @property
+    def accepted_as(self) -> EventKind:
+        """The event that records the job this answer names."""
+        if self.reconciling:
+            return EventKind.reconciled
+        return EventKind.create_replayed if self.replayed else EventKind.create_accepted
+
+
 def after_create(
     op: Operation,
     ctx: StepContext,
@@ -214,8 +244,34 @@ def after_create(
     u: float,
 ) -> Decided:
     """What a create (or same-token reconciliation) answer means. Never a fresh token."""
+    answer = _read_create_answer(op, ctx, raw, now)
+    in_place = _answered_in_place(op, ctx, raw, answer, now)
+    if in_place is not None:
+        return in_place
+    outcome = answer.outcome
+    match outcome.kind:
+        case CreateOutcomeKind.accepted if answer.located is not None:
+            job_id, status_url = answer.located
+            url = resolve_url(ctx.base_url, status_url)
+            return accept(op, ctx, job_id, url, answer.accepted_as, now, raw)
+        case CreateOutcomeKind.accepted | CreateOutcomeKind.contract_violation:
+            return _job_in_doubt(op, ctx, answer)
+        case CreateOutcomeKind.authorization_denied:
+            detail = f"HTTP {answer.signal.status_code} on create"
+            return Decided(action=escalate(op.state, EscalationReason.authorization_denied, detail))
+        case CreateOutcomeKind.refused:
+            refused = Finish(state=S.failed, reason=outcome.detail, event=EventKind.create_refused)
+            return Decided(action=refused)
+        case CreateOutcomeKind.in_flight:
+            return _still_in_flight(op, ctx, answer, now, u)
+        case CreateOutcomeKind.ambiguous | CreateOutcomeKind.rate_limited:
+            return _sent_again_later(op, ctx, answer, now, u)
+
+
+def _read_create_answer(
+    op: Operation, ctx: StepContext, raw: RawResponse, now: datetime
+) -> _CreateAnswer:
     contract = ctx.contract
-    reconciling = op.state is S.reconciling
     signal = classify_http(raw.observation, now=now)
     job_id, status_url = job_locator(contract, raw)
     spec = contract.create
@@ -230,83 +286,94 @@ def after_create(
         in_flight=in_flight,
         accepted=signal.status_code in spec.accepted_statuses,
     )
-    replayed = raw.observation.headers.get("idempotent-replayed", "").lower() == "true"
-    if contract.convention in AZURE and signal.kind in (SignalKind.ok, SignalKind.accepted):
+    return _CreateAnswer(
+        signal=signal,
+        outcome=outcome,
+        job_id=job_id,
+        status_url=status_url,
+        reconciling=op.state is S.reconciling,
+        replayed=raw.observation.headers.get("idempotent-replayed", "").lower() == "true",
+    )
+
+
+def _answered_in_place(
+    op: Operation, ctx: StepContext, raw: RawResponse, answer: _CreateAnswer, now: datetime
+) -> Decided | None:
+    """A 2xx answer read before its outcome: by the Azure convention the contract names,
+    or as a result answered in place of a job. None: the outcome decides."""
+    if answer.signal.kind not in (SignalKind.ok, SignalKind.accepted):
+        return None
+    if ctx.contract.convention in AZURE:
         # An Azure convention reads its own 2xx create answers (models/conventions/steps.py):
         # which header names the monitor, and whether the answer already ended the job.
-        event = (
-            EventKind.reconciled
-            if reconciling
-            else (EventKind.create_replayed if replayed else EventKind.create_accepted)
-        )
-        by_convention = convention_create(op, ctx, raw, event, now)
+        by_convention = convention_create(op, ctx, raw, answer.accepted_as, now)
         if by_convention is not None:
             return by_convention
-    if job_id is None and signal.kind in (SignalKind.ok, SignalKind.accepted):
-        # A result answered in place of a job (a synchronous provider): nothing to poll,
-        # so it is collected (or ended) under this operation, and the history says so.
-        view = poll_view(op, accepted_at=now)
-        sync = synchronous_outcome(ctx, raw, view, now)
-        if sync is not None:
-            wait = first_poll(view, contract.poll, now=now)
-            event = EventKind.reconciled if reconciling else EventKind.create_accepted
-            in_place = Accept(job_id=None, status_url=None, wait=wait, event=event, then=sync)
-            return Decided(action=in_place, seen={"synchronous": True})
-    seen = {"job_id": job_id}
-    kind = outcome.kind
-    if kind is CreateOutcomeKind.accepted and job_id is not None and status_url is not None:
-        event = (
-            EventKind.reconciled
-            if reconciling
-            else (EventKind.create_replayed if replayed else EventKind.create_accepted)
-        )
-        url = resolve_url(ctx.base_url, status_url)
-        return accept(op, ctx, job_id, url, event, now, raw)
-    if kind in (CreateOutcomeKind.accepted, CreateOutcomeKind.contract_violation):
-        detail = (
-            outcome.detail
-            if kind is CreateOutcomeKind.contract_violation
-            else "accepted without a status location the contract names"
-        )
-        # A remote job may exist: keep its id for the human who reconciles it (if it can be
-        # stored as is; an unusable one stays in the observation's excerpt only).
-        usable = job_id is not None and job_id_problem(contract, job_id) is None
-        keep = job_id if op.remote_job_id is None and usable else None
-        action = escalate(op.state, EscalationReason.contract_violation, detail, keep_job_id=keep)
-        return Decided(action=action, seen=seen)
-    if kind is CreateOutcomeKind.authorization_denied:
-        detail = f"HTTP {signal.status_code} on create"
-        return Decided(action=escalate(op.state, EscalationReason.authorization_denied, detail))
-    if kind is CreateOutcomeKind.refused:
-        return Decided(
-            action=Finish(state=S.failed, reason=outcome.detail, event=EventKind.create_refused)
-        )
-    ambiguous = kind is CreateOutcomeKind.ambiguous
-    create_by = earlier(op.create_deadline, op.business_deadline)
-    if kind is CreateOutcomeKind.in_flight:
-        # The provider still works on our first request: the outcome is not known yet, and
-        # only the same token, later, may learn it (never a fresh one). Waiting for it is
-        # not a failed attempt: it is bounded by the create deadline, not by
-        # max_create_attempts (a first answer delayed 40 s must not exhaust five attempts).
-        wait = retry_wait(
-            outcome.retry_after,
-            contract.poll,
-            attempt=op.create_attempts,
-            u=u,
-            now=now,
-            deadline=create_by,
-        )
-        # The provider holds our request, so a job may come of it: the create's outcome
-        # is unknown, and a deadline that passes now is reconciliation's to escalate,
-        # never a quiet `failed` that would orphan the job the provider then creates.
-        retry = Retry(
-            wait=wait,
-            event=EventKind.create_ambiguous,
-            to=None if reconciling else S.create_unknown,
-            detail=outcome.detail,
-            counts_transport_failure=False,
-        )
-        return Decided(action=retry)
+    if answer.job_id is not None:
+        return None
+    # A result answered in place of a job (a synchronous provider): nothing to poll,
+    # so it is collected (or ended) under this operation, and the history says so.
+    view = poll_view(op, accepted_at=now)
+    sync = synchronous_outcome(ctx, raw, view, now)
+    if sync is None:
+        return None
+    wait = first_poll(view, ctx.contract.poll, now=now)
+    event = EventKind.reconciled if answer.reconciling else EventKind.create_accepted
+    in_place = Accept(job_id=None, status_url=None, wait=wait, event=event, then=sync)
+    return Decided(action=in_place, seen={"synchronous": True})
+
+
+def _job_in_doubt(op: Operation, ctx: StepContext, answer: _CreateAnswer) -> Decided:
+    """Accepted without a status location, or a contract violation: a remote job may
+    exist, so a person reconciles it, with its id kept (if it can be stored as is; an
+    unusable one stays in the observation's excerpt only)."""
+    outcome, job_id = answer.outcome, answer.job_id
+    detail = (
+        outcome.detail
+        if outcome.kind is CreateOutcomeKind.contract_violation
+        else "accepted without a status location the contract names"
+    )
+    usable = job_id is not None and job_id_problem(ctx.contract, job_id) is None
+    keep = job_id if op.remote_job_id is None and usable else None
+    action = escalate(op.state, EscalationReason.contract_violation, detail, keep_job_id=keep)
+    return Decided(action=action, seen={"job_id": job_id})
+
+
+def _still_in_flight(
+    op: Operation, ctx: StepContext, answer: _CreateAnswer, now: datetime, u: float
+) -> Decided:
+    """The provider still works on our first request: the outcome is not known yet, and
+    only the same token, later, may learn it (never a fresh one). Waiting for it is not a
+    failed attempt: it is bounded by the create deadline, not by max_create_attempts (a
+    first answer delayed 40 s must not exhaust five attempts)."""
+    wait = retry_wait(
+        answer.outcome.retry_after,
+        ctx.contract.poll,
+        attempt=op.create_attempts,
+        u=u,
+        now=now,
+        deadline=earlier(op.create_deadline, op.business_deadline),
+    )
+    # The provider holds our request, so a job may come of it: the create's outcome
+    # is unknown, and a deadline that passes now is reconciliation's to escalate,
+    # never a quiet `failed` that would orphan the job the provider then creates.
+    retry = Retry(
+        wait=wait,
+        event=EventKind.create_ambiguous,
+        to=None if answer.reconciling else S.create_unknown,
+        detail=answer.outcome.detail,
+        counts_transport_failure=False,
+    )
+    return Decided(action=retry)
+
+
+def _sent_again_later(
+    op: Operation, ctx: StepContext, answer: _CreateAnswer, now: datetime, u: float
+) -> Decided:
+    """An ambiguous answer or a 429: the same token again later, within the contract's
+    create attempts; past them, an ambiguity is reconciled first and anything else stops."""
+    contract, outcome = ctx.contract, answer.outcome
+    ambiguous = outcome.kind is CreateOutcomeKind.ambiguous
     if op.create_attempts >= contract.limits.max_create_attempts:
         if op.state is S.create_pending and ambiguous:
             # Ambiguity must be reconciled before anyone may give up on it.
@@ -317,11 +384,7 @@ def after_create(
                 wake_at=now,
             )
             return Decided(action=move)
-        reason = (
-            EscalationReason.rate_limited
-            if kind is CreateOutcomeKind.rate_limited
-            else EscalationReason.provider_failure
-        )
+        reason = EscalationReason.provider_failure if ambiguous else EscalationReason.rate_limited
         detail = f"{op.create_attempts} create attempts: {outcome.detail}"
         return Decided(action=escalate(op.state, reason, detail))
     wait = retry_wait(
@@ -330,7 +393,7 @@ def after_create(
         attempt=op.create_attempts,
         u=u,
         now=now,
-        deadline=create_by,
+        deadline=earlier(op.create_deadline, op.business_deadline),
     )
     if not ambiguous:
         # A 429 means the provider did not take the request: same token, later.
@@ -343,11 +406,11 @@ def after_create(
         )
         return Decided(action=retry)
     # Ambiguous: the provider may have created the job; never a fresh token.
-    failed_read = signal.kind in (SignalKind.transport, SignalKind.server_error)
+    failed_read = answer.signal.kind in (SignalKind.transport, SignalKind.server_error)
     retry = Retry(
         wait=wait,
         event=EventKind.create_ambiguous,
-        to=S.reconciling if reconciling else S.create_unknown,
+        to=S.reconciling if answer.reconciling else S.create_unknown,
         detail=outcome.detail,
         counts_transport_failure=failed_read,
     )

@@ -9,7 +9,7 @@ their delay source, the observation of a provider answer. The shell writes the
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -34,33 +34,10 @@ from jobwarden.models.actions import (
 from jobwarden.models.history.chain import EventDraft, EventKind
 from jobwarden.models.history.excerpts import excerpt, scrub_text
 from jobwarden.models.operation import Operation, RowChanges
+from jobwarden.models.plan import Plan, StoredResult
 from jobwarden.models.provider.signals import RawResponse
-from jobwarden.models.reservations import as_sent, folded_claim, with_next_poll_reserved
-from jobwarden.models.results.validation import ResultVerdict
 from jobwarden.models.states import TERMINAL, is_allowed
 from jobwarden.models.states import OperationState as S
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoredResult:
-    """The collected bytes with their integrity data, written with ``succeeded``."""
-
-    content: bytes | None  # inline bytes (at most results.INLINE_LIMIT), or None
-    content_type: str | None
-    verdict: ResultVerdict
-    location: str | None = None  # where the result store holds the bytes
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Plan:
-    changes: RowChanges = field(default_factory=RowChanges)
-    events: tuple[EventDraft, ...] = ()
-    next_at: datetime | None = None  # publish a wake-up for this time (None: nothing)
-    result: StoredResult | None = None
-
-    @property
-    def empty(self) -> bool:
-        return not self.changes and not self.events
 
 
 def wake_changes(at: datetime | None, now: datetime, max_countdown: float) -> RowChanges:
@@ -166,7 +143,6 @@ def plan(
     answer: RawResponse | None,
     max_countdown: float,
     secrets: Sequence[str] = (),
-    sent: Send | None = None,
 ) -> Plan:
     """Row changes, events and the next wake-up for ``decided`` (nothing is written here).
 
@@ -174,21 +150,16 @@ def plan(
     either inside the action's own event (accepted, refused, result endings) or as
     an ``observed`` event first, so every answer is in the history exactly once; a
     status answer followed by a wait is one ``polled`` event with the decision.
-    ``sent`` is the request that answer replies to when it left on a reservation,
-    without a claim commit: its record is folded into this plan's first event.
     ``secrets`` are the credential's forms, redacted from whatever is recorded.
-    A plan that leaves a polled operation waiting reserves its next status request.
+    The reserved status request is not planned here: a step settles its plan
+    (``models/reservations.py``), which folds in the record of a reserved request that
+    left without a claim commit and reserves the next one when the plan waits for it.
     """
     action = decided.action
     if isinstance(action, NotYet):
         return Plan()
-    claim = None
-    if sent is not None:
-        claim = _send(
-            _Draft(op=op, actor=actor, now=now, max_countdown=max_countdown, carried={}), sent
-        )
     d = _Draft(
-        op=as_sent(op, sent) if sent is not None else op,
+        op=op,
         actor=actor,
         now=now,
         max_countdown=max_countdown,
@@ -205,26 +176,14 @@ def plan(
         elif not _carries_answer(action):
             events.append(d.event(EventKind.observed, None, cause=decided.answered, **d.carried))
     events.extend(own.events)
-    if claim is not None:
-        events[:1] = folded_claim(claim.events[0], events[0]) if events else list(claim.events)
-        changes = {**claim.changes, **changes}
-    if not isinstance(action, Wait | Accept):
+    return Plan(
+        changes={**changes, **own.changes},
+        events=tuple(events),
+        next_at=own.next_at,
+        result=own.result,
         # Only a decision to wait for a status read reserves it; a recorded step failure
         # (a Move to the same state) must not count a request nobody decided to send.
-        return Plan(
-            changes={**changes, **own.changes},
-            events=tuple(events),
-            next_at=own.next_at,
-            result=own.result,
-        )
-    return with_next_poll_reserved(
-        op,
-        Plan(
-            changes={**changes, **own.changes},
-            events=tuple(events),
-            next_at=own.next_at,
-            result=own.result,
-        ),
+        waits=isinstance(action, Wait | Accept),
     )
 
 

@@ -13,9 +13,8 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any, TypedDict
 
-from jobwarden.models.actions import EscalationReason
 from jobwarden.models.history.chain import EventKind
-from jobwarden.models.states import OperationState
+from jobwarden.models.states import EscalationReason, OperationState
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

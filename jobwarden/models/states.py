@@ -1,4 +1,4 @@
-"""Local operation states and the one table of allowed transitions.
+"""Local operation states, the one table of allowed transitions, and why automation stops.
 
 The table is the source of truth for the ORM CHECK constraint, the store's
 fenced updates and the docs. A transition not in it is refused with a reason.
@@ -147,6 +147,23 @@ TERMINAL: frozenset[OperationState] = frozenset(
 AUTOMATION_STOPPED: frozenset[OperationState] = frozenset(
     {S.escalated, S.result_timed_out, S.cancellation_unconfirmed, S.cleanup_unconfirmed}
 )
+
+
+# Why automation stopped (DESIGN.md, escalation reasons): each one fixes the options a
+# person may pick (models/humans/escalation.py).
+class EscalationReason(StrEnum):
+    deadline_exceeded = "deadline_exceeded"  # the result deadline passed while the job ran
+    request_budget_exhausted = "request_budget_exhausted"  # no status request left to send
+    rate_limited = "rate_limited"  # too many consecutive 429s
+    unknown_state = "unknown_state"  # a state the contract does not name, or an unexpected 404
+    authorization_denied = "authorization_denied"  # 401/403: never retry the same credential
+    provider_failure = "provider_failure"  # transport budget spent, or a refused request
+    contract_violation = "contract_violation"  # the provider contradicted itself or the contract
+    cancellation_unconfirmed = "cancellation_unconfirmed"  # cancel bounds ran out unconfirmed
+    internal_error = "internal_error"  # a step kept crashing on this operation (a bug, or input)
+    # A reconciling create is not the one approved; it may have reached the approved target.
+    approval_stale = "approval_stale"
+
 
 # States waiting for room under their concurrency key: no task, no timer, no lease; the
 # hand-over (models/concurrency.py) is the only way on besides a person's cancel.

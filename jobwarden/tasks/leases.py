@@ -7,12 +7,13 @@ lease can expire while its holder is paused).
 A holder takes the lease with ``SET NX PX`` of its own token and lets go with a
 compare-and-delete, both in Lua, so a release after expiry (perhaps another holder's
 lease by then) changes nothing. ``operation_lease`` serves writers outside a step (no
-wait) and humans' interventions (a bounded wait); ``step_lease`` is a worker step's, and
-its acquire also marks the announced reservation (``tasks/reservations.py``) in the same
-round trip. Both take the same key through the same two scripts, so they exclude each
-other. redis-py's ``Lock``, which held operation leases before, takes the same key the
-same way, so an older worker's lock still excludes them during a rolling deploy (pinned
-by a test against the library's own ``Lock``).
+wait) and humans' interventions (a bounded wait); ``step_lease`` is a worker step's: its
+acquire also marks the announced reservation in the same round trip, and it yields the
+operation's ``Reservation`` (``tasks/reservations.py``). Both take the same key through
+the same two scripts, so they exclude each other. redis-py's ``Lock``, which held
+operation leases before, takes the same key the same way, so an older worker's lock
+still excludes them during a rolling deploy (pinned by a test against the library's own
+``Lock``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 from redis import Redis
 
 from jobwarden.models.errors import LeaseNotAcquiredError
-from jobwarden.tasks.reservations import Marking, announced_key, marker_key
+from jobwarden.tasks.reservations import Reservation, announced_key, marker_key
 from jobwarden.tasks.runtime import script
 
 
@@ -125,11 +126,13 @@ def operation_lease(
 @contextmanager
 def step_lease(
     redis: Redis, prefix: str, operation_id: uuid.UUID, ttl_seconds: float, marker_ttl: int
-) -> Iterator[Marking]:
-    """A worker step's lease (never waited for), marking the announced reservation.
+) -> Iterator[Reservation]:
+    """A worker step's lease (never waited for), yielding the operation's ``Reservation``
+    with the announced reservation marked in the acquire's round trip.
 
-    Raises LeaseNotAcquiredError when another owner holds it. The step records on the
-    ``Marking`` what it spent and what its commit reserved; letting go says so to Redis.
+    Raises LeaseNotAcquiredError when another owner holds it. Letting go lowers the mark
+    again if the step did not send it, and, when the step ended without an error,
+    announces the reservation its last write left on the row to the next acquire.
     """
     keys = [
         lease_key(prefix, operation_id),
@@ -141,17 +144,26 @@ def step_lease(
     if got is None:
         raise LeaseNotAcquiredError(str(operation_id))
     want, seen = int(got[0]), int(got[1])
-    marking = Marking(marked=want or None, marked_over=seen)
+    reservation = Reservation(
+        redis=redis,
+        prefix=prefix,
+        operation_id=operation_id,
+        marker_ttl=marker_ttl,
+        marked=want or None,
+        marker_before=seen,
+    )
+    announced: int | None = None
     try:
-        yield marking
+        yield reservation
+        announced = reservation.left_on_row
     finally:
-        lowered, announce = marking.lowered_to, marking.announce
+        restored = reservation.restored_marker
         _let_go(
             redis,
             keys,
             token,
-            marking.marked or "",
-            "" if lowered is None else lowered,
-            "" if announce is None else announce,
+            reservation.marked or "",
+            "" if restored is None else restored,
+            "" if announced is None else announced,
             marker_ttl,
         )

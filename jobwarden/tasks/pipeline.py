@@ -67,7 +67,7 @@ def _run_step(operation_id: str, step: StepKind) -> str | None:
                 op_id,
                 rt.settings.lease_ttl_seconds,
                 marker_ttl(rt),
-            ) as lease,
+            ) as reservation,
             step_session(rt.settings.database_url) as session,
         ):
             op = store.load(session, op_id)
@@ -79,9 +79,7 @@ def _run_step(operation_id: str, step: StepKind) -> str | None:
             with telemetry.step_span(
                 step.name, op.operation_id, op.trace_id, _recorded_context(rt, op.operation_id)
             ):
-                op, next_at = run(rt, op, step, session, lease)
-            # Committed: the next step's lease marks this reservation as it is acquired.
-            lease.announce = op.reserved_request
+                op, next_at = run(rt, op, step, session, reservation)
             # One line per step, operation and trace id bound: grep either to follow a job.
             log.info(
                 "step_done",

@@ -4,12 +4,14 @@ Invariant 3: every status request is counted in a commit before it can leave. A 
 decision reserves the next one in its own commit, so that poll sends it without a claim
 commit and records it with its answer. A reservation never sent stays counted (an unused
 reservation, which the invariant accepts); one returned to the budget must be known unsent.
+A step holds it as one object, ``Reservation``, with two calls: ``spend`` and ``settle``.
 
 The row says which request is reserved; the marker says whether an attempt to send it
 may have happened. It holds the highest reserved ordinal whose send was attempted and is
 set under the lease before the send, so a redelivered message, which finds the same
 reservation on the row, claims a fresh, counted request instead. A step announces the
-reservation its commit left as it lets the lease go, and the next step's acquire raises
+reservation its last write left as it lets the lease go (only when it ends without an
+error: a write that failed left nothing), and the next step's acquire raises
 the marker to it in the same round trip (``tasks/leases.py``), so the reserved request
 leaves with no Redis call between the lease and the send. Marking before the row is read
 is conservative: a step that does not send what it marked lowers the marker again as it
@@ -20,15 +22,17 @@ The pure half is ``models/reservations.py``.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis import Redis
 
 from jobwarden.models.actions import Send
-from jobwarden.models.effects import Plan
 from jobwarden.models.operation import Operation
+from jobwarden.models.plan import Plan
 from jobwarden.models.reservations import (
+    as_sent,
     reserved_send,
+    settled,
     unused_reservation,
     with_reservation_returned,
 )
@@ -80,58 +84,95 @@ def spent(redis: Redis, prefix: str, operation_id: uuid.UUID, ordinal: int) -> b
     return seen is not None and int(seen) >= ordinal
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _InFlight:
+    """A reserved request spent by this step: the row it was spent on, the request as it
+    left, and the snapshot handed to the step (its decisions see the request as sent)."""
+
+    row: Operation
+    spent: Send
+    leaving: Operation
+
+
 @dataclass(slots=True)
-class Marking:
-    """What a step lease's acquire marked, and what the step did with it."""
+class Reservation:
+    """The operation's reserved status request, as one step's lease holds it: two calls.
 
-    marked: int | None  # the reserved request ordinal marked as about to be sent
-    marked_over: int  # the marker's value before (0: none)
-    spent_marked: bool = False  # the step sent, or may have sent, the marked request
-    announce: int | None = None  # the reservation the step's commit left on the row
+    ``spend(op, send)`` before a request leaves: may it leave on the reservation the row
+    holds, with no claim commit? ``settle(op, plan)`` for every plan the step writes: the
+    spent request's record folded in, the next one reserved, an unused one returned. The
+    step lease (``tasks/leases.py``) yields one, having marked the announced reservation
+    in its acquire; letting go, it lowers that mark if the step did not send it, and
+    announces what the step's last write left on the row. A writer outside a step, or a
+    step run without that lease, uses ``unmarked``: the Redis marker alone then decides.
+    """
 
-    def spend(self, ordinal: int) -> bool:
-        """Whether ``ordinal`` is the request this lease marked; if so it is now spent."""
-        if self.marked is None or self.marked != ordinal:
-            return False
-        self.spent_marked = True
-        return True
+    redis: Redis
+    prefix: str
+    operation_id: uuid.UUID
+    marker_ttl: int
+    marked: int | None = None  # the ordinal the lease's acquire marked as about to be sent
+    marker_before: int = 0  # the marker's value before that acquire (0: none)
+    sent_marked: bool = False  # the step spent the marked request: it may have left
+    left_on_row: int | None = None  # the reservation the step's last settled plan leaves
+    _in_flight: _InFlight | None = field(default=None, init=False, repr=False)
 
-    def unspent_mark(self, ordinal: int) -> bool:
-        """Whether ``ordinal`` is the marked request and this step has not sent it."""
-        return self.marked == ordinal and not self.spent_marked
+    def spend(self, op: Operation, send: Send) -> Operation | None:
+        """``op`` as ``send`` leaves on the reservation the row holds, if it may: a status
+        request, and the first attempt to spend that reservation. Its claim then rides on
+        the next plan settled over the snapshot returned. None: ``send`` needs a claim
+        commit of its own first (invariant 3).
+        """
+        reserved = reserved_send(op, send)
+        ordinal = op.reserved_request
+        if reserved is None or ordinal is None:
+            return None
+        if self.marked == ordinal:
+            self.sent_marked = True  # marked by the lease's acquire: no round trip now
+        elif not spend_once(self.redis, self.prefix, self.operation_id, ordinal, self.marker_ttl):
+            return None  # an earlier attempt may have sent it: claim a fresh, counted request
+        leaving = as_sent(op, reserved)
+        self._in_flight = _InFlight(row=op, spent=reserved, leaving=leaving)
+        return leaving
+
+    def settle(self, op: Operation, p: Plan) -> tuple[Operation, Plan]:
+        """``p`` as it must be written, and the row it is written over.
+
+        ``op`` is the snapshot ``p`` was decided on. When it is the one ``spend`` returned,
+        ``p`` records the reserved request's answer: its claim is folded in, and the row is
+        the one it was spent on. Otherwise (the deadline passed before it left) it stays
+        spent, counted and unused. Then the next status request is reserved if ``p`` waits
+        for a poll, and a reservation ``p`` leaves unused goes back to the budget unless an
+        attempt may have sent it: under the lease, so nobody marks it in between.
+        """
+        in_flight, self._in_flight = self._in_flight, None
+        answered = None
+        if in_flight is not None and op is in_flight.leaving:
+            op, answered = in_flight.row, in_flight.spent
+        p = settled(op, p, spent=answered)
+        ordinal = unused_reservation(op, p)
+        if ordinal is not None and not self._may_have_left(ordinal):
+            p = with_reservation_returned(op, p)
+        self.left_on_row = p.changes.get("reserved_request", op.reserved_request)
+        return op, p
 
     @property
-    def lowered_to(self) -> int | None:
-        """What the marker goes back to as the lease lets go (None: it stays): its value
-        before the acquire, when the step did not send what it marked."""
-        return self.marked_over if self.marked is not None and not self.spent_marked else None
+    def restored_marker(self) -> int | None:
+        """The marker's value once the lease lets go, None when it stays as it is: its
+        value before the acquire, if the step did not send what the acquire marked."""
+        return self.marker_before if self.marked is not None and not self.sent_marked else None
+
+    def _may_have_left(self, ordinal: int) -> bool:
+        if self.marked == ordinal:
+            return self.sent_marked
+        return spent(self.redis, self.prefix, self.operation_id, ordinal)
 
 
-def settled(rt: Runtime, op: Operation, p: Plan, marking: Marking | None = None) -> Plan:
-    """``p``, returning a reservation it leaves unused unless an attempt may have sent it.
-
-    Under the lease, so no other attempt can mark it between the check and the write.
-    A reservation this step's own lease marked is known unsent unless the step spent it.
-    """
-    ordinal = unused_reservation(op, p)
-    if ordinal is None:
-        return p
-    if marking is not None and marking.marked == ordinal:
-        if not marking.unspent_mark(ordinal):
-            return p
-    elif spent(rt.redis, rt.settings.key_prefix, op.operation_id, ordinal):
-        return p
-    return with_reservation_returned(op, p)
-
-
-def spendable(rt: Runtime, op: Operation, send: Send, marking: Marking | None) -> Send | None:
-    """The reserved request as ``send``, if this is the first attempt to spend it."""
-    reserved = reserved_send(op, send)
-    if reserved is None or op.reserved_request is None:
-        return None
-    if marking is not None and marking.spend(op.reserved_request):
-        return reserved  # marked by the lease's acquire: no round trip before the send
-    ttl = marker_ttl(rt)
-    if not spend_once(rt.redis, rt.settings.key_prefix, op.operation_id, op.reserved_request, ttl):
-        return None  # an earlier attempt may have sent it: claim a fresh, counted request
-    return reserved
+def unmarked(rt: Runtime, operation_id: uuid.UUID) -> Reservation:
+    """The reservation of a writer that holds no step lease: nothing marked on acquire."""
+    return Reservation(
+        redis=rt.redis,
+        prefix=rt.settings.key_prefix,
+        operation_id=operation_id,
+        marker_ttl=marker_ttl(rt),
+    )

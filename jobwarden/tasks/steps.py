@@ -31,17 +31,17 @@ from jobwarden.models.actions import (
     escalate,
 )
 from jobwarden.models.cleanup import with_cleanup
-from jobwarden.models.effects import Plan, plan, timed
+from jobwarden.models.effects import plan, timed
 from jobwarden.models.errors import LeaseNotAcquiredError, StaleVersionError
 from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import snapshot, transaction
+from jobwarden.models.plan import Plan
 from jobwarden.models.provider.binding import decide_binding
 from jobwarden.models.provider.rate_limits import granted, rate_limited
 from jobwarden.models.provider.requests import StepContext
 from jobwarden.models.provider.signals import RawResponse
-from jobwarden.models.reservations import as_sent
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
 from jobwarden.models.steps import StepKind, unsent
 from jobwarden.tasks import faults
@@ -52,7 +52,7 @@ from jobwarden.tasks.provider.edge import (
     shown_create_request,
 )
 from jobwarden.tasks.provider.rate_limits import take
-from jobwarden.tasks.reservations import Marking, settled, spendable
+from jobwarden.tasks.reservations import Reservation, unmarked
 from jobwarden.tasks.results.collection import collector, stored_whole
 from jobwarden.tasks.runtime import Runtime, utcnow
 
@@ -89,7 +89,6 @@ def planned(  # noqa: PLR0913 - plan()'s own inputs, each named at every call
     now: datetime,
     answer: RawResponse | None = None,
     *,
-    sent: Send | None = None,
     actor: str | None = None,
 ) -> Plan:
     """``plan()`` with this runtime's settings; ``actor`` None: its worker actor."""
@@ -102,7 +101,6 @@ def planned(  # noqa: PLR0913 - plan()'s own inputs, each named at every call
         max_countdown=rt.settings.max_countdown_seconds,
         # Read per plan, not cached: a rotated credential is scrubbed from then on.
         secrets=secret_forms(rt.contract_for(op)) if answer is not None else (),
-        sent=sent,
     )
 
 
@@ -111,15 +109,18 @@ def run(
     op: Operation,
     step: StepKind,
     session: Session | None = None,
-    marking: Marking | None = None,
+    reservation: Reservation | None = None,
 ) -> tuple[Operation, datetime | None]:
     """Drive ``op`` through one step; returns the stored snapshot and the next wake-up.
 
-    A status request the last decision reserved is sent without a claim commit; any
-    other request is claimed (counted, with its ``*_sent`` event) in a commit first.
-    ``marking``: what the worker's step lease marked, perhaps the reservation already.
+    The invariants' order: decide before any request; count the request in a commit
+    before it leaves and check its deadline again after (3); send it; decide what the
+    answer means; write the decision fenced by the version read (4), its events chained
+    (6). ``reservation``: the operation's, as the worker's step lease holds it (None: one
+    that marked nothing); the status request it holds leaves with no claim commit.
     """
     started = time.monotonic()
+    reservation = reservation or unmarked(rt, op.operation_id)
     # The contract the operation pinned (invariant 16): a dict lookup on a digest the
     # row already carries, so the poll pays nothing for it.
     ctx = rt.context_for(op)
@@ -127,63 +128,100 @@ def run(
     now = utcnow()
     decided = step.before(op, ctx, now)
     answer: RawResponse | None = None
-    sent: Send | None = None  # the reserved request in flight, recorded with its answer
     for _ in range(MAX_SENDS_PER_STEP):
         send = decided.action
         if not isinstance(send, Send):
             break
-        unbound = _off_approval(ctx, op, send, now)
-        if unbound is not None:
-            # Nothing leaves: not the create that was approved (invariant 13).
-            decided = unbound
+        cleared = _cleared(rt, ctx, op, decided, send, now=now)
+        if isinstance(cleared, Decided):
+            decided = cleared  # nothing leaves, nothing is counted
             break
-        # Before the claim commit and the reservation's spend, so a refused token costs
-        # neither a counted request nor a reservation; the step waits, never sleeps.
-        starts = send.request.purpose is RequestPurpose.create and op.create_attempts == 0
-        token = take(rt.redis, rt.settings.key_prefix, ctx.contract, create=starts)
-        if not token.granted:
-            decided = rate_limited(decided, send, retry_after=token.retry_after, now=now)
-            break
-        reserved = spendable(rt, op, send, marking) if sent is None and answer is None else None
-        if reserved is None:
-            stamped = replace(decided, action=granted(send, token.at))
-            claim = settled(rt, op, planned(rt, op, stamped, now, answer, sent=sent), marking)
-            op = persist(rt, session, op, claim, now)
-        sent = granted(reserved, token.at) if reserved is not None else None
+        stamped = replace(decided, action=cleared)
+        row, leaving = _claimed(rt, session, reservation, op, stamped, answer=answer, now=now)
         faults.fault_point(rt.redis, rt.settings.key_prefix, step.claim_point, fault_scope)
         now = utcnow()
-        late = unsent(op, send, now)
+        late = unsent(row, send, now)
         if late is not None:
             # The claim stays as unused reserve, and the history says it was not sent.
-            decided, answer, sent = late, None, None
+            op, decided, answer = row, late, None
             break
-        # A result streams into the result store as it is judged, never held whole.
-        downloads = (RequestPurpose.result, RequestPurpose.failed_items)
-        collect = (
-            collector(rt.result_store, op, ctx, send.request.purpose)
-            if send.request.purpose in downloads and ctx.contract.result is not None
-            else None
-        )
-        answer = rt.http.send(ctx.contract, send.request, trace_id=op.trace_id, collect=collect)
+        op = leaving
+        answer = _sent(rt, ctx, op, send)
         faults.fault_point(rt.redis, rt.settings.key_prefix, step.response_point, fault_scope)
         now = utcnow()
-        asked = as_sent(op, sent) if sent is not None else op
-        decided = step.after(asked, ctx, send.request, answer, now, rt.jitter())
+        decided = step.after(op, ctx, send.request, answer, now, rt.jitter())
     else:
         if isinstance(decided.action, Send):
             detail = f"{step.name} asked for more than {MAX_SENDS_PER_STEP} requests in one step"
             decided = Decided(action=escalate(op.state, EscalationReason.internal_error, detail))
     # A job that ended leaving resources cleans up before it ends ([cleanup]); judged on
     # the row as the request left it (a reserved poll has moved it to observing).
-    decided = with_cleanup(as_sent(op, sent) if sent is not None else op, ctx.contract, decided)
+    decided = with_cleanup(op, ctx.contract, decided)
     decided = stored_whole(rt.result_store, op, decided)
-    p = settled(rt, op, planned(rt, op, decided, now, answer, sent=sent), marking)
+    row, p = reservation.settle(op, planned(rt, op, decided, now, answer))
     if p.empty:
-        return op, None
-    op = persist(rt, session, op, timed(p, step.name, time.monotonic() - started), now)
+        return row, None
+    op = persist(rt, session, row, timed(p, step.name, time.monotonic() - started), now)
     if isinstance(decided.action, Accept):
         faults.fault_point(rt.redis, rt.settings.key_prefix, "after_accept_commit", fault_scope)
     return op, p.next_at
+
+
+def _cleared(  # noqa: PLR0913 - the runner's state before a request, each named at the one call
+    rt: Runtime, ctx: StepContext, op: Operation, decided: Decided, send: Send, *, now: datetime
+) -> Send | Decided:
+    """``send`` cleared to leave, with the rate limiter's grant in its record; or the step's
+    decision when it may not: not the create that was approved (invariant 13), or no token
+    from the provider's shared rate limiter (the step waits, never sleeps). Before the
+    claim, so a request held back costs neither a counted request nor a reservation."""
+    unbound = _off_approval(ctx, op, send, now)
+    if unbound is not None:
+        return unbound
+    starts = send.request.purpose is RequestPurpose.create and op.create_attempts == 0
+    token = take(rt.redis, rt.settings.key_prefix, ctx.contract, create=starts)
+    if not token.granted:
+        return rate_limited(decided, send, retry_after=token.retry_after, now=now)
+    return granted(send, token.at)
+
+
+def _claimed(  # noqa: PLR0913 - the runner's state at the claim, each named at the one call
+    rt: Runtime,
+    session: Session | None,
+    reservation: Reservation,
+    op: Operation,
+    decided: Decided,
+    *,
+    answer: RawResponse | None,
+    now: datetime,
+) -> tuple[Operation, Operation]:
+    """Count ``decided``'s request before it leaves (invariant 3): the row as stored after
+    the count, and ``op`` as the request leaves it (what the answer is decided on).
+
+    The status request the row reserved was counted by the commit that decided this poll:
+    it leaves on that reservation, with no commit here, and its record rides on the
+    answer's commit (the row stays as it was). Any other request is claimed, counter and
+    ``*_sent`` event, in a fenced commit of its own (the answer to an earlier request of
+    this step, a reconciliation's lookup, is recorded with it).
+    """
+    assert isinstance(decided.action, Send)
+    leaving = reservation.spend(op, decided.action) if answer is None else None
+    if leaving is not None:
+        return op, leaving
+    row, claim = reservation.settle(op, planned(rt, op, decided, now, answer))
+    claimed = persist(rt, session, row, claim, now)
+    return claimed, claimed
+
+
+def _sent(rt: Runtime, ctx: StepContext, op: Operation, send: Send) -> RawResponse:
+    """Send exactly ``send``'s request; a result streams into the result store as it is
+    judged, never held whole."""
+    downloads = (RequestPurpose.result, RequestPurpose.failed_items)
+    collect = (
+        collector(rt.result_store, op, ctx, send.request.purpose)
+        if send.request.purpose in downloads and ctx.contract.result is not None
+        else None
+    )
+    return rt.http.send(ctx.contract, send.request, trace_id=op.trace_id, collect=collect)
 
 
 def _off_approval(ctx: StepContext, op: Operation, send: Send, now: datetime) -> Decided | None:
@@ -346,7 +384,7 @@ def under_lease(
                     # Only the lease holder may return a reservation: without it a step
                     # may be about to send it. A plan that changes neither the state
                     # nor the timer cannot strand one (a webhook that only records).
-                    p = settled(rt, op, p)
+                    _, p = unmarked(rt, operation_id).settle(op, p)
                 if alongside is not None:
                     alongside(tx, op, now)
                 stored = store.write(tx, op, p, now=now) if not p.empty else op

@@ -21,6 +21,7 @@ from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import notification_store, store
 from jobwarden.models.persistence.db import step_session, transaction
 from jobwarden.models.persistence.tables import OperationRow
+from jobwarden.models.reservations import settled
 from jobwarden.models.states import OperationState as S
 
 
@@ -157,7 +158,7 @@ def write_on_a_step_connection(
     url: str, op: Operation, decided: Decided, at: datetime
 ) -> Operation:
     """A step's write as a worker makes it: one fenced statement on its autocommit session."""
-    p = plan(op, decided, actor="worker", now=at, answer=None, max_countdown=120)
+    p = settled(op, plan(op, decided, actor="worker", now=at, answer=None, max_countdown=120))
     with step_session(url) as session:
         return store.write(session, op, p, now=at)
 

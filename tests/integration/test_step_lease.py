@@ -17,16 +17,34 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from redis import Redis
 
 from jobwarden.demo.harness import wait_for
+from jobwarden.models.actions import (
+    Decided,
+    DelaySource,
+    EscalationReason,
+    ProviderRequest,
+    RequestPurpose,
+    Send,
+    Wait,
+    escalate,
+)
+from jobwarden.models.effects import plan
 from jobwarden.models.errors import LeaseNotAcquiredError
+from jobwarden.models.history.chain import EventKind
+from jobwarden.models.operation import Operation
+from jobwarden.models.plan import Plan
+from jobwarden.models.provider.signals import RawResponse
+from jobwarden.models.states import OperationState
 from jobwarden.tasks import leases
 from jobwarden.tasks.leases import lease_key, operation_lease, step_lease
-from jobwarden.tasks.reservations import Marking, announced_key, spend_once, spent
+from jobwarden.tasks.reservations import Reservation, announced_key, spend_once, spent
+from tests.unit.factories import ACTOR, NOW, operation, reply
 
 MARKER_TTL = 60
 
@@ -49,10 +67,30 @@ def prefix(redis: Redis) -> Iterator[str]:
 def _announce(redis: Redis, prefix: str, op: uuid.UUID, ordinal: int) -> None:
     """What a step that reserved request ``ordinal`` leaves behind as it lets go."""
     with step_lease(redis, prefix, op, 30, MARKER_TTL) as lease:
-        lease.announce = ordinal
+        lease.left_on_row = ordinal  # as settling its last write records it
 
 
-def _expired(redis: Redis, prefix: str, op: uuid.UUID) -> AbstractContextManager[Marking]:
+def _poll(op: uuid.UUID, ordinal: int) -> tuple[Operation, Send]:
+    """A row waiting to poll with request ``ordinal`` reserved, and the poll's request."""
+    url = f"http://127.0.0.1:1/v1/jobs/{op}"
+    row = operation(
+        OperationState.observing,
+        operation_id=op,
+        remote_job_id="job-1",
+        status_url=url,
+        status_requests_used=ordinal,
+        reserved_request=ordinal,
+    )
+    request = ProviderRequest(purpose=RequestPurpose.status, method="GET", url=url)
+    return row, Send(request=request, event=EventKind.poll_sent)
+
+
+def _spends(lease: Reservation, op: uuid.UUID, ordinal: int) -> bool:
+    """Whether a poll of a row that reserved ``ordinal`` may send it on the reservation."""
+    return lease.spend(*_poll(op, ordinal)) is not None
+
+
+def _expired(redis: Redis, prefix: str, op: uuid.UUID) -> AbstractContextManager[Reservation]:
     """A step lease that marked request 1 and was held past its TTL, never let go."""
     held = step_lease(redis, prefix, op, 0.05, MARKER_TTL)
     assert held.__enter__().marked == 1
@@ -78,15 +116,16 @@ def test_the_next_lease_marks_the_announced_reservation_and_a_spend_keeps_the_ma
     _announce(redis, prefix, op, 1)
     assert redis.get(announced_key(prefix, op)) == b"1"
     with step_lease(redis, prefix, op, 30, MARKER_TTL) as lease:
-        assert (lease.marked, lease.marked_over) == (1, 0)
+        assert (lease.marked, lease.marker_before) == (1, 0)
         # Marked in the acquire's round trip: a redelivery would already see it spent.
         assert spent(redis, prefix, op, 1)
-        assert lease.spend(1)
-        lease.announce = 2
+        assert _spends(lease, op, 1) and lease.sent_marked
+        lease.left_on_row = 2
     assert spent(redis, prefix, op, 1) and not spent(redis, prefix, op, 2)
     with step_lease(redis, prefix, op, 30, MARKER_TTL) as lease:
-        assert (lease.marked, lease.marked_over) == (2, 1)
-        assert not lease.spend(1)  # only the marked ordinal is this lease's to spend
+        assert (lease.marked, lease.marker_before) == (2, 1)
+        assert not _spends(lease, op, 1)  # only the marked ordinal is this lease's to spend
+        assert not lease.sent_marked
 
 
 def test_a_step_that_does_not_send_what_it_marked_lowers_the_mark_again(
@@ -95,13 +134,31 @@ def test_a_step_that_does_not_send_what_it_marked_lowers_the_mark_again(
     op = uuid.uuid4()
     _announce(redis, prefix, op, 1)
     with step_lease(redis, prefix, op, 30, MARKER_TTL) as lease:  # an early wake-up, say
-        assert lease.marked == 1 and lease.unspent_mark(1)
-        lease.announce = 1  # the reservation is still on the row
+        assert lease.marked == 1 and not lease.sent_marked
+        lease.left_on_row = 1  # the reservation is still on the row
     assert not spent(redis, prefix, op, 1)
     with step_lease(redis, prefix, op, 30, MARKER_TTL) as lease:
         assert lease.marked == 1  # still the next step's to spend
-        assert lease.spend(1)
+        assert _spends(lease, op, 1)
     assert spent(redis, prefix, op, 1)
+
+
+def test_a_step_that_fails_announces_nothing_and_still_keeps_what_it_may_have_sent(
+    redis: Redis, prefix: str
+) -> None:
+    # A write that failed (a lost fenced race, say) may not have left the reservation its
+    # plan settled: only a step that ends without an error tells the next acquire.
+    op = uuid.uuid4()
+    _announce(redis, prefix, op, 1)
+    with (
+        pytest.raises(RuntimeError),
+        step_lease(redis, prefix, op, 30, MARKER_TTL) as lease,
+    ):
+        assert _spends(lease, op, 1)
+        lease.left_on_row = 2
+        raise RuntimeError("the answer's write failed")
+    assert redis.get(announced_key(prefix, op)) == b"1"
+    assert spent(redis, prefix, op, 1)  # it may have left: never spent again
 
 
 def test_a_step_lost_after_its_acquire_leaves_the_reservation_spent_for_every_later_one(
@@ -136,7 +193,7 @@ def test_a_busy_lease_marks_nothing_and_an_expired_holder_changes_nothing_as_it_
         # The first holder wakes up and lets go: it neither lowers the mark nor announces.
         slow.__exit__(None, None, None)
         assert redis.get(lease_key(prefix, op)) is not None  # the new holder's, untouched
-        other.announce = 2
+        other.left_on_row = 2
     assert spent(redis, prefix, op, 1)
     assert redis.get(announced_key(prefix, op)) == b"2"
 
@@ -269,3 +326,50 @@ def test_both_leases_exclude_a_redis_py_lock_on_the_same_key_and_it_them(
         assert not lock.acquire()
     with step_lease(redis, prefix, op, 30, MARKER_TTL):
         assert not lock.acquire()
+
+
+def _planned(op: Operation, decided: Decided, answer: RawResponse | None = None) -> Plan:
+    return plan(op, decided, actor=ACTOR, now=NOW, answer=answer, max_countdown=60)
+
+
+def test_a_settled_answer_carries_the_spent_reservation_over_the_row_it_was_spent_on(
+    redis: Redis, prefix: str
+) -> None:
+    op = uuid.uuid4()
+    _announce(redis, prefix, op, 1)
+    row, send = _poll(op, 1)
+    with step_lease(redis, prefix, op, 30, MARKER_TTL) as lease:
+        leaving = lease.spend(row, send)
+        assert leaving is not None and leaving.reserved_request is None
+        wait = Wait(
+            until=NOW + timedelta(seconds=5),
+            delay_seconds=5,
+            delay_source=DelaySource.local_backoff,
+            clipped_to_deadline=False,
+        )
+        written_over, p = lease.settle(leaving, _planned(leaving, Decided(action=wait), reply(200)))
+        assert written_over is row  # the fence: the row as stored, not as the request left it
+        (polled,) = p.events
+        assert polled.excerpt is not None and polled.excerpt["request"] == 1
+        assert (p.changes["status_requests_used"], p.changes["reserved_request"]) == (2, 2)
+        assert lease.left_on_row == 2
+    assert redis.get(announced_key(prefix, op)) == b"2"
+
+
+def test_a_reserved_request_not_sent_after_all_is_not_recorded_and_stays_spent(
+    redis: Redis, prefix: str
+) -> None:
+    op = uuid.uuid4()
+    _announce(redis, prefix, op, 1)
+    row, send = _poll(op, 1)
+    with step_lease(redis, prefix, op, 30, MARKER_TTL) as lease:
+        assert lease.spend(row, send) is not None
+        # Its deadline passed before it left (steps.unsent): decided on the row as stored.
+        detail = "result deadline passed; reserved request not sent"
+        stop = escalate(row.state, EscalationReason.deadline_exceeded, detail)
+        written_over, p = lease.settle(row, _planned(row, Decided(action=stop)))
+        assert written_over is row
+        assert [e.kind for e in p.events] == [EventKind.escalated]
+        # Marked and perhaps sent, as far as Redis knows: counted and unused, never returned.
+        assert "reserved_request" not in p.changes and "status_requests_used" not in p.changes
+    assert spent(redis, prefix, op, 1)

@@ -25,13 +25,13 @@ import rfc8785
 from sqlalchemy import insert, select, text
 
 from jobwarden.config.settings import get_settings
-from jobwarden.models.effects import Plan, StoredResult
 from jobwarden.models.history.chain import GENESIS_HASH, EventDraft, EventKind, chain, draft_fields
 from jobwarden.models.history.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import engine_for, transaction
 from jobwarden.models.persistence.tables import EventRow
+from jobwarden.models.plan import Plan, StoredResult
 from jobwarden.models.results.validation import ResultVerdict
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.intake import submit_operation

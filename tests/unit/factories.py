@@ -12,11 +12,13 @@ from typing import Any
 from jobwarden.models.actions import Decided, Send
 from jobwarden.models.contracts.contract import ProviderContract
 from jobwarden.models.contracts.loader import load_contract
-from jobwarden.models.effects import Plan, plan
+from jobwarden.models.effects import plan
 from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
+from jobwarden.models.plan import Plan
 from jobwarden.models.provider.requests import StepContext
 from jobwarden.models.provider.signals import HttpObservation, RawResponse, TransportFailure
+from jobwarden.models.reservations import as_sent, settled
 from jobwarden.models.states import OperationState, check_transition
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "providers"
@@ -164,9 +166,11 @@ def planned(
     max_countdown: float = MAX_COUNTDOWN,
     sent: Send | None = None,
 ) -> Plan:
-    return plan(
-        op, decided, actor=ACTOR, now=now, answer=answer, max_countdown=max_countdown, sent=sent
-    )
+    """The plan a step writes for ``decided``: planned over the snapshot the decision saw
+    (``op`` as ``sent``, a reserved request, left it), then settled over ``op``."""
+    seen = as_sent(op, sent) if sent is not None else op
+    p = plan(seen, decided, actor=ACTOR, now=now, answer=answer, max_countdown=max_countdown)
+    return settled(op, p, spent=sent)
 
 
 def claimed(op: Operation, p: Plan) -> Operation:

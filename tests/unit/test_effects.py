@@ -38,9 +38,10 @@ from jobwarden.models.actions import (
     stop_state,
 )
 from jobwarden.models.contracts.contract import ReconciliationPath, ReconciliationSpec
-from jobwarden.models.effects import Plan, StoredResult, wake_changes
+from jobwarden.models.effects import wake_changes
 from jobwarden.models.history.chain import EventDraft, EventKind
 from jobwarden.models.operation import COLUMNS, Operation
+from jobwarden.models.plan import Plan, StoredResult
 from jobwarden.models.polling.backoff import parse_retry_after
 from jobwarden.models.polling.decisions import poll_view
 from jobwarden.models.provider.requests import StepContext

@@ -24,6 +24,7 @@ from jobwarden.models.effects import plan
 from jobwarden.models.errors import ContractError
 from jobwarden.models.history.chain import EventKind
 from jobwarden.models.provider.rate_limits import credential_reference, granted, rate_limited
+from jobwarden.models.reservations import settled
 from jobwarden.models.states import OperationState as S
 from tests.unit.factories import NOW, SHIPPED, operation
 
@@ -166,7 +167,7 @@ def test_a_held_poll_records_a_decision_and_counts_no_request() -> None:
     op = operation(S.observing, remote_job_id="j", status_url="http://x/v1/jobs/j")
     send = _send()
     held = rate_limited(Decided(action=send), send, retry_after=0.4, now=NOW)
-    p = plan(op, held, actor="worker:t", now=NOW, answer=None, max_countdown=30)
+    p = settled(op, plan(op, held, actor="worker:t", now=NOW, answer=None, max_countdown=30))
     assert [e.kind for e in p.events] == [EventKind.decision]
     assert p.events[0].delay_source == "local_rate_limit"
     assert p.next_at == NOW + timedelta(seconds=0.4)
@@ -185,7 +186,7 @@ def test_a_held_poll_keeps_a_reservation_it_already_holds() -> None:
     )
     send = _send()
     held = rate_limited(Decided(action=send), send, retry_after=0.4, now=NOW)
-    p = plan(op, held, actor="worker:t", now=NOW, answer=None, max_countdown=30)
+    p = settled(op, plan(op, held, actor="worker:t", now=NOW, answer=None, max_countdown=30))
     assert "status_requests_used" not in p.changes
     assert "reserved_request" not in p.changes
 

@@ -18,16 +18,19 @@ from jobwarden.models.actions import (
     DelaySource,
     EscalationReason,
     Finish,
+    Move,
     RequestPurpose,
     Send,
     Wait,
 )
+from jobwarden.models.effects import plan
 from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
-from jobwarden.models.reservations import as_sent, reserved_send
+from jobwarden.models.provider.rate_limits import granted
+from jobwarden.models.reservations import as_sent, reserved_send, settled
 from jobwarden.models.states import POLLED, OperationState
 from jobwarden.models.steps import POLL, after_poll, before_cancel, before_poll
-from tests.unit.factories import BASE, NOW, context, operation, planned, reply, walked
+from tests.unit.factories import ACTOR, BASE, NOW, context, operation, planned, reply, walked
 
 S = OperationState
 K = EventKind
@@ -180,3 +183,34 @@ def test_a_plan_without_a_next_wake_up_reserves_nothing() -> None:
     p = planned(op, Decided(action=replace(status_send(op))))
     assert p.next_at is None
     assert p.changes.get("reserved_request") is None
+
+
+def test_a_plan_reserves_nothing_until_the_step_settles_it() -> None:
+    # plan() is the same for every writer (intake's Open too); only settling a step's plan
+    # reserves the next status request (models/reservations.settled).
+    op = polled(S.observing, reserved_request=None)
+    unsettled = plan(
+        op, Decided(action=wait()), actor=ACTOR, now=NOW, answer=None, max_countdown=60
+    )
+    assert "reserved_request" not in unsettled.changes and unsettled.waits
+    p = settled(op, unsettled)
+    assert (p.changes["status_requests_used"], p.changes["reserved_request"]) == (5, 5)
+    assert p.events[-1].excerpt is not None and p.events[-1].excerpt["reserved_request"] == 5
+
+
+def test_a_recorded_step_failure_reserves_nothing_even_when_settled() -> None:
+    op = polled(S.observing, reserved_request=None)
+    move = Move(to=S.observing, event=K.decision, cause="poll step crashed", wake_at=NOW)
+    p = planned(op, Decided(action=move))
+    assert "reserved_request" not in p.changes
+
+
+def test_a_reserved_request_keeps_the_rate_limiters_grant_in_its_record() -> None:
+    op = polled(S.observing)
+    at = NOW.timestamp() + 0.25
+    spent = reserved_send(op, granted(status_send(op), at))
+    assert spent is not None
+    assert (spent.excerpt["request"], spent.excerpt["of"]) == (4, 10)
+    p = planned(op, pending_answer(op, spent), answer=reply(200, PENDING), sent=spent)
+    (event,) = p.events
+    assert event.excerpt is not None and "rate_limit_granted_at" in event.excerpt

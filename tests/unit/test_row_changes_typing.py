@@ -12,15 +12,15 @@ from pathlib import Path
 
 from mypy import api
 
-from jobwarden.models.effects import Plan
 from jobwarden.models.operation import COLUMNS, RowChanges
+from jobwarden.models.plan import Plan
 
 _ROOT = Path(__file__).resolve().parents[2]
 _SNIPPET = """\
 from datetime import datetime, timezone
 
 from jobwarden.models.actions import Decided, Move
-from jobwarden.models.effects import Plan
+from jobwarden.models.plan import Plan
 from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import RowChanges
 from jobwarden.models.states import OperationState

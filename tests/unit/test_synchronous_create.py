@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from jobwarden.models.actions import Accept, Collect, Finish
 from jobwarden.models.create_decisions import after_create
-from jobwarden.models.effects import Plan, plan
+from jobwarden.models.effects import plan
 from jobwarden.models.history.chain import EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence.store import check_path
+from jobwarden.models.plan import Plan
 from jobwarden.models.provider.requests import create_request
 from jobwarden.models.states import OperationState as S
 from tests.unit.factories import BASE, NOW, answer, context, operation

@@ -31,7 +31,6 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.orm import Session
 
-from jobwarden.models.effects import Plan
 from jobwarden.models.errors import StaleVersionError, TransitionRefusedError
 from jobwarden.models.history.chain import (
     GENESIS_HASH,
@@ -56,6 +55,7 @@ from jobwarden.models.persistence.tables import (
     ResultRow,
     TimerRow,
 )
+from jobwarden.models.plan import Plan
 from jobwarden.models.states import OperationState, check_transition
 
 # Core statements: history rows need no ORM identity, and this runs on every poll.
