@@ -115,7 +115,9 @@ class Settings(BaseSettings):
     providers_dir: Path = DEFAULT_PROVIDERS_DIR
     # A wake-up message this overdue is presumed lost and re-sent by the sweeper.
     redispatch_after_seconds: float = Field(default=60.0, gt=0)
-    worker_name: str = "worker"
+    # The name histories give this worker (``worker:<name>``); unset: its Celery node name
+    # (celery@host, or what -n says), as Flower shows it (jobwarden.tasks.runtime).
+    worker_name: str | None = None
     # Log lines: JSON objects, or readable text for a terminal; unset: JSON unless stderr
     # is a TTY (jobwarden.observability.logs).
     log_format: Literal["json", "console"] | None = None
