@@ -30,7 +30,13 @@ def assets_dir() -> Path:
     Found by its files rather than by importing ``swagger_ui_bundle``, whose module names
     the version folder but ships no type hints.
     """
-    vendor = Path(str(files("swagger_ui_bundle"))) / "vendor"
+    try:
+        vendor = Path(str(files("swagger_ui_bundle"))) / "vendor"
+    except ModuleNotFoundError:
+        raise RuntimeError(
+            "/docs needs swagger-ui-bundle-v2 (module 'swagger_ui_bundle' is not "
+            "installed): pip install 'jobwarden[api]'"
+        ) from None
     found = sorted(d for d in vendor.glob("swagger-ui-5.*") if (d / ASSETS[0]).is_file())
     if not found:
         raise RuntimeError(f"no Swagger UI 5 under {vendor}: reinstall jobwarden[api]")
