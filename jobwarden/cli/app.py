@@ -29,6 +29,12 @@ def option_metavar(option: Any) -> str:
     """What help prints after ``option``: nothing for a flag, else click's type name."""
     if option.is_flag or option.count:
         return ""
+    return value_kind(option)
+
+
+def value_kind(param: Any) -> str:
+    """click's name for the kind of value ``param`` takes: TEXT, INTEGER, PATH, a choice."""
+    option = param
     kind = getattr(option, "type", None)
     if kind is not None:  # typer before 0.28: a click parameter type
         choices = getattr(kind, "choices", None)
@@ -50,6 +56,11 @@ def _named(params: list[Any]) -> list[Any]:
     for param in params:
         if param.param_type_name == "option" and param.metavar is None:
             param.metavar = option_metavar(param)
+        elif param.param_type_name == "argument" and getattr(param, "type", None) is None:
+            # typer 0.28+ prints an argument's annotation too and takes no metavar for its
+            # type column: this parameter object (made per command) answers click's name.
+            label = value_kind(param)
+            param.display_type_rich = lambda ctx, label=label: label
     return params
 
 

@@ -34,9 +34,10 @@ def _command_paths() -> list[list[str]]:
     return paths
 
 
-def test_no_help_shows_a_python_type_after_an_option() -> None:
+def test_no_help_shows_a_python_type_after_an_option_or_argument() -> None:
     runner = CliRunner()
-    typed = re.compile(r"--[\w-]+(\s+--[\w-]+)?\s+<[\w\[\], |]+>")
+    # typer 0.28+'s annotations (<str>, <bool>, <list[str]> ...), after options and arguments.
+    typed = re.compile(r"<(str|int|float|bool|Path|datetime|list\[\w+\])>")
     for path in _command_paths():
         shown = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
         assert shown.exit_code == 0, (path, shown.output)
@@ -44,6 +45,8 @@ def test_no_help_shows_a_python_type_after_an_option() -> None:
     listed = runner.invoke(app, ["list", "--help"], env={"COLUMNS": "200"}).output
     assert re.search(r"--tenant\s+TEXT", listed) and re.search(r"--limit\s+INTEGER", listed)
     assert re.search(r"--json\s+\[env var", listed)  # a flag takes no value: nothing shown
+    shown = runner.invoke(app, ["show", "--help"], env={"COLUMNS": "200"}).output
+    assert re.search(r"operation_id\s+TEXT", shown)
 
 
 def test_the_exit_codes_are_one_documented_table_the_help_prints() -> None:
