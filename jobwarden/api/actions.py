@@ -114,6 +114,7 @@ def _moved(exc: Exception) -> ProblemError:
 
 @router.post(
     "/v1/operations/{operation_id}/cancel",
+    operation_id="cancel_operation",
     response_model=ActionAnswer,
     status_code=202,
     responses=problem_responses(
@@ -144,6 +145,7 @@ def cancel_operation(
 
 @router.post(
     "/v1/operations/{operation_id}/approvals",
+    operation_id="approve_operation",
     response_model=ApprovalAnswer,
     responses=problem_responses(
         {
@@ -234,6 +236,7 @@ def approve_operation(
 
 @router.post(
     "/v1/operations/{operation_id}/decisions",
+    operation_id="decide_operation",
     response_model=ActionAnswer,
     responses=problem_responses(
         {

@@ -14,15 +14,17 @@ from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 from redis import Redis
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from jobwarden.api import actions, intake, queries, results, schedules, webhooks
+from jobwarden.api import actions, docs_ui, intake, queries, results, schedules, webhooks
 from jobwarden.api.access_log import AccessLog
 from jobwarden.api.context import settings_of
 from jobwarden.api.limits import BodyLimit
 from jobwarden.api.problems import ProblemError, install_handlers
+from jobwarden.api.responses import problem_answers, with_shared_schemas
 from jobwarden.api.token_cache import TokenCache
 from jobwarden.config.settings import Settings, get_settings
 from jobwarden.console import install as install_console
@@ -77,7 +79,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Long-running jobs at external HTTP APIs, driven exactly once.",
         version="0.1.0",
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        # /docs is docs_ui's: Swagger UI from the installed files, not a CDN.
+        docs_url=None,
         redoc_url=None,
     )
     app.state.settings = resolved
@@ -86,11 +89,30 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ttl = resolved.api_token_cache_seconds
     app.state.token_cache = TokenCache(ttl) if ttl > 0 else None
     install_handlers(app)
+    app.openapi = with_shared_schemas(app)  # type: ignore[method-assign]
+    docs_ui.install(app, "/openapi.json")
     app.add_middleware(BodyLimit, max_bytes=resolved.api_max_body_bytes)
     # Added last, so outermost: its line covers every answer, a refused body's included.
     app.add_middleware(AccessLog)
-    app.add_api_route("/healthz", healthz, methods=["GET"], tags=["health"])
-    app.add_api_route("/readyz", readyz, methods=["GET"], tags=["health"])
+    app.add_api_route(
+        "/healthz",
+        healthz,
+        methods=["GET"],
+        tags=["health"],
+        operation_id="get_health",
+        response_model=Health,
+    )
+    app.add_api_route(
+        "/readyz",
+        readyz,
+        methods=["GET"],
+        tags=["health"],
+        operation_id="get_readiness",
+        responses={
+            200: {"model": Readiness, "description": "Postgres and Redis answer"},
+            **problem_answers({503: "Postgres or Redis does not answer (down names which)"}),
+        },
+    )
     # Prometheus text, not JSON: kept out of the OpenAPI document (docs/api.md lists it).
     refusals = WebhookRefusalCollector(resolved.redis_url, resolved.key_prefix)
     app.state.metrics = registry_for(PostgresCollector(resolved.database_url), refusals)
@@ -104,6 +126,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     telemetry.setup("jobwarden-api")
     telemetry.instrument_app(app)
     return app
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    status: str
+    postgres: str
+    redis: str
 
 
 def healthz() -> dict[str, str]:

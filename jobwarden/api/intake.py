@@ -30,7 +30,8 @@ from starlette.concurrency import run_in_threadpool
 
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of, settings_of
-from jobwarden.api.problems import ProblemError, problem_responses
+from jobwarden.api.problems import ProblemError
+from jobwarden.api.responses import named_body, problem_answers
 from jobwarden.api.views import storable
 from jobwarden.models.errors import InvalidCommandError, RefusedInputError
 from jobwarden.models.intake.submission import SubmissionRequest
@@ -115,25 +116,6 @@ class SubmissionAnswer(BaseModel):
         description="advice about now: no_worker when nothing consumes the operation's queue "
         "(also named by the Jobwarden-Warning header)",
     )
-
-
-def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
-    """A pydantic JSON Schema with its ``$defs`` written in place, for openapi_extra
-    (whose ``#/$defs/...`` references would not resolve inside the OpenAPI document)."""
-    defs = schema.get("$defs", {})
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return walk(defs[ref.removeprefix("#/$defs/")])
-            return {k: walk(v) for k, v in node.items() if k != "$defs"}
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        return node
-
-    inlined: dict[str, Any] = walk(schema)
-    return inlined
 
 
 KEY_FIELD = "idempotency_key"
@@ -368,6 +350,7 @@ def _respond(result: SubmitResult) -> JSONResponse:
 
 @router.post(
     "/v1/operations",
+    operation_id="submit_operation",
     status_code=201,
     response_model=SubmissionAnswer,
     summary="Submit an operation (Idempotency-Key required)",
@@ -381,7 +364,7 @@ def _respond(result: SubmitResult) -> JSONResponse:
             }
         },
         200: {"model": SubmissionAnswer, "description": "duplicate_event: the existing one"},
-        **problem_responses(
+        **problem_answers(
             {
                 400: "missing Idempotency-Key, a malformed header or body",
                 401: "missing, unknown or revoked token",
@@ -410,12 +393,8 @@ def _respond(result: SubmitResult) -> JSONResponse:
                 "description": "W3C Trace Context; its trace id becomes the operation's",
             },
         ],
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {"schema": inline_refs(SubmissionBody.model_json_schema())}
-            },
-        },
+        # Parsed by the route itself (bounded JSON), so named here for the document.
+        "requestBody": named_body(SubmissionBody),
     },
 )
 async def submit(

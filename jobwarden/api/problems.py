@@ -9,7 +9,7 @@ unexpected exception into the same shape, never with a stack trace.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -84,7 +84,13 @@ _STATUS_KINDS = {
 
 
 class Problem(BaseModel):
-    """An RFC 9457 problem object, for the OpenAPI document (extensions allowed)."""
+    """An RFC 9457 problem object: every error answer of the API has this shape.
+
+    ``type`` names the kind (``tag:jobwarden.dev,2026:problem/<kind>``) and is what a
+    client branches on; ``title`` is the same for every occurrence of a kind; ``detail``
+    says what went wrong this time. Extension members carry the particulars: ``errors``
+    (each failing path and message), ``offered``, ``required_scope``, ``down`` ...
+    """
 
     model_config = ConfigDict(extra="allow")
 
@@ -93,17 +99,6 @@ class Problem(BaseModel):
     status: int
     detail: str
     instance: str | None = None
-
-
-def problem_responses(described: Mapping[int, str]) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` entries: each status answers application/problem+json."""
-    return {
-        status: {
-            "description": text,
-            "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
-        }
-        for status, text in described.items()
-    }
 
 
 def problem_type(kind: str) -> str:
@@ -290,23 +285,9 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def _with_problem_schema(app: FastAPI) -> Callable[[], dict[str, Any]]:
-    plain = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            document = plain()
-            schemas = document.setdefault("components", {}).setdefault("schemas", {})
-            schemas["Problem"] = Problem.model_json_schema()
-            app.openapi_schema = document
-        return app.openapi_schema
-
-    return openapi
-
-
 def install_handlers(app: FastAPI) -> None:
-    """Make every error of ``app`` answer application/problem+json (and document it)."""
-    app.openapi = _with_problem_schema(app)  # type: ignore[method-assign]
+    """Make every error of ``app`` answer application/problem+json (documented by
+    jobwarden.api.responses.with_shared_schemas)."""
     app.add_exception_handler(ProblemError, _on_problem)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(RequestValidationError, _on_validation)

@@ -246,6 +246,7 @@ def _summary(row: Mapping[str, Any]) -> dict[str, Any]:
 
 @router.get(
     "/v1/operations/{operation_id}",
+    operation_id="get_operation",
     response_model=OperationView,
     responses=problem_responses({404: NOT_FOUND}),
 )
@@ -280,7 +281,12 @@ class PageParams(BaseModel):
     cursor: Annotated[str | None, Field(min_length=1, max_length=200)] = None
 
 
-@router.get("/v1/operations", response_model=OperationList, responses=problem_responses({}))
+@router.get(
+    "/v1/operations",
+    operation_id="list_operations",
+    response_model=OperationList,
+    responses=problem_responses({}),
+)
 def list_operations(
     request: Request,
     response: Response,
@@ -311,6 +317,7 @@ def list_operations(
 
 @router.get(
     "/v1/operations/{operation_id}/events",
+    operation_id="list_operation_events",
     response_model=OperationStory,
     responses=problem_responses({404: NOT_FOUND}),
 )
@@ -364,6 +371,7 @@ def operation_events(
 
 @router.get(
     "/v1/escalations",
+    operation_id="list_escalations",
     response_model=EscalationList,
     tags=["escalations"],
     responses=problem_responses({}),

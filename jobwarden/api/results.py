@@ -245,14 +245,14 @@ def _opened(  # noqa: PLR0913 - the read's own inputs, each named at the one cal
 
 
 # One route per method: each needs its own OpenAPI operation id.
-for _method in ("GET", "HEAD"):
+for _method, _operation_id in (("GET", "download_result"), ("HEAD", "head_result")):
     router.add_api_route(
         "/v1/operations/{operation_id}/result",
         get_result,
         methods=[_method],
         response_class=Response,
         responses=RESPONSES,
-        operation_id=f"{_method.lower()}_result",
+        operation_id=_operation_id,
     )
 
 

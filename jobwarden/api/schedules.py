@@ -65,6 +65,60 @@ class BackfillBody(BaseModel):
     end: datetime = Field(alias="to")
 
 
+class ScheduleSummary(BaseModel):
+    """A schedule as listed: its timing, status, next slot and last slot with its operation."""
+
+    tenant: str
+    name: str
+    status: str
+    timing: str
+    timezone: str
+    overlap: str
+    provider: str
+    next_slot_at: str | None
+    last_slot_at: str | None
+    last_state: str | None
+    last_operation_id: str | None
+    last_operation_state: str | None
+    missed: int
+    source: str
+
+
+class ScheduleSlot(BaseModel):
+    slot_at: str
+    state: str
+    origin: str
+    reason: str | None
+    operation_id: str | None
+    requested_by: str | None
+
+
+class ScheduleDetail(ScheduleSummary):
+    """One schedule with its last 50 slots."""
+
+    slots: list[ScheduleSlot]
+
+
+class ScheduleList(BaseModel):
+    schedules: list[ScheduleSummary]
+
+
+class ScheduleDeclared(ScheduleSummary):
+    """What a declaration did (created, changed or unchanged) and the schedule now."""
+
+    outcome: str
+
+
+class TriggerAnswer(BaseModel):
+    operation_id: str | None
+
+
+class BackfillAnswer(BaseModel):
+    claimed: int
+    already_decided: int
+    operations: list[str]
+
+
 def _view(request: Request, tenant: str, name: str) -> dict[str, Any]:
     with snapshot(settings_of(request).database_url) as session:
         for view in schedule_store.views(session, tenant=tenant):
@@ -73,7 +127,12 @@ def _view(request: Request, tenant: str, name: str) -> dict[str, Any]:
     raise ProblemError(404, "not_found", NOT_FOUND)
 
 
-@router.get("/v1/schedules", responses=problem_responses({}))
+@router.get(
+    "/v1/schedules",
+    operation_id="list_schedules",
+    response_model=ScheduleList,
+    responses=problem_responses({}),
+)
 def list_schedules(
     request: Request, principal: Annotated[Principal, Depends(require(Scope.read))]
 ) -> dict[str, Any]:
@@ -83,7 +142,12 @@ def list_schedules(
     return {"schedules": [v.as_dict() for v in views]}
 
 
-@router.get("/v1/schedules/{name}", responses=problem_responses({404: NOT_FOUND}))
+@router.get(
+    "/v1/schedules/{name}",
+    operation_id="get_schedule",
+    response_model=ScheduleDetail,
+    responses=problem_responses({404: NOT_FOUND}),
+)
 def get_schedule(
     name: Name, request: Request, principal: Annotated[Principal, Depends(require(Scope.read))]
 ) -> dict[str, Any]:
@@ -109,7 +173,12 @@ def get_schedule(
 
 @router.put(
     "/v1/schedules/{name}",
-    responses=problem_responses({422: "the declaration breaks a rule (the field is named)"}),
+    operation_id="put_schedule",
+    response_model=ScheduleDeclared,
+    responses={
+        201: {"model": ScheduleDeclared, "description": "created"},
+        **problem_responses({422: "the declaration breaks a rule (the field is named)"}),
+    },
 )
 def put_schedule(
     name: Name,
@@ -160,14 +229,24 @@ def _set_status(
     return _view(request, principal.tenant, name)
 
 
-@router.post("/v1/schedules/{name}/pause", responses=problem_responses({404: NOT_FOUND}))
+@router.post(
+    "/v1/schedules/{name}/pause",
+    operation_id="pause_schedule",
+    response_model=ScheduleSummary,
+    responses=problem_responses({404: NOT_FOUND}),
+)
 def pause_schedule(
     name: Name, request: Request, principal: Annotated[Principal, Depends(require(Scope.submit))]
 ) -> dict[str, Any]:
     return _set_status(request, principal, name, ScheduleStatus.paused)
 
 
-@router.post("/v1/schedules/{name}/resume", responses=problem_responses({404: NOT_FOUND}))
+@router.post(
+    "/v1/schedules/{name}/resume",
+    operation_id="resume_schedule",
+    response_model=ScheduleSummary,
+    responses=problem_responses({404: NOT_FOUND}),
+)
 def resume_schedule(
     name: Name, request: Request, principal: Annotated[Principal, Depends(require(Scope.submit))]
 ) -> dict[str, Any]:
@@ -184,6 +263,8 @@ def _refused(exc: ScheduleError) -> ProblemError:
 
 @router.post(
     "/v1/schedules/{name}/trigger",
+    operation_id="trigger_schedule",
+    response_model=TriggerAnswer,
     status_code=202,
     responses=problem_responses({404: NOT_FOUND, 409: "this second's slot is already decided"}),
 )
@@ -200,6 +281,8 @@ def trigger_schedule(
 
 @router.post(
     "/v1/schedules/{name}/backfill",
+    operation_id="backfill_schedule",
+    response_model=BackfillAnswer,
     status_code=202,
     responses=problem_responses({404: NOT_FOUND, 422: "a bad range (the field is named)"}),
 )

@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from jobwarden.api.context import runtime_of
 from jobwarden.api.problems import problem_response
+from jobwarden.api.responses import named_body, problem_answers
 from jobwarden.models.provider.webhooks import Refusal
 from jobwarden.tasks.provider import webhooks
 
@@ -55,19 +56,30 @@ async def _bounded_body(request: Request, limit: int) -> bytes | None:
     "/v1/webhooks/{provider}",
     response_model=WebhookAck,
     summary="Receive a provider's webhook (signed as its contract says; no API token)",
+    operation_id="receive_webhook",
     responses={
         202: {"model": WebhookAck, "description": "verified, but no operation has this job"},
-        400: {"description": "stale (outside the tolerance) or unreadable (problem+json)"},
-        401: {"description": "unsigned or forged (problem+json)"},
-        404: {"description": "no such provider, or its contract has no [webhook]"},
-        413: {"description": "body larger than the webhook limit"},
-        503: {"description": "the operation is busy or the secret is missing: deliver again"},
+        **problem_answers(
+            {
+                400: "stale (outside the tolerance) or unreadable",
+                401: "unsigned or forged",
+                404: "no such provider, or its contract has no [webhook]",
+                413: "body larger than the webhook limit",
+                422: "the provider name does not match the path's schema",
+                503: "the operation is busy or the secret is missing: deliver again",
+            }
+        ),
     },
+    # The body is read as bytes (the signature covers them exactly): any JSON object.
     openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": {"type": "object"}}},
-        }
+        "requestBody": named_body(
+            "WebhookEvent",
+            {
+                "type": "object",
+                "additionalProperties": True,
+                "description": "the provider's event, as its contract's [webhook] describes",
+            },
+        )
     },
 )
 async def receive_webhook(provider: str, request: Request) -> JSONResponse:

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from jobwarden.cli import output
+
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
@@ -85,12 +87,23 @@ def archive_command(
         raise typer.Exit(1)
 
 
-def partitions_command() -> None:
+def partitions_command(
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", envvar="JOBWARDEN_PARTITIONS_JSON", help="One JSON array."),
+    ] = False,
+) -> None:
     """List operation_events' partitions: range, rows, and what was archived from each."""
     from jobwarden.config.settings import get_settings
     from jobwarden.tasks.history_archive import partition_listing
 
-    for name, span, rows, state in partition_listing(get_settings().database_url):
-        console.print(
-            f"{name:<26} {span:<24} {rows:>10} rows  {state}", highlight=False, markup=False
+    listing = partition_listing(get_settings().database_url)
+    if as_json:
+        output.emit_json(
+            [
+                {"partition": name, "range": span, "rows": rows, "state": state}
+                for name, span, rows, state in listing
+            ]
         )
+        return
+    output.table(console, ("PARTITION", "RANGE", "ROWS", "STATE"), listing)

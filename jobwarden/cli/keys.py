@@ -15,7 +15,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-keys_app = typer.Typer(no_args_is_help=True, help="Idempotency keys.")
+from jobwarden.cli.app import CliTyper
+
+keys_app = CliTyper(no_args_is_help=True, help="Idempotency keys.")
 console = Console(soft_wrap=True)
 
 

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from jobwarden.cli import output
+from jobwarden.cli.app import CliTyper
 from jobwarden.cli.history import archive_command, partitions_command
 from jobwarden.cli.identity import Approver, BreakGlass, TokenFile, decision_author, submitter
 from jobwarden.cli.keys import keys_app
@@ -18,7 +20,15 @@ from jobwarden.cli.providers import contract_versions, migrate_command, running_
 from jobwarden.cli.result import result_command
 from jobwarden.cli.schedules import schedules_app
 from jobwarden.cli.serve import serve_api, tenants_app, tokens_app
-from jobwarden.cli.watch import dated_line, list_command, show_lines, watch_command
+from jobwarden.cli.watch import (
+    dated_line,
+    event_record,
+    intake_record,
+    list_command,
+    show_lines,
+    show_record,
+    watch_command,
+)
 from jobwarden.config.settings import get_settings
 from jobwarden.models.errors import JobwardenError
 
@@ -27,13 +37,42 @@ if TYPE_CHECKING:
     from jobwarden.models.history.verification import ChainProblem
     from jobwarden.models.operation import Operation
 
-app = typer.Typer(
+EXIT_CODES: dict[int, str] = {
+    0: "done (submit: created, replayed or duplicate_event; watch: the operation succeeded)",
+    1: "a check found a problem or the thing named is not there: verify found an altered or "
+    "missing event, a check an invalid file, keys check planted keys, watch an end other "
+    "than succeeded or a stop for a human; no such operation, token or schedule",
+    2: "a mistake in the command line, a JOBWARDEN_ setting or a decision, named in one "
+    "line on stderr (nothing was changed)",
+    3: "submit: conflict, the idempotency key was used for a different request (nothing "
+    "was touched)",
+    4: "submit: in progress, the key's first request is still being recorded: retry later",
+}
+"""The exit codes of every `jobwarden` command, stable for scripts (issue 36, point 7).
+
+The codes keep their meaning across releases; `jobwarden --help` prints this table, and
+the reference docs are generated from it.
+"""
+
+SUBMIT_EXIT_CODES = {"conflict": 3, "in_progress": 4}
+
+
+def exit_codes_epilog() -> str:
+    """The exit code table as the help epilog prints it."""
+    # \b keeps click from re-wrapping the block into one paragraph.
+    return "\b\nExit codes:\n" + "\n".join(
+        f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items()
+    )
+
+
+app = CliTyper(
     add_completion=False,
     no_args_is_help=True,
     help="Drive long-running jobs at external HTTP APIs, safely.",
+    epilog=exit_codes_epilog(),
 )
-providers_app = typer.Typer(no_args_is_help=True, help="Provider contracts.")
-db_app = typer.Typer(no_args_is_help=True, help="The Postgres schema.")
+providers_app = CliTyper(no_args_is_help=True, help="Provider contracts.")
+db_app = CliTyper(no_args_is_help=True, help="The Postgres schema.")
 app.add_typer(providers_app, name="providers")
 app.add_typer(db_app, name="db")
 app.add_typer(tokens_app, name="tokens")
@@ -49,9 +88,6 @@ app.command("partitions")(partitions_command)
 console = Console(soft_wrap=True)
 # soft_wrap: an error is one line whatever the terminal width (scripts grep for it).
 err = Console(stderr=True, soft_wrap=True)
-
-
-SUBMIT_EXIT_CODES = {"conflict": 3, "in_progress": 4}
 
 
 def _print_version(value: bool) -> None:
@@ -177,33 +213,70 @@ def _row_and_events(operation_id: str) -> tuple[Operation, list[ChainedEvent]]:
 
 
 @app.command()
-def show(operation_id: str) -> None:
-    """State, remote job, counters, deadlines, escalation reason, fingerprint and command."""
-    from jobwarden.observability.story import summary_lines
+def show(
+    operation_id: str,
+    as_json: Annotated[
+        bool, typer.Option("--json", envvar="JOBWARDEN_SHOW_JSON", help="One JSON object.")
+    ] = False,
+) -> None:
+    """State, remote job, counters, deadlines (and whether each still applies), escalation
+    reason, fingerprint, the create as it will leave, the command, and the options offered."""
+    from datetime import UTC, datetime
 
-    row, _ = _row_and_events(operation_id)
-    for line in [*summary_lines(row), *show_lines(row)]:
-        console.print(line, highlight=False, markup=False)
+    from jobwarden.cli.deadlines import deadline_lines, deadline_views
     from jobwarden.models.states import OFFERS_OPTIONS, OperationState
+    from jobwarden.observability.story import summary_lines
     from jobwarden.tasks.humans.interventions import escalation_options
 
-    if OperationState(row.state) in OFFERS_OPTIONS:
-        # A stopped operation shows what a human may do next, as `jobwarden decide` takes it.
-        for option in escalation_options(operation_id):
-            console.print(f"option           {option.kind.value}: {option.label}", highlight=False)
+    row, _ = _row_and_events(operation_id)
+    deadlines = deadline_views(row, datetime.now(UTC))
+    # A stopped operation shows what a human may do next, as `jobwarden decide` takes it.
+    offered = (
+        escalation_options(operation_id) if OperationState(row.state) in OFFERS_OPTIONS else []
+    )
+    if as_json:
+        output.emit_json(show_record(row, deadlines, offered))
+        return
+    for line in [*summary_lines(row, deadline_lines(deadlines)), *show_lines(row)]:
+        console.print(line, highlight=False, markup=False)
+    for option in offered:
+        console.print(
+            f"option           {option.kind.value}: {option.label}", highlight=False, markup=False
+        )
 
 
 @app.command()
-def history(operation_id: str) -> None:
-    """The operation's story, one line per event: date and time (UTC), actor, what happened."""
+def history(
+    operation_id: str,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            envvar="JOBWARDEN_HISTORY_JSON",
+            help="One JSON object: the events and the intake attempts.",
+        ),
+    ] = False,
+) -> None:
+    """The operation's story, one line per event: date and time (UTC), actor, what happened;
+    then each submission attempt that named it (the intake log)."""
+    from jobwarden.cli.serve import intake_entries, intake_line
+
     _, events = _row_and_events(operation_id)
+    attempts = intake_entries(_operation_id(operation_id))
+    if as_json:
+        output.emit_json(
+            {
+                "operation_id": str(_operation_id(operation_id)),
+                "events": [event_record(ev) for ev in events],
+                "intake": [intake_record(a) for a in attempts],
+            }
+        )
+        return
     for ev in events:
         console.print(dated_line(ev), highlight=False, markup=False)
-    from jobwarden.cli.serve import intake_lines
-
     # Who asked, through which door, and what each attempt was answered (the intake log).
-    for line in intake_lines(_operation_id(operation_id)):
-        console.print(line, highlight=False, markup=False)
+    for attempt in attempts:
+        console.print(intake_line(attempt), highlight=False, markup=False)
 
 
 def _problem_line(p: ChainProblem) -> str:
@@ -231,6 +304,14 @@ def verify(
             help="Verify every operation named in a file --export-heads wrote earlier.",
         ),
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            envvar="JOBWARDEN_VERIFY_JSON",
+            help="One JSON object: verified or not, and every problem found.",
+        ),
+    ] = False,
 ) -> None:
     """Prove an operation's history; exit 1 naming whatever was altered or removed.
 
@@ -247,10 +328,10 @@ def verify(
     if export_heads:
         _export_heads()
     elif heads is not None:
-        _compare_heads(heads)
+        _compare_heads(heads, as_json=as_json)
     else:
         assert operation_id is not None
-        _verify_one(operation_id)
+        _verify_one(operation_id, as_json=as_json)
 
 
 def _archived(op_id: uuid.UUID) -> tuple[bool, list[StoredEvent], list[str]]:
@@ -262,7 +343,18 @@ def _archived(op_id: uuid.UUID) -> tuple[bool, list[StoredEvent], list[str]]:
     return done is not None and (bool(events) or bool(problems)), events, problems
 
 
-def _verify_one(operation_id: str) -> None:
+def _verified(lines: list[str], record: dict[str, object], *, as_json: bool) -> None:
+    """Report a verification: problems on stderr and exit 1, or ``record`` as JSON."""
+    if as_json:
+        output.emit_json({**record, "verified": not lines, "problems": lines})
+    else:
+        for line in lines:
+            _say(line)
+    if lines:
+        raise typer.Exit(1)
+
+
+def _verify_one(operation_id: str, *, as_json: bool = False) -> None:
     from jobwarden.models.history.verification import row_bound
     from jobwarden.models.persistence import history_store, result_rows, store
     from jobwarden.models.persistence.db import transaction
@@ -275,9 +367,7 @@ def _verify_one(operation_id: str) -> None:
     )
     if segment_problems:
         # The segment is gone or altered: nothing of the archived part can be proven.
-        for line in segment_problems:
-            _say(line)
-        raise typer.Exit(1)
+        _verified(segment_problems, {"operation_id": str(op_id)}, as_json=as_json)
     with transaction(get_settings().database_url) as session:
         problems = store.verify(session, op_id, archived=archived)
         events = [*archived, *store.stored_events(session, op_id)]
@@ -292,10 +382,18 @@ def _verify_one(operation_id: str) -> None:
         from jobwarden.cli.result import object_problems
 
         lines += object_problems(result.location, result.sha256, result.size_bytes)
-    if lines:
-        for line in lines:
-            _say(line)
-        raise typer.Exit(1)
+    _verified(
+        lines,
+        {
+            "operation_id": str(op_id),
+            "events": len(events),
+            "from_archive": from_archive,
+            "row_bound": row_bound(events),
+        },
+        as_json=as_json,
+    )
+    if as_json:
+        return
     note = (
         "" if row_bound(events) else " (the row is not bound: its last write predates row digests)"
     )
@@ -338,12 +436,13 @@ def _read_heads(path: Path) -> list[tuple[uuid.UUID, int, str]]:
     return anchors
 
 
-def _compare_heads(path: Path) -> None:
+def _compare_heads(path: Path, *, as_json: bool = False) -> None:
     from jobwarden.models.persistence import history_store, store
     from jobwarden.models.persistence.db import transaction
 
     anchors = _read_heads(path)
     failed = 0
+    found: list[str] = []
     for op_id, count, head in anchors:
         with transaction(get_settings().database_url) as session:
             archived_row = history_store.archived(session, op_id)
@@ -352,17 +451,17 @@ def _compare_heads(path: Path) -> None:
         )
         if segment_problems:
             failed += 1
-            for line in segment_problems:
-                _say(f"operation {op_id}: {line}")
+            found += [f"operation {op_id}: {line}" for line in segment_problems]
             continue
         with transaction(get_settings().database_url) as session:
             problems = store.check_head(session, op_id, count, head, archived=archived)
         failed += bool(problems)
-        for p in problems:
-            _say(f"operation {op_id}: {_problem_line(p)}")
+        found += [f"operation {op_id}: {_problem_line(p)}" for p in problems]
     if failed:
-        _say(f"{failed} of {len(anchors)} operations do not match their exported heads")
-        raise typer.Exit(1)
+        found.append(f"{failed} of {len(anchors)} operations do not match their exported heads")
+    _verified(found, {"operations": len(anchors), "failed": failed}, as_json=as_json)
+    if as_json:
+        return
     console.print(f"heads verified: {len(anchors)} operations", highlight=False)
 
 
@@ -503,12 +602,21 @@ def cancel(
 
 
 @app.command()
-def options(operation_id: str) -> None:
-    """The bounded options a human may pick for a stopped operation."""
+def options(
+    operation_id: str,
+    as_json: Annotated[
+        bool, typer.Option("--json", envvar="JOBWARDEN_OPTIONS_JSON", help="One JSON array.")
+    ] = False,
+) -> None:
+    """The bounded options a human may pick for a stopped operation (`none` when there are
+    none: it is running, or ended without any)."""
     from jobwarden.tasks.humans.interventions import escalation_options
 
-    for option in escalation_options(operation_id):
-        console.print(f"{option.kind.value:<16} {option.label}", highlight=False)
+    offered = escalation_options(operation_id)
+    if as_json:
+        output.emit_json([{"option": o.kind.value, "label": o.label} for o in offered])
+        return
+    output.table(console, ("OPTION", "WHAT IT DOES"), [(o.kind.value, o.label) for o in offered])
 
 
 @app.command()

@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
+from jobwarden.cli import output
+from jobwarden.cli.app import CliTyper
 from jobwarden.cli.identity import BreakGlass, By, TokenFile, cli_author
 
 if TYPE_CHECKING:
     from jobwarden.models.schedules.files import DeclaredSchedule
 
-schedules_app = typer.Typer(no_args_is_help=True, help="Schedules fired by beat.")
+schedules_app = CliTyper(no_args_is_help=True, help="Schedules fired by beat.")
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
@@ -123,6 +125,18 @@ def schedules_sync(
             console.print(f"{outcome:<9} {d.spec.tenant}/{d.spec.name}", highlight=False)
 
 
+SCHEDULE_COLUMNS = (
+    "SCHEDULE",
+    "STATUS",
+    "TIMING",
+    "OVERLAP",
+    "NEXT SLOT",
+    "LAST SLOT",
+    "LAST OPERATION",
+    "MISSED",
+)
+
+
 def _when(at: datetime | None) -> str:
     return at.isoformat(timespec="seconds") if at else "-"
 
@@ -142,21 +156,34 @@ def schedules_list(
     with snapshot(get_settings().database_url) as session:
         views = schedule_store.views(session, tenant=tenant)
     if as_json:
-        print(json.dumps([v.as_dict() for v in views]))
+        output.emit_json([v.as_dict() for v in views])
         return
-    for v in views:
-        last = (
-            f"{_when(v.last_slot_at)} {v.last_state}"
-            + (f" op {v.last_operation_id} {v.last_operation_state}" if v.last_operation_id else "")
-            if v.last_slot_at
-            else "-"
-        )
-        console.print(
-            f"{v.tenant}/{v.name}  {v.status}  {v.timing} ({v.timezone})  overlap {v.overlap}  "
-            f"next {_when(v.next_slot_at)}  last {last}  missed {v.missed}",
-            markup=False,
-            highlight=False,
-        )
+    output.table(
+        console,
+        (
+            "SCHEDULE",
+            "STATUS",
+            "TIMING",
+            "OVERLAP",
+            "NEXT SLOT",
+            "LAST SLOT",
+            "LAST OPERATION",
+            "MISSED",
+        ),
+        [
+            (
+                f"{v.tenant}/{v.name}",
+                v.status,
+                f"{v.timing} ({v.timezone})",
+                v.overlap,
+                _when(v.next_slot_at),
+                f"{_when(v.last_slot_at)} {v.last_state}" if v.last_slot_at else None,
+                f"{v.last_operation_id} {v.last_operation_state}" if v.last_operation_id else None,
+                v.missed,
+            )
+            for v in views
+        ],
+    )
 
 
 def _set_status(name: str, tenant: str, by: str, *, paused: bool) -> None:

@@ -6,15 +6,20 @@ each command imports what it runs (``jobwarden --help`` needs no driver).
 
 from __future__ import annotations
 
-import json
 import uuid
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
-tokens_app = typer.Typer(no_args_is_help=True, help="API tokens of the HTTP API.")
-tenants_app = typer.Typer(no_args_is_help=True, help="Tenants' settings for the HTTP API.")
+from jobwarden.cli import output
+from jobwarden.cli.app import CliTyper
+
+if TYPE_CHECKING:
+    from jobwarden.models.persistence.api_store import IntakeEntry
+
+tokens_app = CliTyper(no_args_is_help=True, help="API tokens of the HTTP API.")
+tenants_app = CliTyper(no_args_is_help=True, help="Tenants' settings for the HTTP API.")
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
@@ -77,16 +82,24 @@ def tokens_list(
         for r in records
     ]
     if as_json:
-        print(json.dumps(rows))
+        output.emit_json(rows)
         return
-    for row in rows:
-        console.print(
-            f"{row['id']}  {row['name']}  tenant={row['tenant']}  "
-            f"scopes={','.join(row['scopes'])}  created={row['created']}  "
-            f"last_used={row['last_used'] or '-'}  revoked={row['revoked'] or '-'}",
-            markup=False,
-            highlight=False,
-        )
+    output.table(
+        console,
+        ("ID", "NAME", "TENANT", "SCOPES", "CREATED", "LAST USED", "REVOKED"),
+        [
+            (
+                row["id"],
+                row["name"],
+                row["tenant"],
+                ",".join(row["scopes"]),
+                row["created"],
+                row["last_used"],
+                row["revoked"],
+            )
+            for row in rows
+        ],
+    )
 
 
 @tokens_app.command("revoke")
@@ -157,8 +170,8 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
     )
 
 
-def intake_lines(operation_id: uuid.UUID) -> list[str]:
-    """The submission attempts that named the operation, one line each (for `history`).
+def intake_entries(operation_id: uuid.UUID) -> list[IntakeEntry]:
+    """The submission attempts that named the operation (for `history`).
 
     Read from the store, not through jobwarden.api: `history` works without the api extra.
     """
@@ -167,10 +180,13 @@ def intake_lines(operation_id: uuid.UUID) -> list[str]:
     from jobwarden.models.persistence.db import snapshot
 
     with snapshot(get_settings().database_url) as session:
-        entries = api_store.intake_for_operation(session, operation_id)
-    return [
+        return api_store.intake_for_operation(session, operation_id)
+
+
+def intake_line(a: IntakeEntry) -> str:
+    """One attempt as `history` prints it."""
+    return (
         f"{a.at.isoformat()}  intake {a.outcome:<15} door={a.door} actor={a.actor} "
         f"key={a.idempotency_key} fingerprint={(a.fingerprint or '-')[:12]} "
         f"http={a.http_status or '-'} trace={a.trace_id or '-'}"
-        for a in entries
-    ]
+    )

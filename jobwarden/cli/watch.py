@@ -10,8 +10,8 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING, Annotated
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console, Group
@@ -20,9 +20,14 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from jobwarden.cli import output
+
 if TYPE_CHECKING:
+    from jobwarden.cli.deadlines import DeadlineView
     from jobwarden.models.history.chain import ChainedEvent
+    from jobwarden.models.humans.escalation import Option
     from jobwarden.models.operation import Operation
+    from jobwarden.models.persistence.api_store import IntakeEntry
     from jobwarden.models.provider.outgoing import ShownRequest
 
 console = Console(soft_wrap=True)
@@ -86,6 +91,94 @@ def show_lines(row: Operation) -> list[str]:
         f"requested by     {row.requested_by}"
         + (f", authorized by {row.authorized_by}" if row.authorized_by else ""),
     ]
+
+
+def show_record(
+    row: Operation, deadlines: Sequence[DeadlineView], offered: Sequence[Option]
+) -> dict[str, Any]:
+    """`show --json`: what `show` prints, as one object (the command redacted alike)."""
+    from jobwarden.models.history.excerpts import redacted
+
+    secrets, request = _secrets_and_request(row)
+    return {
+        "operation_id": str(row.operation_id),
+        "tenant": row.tenant,
+        "provider": row.provider,
+        "state": row.state.value,
+        "escalation_reason": row.escalation_reason,
+        "escalation_detail": row.escalation_detail,
+        "remote_job_id": row.remote_job_id,
+        "status_requests": {
+            "used": row.status_requests_used,
+            "max": row.max_status_requests,
+            "reserved": row.reserved_request,
+        },
+        "transport_failures": {
+            "used": row.transport_failures_used,
+            "max": row.max_transport_failures,
+        },
+        "deadlines": [d.as_dict() for d in deadlines],
+        "next_poll_at": row.next_poll_at.isoformat() if row.next_poll_at else None,
+        "progress": row.progress,
+        "trace_id": row.trace_id,
+        "concurrency_key": row.concurrency_key,
+        "version": row.version,
+        "event_count": row.event_count,
+        "contract_digest": row.contract_digest,
+        "resubmit_of": str(row.resubmit_of) if row.resubmit_of else None,
+        "resubmitted_as": str(row.resubmitted_as) if row.resubmitted_as else None,
+        "fingerprint": row.request_fingerprint,
+        "request": None
+        if request is None
+        else {
+            "method": request.method,
+            "url": request.url,
+            "headers": [[name, value] for name, value in request.headers],
+            "body": request.body,
+            "digest": request.digest,
+        },
+        "command": redacted(dict(row.command), secrets),
+        "requested_by": row.requested_by,
+        "authorized_by": row.authorized_by,
+        "options": [{"option": o.kind.value, "label": o.label} for o in offered],
+    }
+
+
+def event_record(ev: ChainedEvent) -> dict[str, Any]:
+    """One event for `history --json` and `watch --json`: its fields and its story line."""
+    from jobwarden.observability.story import event_line
+
+    d = ev.draft
+    return {
+        "seq": ev.seq,
+        "at": d.at.isoformat() if isinstance(d.at, datetime) else str(d.at),
+        "actor": d.actor,
+        "kind": d.kind.value,
+        "from_state": d.from_state,
+        "to_state": d.to_state,
+        "cause": d.cause,
+        "delay_source": d.delay_source,
+        "http_status": d.http_status,
+        "provider_request_id": d.provider_request_id,
+        "excerpt": d.excerpt,
+        "line": event_line(ev).split(" ", 1)[-1],
+        "hash": ev.hash,
+    }
+
+
+def intake_record(a: IntakeEntry) -> dict[str, Any]:
+    """One submission attempt for `history --json`."""
+    return {
+        "at": a.at.isoformat(),
+        "door": a.door,
+        "actor": a.actor,
+        "outcome": a.outcome,
+        "idempotency_key": a.idempotency_key,
+        "fingerprint": a.fingerprint,
+        "http_status": a.http_status,
+        "trace_id": a.trace_id,
+        "detail": a.detail,
+    }
 
 
 def dated_line(ev: ChainedEvent) -> str:
@@ -166,15 +259,22 @@ def list_command(
         rows = [{k: v for k, v in r.items()} for r in page.rows]
         print(json.dumps({"operations": rows, "next_cursor": next_cursor}, default=str))
         return
-    for r in page.rows:
-        console.print(
-            f"{r['operation_id']}  {r['created_at']:%Y-%m-%d %H:%M:%S}  {r['provider']:<12} "
-            f"{r['state']:<18} {r['escalation_reason'] or '-':<24} "
-            f"job={shown(r['remote_job_id'] or '-', limit=40)} "
-            f"key={shown(r['idempotency_key'], limit=40)}",
-            markup=False,
-            highlight=False,
-        )
+    output.table(
+        console,
+        ("OPERATION", "CREATED (UTC)", "PROVIDER", "STATE", "REASON", "REMOTE JOB", "KEY"),
+        [
+            (
+                r["operation_id"],
+                f"{r['created_at'].astimezone(UTC):%Y-%m-%d %H:%M:%S}",
+                r["provider"],
+                r["state"],
+                r["escalation_reason"],
+                shown(r["remote_job_id"], limit=40) if r["remote_job_id"] else None,
+                shown(r["idempotency_key"], limit=40),
+            )
+            for r in page.rows
+        ],
+    )
     if next_cursor is not None:
         err.print(f"more: --cursor {next_cursor}", markup=False, highlight=False)
 
@@ -234,13 +334,14 @@ def follow(
     op_id: uuid.UUID,
     *,
     interval: float,
-    on_change: Callable[[Operation, list[str], list[str]], None],
+    on_change: Callable[[Operation, list[str], list[ChainedEvent]], None],
     sleep: Callable[[float], None] = time.sleep,
 ) -> Operation:
     """Read the operation every ``interval`` seconds (at least MIN_WATCH_INTERVAL) until it
     stops; returns its last row.
 
-    ``on_change(row, story, new_lines)`` runs after each read that found something new.
+    ``on_change(row, story, new_events)`` runs after each read that found something new
+    (``story`` holds every event's line so far).
     """
     pace = max(interval, MIN_WATCH_INTERVAL)
     story: list[str] = []
@@ -249,11 +350,10 @@ def follow(
         row, events = _read(url, op_id, len(story))
         if row is None:
             raise _fail(f"no operation {op_id}", 1)
-        new = [dated_line(ev) for ev in events]
-        story.extend(new)
-        if row.version != last_version or new:
+        story.extend(dated_line(ev) for ev in events)
+        if row.version != last_version or events:
             last_version = row.version
-            on_change(row, story, new)
+            on_change(row, story, events)
         if _stopped(row):
             return row
         sleep(pace)
@@ -268,6 +368,15 @@ def watch_command(
             envvar="JOBWARDEN_WATCH_INTERVAL",
         ),
     ] = 1.0,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            envvar="JOBWARDEN_WATCH_JSON",
+            help="JSON lines: one object per event as it is recorded, then one "
+            '{"stopped": ...} object.',
+        ),
+    ] = False,
 ) -> None:
     """Follow an operation live (progress and story) until it stops.
 
@@ -282,21 +391,41 @@ def watch_command(
         raise _fail(f"not an operation id: {operation_id!r}") from None
     pace = interval
     url = get_settings().database_url
-    if console.is_terminal:
+    if as_json:
+
+        def records(row: Operation, story: list[str], new: list[ChainedEvent]) -> None:
+            for ev in new:
+                output.emit_json(event_record(ev))
+
+        row = follow(url, op_id, interval=pace, on_change=records)
+    elif console.is_terminal:
         with Live(console=console, auto_refresh=False, transient=False) as live:
 
-            def redraw(row: Operation, story: list[str], new: list[str]) -> None:
+            def redraw(row: Operation, story: list[str], new: list[ChainedEvent]) -> None:
                 live.update(view(row, story), refresh=True)
 
             row = follow(url, op_id, interval=pace, on_change=redraw)
     else:
         # Not a terminal (a pipe, a log): each new event once, as a line.
 
-        def append(row: Operation, story: list[str], new: list[str]) -> None:
-            for line in new:
-                console.print(line, markup=False, highlight=False)
+        def append(row: Operation, story: list[str], new: list[ChainedEvent]) -> None:
+            for ev in new:
+                console.print(dated_line(ev), markup=False, highlight=False)
 
         row = follow(url, op_id, interval=pace, on_change=append)
-    reason = f" ({row.escalation_reason}: {row.escalation_detail})" if row.escalation_reason else ""
-    console.print(f"stopped: {row.state.value}{reason}", markup=False, highlight=False)
-    raise typer.Exit(WATCH_SUCCEEDED if row.state is OperationState.succeeded else WATCH_OTHERWISE)
+    code = WATCH_SUCCEEDED if row.state is OperationState.succeeded else WATCH_OTHERWISE
+    if as_json:
+        output.emit_json(
+            {
+                "stopped": row.state.value,
+                "escalation_reason": row.escalation_reason,
+                "escalation_detail": row.escalation_detail,
+                "exit_code": code,
+            }
+        )
+    else:
+        reason = (
+            f" ({row.escalation_reason}: {row.escalation_detail})" if row.escalation_reason else ""
+        )
+        console.print(f"stopped: {row.state.value}{reason}", markup=False, highlight=False)
+    raise typer.Exit(code)

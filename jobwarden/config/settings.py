@@ -115,7 +115,9 @@ class Settings(BaseSettings):
     providers_dir: Path = DEFAULT_PROVIDERS_DIR
     # A wake-up message this overdue is presumed lost and re-sent by the sweeper.
     redispatch_after_seconds: float = Field(default=60.0, gt=0)
-    worker_name: str = "worker"
+    # The name histories give this worker (``worker:<name>``); unset: its Celery node name
+    # (celery@host, or what -n says), as Flower shows it (jobwarden.tasks.runtime).
+    worker_name: str | None = None
     # How often every worker stamps each queue it consumes, in Redis (tasks/heartbeat.py).
     worker_heartbeat_seconds: float = Field(default=5.0, gt=0, le=3600)
     # No stamp on the operations' queue for this long (longer than the heartbeat, checked):

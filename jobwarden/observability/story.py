@@ -155,7 +155,14 @@ def _marks(kind: str, ex: Mapping[str, Any]) -> str:
     return marks
 
 
-def summary_lines(row: Operation) -> list[str]:
+def summary_lines(row: Operation, deadlines: list[str] | None = None) -> list[str]:
+    """`show`'s summary of ``row``; ``deadlines`` replace the bare deadline lines (the CLI
+    gives them with whether each still applies: jobwarden/cli/deadlines.py)."""
+    bare = [
+        f"create deadline  {row.create_deadline.isoformat()}",
+        f"result deadline  {row.result_deadline.isoformat()}",
+        f"cancel deadline  {row.cancel_deadline.isoformat() if row.cancel_deadline else '-'}",
+    ]
     lines = [
         f"operation        {row.operation_id}",
         f"tenant/provider  {row.tenant} / {row.provider}",
@@ -165,9 +172,7 @@ def summary_lines(row: Operation) -> list[str]:
         f"status requests  {row.status_requests_used}/{row.max_status_requests}"
         + (f" ({row.reserved_request} reserved, not yet sent)" if row.reserved_request else ""),
         f"transport fails  {row.transport_failures_used}/{row.max_transport_failures}",
-        f"create deadline  {row.create_deadline.isoformat()}",
-        f"result deadline  {row.result_deadline.isoformat()}",
-        f"cancel deadline  {row.cancel_deadline.isoformat() if row.cancel_deadline else '-'}",
+        *(bare if deadlines is None else deadlines),
         f"next poll        {row.next_poll_at.isoformat() if row.next_poll_at else '-'}",
         f"progress         {row.progress if row.progress is not None else '-'}",
         f"trace id         {row.trace_id}",

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from celery.signals import celeryd_init
 from redis import Redis
 
 from jobwarden.config.settings import Settings, get_settings
@@ -130,12 +131,30 @@ class Runtime:
 
     @property
     def actor(self) -> str:
-        return f"worker:{self.settings.worker_name}"
+        return worker_actor(self.settings.worker_name, _worker_node)
 
     @staticmethod
     def jitter() -> float:
         return random.random()
 
+
+# This process's Celery node name once it became a worker (celeryd_init fires in the main
+# process before the pool forks, so prefork children inherit it); None outside a worker.
+_worker_node: str | None = None
+
+
+def worker_actor(configured: str | None, node: str | None) -> str:
+    """The actor of what a worker records: JOBWARDEN_WORKER_NAME if set, else its Celery
+    node name, else plain ``worker`` (a process that is no Celery worker: a test, a tool)."""
+    return f"worker:{configured or node or 'worker'}"
+
+
+def _remember_worker_node(sender: object = None, **_: object) -> None:
+    global _worker_node  # noqa: PLW0603 - one value per process, set once at worker start
+    _worker_node = str(sender) if sender else None
+
+
+celeryd_init.connect(_remember_worker_node, weak=False)
 
 _runtime: Runtime | None = None
 # The API answers in a thread pool: twenty first requests at once must build one runtime,

@@ -9,6 +9,7 @@ database of their own (a module's scratch database), never the run's shared one.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -441,11 +442,25 @@ def test_a_month_whose_rows_went_to_the_default_partition_is_named_not_created(u
     assert "operation_events_203106" in parts and "operation_events_203108" in parts
     assert parts["operation_events_default"] >= 3
     _verified(url, row.operation_id)
-    listing = _cli_on(url, "partitions").stdout.splitlines()
-    default = [line for line in listing if line.startswith("operation_events_default")]
-    assert len(default) == 1 and default[0].endswith("holds rows of months that had no partition")
-    june = [line for line in listing if line.startswith("operation_events_203106")]
-    assert june == ["operation_events_203106    2031-06-01 .. 2031-07-01          0 rows  attached"]
+    listing = json.loads(_cli_on(url, "partitions", "--json").stdout)
+    default = [p for p in listing if p["partition"] == "operation_events_default"]
+    assert len(default) == 1
+    assert default[0]["state"] == "holds rows of months that had no partition"
+    june = [p for p in listing if p["partition"] == "operation_events_203106"]
+    assert june == [
+        {
+            "partition": "operation_events_203106",
+            "range": "2031-06-01 .. 2031-07-01",
+            "rows": 0,
+            "state": "attached",
+        }
+    ]
+    # People read the same as a table: one row per partition under a header.
+    table = _cli_on(url, "partitions").stdout.splitlines()
+    assert table[0].split() == ["PARTITION", "RANGE", "ROWS", "STATE"]
+    (june_row,) = [line for line in table if line.startswith("operation_events_203106")]
+    june_cells = ["operation_events_203106", "2031-06-01", "..", "2031-07-01", "0", "attached"]
+    assert june_row.split() == june_cells
 
 
 # --- beat's run, and the command's retention --------------------------------------------------

@@ -109,8 +109,11 @@ def test_check_names_file_and_field_and_sync_declares_only_valid_files(
     assert view["status"] == "active" and view["timing"] == "30 2 * * *"
     assert view["overlap"] == "buffer_one" and view["missed"] == 0
     plain = _cli("schedules", "list", "--tenant", tenant)
-    assert plain.stdout.startswith(f"{tenant}/nightly  active  30 2 * * * (Europe/Berlin)")
-    assert "last -  missed 0" in plain.stdout
+    header, _, row = plain.stdout.splitlines()
+    assert header.split()[:4] == ["SCHEDULE", "STATUS", "TIMING", "OVERLAP"]
+    assert row.startswith(f"{tenant}/nightly ")
+    assert " active " in row and "30 2 * * * (Europe/Berlin)" in row
+    assert row.split()[-3:] == ["-", "-", "0"]  # no last slot, no operation, none missed
     assert _cli("schedules", "pause", "nightly", "--tenant", tenant, env=bo).returncode == 0
     assert (
         json.loads(_cli("schedules", "list", "--tenant", tenant, "--json").stdout)[0]["status"]
