@@ -45,8 +45,8 @@ def test_no_help_shows_a_python_type_after_an_option_or_argument() -> None:
     listed = runner.invoke(app, ["list", "--help"], env={"COLUMNS": "200"}).output
     assert re.search(r"--tenant\s+TEXT", listed) and re.search(r"--limit\s+INTEGER", listed)
     assert re.search(r"--json\s+\[env var", listed)  # a flag takes no value: nothing shown
-    shown = runner.invoke(app, ["show", "--help"], env={"COLUMNS": "200"}).output
-    assert re.search(r"operation_id\s+TEXT", shown)
+    show_help = runner.invoke(app, ["show", "--help"], env={"COLUMNS": "200"}).output
+    assert re.search(r"operation_id\s+TEXT", show_help)
 
 
 def test_the_exit_codes_are_one_documented_table_the_help_prints() -> None:
