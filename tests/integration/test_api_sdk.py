@@ -3,7 +3,7 @@
 Explicit operation ids (not FastAPI's ``submit_v1_operations_post``), one RFC 9457
 ``Problem`` schema referenced by every error answer (not a copy per route and status),
 named request bodies; and /docs served from the installed package, never a CDN. The
-SDK test runs openapi-python-client (pinned in the test extra) on the document and
+SDK test runs openapi-python-client (pinned, in a venv of its own) on the document and
 drives the generated client against a real server.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -24,6 +25,8 @@ from jobwarden.api.app import create_app
 from jobwarden.api.docs_ui import ASSETS, ASSETS_PATH, assets_dir
 from tests.api_server import serving
 from tests.integration.api_helpers import make_token, tenant_name
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Every operation of the document and its id: what an SDK's methods are called.
 OPERATION_IDS = {
@@ -98,6 +101,15 @@ def test_every_request_body_is_a_named_schema() -> None:
         assert name in document["components"]["schemas"], f"{label}: {schema}"
 
 
+def _generator() -> Path:
+    """openapi-python-client in its own venv (scripts/install_sdk_generator, run by
+    scripts/test): its typer and httpx caps stay out of the project's venv."""
+    venv = Path(os.environ.get("JOBWARDEN_SDKGEN_VENV", REPO / ".venv-sdkgen"))
+    binary = venv / "bin" / "openapi-python-client"
+    assert binary.exists(), f"{binary} is missing: run scripts/install_sdk_generator"
+    return binary
+
+
 def _generate(document: dict[str, Any], where: Path) -> Path:
     """The client openapi-python-client makes of ``document``; its package folder."""
     spec = where / "openapi.json"
@@ -117,9 +129,7 @@ def _generate(document: dict[str, Any], where: Path) -> Path:
     out = where / PACKAGE  # --meta none: the output folder is the package itself
     generated = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "openapi_python_client",
+            str(_generator()),
             "generate",
             "--path",
             str(spec),
