@@ -13,11 +13,11 @@ Nothing here does I/O.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobwarden.models.actions import RequestPurpose, Send
 from jobwarden.models.history.chain import EventDraft
-from jobwarden.models.operation import Operation
+from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.states import POLLED
 from jobwarden.models.states import OperationState as S
 
@@ -71,9 +71,9 @@ def reserved_send(op: Operation, send: Send) -> Send | None:
 
 def as_sent(op: Operation, send: Send) -> Operation:
     """The snapshot as the claim of ``send`` leaves it (counters, changes, the move)."""
-    changes: dict[str, Any] = {**send.counters, **send.changes}
+    changes: RowChanges = {**send.counters, **send.changes}
     if send.move_to is not None and send.move_to is not op.state:
-        changes["state"] = send.move_to.value
+        changes["state"] = send.move_to
     return op.with_changes(changes) if changes else op
 
 
