@@ -32,7 +32,7 @@ ALL = ["read", "cancel", "approve", "decide"]
 
 @pytest.fixture(scope="module")
 def console_app(database_url: str) -> Any:
-    from jobwarden.api.app import create_app
+    from jobwarden.console.app import create_app
 
     return create_app()
 
