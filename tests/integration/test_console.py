@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -515,3 +516,16 @@ def test_an_operation_awaiting_approval_cancelled_from_the_console_ends_abandone
         done = client.post(f"{path}/cancel", data={"csrf": csrf, "reason": "not tonight"})
         assert done.status_code == 303, done.text
     assert load(database_url, op).state is S.abandoned
+
+
+def test_the_api_builds_alone_and_the_served_app_installs_the_console(base_url: str) -> None:
+    # The arrow points one way (issue 35): the console installs itself on the API's app;
+    # the API never imports the console, and jobwarden serve runs the composed app.
+    from jobwarden.api.app import create_app as create_api
+    from jobwarden.cli import serve
+
+    assert httpx.get(f"{base_url}/console/login", timeout=30).status_code == 200
+    with serving(create_api()) as api:
+        assert httpx.get(f"{api}/console/login", timeout=30).status_code == 404
+        assert httpx.get(f"{api}/healthz", timeout=30).status_code == 200
+    assert "jobwarden.console.app:create_app" in Path(serve.__file__).read_text(encoding="utf-8")

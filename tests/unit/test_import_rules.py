@@ -14,6 +14,7 @@ Each rule is checked against a planted violation, so none can pass by finding no
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -312,3 +313,43 @@ def test_the_arrow_lint_catches_planted_arrows(module: str, source: str, package
 )
 def test_the_arrow_lint_allows_arrows_down_the_layout(module: str, source: str) -> None:
     assert arrows_back(module, source) == []
+
+
+# --- 3. "the only module that imports ..." ------------------------------------------------
+
+# A library one module alone may import, as that module's docstring claims; the claim is
+# held here, and a docstring making such a claim must be listed (no claim goes unchecked).
+OWNED: dict[str, frozenset[str]] = {"obstore": frozenset({"jobwarden.tasks.results.store"})}
+_CLAIM = re.compile(r"[Tt]he only module that imports (\w+)")
+
+
+def foreign_owners(module: str, source: str) -> list[str]:
+    """Imports in ``module`` of a library another module alone may import."""
+    return [
+        f"{module}:{line}: imports {name}"
+        for line, name in imported(module, source)
+        if name.split(".")[0] in OWNED and module not in OWNED[name.split(".")[0]]
+    ]
+
+
+def test_a_library_one_module_owns_is_imported_by_no_other() -> None:
+    found = [
+        problem
+        for path in _modules()
+        for problem in foreign_owners(module_name(path), path.read_text(encoding="utf-8"))
+    ]
+    assert found == []
+
+
+def test_every_only_module_claim_is_one_the_lint_holds() -> None:
+    claims = {
+        (match.group(1), module_name(path))
+        for path in _modules()
+        for match in _CLAIM.finditer(path.read_text(encoding="utf-8"))
+    }
+    assert claims == {(library, m) for library, owners in OWNED.items() for m in owners}
+
+
+def test_the_owner_lint_catches_a_planted_import() -> None:
+    assert foreign_owners("jobwarden.api.results", "from obstore.store import S3Store") != []
+    assert foreign_owners("jobwarden.tasks.results.store", "import obstore") == []

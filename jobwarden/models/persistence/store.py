@@ -1,4 +1,4 @@
-"""The store: the only module that speaks SQL.
+"""The store: the operation row and its hash-chained history, in SQL.
 
 Every write to an operation is a compare-and-set on its version and appends
 its events to the hash chain in the same transaction; the last event of each
