@@ -3,7 +3,8 @@
 Routers: intake (POST /v1/operations), queries, results, actions, webhooks and
 schedules (/v1/schedules). Every
 error answers RFC 9457 problem+json (jobwarden.api.problems). The operators'
-console (jobwarden.console) is served under /console by the same process.
+console is served under /console by the same process: jobwarden.console.app installs
+it on this app (the API never imports the console).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from jobwarden.api.problems import ProblemError, install_handlers
 from jobwarden.api.responses import problem_answers, with_shared_schemas
 from jobwarden.api.token_cache import TokenCache
 from jobwarden.config.settings import Settings, get_settings
-from jobwarden.console import install as install_console
 from jobwarden.models.intake.attendance import no_worker_warning
 from jobwarden.models.persistence.db import snapshot
 from jobwarden.observability import telemetry
@@ -38,6 +38,7 @@ from jobwarden.observability.metrics import (
     registry_for,
 )
 from jobwarden.tasks.heartbeat import last_beat
+from jobwarden.tasks.provider.webhooks import refusal_counts
 from jobwarden.tasks.runtime import Runtime, build_runtime, current
 from jobwarden.tasks.runtime import close as close_runtime
 
@@ -114,14 +115,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         },
     )
     # Prometheus text, not JSON: kept out of the OpenAPI document (docs/api.md lists it).
-    refusals = WebhookRefusalCollector(resolved.redis_url, resolved.key_prefix)
+    refusals = WebhookRefusalCollector(
+        resolved.redis_url, resolved.key_prefix, counts=refusal_counts
+    )
     app.state.metrics = registry_for(PostgresCollector(resolved.database_url), refusals)
     weakref.finalize(app, _close_clients, built, refusals)
     app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
     for module in (intake, queries, results, actions, webhooks, schedules):
         app.include_router(module.router)
-    # The operators' console (/console): same tokens, held in a session cookie.
-    install_console(app, resolved)
     # Tracing only when the OTEL_* variables ask for it (jobwarden.observability.telemetry).
     telemetry.setup("jobwarden-api")
     telemetry.instrument_app(app)

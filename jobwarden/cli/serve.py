@@ -142,7 +142,8 @@ def tenants_allow_self_approval(
 
 
 def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
-    """Serve create_app with uvicorn; flags override the api_* settings."""
+    """Serve the API with its console (jobwarden.console.app) with uvicorn; flags override
+    the api_* settings."""
     import uvicorn
 
     from jobwarden.api.server import BoundedReadProtocol
@@ -155,7 +156,7 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
     telemetry.check()
     # A factory import string, so each of several worker processes builds its own app.
     uvicorn.run(
-        "jobwarden.api.app:create_app",
+        "jobwarden.console.app:create_app",
         factory=True,
         host=host or settings.api_host,
         port=settings.api_port if port is None else port,
@@ -165,7 +166,7 @@ def serve_api(host: str | None, port: int | None, workers: int | None) -> None:
         http=BoundedReadProtocol,
         # Every process's lines (uvicorn's and jobwarden's) structured alike; the access
         # line is jobwarden.api.access_log's http_request, with duration, trace and tenant.
-        log_config=uvicorn_log_config(),
+        log_config=uvicorn_log_config(fmt=settings.log_format),
         access_log=False,
     )
 

@@ -2,7 +2,10 @@
 
 ``install(app)`` adds its routes, its static files (one small script, no build
 step, no CDN) and the handlers that turn a missing session into a redirect to
-the login page and a refusal into a page naming what was wrong.
+the login page and a refusal into a page naming what was wrong. ``app`` composes the
+HTTP process: the API with the console installed. May import: ``jobwarden.api``,
+``jobwarden.models``, ``jobwarden.tasks``, ``jobwarden.config`` and
+``jobwarden.observability``.
 """
 
 from __future__ import annotations

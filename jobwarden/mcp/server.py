@@ -498,7 +498,7 @@ def serve(
         token = stdio_token(settings, token_env or settings.mcp_token_env)
         # Before the SDK's own basicConfig: its lines go to stderr (stdout is the protocol),
         # structured like every other process's.
-        logging.config.dictConfig(uvicorn_log_config("WARNING"))
+        logging.config.dictConfig(uvicorn_log_config("WARNING", settings.log_format))
         build_server(settings, stdio_token=token).run("stdio")
         return
     if chosen != "http":
@@ -510,7 +510,7 @@ def serve(
         http_app(settings, bind),
         host=bind,
         port=settings.mcp_port if port is None else port,
-        log_config=uvicorn_log_config(),
+        log_config=uvicorn_log_config(fmt=settings.log_format),
         # A request must arrive whole in time, as on the HTTP API (jobwarden/api/server.py).
         http=BoundedReadProtocol,
     )

@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from jobwarden.models.conventions.strategies import Monitor
 from jobwarden.models.history.chain import EventKind
 from jobwarden.models.results.validation import ResultVerdict
 from jobwarden.models.states import EscalationReason as EscalationReason  # noqa: PLC0414
@@ -159,7 +160,7 @@ class Accept:
     then: Collect | Finish | Escalate | None = None
     # Under an Azure convention: what the job is polled through (conventions.Monitor) and
     # the Location that names its final result, kept in result_reference until collection.
-    polling_mode: str | None = None
+    polling_mode: Monitor | None = None
     final_url: str | None = None
 
 

@@ -204,7 +204,7 @@ def _send(d: _Draft, action: Send) -> Plan:
     to = action.move_to if action.move_to is not d.op.state else None
     changes: RowChanges = {**action.counters, **action.changes}
     if to is not None:
-        changes["state"] = to.value
+        changes["state"] = to
     if action.wake_at is not None:
         changes |= d.wake(action.wake_at)
     ev = d.event(action.event, to, cause=action.cause, excerpt=dict(action.excerpt))
@@ -225,14 +225,14 @@ def _move(d: _Draft, action: Move) -> Plan:
     to = action.to if action.to is not d.op.state else None
     changes = d.wake(action.wake_at)
     if to is not None:
-        changes["state"] = to.value
+        changes["state"] = to
     ev = d.event(action.event, to, cause=action.cause)
     return Plan(changes=changes, events=(ev,), next_at=action.wake_at)
 
 
 def _accept(d: _Draft, action: Accept) -> Plan:
     changes: RowChanges = {
-        "state": S.accepted.value,
+        "state": S.accepted,
         "remote_job_id": action.job_id,
         "status_url": action.status_url,
         "accepted_at": d.now,
@@ -251,7 +251,7 @@ def _accept(d: _Draft, action: Accept) -> Plan:
     # A synchronous outcome: the create answer already says how the job ended. It passes
     # through observing (each hop an allowed transition) to wherever that outcome leads.
     cause = f"synchronous outcome: the create answer says the job ended ({action.event.value})"
-    observing = d.op.with_changes({"state": S.observing.value})
+    observing = d.op.with_changes({"state": S.observing})
     hop = EventDraft(
         kind=EventKind.decision,
         actor=d.actor,
@@ -275,7 +275,7 @@ def _retry(d: _Draft, action: Retry) -> Plan:
     to = action.to if action.to is not d.op.state else None
     changes = d.wake(action.wait.until)
     if to is not None:
-        changes["state"] = to.value
+        changes["state"] = to
     if action.counts_transport_failure:
         changes["transport_failures_used"] = d.op.transport_failures_used + 1
     carried = dict(d.carried)
@@ -295,7 +295,7 @@ def _retry(d: _Draft, action: Retry) -> Plan:
 
 def _collect(d: _Draft, action: Collect) -> Plan:
     changes: RowChanges = {
-        "state": S.result_collecting.value,
+        "state": S.result_collecting,
         "result_reference": action.result_ref,
         "validation_summary": {"expected": dict(action.expected)},
         "collect_deadline": action.deadline,
@@ -310,7 +310,7 @@ def _finish(d: _Draft, action: Finish) -> Plan:
     if action.clean_up:
         return _cleanup_first(d, action)
     # Terminal: no timer survives it, so the sweeper never wakes an ended operation.
-    changes: RowChanges = {"state": action.state.value, **d.wake(None)}
+    changes: RowChanges = {"state": action.state, **d.wake(None)}
     extra: dict[str, Any] = dict(d.carried) if _carries_answer(action) else {}
     stored = _stored(action.kept)
     if action.summary is not None:
@@ -328,7 +328,7 @@ def _cleanup_first(d: _Draft, action: Finish) -> Plan:
     ``ended_as`` and reached once the cleanup is confirmed (models/cleanup.py); a
     partial result is stored now, as it would be at the end."""
     to = S.cleanup_pending
-    changes: RowChanges = {"state": to.value, "ended_as": action.state.value, **d.wake(d.now)}
+    changes: RowChanges = {"state": to, "ended_as": action.state, **d.wake(d.now)}
     extra: dict[str, Any] = dict(d.carried) if _carries_answer(action) else {}
     stored = _stored(action.kept)
     summary: dict[str, Any] = {"ended_as": action.state.value}
@@ -349,7 +349,7 @@ def _succeed(d: _Draft, action: Succeed) -> Plan:
         verdict.summary() if verdict else {"valid": True, "problem": None, "note": action.note}
     )
     changes: RowChanges = {
-        "state": S.succeeded.value,
+        "state": S.succeeded,
         "validation_summary": summary,
         **d.wake(None),
     }
@@ -391,8 +391,8 @@ def _stop(d: _Draft, action: Escalate) -> Plan:
     detail = {"detail": action.detail}
     events.append(hop(EventKind.escalated, action.state, cause=action.reason.value, excerpt=detail))
     changes: RowChanges = {
-        "state": action.state.value,
-        "escalation_reason": action.reason.value,
+        "state": action.state,
+        "escalation_reason": action.reason,
         "escalation_detail": action.detail,
         "next_poll_at": None,
         "dispatched_at": None,
@@ -407,7 +407,7 @@ def _record(d: _Draft, action: Record) -> Plan:
     to = action.to if action.to is not d.op.state else None
     changes: RowChanges = {}
     if to is not None:
-        changes["state"] = to.value
+        changes["state"] = to
     ends = to is not None and to in TERMINAL
     if ends or action.wake_at is not None:
         # An ending stops the timer, as every ending does; a wake-up sets it (both fields).

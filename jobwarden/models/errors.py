@@ -1,14 +1,46 @@
 """The exception tree, grouped by what the caller must do.
 
-Every error pickles cleanly (it crosses Celery) because each keeps its
-constructor arguments in ``args``.
+One base (as procrastinate's ``exceptions.py``): an error's message is the one it is
+given, else the first paragraph of its class docstring. An error that carries facts is
+a dataclass of them with a ``template`` spelling its message over them, so no class
+writes its own ``__init__``/``__str__`` pair. Every error pickles cleanly (it crosses
+Celery) because each keeps its constructor arguments in ``args``.
 """
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass, fields, is_dataclass
+from typing import ClassVar
+
 
 class JobwardenError(Exception):
     """Base of every error jobwarden raises on purpose."""
+
+    # A dataclass error's message over its fields (str.format names); unused by the rest.
+    template: ClassVar[str] = ""
+
+    def __init__(self, message: str | None = None, *args: object) -> None:
+        super().__init__(message or _summary(type(self)), *args)
+
+    def __post_init__(self) -> None:
+        # A dataclass error: its fields are its arguments, in order, so it pickles (and
+        # Celery rebuilds it) from ``args`` as it does any other exception.
+        self.args = tuple(_facts(self).values())
+
+    def __str__(self) -> str:
+        return self.template.format_map(_facts(self)) if self.template else super().__str__()
+
+
+def _facts(error: JobwardenError) -> dict[str, object]:
+    """A dataclass error's fields by name, in their order (none for the others)."""
+    return {f.name: getattr(error, f.name) for f in fields(error)} if is_dataclass(error) else {}
+
+
+def _summary(cls: type[JobwardenError]) -> str:
+    """The first paragraph of the error's docstring, on one line: its default message."""
+    doc = inspect.getdoc(cls) or cls.__name__
+    return " ".join(doc.split("\n\n")[0].split())
 
 
 class RefusedInputError(JobwardenError):
@@ -19,6 +51,7 @@ class InvalidSubmissionError(RefusedInputError):
     """A submission (command, key, provider) failed validation."""
 
 
+@dataclass(eq=False)
 class InvalidCommandError(InvalidSubmissionError):
     """A command its provider's command schema refuses (models.contracts.command_schema).
 
@@ -27,14 +60,11 @@ class InvalidCommandError(InvalidSubmissionError):
     and the problem (``command.amount: 10.1 is not of type 'integer'``).
     """
 
-    def __init__(self, field: str, problem: str, path: tuple[str | int, ...] = ()) -> None:
-        super().__init__(field, problem, path)
-        self.field = field
-        self.problem = problem
-        self.path = path
+    template = "{field}: {problem}"
 
-    def __str__(self) -> str:
-        return f"{self.field}: {self.problem}"
+    field: str
+    problem: str
+    path: tuple[str | int, ...] = ()
 
     @property
     def pointer(self) -> str:
@@ -43,19 +73,18 @@ class InvalidCommandError(InvalidSubmissionError):
         return "/command" + "".join(f"/{token}" for token in tokens)
 
 
+@dataclass(eq=False)
 class ContractError(RefusedInputError):
     """A provider contract file is invalid; names the file and the field."""
 
-    def __init__(self, file: str, field: str, problem: str) -> None:
-        super().__init__(file, field, problem)
-        self.file = file
-        self.field = field
-        self.problem = problem
+    template = "{file}: {field}: {problem}"
 
-    def __str__(self) -> str:
-        return f"{self.file}: {self.field}: {self.problem}"
+    file: str
+    field: str
+    problem: str
 
 
+@dataclass(eq=False)
 class ApprovalRefusedError(RefusedInputError):
     """An approval that can no longer be kept: refused, never accepted and then failed.
 
@@ -63,15 +92,13 @@ class ApprovalRefusedError(RefusedInputError):
     ``business_deadline_passed``); the API answers it as a 409 problem of that kind.
     """
 
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(reason, detail)
-        self.reason = reason
-        self.detail = detail
+    template = "{reason}: {detail}"
 
-    def __str__(self) -> str:
-        return f"{self.reason}: {self.detail}"
+    reason: str
+    detail: str
 
 
+@dataclass(eq=False)
 class RequestDigestMismatchError(RefusedInputError):
     """The approver was shown another create than the one that would leave now (its
     ``request_digest`` differs): refused, so nobody approves a request they did not see.
@@ -80,15 +107,13 @@ class RequestDigestMismatchError(RefusedInputError):
     field ``request_digest``.
     """
 
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(reason, detail)
-        self.reason = reason
-        self.detail = detail
+    template = "request_digest: {detail}"
 
-    def __str__(self) -> str:
-        return f"request_digest: {self.detail}"
+    reason: str
+    detail: str
 
 
+@dataclass(eq=False)
 class AnotherApproverNeededError(RefusedInputError):
     """The two-person rule refuses this approver: somebody else must approve.
 
@@ -96,45 +121,37 @@ class AnotherApproverNeededError(RefusedInputError):
     of the two; HTTP 403) or ``same_approver`` (this person already approved; HTTP 409).
     """
 
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(reason, detail)
-        self.reason = reason
-        self.detail = detail
+    template = "{reason}: {detail}"
 
-    def __str__(self) -> str:
-        return f"{self.reason}: {self.detail}"
+    reason: str
+    detail: str
 
 
+@dataclass(eq=False)
 class TransitionRefusedError(RefusedInputError):
     """A state change not in the transition table."""
 
-    def __init__(self, src: str, dst: str, reason: str) -> None:
-        super().__init__(src, dst, reason)
-        self.src = src
-        self.dst = dst
-        self.reason = reason
+    template = "transition {src} -> {dst} refused: {reason}"
 
-    def __str__(self) -> str:
-        return f"transition {self.src} -> {self.dst} refused: {self.reason}"
+    src: str
+    dst: str
+    reason: str
 
 
 class LostRaceError(JobwardenError):
     """Another owner changed the row first; stop quietly, the new owner carries on."""
 
 
+@dataclass(eq=False)
 class StaleVersionError(LostRaceError):
     """A fenced write found a different row version than the one it read."""
 
-    def __init__(self, operation_id: str, expected_version: int) -> None:
-        super().__init__(operation_id, expected_version)
-        self.operation_id = operation_id
-        self.expected_version = expected_version
+    template = (
+        "operation {operation_id}: version {expected_version} is stale; another owner wrote first"
+    )
 
-    def __str__(self) -> str:
-        return (
-            f"operation {self.operation_id}: version {self.expected_version} is stale; "
-            "another owner wrote first"
-        )
+    operation_id: str
+    expected_version: int
 
 
 class LeaseNotAcquiredError(LostRaceError):
@@ -170,39 +187,33 @@ class GiveUpError(JobwardenError):
     """Non-retryable: automation must stop and a human must look."""
 
 
+@dataclass(eq=False)
 class ResultTooLargeError(GiveUpError):
     """A result passed its contract's size bound while streaming; nothing was stored."""
 
-    def __init__(self, max_bytes: int) -> None:
-        super().__init__(max_bytes)
-        self.max_bytes = max_bytes
+    template = "result exceeds {max_bytes} bytes"
 
-    def __str__(self) -> str:
-        return f"result exceeds {self.max_bytes} bytes"
+    max_bytes: int
 
 
+@dataclass(eq=False)
 class ResultMissingError(GiveUpError):
     """Nothing is stored at a result's location any more (deleted, or never completed)."""
 
-    def __init__(self, location: str) -> None:
-        super().__init__(location)
-        self.location = location
+    template = "{location}: missing"
 
-    def __str__(self) -> str:
-        return f"{self.location}: missing"
+    location: str
 
 
+@dataclass(eq=False)
 class ResultLocationError(RefusedInputError):
     """A result location that is not a key this result store writes (another store, a
     hand-edited row, a path that would leave the store's directory)."""
 
-    def __init__(self, location: str, problem: str) -> None:
-        super().__init__(location, problem)
-        self.location = location
-        self.problem = problem
+    template = "{location}: {problem}"
 
-    def __str__(self) -> str:
-        return f"{self.location}: {self.problem}"
+    location: str
+    problem: str
 
 
 class ResultChangedError(LostRaceError):
@@ -210,19 +221,17 @@ class ResultChangedError(LostRaceError):
     check it again before trusting it."""
 
 
+@dataclass(eq=False)
 class ResultIntegrityError(GiveUpError):
     """A stored result's bytes are not the ones its row records (sha256 or size).
 
     Retrying cannot help: the bytes stay wrong until an operator restores them.
     """
 
-    def __init__(self, where: str, problem: str) -> None:
-        super().__init__(where, problem)
-        self.where = where
-        self.problem = problem
+    template = "{where}: {problem}"
 
-    def __str__(self) -> str:
-        return f"{self.where}: {self.problem}"
+    where: str
+    problem: str
 
 
 class SettingsError(RefusedInputError):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any, TypedDict
 
+from jobwarden.models.conventions.strategies import Monitor
 from jobwarden.models.history.chain import EventKind
 from jobwarden.models.states import EscalationReason, OperationState
 
@@ -67,14 +68,14 @@ class Operation:
     concurrency_limit: int | None = None
     # Under an Azure convention, what the remote job is polled through (conventions.Monitor:
     # status_monitor, location, resource); None for every other contract (0013).
-    polling_mode: str | None = None
+    polling_mode: Monitor | None = None
     # A person's resubmission links two operations both ways (0016): the new one names
     # the one it replaces, and that one names its replacement; None when there is none.
     resubmit_of: uuid.UUID | None = None
     resubmitted_as: uuid.UUID | None = None
     # How the job ended while its resources are being cleaned up ([cleanup], 0019): the
     # state it ends in once the cleanup is confirmed; and the confirmation's deadline.
-    ended_as: str | None = None
+    ended_as: OperationState | None = None
     cleanup_deadline: datetime | None = None
     # The digest of the create request its approval bound (models/outgoing.request_digest,
     # 0025): the create step sends only a request with this digest. None: none is bound.
@@ -105,21 +106,16 @@ class Operation:
 
     @classmethod
     def from_mapping(cls, row: Mapping[str, Any]) -> Operation:
+        """The snapshot of a row as read: its text columns become the enums they hold."""
         values = {name: row[name] for name in _FIELD_NAMES if name in row}
-        values["state"] = OperationState(values["state"])
-        reason = values.get("escalation_reason")
-        values["escalation_reason"] = EscalationReason(reason) if reason else None
-        kind = values.get("last_event_kind")
-        values["last_event_kind"] = EventKind(kind) if kind else None
+        for name, enum in _ENUM_COLUMNS.items():
+            if name in values:
+                values[name] = enum(values[name]) if values[name] else None
         return cls(**values)
 
-    def with_changes(self, changes: Mapping[str, Any] | RowChanges) -> Operation:
-        values = dict(changes)
-        if "state" in values:
-            values["state"] = OperationState(values["state"])
-        if values.get("escalation_reason") is not None:
-            values["escalation_reason"] = EscalationReason(values["escalation_reason"])
-        return replace(self, **values)
+    def with_changes(self, changes: RowChanges) -> Operation:
+        """The snapshot after ``changes``: already typed as it holds them, so none converted."""
+        return replace(self, **changes)
 
 
 class RowChanges(TypedDict, total=False):
@@ -127,7 +123,9 @@ class RowChanges(TypedDict, total=False):
 
     ``Plan.changes`` and every planner build this, so a misspelt column is a mypy
     error (``typeddict-unknown-key``), not a silent no-op or a failed UPDATE at run
-    time; tests/unit/test_row_changes_typing.py holds that line.
+    time; tests/unit/test_row_changes_typing.py holds that line. States, reasons and
+    the polling mode are their enums here, as in the snapshot: the store turns each
+    into its text once, where it binds the parameters (persistence/store.py).
     """
 
     tenant: str
@@ -141,7 +139,7 @@ class RowChanges(TypedDict, total=False):
     command: Mapping[str, Any]
     remote_job_id: str | None
     status_url: str | None
-    state: str  # an OperationState (a StrEnum, so its value is one too)
+    state: OperationState
     version: int
     trace_id: str
     requested_by: str
@@ -172,10 +170,10 @@ class RowChanges(TypedDict, total=False):
     reserved_request: int | None
     concurrency_key: str | None
     concurrency_limit: int | None
-    polling_mode: str | None
+    polling_mode: Monitor | None
     resubmit_of: uuid.UUID | None
     resubmitted_as: uuid.UUID | None
-    ended_as: str | None
+    ended_as: OperationState | None
     cleanup_deadline: datetime | None
     approved_request_digest: str | None
     contract_digest: str | None
@@ -183,7 +181,7 @@ class RowChanges(TypedDict, total=False):
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
-    escalation_reason: str | None  # an EscalationReason (a StrEnum, so its value is one too)
+    escalation_reason: EscalationReason | None
     escalation_detail: str | None
     cancel_requested_by: str | None
     cancel_reason: str | None
@@ -197,3 +195,12 @@ class RowChanges(TypedDict, total=False):
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Operation))
 COLUMNS: frozenset[str] = frozenset(_FIELD_NAMES) - {"last_event_kind"}
+# The text columns (and the newest event's kind) a snapshot holds as enums; the store binds
+# each as its value (models/persistence/store.py), and reads it back through this table.
+_ENUM_COLUMNS: dict[str, type[OperationState | EscalationReason | Monitor | EventKind]] = {
+    "state": OperationState,
+    "escalation_reason": EscalationReason,
+    "polling_mode": Monitor,
+    "ended_as": OperationState,
+    "last_event_kind": EventKind,
+}

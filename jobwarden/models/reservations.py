@@ -143,7 +143,7 @@ def with_reservation_returned(op: Operation, p: Plan) -> Plan:
 def _claim_changes(op: Operation, send: Send) -> RowChanges:
     changes: RowChanges = {**send.counters, **send.changes}
     if send.move_to is not None and send.move_to is not op.state:
-        changes["state"] = send.move_to.value
+        changes["state"] = send.move_to
     return changes
 
 

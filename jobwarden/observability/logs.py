@@ -11,11 +11,16 @@ Celery installs its handlers itself; ``install_formatter`` then gives them this
 formatter (config/celery_app.py connects it to Celery's after_setup_logger signals).
 The API's uvicorn takes ``uvicorn_log_config()``, which builds the same formatter in
 each of its worker processes.
+
+The format is the caller's (each process passes its settings' ``log_format``); where none
+is passed (a script that never set up logging) this module reads the one variable itself,
+as telemetry reads OTEL_*: observability sits below ``jobwarden.config`` and never imports it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
@@ -24,9 +29,11 @@ from typing import Any, Literal
 import structlog
 from structlog.typing import Processor
 
-from jobwarden.config.settings import get_settings
-
 LogFormat = Literal["json", "console"]
+# The setting jobwarden.config validates as Settings.log_format (a bad value is one line
+# from the CLI); read here only when no caller passed a format.
+FORMAT_VARIABLE = "JOBWARDEN_LOG_FORMAT"
+_FORMATS: dict[str, LogFormat] = {"json": "json", "console": "console"}
 
 # Added to every line, structlog's and the standard library's alike.
 _SHARED: list[Processor] = [
@@ -37,11 +44,16 @@ _SHARED: list[Processor] = [
 ]
 
 
-def chosen_format(value: LogFormat | None = None) -> LogFormat:
-    """``value``, else the JOBWARDEN_LOG_FORMAT setting; unset: console on a TTY, else JSON."""
-    chosen = value if value is not None else get_settings().log_format
-    if chosen is not None:
-        return chosen
+def chosen_format(
+    value: LogFormat | None = None, environ: Mapping[str, str] = os.environ
+) -> LogFormat:
+    """``value``, else JOBWARDEN_LOG_FORMAT; unset (or not a format): console on a TTY,
+    else JSON."""
+    if value is not None:
+        return value
+    named = _FORMATS.get(environ.get(FORMAT_VARIABLE, ""))
+    if named is not None:
+        return named
     return "console" if sys.stderr.isatty() else "json"
 
 
@@ -109,12 +121,13 @@ def install_formatter(logger: logging.Logger | None = None, fmt: LogFormat | Non
         handler.setFormatter(chosen)
 
 
-def uvicorn_log_config(level: str = "INFO") -> dict[str, Any]:
-    """A logging dictConfig for uvicorn: its loggers and the root through one formatter."""
+def uvicorn_log_config(level: str = "INFO", fmt: LogFormat | None = None) -> dict[str, Any]:
+    """A logging dictConfig for uvicorn: its loggers and the root through one formatter
+    (``fmt``: the process's log_format setting; None: ``chosen_format``)."""
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"structured": {"()": "jobwarden.observability.logs.formatter"}},
+        "formatters": {"structured": {"()": "jobwarden.observability.logs.formatter", "fmt": fmt}},
         "handlers": {
             "default": {
                 "class": "logging.StreamHandler",

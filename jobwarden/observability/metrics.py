@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -47,9 +47,10 @@ from jobwarden.models.humans.notifications import CHANNELS, DeliveryStatus
 from jobwarden.models.persistence import metrics_store, notification_store
 from jobwarden.observability.logs import get_logger
 from jobwarden.observability.schedule_metrics import schedule_families
-from jobwarden.tasks.provider.webhooks import refusal_counts
 
 log = get_logger(__name__)
+# Every webhook refusal count in Redis under a key prefix, by (provider, reason).
+RefusalCounts = Callable[[Redis, str], Mapping[tuple[str, str], int]]
 
 GAVE_UP = DeliveryStatus.gave_up.value
 # The early-request, detection-delay and step-duration figures read this many most recent
@@ -308,12 +309,15 @@ class WebhookRefusalCollector(Collector):
 
     A refusal leaves no row in Postgres (nothing of a forged delivery is kept), so its
     count lives in one Redis hash that only grows. Redis down: the family is left out of
-    the scrape (with a warning), the Postgres figures are still served.
+    the scrape (with a warning), the Postgres figures are still served. ``counts`` reads
+    that hash (the receiver's ``refusal_counts``, handed in by the API: observability
+    never imports the shell).
     """
 
-    def __init__(self, redis_url: str, key_prefix: str) -> None:
+    def __init__(self, redis_url: str, key_prefix: str, *, counts: RefusalCounts) -> None:
         self.redis_url = redis_url
         self.key_prefix = key_prefix
+        self.counts = counts
         self._client: Redis | None = None
         self._lock = threading.Lock()
 
@@ -328,7 +332,7 @@ class WebhookRefusalCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         try:
-            counts = refusal_counts(self._redis(), self.key_prefix)
+            counts = self.counts(self._redis(), self.key_prefix)
         except Exception as exc:  # any Redis failure: leave the family out, say why once
             log.warning("metrics_redis_unavailable", error=type(exc).__name__)
             return

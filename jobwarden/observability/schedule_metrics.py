@@ -1,8 +1,8 @@
 """The schedules' figures for /metrics: how late the tick runs, and missed slots.
 
 Kept apart from observability/metrics.py (whose ``schedule_figures`` in ``SQL_FIGURES`` calls
-``schedule_families`` in the scrape's session) so the schedules own their queries; two
-aggregate queries per scrape, on partial indexes.
+``schedule_families`` in the scrape's session); the two aggregate queries per scrape are
+the schedule store's (``schedule_store.lag_and_missed``), with the rest of their SQL.
 """
 
 from __future__ import annotations
@@ -10,35 +10,16 @@ from __future__ import annotations
 from datetime import datetime
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from jobwarden.models.persistence.schedule_tables import ScheduleRow, ScheduleSlotRow
-from jobwarden.models.schedules.slots import ScheduleStatus, SlotState
+from jobwarden.models.persistence.schedule_store import lag_and_missed
 
 
 def schedule_families(session: Session, now: datetime) -> list[Metric]:
     """``jobwarden_schedule_lag_seconds`` (now minus the earliest due time an active
     schedule has reached and the tick has not yet decided; 0 when none is due) and
     ``jobwarden_schedule_missed_slots_total`` by tenant and schedule."""
-    oldest = session.scalar(
-        select(func.min(ScheduleRow.next_due_at)).where(
-            ScheduleRow.status == ScheduleStatus.active.value,
-            ScheduleRow.next_due_at.is_not(None),
-        )
-    )
-    # Every declared schedule has a series, 0 until it misses a slot: the alert's
-    # increase() sees the first miss (a series born at 1 shows no increase).
-    missed = session.execute(
-        select(ScheduleRow.tenant, ScheduleRow.name, func.count(ScheduleSlotRow.schedule_id))
-        .outerjoin(
-            ScheduleSlotRow,
-            (ScheduleSlotRow.schedule_id == ScheduleRow.schedule_id)
-            & (ScheduleSlotRow.state == SlotState.missed.value),
-        )
-        .group_by(ScheduleRow.tenant, ScheduleRow.name)
-        .order_by(ScheduleRow.tenant, ScheduleRow.name)
-    ).all()
+    oldest, missed = lag_and_missed(session)
     lag = GaugeMetricFamily(
         "jobwarden_schedule_lag_seconds",
         "Now minus the earliest due slot time of an active schedule not yet decided by the "

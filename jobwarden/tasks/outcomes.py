@@ -14,6 +14,7 @@ failed or expired says so in its result.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from jobwarden.models.errors import JobwardenError
@@ -22,21 +23,19 @@ from jobwarden.tasks.runtime import current
 from jobwarden.tasks.steps import read
 
 
+@dataclass(eq=False)
 class AutomationStoppedError(JobwardenError):
     """The step stopped automation: a human must decide (the reason and detail say why).
 
     Its arguments are plain strings, so it pickles and crosses Celery's JSON events.
     """
 
-    def __init__(self, operation_id: str, state: str, reason: str, detail: str) -> None:
-        super().__init__(operation_id, state, reason, detail)
-        self.operation_id = operation_id
-        self.state = state
-        self.reason = reason
-        self.detail = detail
+    template = "operation {operation_id} stopped: {state} ({reason}): {detail}"
 
-    def __str__(self) -> str:
-        return f"operation {self.operation_id} stopped: {self.state} ({self.reason}): {self.detail}"
+    operation_id: str
+    state: str
+    reason: str
+    detail: str
 
 
 def step_answer(

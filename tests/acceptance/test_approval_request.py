@@ -32,7 +32,7 @@ _ROW = re.compile(r'<tr data-header="[^"]*"><th>([^<]*)</th><td><code>([^<]*)</c
 
 @pytest.fixture(scope="module")
 def console_url(worker_env: dict[str, str]) -> Iterator[str]:
-    from jobwarden.api.app import create_app
+    from jobwarden.console.app import create_app
 
     with serving(create_app()) as url:
         yield url
@@ -120,8 +120,8 @@ def test_a_create_whose_base_url_changed_after_its_approval_never_leaves(
     ``JOBWARDEN_SANDBOX_URL`` (the contract's ``base_url_env``) named another provider; it
     shows and binds ``POST <old>/v1/jobs``. The workers, started with the current URL,
     would send elsewhere: nothing leaves, to either, and a new approval is needed."""
-    from jobwarden.api.app import create_app
     from jobwarden.config.settings import Settings
+    from jobwarden.console.app import create_app
 
     op = pipeline.submit(provider="sandbox_approval", command={"kind": "export"})
     auth = make_token(database_url, "acceptance", "approver", ["read", "approve"])

@@ -54,7 +54,7 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def console_url(worker_env: dict[str, str]) -> Iterator[str]:
-    from jobwarden.api.app import create_app
+    from jobwarden.console.app import create_app
 
     with serving(create_app()) as url:
         yield url

@@ -16,8 +16,8 @@ import pytest
 from fastapi.routing import APIRoute
 
 from jobwarden.api import actions, intake, queries, results, webhooks
-from jobwarden.api.app import create_app
 from jobwarden.console import routes as console_routes
+from jobwarden.console.app import create_app
 from tests.api_server import serving
 from tests.integration.api_helpers import make_token, tenant_name
 

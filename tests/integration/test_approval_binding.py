@@ -236,7 +236,7 @@ def test_a_reconciliation_that_would_resend_the_create_elsewhere_stops_for_a_per
 @pytest.fixture
 def api(providers: Path, processes: tuple[Runtime, Runtime]) -> Iterator[str]:
     """The API and console of a process started with the current URL (the worker's)."""
-    from jobwarden.api.app import create_app
+    from jobwarden.console.app import create_app
 
     with serving(create_app(Settings(providers_dir=providers))) as url:
         yield url

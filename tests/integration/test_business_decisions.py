@@ -39,7 +39,7 @@ KEPT_SHA = hashlib.sha256(KEPT).hexdigest()
 
 @pytest.fixture(scope="module")
 def client(database_url: str) -> Iterator[httpx.Client]:
-    from jobwarden.api.app import create_app
+    from jobwarden.console.app import create_app
 
     with serving(create_app()) as url, httpx.Client(base_url=url, timeout=30) as http:
         yield http
@@ -344,7 +344,7 @@ def test_the_cli_accepts_a_kept_result_and_history_says_it_was_not_validated(
 
 @pytest.fixture(scope="module")
 def console_url(database_url: str) -> Iterator[str]:
-    from jobwarden.api.app import create_app
+    from jobwarden.console.app import create_app
 
     with serving(create_app()) as url:
         yield url

@@ -9,11 +9,14 @@ import subprocess
 import sys
 import uuid
 from datetime import timedelta
+from typing import Unpack
 
 import pexpect
 
 from jobwarden.demo.harness import REPO
+from jobwarden.models.actions import EscalationReason
 from jobwarden.models.history.chain import EventDraft, EventKind
+from jobwarden.models.operation import RowChanges
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import OperationState as S
@@ -35,7 +38,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _advance(url: str, op_id: uuid.UUID, *drafts: EventDraft, **changes: object) -> None:
+def _advance(
+    url: str, op_id: uuid.UUID, *drafts: EventDraft, **changes: Unpack[RowChanges]
+) -> None:
     """Write the row as a worker would: fenced by version, with the events that explain it."""
     with transaction(url) as session:
         row = store.load(session, op_id)
@@ -95,7 +100,7 @@ def test_watch_shows_progress_and_the_story_live_and_ends_at_the_stop(database_u
                 from_state=S.result_collecting.value,
                 to_state=S.succeeded.value,
             ),
-            state=S.succeeded.value,
+            state=S.succeeded,
             status_requests_used=2,
             progress=100.0,
         )
@@ -226,8 +231,8 @@ def test_watch_reads_postgres_at_most_every_fifth_of_a_second_and_stops_at_the_s
                     to_state=S.escalated.value,
                     cause="rate_limited",
                 ),
-                state=S.escalated.value,
-                escalation_reason="rate_limited",
+                state=S.escalated,
+                escalation_reason=EscalationReason.rate_limited,
             )
 
     last = follow(

@@ -22,6 +22,7 @@ from jobwarden.models.errors import InvalidSubmissionError
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import concurrency_store, store
 from jobwarden.models.persistence.db import transaction
+from jobwarden.models.states import OperationState
 from jobwarden.tasks.concurrency import admit_stranded
 from jobwarden.tasks.humans.interventions import request_cancel
 from jobwarden.tasks.intake import (
@@ -158,7 +159,11 @@ def test_the_sweepers_pass_admits_a_queue_whose_hand_over_never_ran(
     )
     with transaction(database_url) as session:
         store.fenced_update(
-            session, row, changes={"state": "abandoned"}, drafts=[ended], now=row.updated_at
+            session,
+            row,
+            changes={"state": OperationState.abandoned},
+            drafts=[ended],
+            now=row.updated_at,
         )
         assert concurrency_store.stranded_keys(session, limit=1000).count((tenant, "deploy:s")) == 1
     assert _row(database_url, waiting.operation_id).state == "queued"

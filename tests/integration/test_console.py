@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,7 +36,7 @@ ALL = ["read", "cancel", "approve", "decide"]
 
 @pytest.fixture(scope="module")
 def console_app(database_url: str) -> Any:
-    from jobwarden.api.app import create_app
+    from jobwarden.console.app import create_app
 
     return create_app()
 
@@ -624,3 +625,16 @@ def test_every_page_declares_a_viewport_for_phones(database_url: str, base_url: 
     with httpx.Client(base_url=base_url) as client:
         html = client.get("/console/login").text
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in html
+
+
+def test_the_api_builds_alone_and_the_served_app_installs_the_console(base_url: str) -> None:
+    # The arrow points one way (issue 35): the console installs itself on the API's app;
+    # the API never imports the console, and jobwarden serve runs the composed app.
+    from jobwarden.api.app import create_app as create_api
+    from jobwarden.cli import serve
+
+    assert httpx.get(f"{base_url}/console/login", timeout=30).status_code == 200
+    with serving(create_api()) as api:
+        assert httpx.get(f"{api}/console/login", timeout=30).status_code == 404
+        assert httpx.get(f"{api}/healthz", timeout=30).status_code == 200
+    assert "jobwarden.console.app:create_app" in Path(serve.__file__).read_text(encoding="utf-8")

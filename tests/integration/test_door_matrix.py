@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import delete
 
-from jobwarden.api.app import create_app
 from jobwarden.config.settings import Settings
+from jobwarden.console.app import create_app
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.schedule_tables import ScheduleRow
 from jobwarden.tasks import runtime as runtime_module

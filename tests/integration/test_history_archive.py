@@ -514,8 +514,8 @@ def test_the_api_story_and_the_console_page_show_an_archived_history_verified(
 ) -> None:
     import httpx
 
-    from jobwarden.api.app import create_app
     from jobwarden.config.settings import Settings
+    from jobwarden.console.app import create_app
     from tests.api_server import serving
     from tests.integration.api_helpers import make_token
     from tests.integration.test_console import login

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jobwarden.api.app import create_app
+from jobwarden.console.app import create_app
 from jobwarden.models.states import OperationState as S
 from tests.api_server import serving
 from tests.integration.api_helpers import insert_operation, load, make_token, tenant_name

@@ -66,7 +66,7 @@ def rt(providers: Path, database_url: str) -> Iterator[Runtime]:
 
 @pytest.fixture(scope="module")
 def base_url(providers: Path, database_url: str) -> Iterator[str]:
-    from jobwarden.api.app import create_app
+    from jobwarden.console.app import create_app
 
     with serving(create_app(Settings(providers_dir=providers))) as url:
         yield url

@@ -456,12 +456,15 @@ def _declare_schedule(url: str, tenant: str) -> None:
 def _sample_names(database_url: str) -> set[str]:
     from jobwarden.config.settings import get_settings
     from jobwarden.observability.metrics import WebhookRefusalCollector
+    from jobwarden.tasks.provider.webhooks import refusal_counts
 
     provider = f"metrics-{secrets.token_hex(4)}"
     _known_mix(database_url, provider)
     _declare_schedule(database_url, f"metrics-{secrets.token_hex(4)}")
     settings = get_settings()
-    refusals = WebhookRefusalCollector(settings.redis_url, settings.key_prefix)
+    refusals = WebhookRefusalCollector(
+        settings.redis_url, settings.key_prefix, counts=refusal_counts
+    )
     try:
         count_refusal(refusals._redis(), settings.key_prefix, provider, "forged")
         families = [*collect_families(database_url, NOW), *refusals.collect()]

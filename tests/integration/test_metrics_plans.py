@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy import event, text
 
 from jobwarden.models.history.chain import EventDraft, EventKind
+from jobwarden.models.operation import RowChanges
 from jobwarden.models.persistence import metrics_store, store
 from jobwarden.models.persistence.db import engine_for, step_session, transaction
 from jobwarden.models.persistence.metrics_tables import ENDED_STATES
@@ -169,7 +170,7 @@ def _served(url: str, provider: str) -> dict[str, Any]:
     }
 
 
-def _end(url: str, op_id: uuid.UUID, changes: dict[str, Any], draft: EventDraft) -> None:
+def _end(url: str, op_id: uuid.UUID, changes: RowChanges, draft: EventDraft) -> None:
     """A worker's fenced write ending the operation, as the step writes it."""
     with step_session(url) as session:
         op = store.load(session, op_id)
@@ -221,7 +222,7 @@ def test_the_tallied_counters_equal_a_recount_of_the_history_and_never_go_down(
         from_state=S.observing.value,
         to_state=S.failed.value,
     )
-    _end(url, polled, {"state": S.failed.value, "reserved_request": None}, answer)
+    _end(url, polled, {"state": S.failed, "reserved_request": None}, answer)
     check()
     # A stop (not ended: counted from its row), then a person abandons it (ended).
     stopped = insert_operation(
@@ -242,7 +243,7 @@ def test_the_tallied_counters_equal_a_recount_of_the_history_and_never_go_down(
         from_state=S.escalated.value,
         to_state=S.abandoned.value,
     )
-    _end(url, stopped, {"state": S.abandoned.value}, abandon)
+    _end(url, stopped, {"state": S.abandoned}, abandon)
     check()
     # An ended row moved on (a person accepts a result that failed validation) and an
     # ended row's counter written again: the tallies follow both.

@@ -184,7 +184,7 @@ def test_a_paused_schedule_fires_nothing_and_resumes_within_its_catch_up_window(
 
 @pytest.fixture(scope="module")
 def client(database_url: str) -> Iterator[httpx.Client]:
-    from jobwarden.api.app import create_app
+    from jobwarden.console.app import create_app
 
     with serving(create_app()) as url, httpx.Client(base_url=url, timeout=30) as http:
         yield http

@@ -10,9 +10,11 @@ import pytest
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.exc import DBAPIError
 
+from jobwarden.models.actions import EscalationReason
+from jobwarden.models.conventions.strategies import Monitor
 from jobwarden.models.errors import StaleVersionError, TransitionRefusedError
 from jobwarden.models.history.chain import EventDraft, EventKind
-from jobwarden.models.operation import Operation
+from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import engine_for, transaction
 from jobwarden.models.persistence.tables import EventRow, OperationRow
@@ -92,7 +94,7 @@ def test_versioned_update_with_a_stale_version_changes_nothing_and_raises(
         store.fenced_update(
             session,
             stale,
-            changes={"status_requests_used": 7, "state": S.failed.value},
+            changes={"status_requests_used": 7, "state": S.failed},
             drafts=[
                 EventDraft(
                     kind=EventKind.decision,
@@ -120,7 +122,7 @@ def test_fenced_update_refuses_a_transition_outside_the_table(database_url: str)
         store.fenced_update(
             session,
             _load(database_url, op_id),
-            changes={"state": S.succeeded.value},
+            changes={"state": S.succeeded},
             drafts=[],
             now=NOW,
         )
@@ -134,7 +136,7 @@ def test_a_state_change_no_event_records_is_refused(database_url: str) -> None:
         store.fenced_update(
             session,
             _load(database_url, op_id),
-            changes={"state": S.failed.value},
+            changes={"state": S.failed},
             drafts=[EventDraft(kind=EventKind.decision, actor="t", at=NOW)],
             now=NOW,
         )
@@ -148,7 +150,7 @@ def test_a_stop_may_hop_through_allowed_states_each_with_its_event(database_url:
         stored = store.fenced_update(
             session,
             _load(database_url, op_id),
-            changes={"state": S.escalated.value},
+            changes={"state": S.escalated},
             drafts=[
                 EventDraft(kind=EventKind.decision, actor="t", at=NOW, from_state=a, to_state=b)
                 for a, b in hops
@@ -363,10 +365,48 @@ def test_fenced_update_returns_the_row_as_stored_even_within_the_loading_session
             to_state=S.accepted.value,
         )
         stored = store.fenced_update(
-            session, row, changes={"state": S.accepted.value}, drafts=[accepted], now=NOW
+            session, row, changes={"state": S.accepted}, drafts=[accepted], now=NOW
         )
         assert (stored.state, stored.version) == (S.accepted.value, 2)
         assert stored.last_event_kind is EventKind.create_accepted
+
+
+def test_the_store_binds_a_typed_state_reason_ending_and_polling_mode_as_their_text(
+    database_url: str,
+) -> None:
+    # RowChanges carries enums up to the store's door; the store turns them into their
+    # text once, where it binds the parameters, and a read turns them back.
+    op_id = _insert(database_url, _new_row(S.observing, remote_job_id="job-1"))
+    row = _load(database_url, op_id)
+    changes: RowChanges = {
+        "state": S.escalated,
+        "escalation_reason": EscalationReason.rate_limited,
+        "ended_as": S.failed,
+        "polling_mode": Monitor.location,
+    }
+    bound = store._fenced_params(row, changes, [])
+    for name in changes:
+        assert type(bound[f"set_{name}"]) is str, name
+    stopped = EventDraft(
+        kind=EventKind.escalated,
+        actor="t",
+        at=NOW,
+        from_state=S.observing.value,
+        to_state=S.escalated.value,
+    )
+    with transaction(database_url) as session:
+        store.fenced_update(session, row, changes=changes, drafts=[stopped], now=NOW)
+        stored = session.execute(
+            text(
+                "SELECT state, escalation_reason, ended_as, polling_mode FROM operations "
+                "WHERE operation_id = :id"
+            ),
+            {"id": op_id},
+        ).one()
+    assert tuple(stored) == ("escalated", "rate_limited", "failed", "location")
+    read = _load(database_url, op_id)
+    assert read.state is S.escalated and read.escalation_reason is EscalationReason.rate_limited
+    assert read.ended_as is S.failed and read.polling_mode is Monitor.location
 
 
 def test_the_database_refuses_an_operation_past_approval_without_an_authorizer(
@@ -387,7 +427,7 @@ def test_the_database_refuses_an_operation_past_approval_without_an_authorizer(
             to_state=S.create_pending.value,
         )
         store.fenced_update(
-            session, row, changes={"state": S.create_pending.value}, drafts=[approved], now=NOW
+            session, row, changes={"state": S.create_pending}, drafts=[approved], now=NOW
         )
 
 
@@ -451,7 +491,7 @@ def test_a_transition_moves_state_since_and_a_poll_does_not(database_url: str) -
         row = store.fenced_update(
             session,
             row,
-            changes={"state": S.observing.value, "status_requests_used": 1},
+            changes={"state": S.observing, "status_requests_used": 1},
             drafts=[
                 EventDraft(
                     kind=EventKind.poll_sent,

@@ -115,7 +115,7 @@ def _succeeded(url: str, rt: Runtime) -> uuid.UUID:
         Plan(changes={"create_attempts": 1}, events=(_event(EventKind.create_sent),)),
         Plan(
             changes={
-                "state": S.accepted.value,
+                "state": S.accepted,
                 "remote_job_id": "job_1",
                 "status_url": status_url,
                 "accepted_at": NOW,
@@ -131,7 +131,7 @@ def _succeeded(url: str, rt: Runtime) -> uuid.UUID:
             ),
         ),
         Plan(
-            changes={"state": S.observing.value, "status_requests_used": 1},
+            changes={"state": S.observing, "status_requests_used": 1},
             events=(_event(EventKind.poll_sent, S.accepted, S.observing),),
         ),
         Plan(
@@ -140,7 +140,7 @@ def _succeeded(url: str, rt: Runtime) -> uuid.UUID:
         ),
         Plan(
             changes={
-                "state": S.result_collecting.value,
+                "state": S.result_collecting,
                 "result_reference": "http://127.0.0.1:8765/v1/results/job_1",
             },
             events=(
@@ -165,7 +165,7 @@ def _succeeded(url: str, rt: Runtime) -> uuid.UUID:
         url,
         op_id,
         Plan(
-            changes={"state": S.succeeded.value, "validation_summary": summary},
+            changes={"state": S.succeeded, "validation_summary": summary},
             events=(collected,),
             result=StoredResult(content=RESULT, content_type="application/json", verdict=verdict),
         ),

@@ -98,7 +98,7 @@ def operation(state: OperationState = OperationState.create_pending, **overrides
         "last_event_kind": EventKind.intent_recorded,
     }
     values.update(overrides)
-    return Operation(**values)
+    return Operation.from_mapping(values)  # text columns become enums, as a read does
 
 
 def answer(
@@ -176,13 +176,15 @@ def planned(
 def claimed(op: Operation, p: Plan) -> Operation:
     """The snapshot the step runner holds after a claim's plan committed (as the store returns)."""
     last = p.events[-1].kind if p.events else op.last_event_kind
-    return op.with_changes(
-        {
-            **p.changes,
-            "version": op.version + 1,
-            "event_count": op.event_count + len(p.events),
-            "last_event_kind": last,
-        }
+    return replace(
+        op.with_changes(
+            {
+                **p.changes,
+                "version": op.version + 1,
+                "event_count": op.event_count + len(p.events),
+            }
+        ),
+        last_event_kind=last,
     )
 
 

@@ -102,7 +102,7 @@ def test_the_monitor_wins_over_location_so_a_failed_job_is_never_read_as_succeed
     assert isinstance(accepted, Accept) and accepted.final_url == LOC + V
     polling = op.with_changes(
         {
-            "state": S.observing.value,
+            "state": S.observing,
             "status_url": accepted.status_url,
             "polling_mode": accepted.polling_mode,
             "result_reference": accepted.final_url,

@@ -132,6 +132,36 @@ def test_uvicorns_log_config_routes_its_loggers_through_the_structured_formatter
         root.setLevel(saved[1])
 
 
+def test_uvicorns_log_config_takes_the_format_its_process_was_given() -> None:
+    # serve and mcp pass their settings' log_format: logs never read jobwarden.config.
+    config = uvicorn_log_config(fmt="console")
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    try:
+        logging.config.dictConfig(config)
+        (handler,) = root.handlers
+        stream = io.StringIO()
+        assert isinstance(handler, logging.StreamHandler)
+        handler.setStream(stream)
+        logging.getLogger("uvicorn.error").info("started")
+        text = stream.getvalue()
+        assert "started" in text and not text.startswith("{")
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+
+
+def test_without_a_format_given_the_variable_chooses_and_a_bad_one_is_ignored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert chosen_format(environ={"JOBWARDEN_LOG_FORMAT": "json"}) == "json"
+    assert chosen_format("console", environ={"JOBWARDEN_LOG_FORMAT": "json"}) == "console"
+    # A bad value is the settings' one-line error where a process loads them; here the
+    # logs still come out, in the terminal's format.
+    assert chosen_format(environ={"JOBWARDEN_LOG_FORMAT": "xml"}) == "console"
+
+
 def test_a_process_that_never_set_up_logging_still_writes_one_structured_line() -> None:
     import subprocess
 

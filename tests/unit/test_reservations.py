@@ -173,7 +173,7 @@ def test_the_last_request_of_the_budget_is_reserved_and_none_beyond_it(
 
 @pytest.mark.parametrize("state", [s for s in S if s not in POLLED])
 def test_no_reservation_is_made_outside_the_poll_states(state: S) -> None:
-    op = polled(S.observing, reserved_request=None).with_changes({"state": state.value})
+    op = polled(S.observing, reserved_request=None).with_changes({"state": state})
     p = planned(op, Decided(action=wait()))
     assert "reserved_request" not in p.changes
 

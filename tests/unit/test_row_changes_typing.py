@@ -27,15 +27,15 @@ from jobwarden.models.states import OperationState
 
 at = datetime.now(timezone.utc)
 changes: RowChanges = {{"{key}": at}}
-plan = Plan(changes={{"state": "observing", "{key}": at}})
+plan = Plan(changes={{"state": OperationState.observing, "{key}": at}})
 move = Move(to=OperationState.observing, event=EventKind.decision, cause="c", wake_at=at)
 decided = Decided(action=move, changes={{"{key}": at}})
 """
 
 
-def _mypy(tmp_path: Path, key: str) -> tuple[str, int]:
+def _mypy(tmp_path: Path, key: str, source: str = _SNIPPET) -> tuple[str, int]:
     snippet = tmp_path / "snippet.py"
-    snippet.write_text(textwrap.dedent(_SNIPPET.format(key=key)), encoding="utf-8")
+    snippet.write_text(textwrap.dedent(source.format(key=key)), encoding="utf-8")
     out, err, status = api.run(
         [
             # The project's settings and cache (a warm cache keeps this to seconds); the
@@ -62,6 +62,29 @@ def test_a_misspelt_change_key_is_a_type_error(tmp_path: Path) -> None:
 def test_a_real_column_type_checks(tmp_path: Path) -> None:
     out, status = _mypy(tmp_path, "next_poll_at")
     assert status == 0, out
+
+
+# States, reasons, endings and polling modes are their enums up to the store's door: the
+# text of one ("observing") is a type error, so a typo cannot reach the UPDATE.
+_TEXT_FOR_ENUMS = """\
+from jobwarden.models.operation import RowChanges
+
+changes: RowChanges = {{
+    "state": "observing",
+    "escalation_reason": "rate_limited",
+    "ended_as": "failed",
+    "polling_mode": "location",
+}}
+"""
+
+
+def test_a_state_reason_ending_or_polling_mode_given_as_text_is_a_type_error(
+    tmp_path: Path,
+) -> None:
+    out, status = _mypy(tmp_path, "", _TEXT_FOR_ENUMS)
+    assert status == 1, out
+    for key in ("state", "escalation_reason", "ended_as", "polling_mode"):
+        assert f'TypedDict item "{key}" has type' in out, out
 
 
 def test_row_changes_name_every_column_but_the_identity() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from jobwarden.models.actions import (
     Record,
     escalate,
 )
+from jobwarden.models.conventions.strategies import Monitor
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.history.chain import EventKind
 from jobwarden.models.humans.approvals import decide_approval
@@ -36,6 +38,7 @@ from jobwarden.models.humans.escalation import (
 )
 from jobwarden.models.intake.intent import Intake, intent_event, opening
 from jobwarden.models.intake.submission import Submission
+from jobwarden.models.operation import Operation
 from jobwarden.models.states import TERMINAL, OperationState
 from tests.unit.factories import ACTOR, MAX_COUNTDOWN, NOW, contract, operation, planned, walked
 
@@ -349,7 +352,9 @@ def test_no_task_module_builds_an_event_or_a_fenced_write_by_hand() -> None:
 
 def test_the_snapshot_holds_the_escalation_reason_typed() -> None:
     # Stored as text; read back (and written by a plan) as the closed set of reasons.
-    stopped = operation(S.escalated).with_changes({"escalation_reason": "rate_limited"})
+    stopped = operation(S.escalated).with_changes(
+        {"escalation_reason": EscalationReason.rate_limited}
+    )
     assert stopped.escalation_reason is EscalationReason.rate_limited
     p = planned(
         operation(S.observing),
@@ -357,3 +362,24 @@ def test_the_snapshot_holds_the_escalation_reason_typed() -> None:
     )
     after = operation(S.observing).with_changes(p.changes)
     assert after.escalation_reason is EscalationReason.unknown_state
+
+
+def test_a_row_read_back_holds_its_state_reason_ending_and_polling_mode_as_enums() -> None:
+    # The columns hold text; the snapshot a read builds holds the closed sets, so the code
+    # after a read compares members (``is``), never spellings.
+    typed = operation(S.escalated)
+    row = {f.name: getattr(typed, f.name) for f in fields(typed)} | {
+        "state": "cleanup_pending",
+        "escalation_reason": "rate_limited",
+        "ended_as": "failed",
+        "polling_mode": "location",
+        "last_event_kind": "escalated",
+    }
+    read = Operation.from_mapping(row)
+    assert read.state is S.cleanup_pending
+    assert read.escalation_reason is EscalationReason.rate_limited
+    assert read.ended_as is S.failed
+    assert read.polling_mode is Monitor.location
+    assert read.last_event_kind is EventKind.escalated
+    unset = Operation.from_mapping(row | {"ended_as": None, "polling_mode": None})
+    assert (unset.ended_as, unset.polling_mode) == (None, None)

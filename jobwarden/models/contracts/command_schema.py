@@ -31,6 +31,7 @@ import math
 import re
 from collections import deque
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
 
@@ -40,7 +41,7 @@ from jsonschema.protocols import Validator
 from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource
 
-from jobwarden.models.errors import InvalidCommandError
+from jobwarden.models.errors import InvalidCommandError, RefusedInputError
 from jobwarden.models.intake.fingerprint import child_path, shown_path
 
 __all__ = ["DRAFT_2020_12", "CommandSchema", "SchemaDocumentError", "compile_schema"]
@@ -57,19 +58,21 @@ _SHOWN_PROBLEM: Final = 300
 _SHOWN_NAMES: Final = 12
 
 
-class SchemaDocumentError(ValueError):
+@dataclass(eq=False)
+class SchemaDocumentError(RefusedInputError, ValueError):
     """A schema document compile_schema refuses; ``location`` is its dotted path in the schema.
 
     Never escapes the contract loader, which turns it into a ContractError naming the field.
     """
 
-    def __init__(self, location: str, problem: str) -> None:
-        super().__init__(location, problem)
-        self.location = location
-        self.problem = problem
+    template = "{location}: {problem}"
+
+    location: str
+    problem: str
 
     def __str__(self) -> str:
-        return f"{self.location}: {self.problem}" if self.location else self.problem
+        # The schema's root has no dotted path: the problem is the whole message.
+        return super().__str__() if self.location else self.problem
 
 
 def _is_integer(_checker: object, instance: object) -> bool:

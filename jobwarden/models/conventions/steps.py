@@ -195,7 +195,7 @@ def _convention_create(
         wait=wait,
         event=event,
         then=then,
-        polling_mode=established.monitor.value if established.monitor else None,
+        polling_mode=established.monitor,
         final_url=established.final_url,
     )
     return Decided(action=accepted, seen=seen)
@@ -223,7 +223,7 @@ def _ending(
         # Done in its first answer (a PUT/PATCH 200/201, a 204): that answer is the result,
         # or names where it is.
         tracked = _tracked(op, ctx, established.monitor, established.final_url)
-        observing = op.with_changes({"state": S.observing.value})
+        observing = op.with_changes({"state": S.observing})
         return _collect(observing, ctx, tracked, raw.observation, now)
     return outcome if isinstance(outcome, Finish | Escalate) else None
 
@@ -255,7 +255,7 @@ def after_monitor_poll(
 ) -> Decided:
     """A status answer read through the operation's monitor ([LRO], [ARM])."""
     contract = ctx.contract
-    monitor = Monitor(op.polling_mode or Monitor.status_monitor)
+    monitor = op.polling_mode or Monitor.status_monitor
     view = poll_view(op)
     obs = raw.observation
     # A Location's final answer may be any JSON (an array, [ARM] exportArray): not judged here.

@@ -206,11 +206,11 @@ def apply_option(
         raise RefusedInputError(f"option {kind.value} is not offered here; offered: {offered}")
     cleared: RowChanges = {"escalation_reason": None, "escalation_detail": None}
     if kind is OptionKind.abandon:
-        return {"state": S.abandoned.value, "next_poll_at": None, "dispatched_at": None}
+        return {"state": S.abandoned, "next_poll_at": None, "dispatched_at": None}
     if kind is OptionKind.extend:
         return {
             **cleared,
-            "state": S.observing.value,
+            "state": S.observing,
             "result_deadline": max(bounds.result_deadline, now) + EXTEND_BY,
             "max_status_requests": bounds.max_status_requests + EXTEND_CHECKS,
             "extensions_used": view.extensions_used + 1,
@@ -220,7 +220,7 @@ def apply_option(
     if kind is OptionKind.resume:
         return {
             **cleared,
-            "state": S.observing.value,
+            "state": S.observing,
             "max_status_requests": bounds.max_status_requests + EXTEND_CHECKS,
             "max_transport_failures": bounds.max_transport_failures + EXTEND_CHECKS,
             # A streak, not a budget: a human saw it and chose to go on.
@@ -232,7 +232,7 @@ def apply_option(
     if kind is OptionKind.cancel_at_provider:
         return {
             **cleared,
-            "state": S.cancel_requested.value,
+            "state": S.cancel_requested,
             "cancel_deadline": now + cancel_window,
             "next_poll_at": now,
             "dispatched_at": now,
@@ -243,7 +243,7 @@ def apply_option(
         again = kind is OptionKind.retry_cleanup
         return {
             **cleared,
-            "state": (S.cleanup_pending if again else S.cleaning_up).value,
+            "state": S.cleanup_pending if again else S.cleaning_up,
             "cleanup_deadline": None if again else now + cancel_window,
             "max_status_requests": bounds.max_status_requests + EXTEND_CHECKS,
             "next_poll_at": now,
@@ -254,7 +254,7 @@ def apply_option(
         raise RefusedInputError(f"option {kind.value} is a business decision, not a bound")
     return {
         **cleared,
-        "state": S.cancelling.value,
+        "state": S.cancelling,
         "cancel_deadline": now + cancel_window,
         "max_status_requests": bounds.max_status_requests + EXTEND_CHECKS,
         "next_poll_at": now,

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from jobwarden import migrations
-
-SCRIPT_LOCATION = str(Path(migrations.__file__).resolve().parent)
+# A package resource (Alembic's "package:folder"), not an import: the migrations sit
+# above models in the layout and import its tables; models never imports them back.
+SCRIPT_LOCATION = "jobwarden:migrations"
 
 
 def alembic_config(database_url: str) -> Config:

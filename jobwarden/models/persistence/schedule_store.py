@@ -1,4 +1,4 @@
-"""The only place that speaks SQL about schedules: declare, claim due, record slots.
+"""Schedules in SQL: declare, claim due, record slots, and the figures /metrics reads.
 
 Helpers take the session and never commit (the task wrapper or the CLI owns the
 transaction). Every claim is an INSERT … ON CONFLICT DO NOTHING on (schedule, slot
@@ -613,3 +613,28 @@ def slots_of(session: Session, schedule_id: uuid.UUID) -> Sequence[ScheduleSlotR
         .where(ScheduleSlotRow.schedule_id == schedule_id)
         .order_by(ScheduleSlotRow.slot_at)
     ).all()
+
+
+def lag_and_missed(session: Session) -> tuple[datetime | None, list[tuple[str, str, int]]]:
+    """What /metrics reports of the schedules (observability/schedule_metrics.py): the
+    earliest due time an active schedule has reached and the tick not yet decided (None:
+    none), and the missed slots by (tenant, schedule). Two aggregates, on partial indexes."""
+    oldest = session.scalar(
+        select(func.min(ScheduleRow.next_due_at)).where(
+            ScheduleRow.status == ScheduleStatus.active.value,
+            ScheduleRow.next_due_at.is_not(None),
+        )
+    )
+    # Every declared schedule has a series, 0 until it misses a slot: the alert's
+    # increase() sees the first miss (a series born at 1 shows no increase).
+    missed = session.execute(
+        select(ScheduleRow.tenant, ScheduleRow.name, func.count(ScheduleSlotRow.schedule_id))
+        .outerjoin(
+            ScheduleSlotRow,
+            (ScheduleSlotRow.schedule_id == ScheduleRow.schedule_id)
+            & (ScheduleSlotRow.state == SlotState.missed.value),
+        )
+        .group_by(ScheduleRow.tenant, ScheduleRow.name)
+        .order_by(ScheduleRow.tenant, ScheduleRow.name)
+    ).all()
+    return oldest, [(tenant, name, n) for tenant, name, n in missed]

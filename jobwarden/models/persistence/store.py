@@ -1,4 +1,4 @@
-"""The store: the only module that speaks SQL.
+"""The store: the operation row and its hash-chained history, in SQL.
 
 Every write to an operation is a compare-and-set on its version and appends
 its events to the hash chain in the same transaction; the last event of each
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
+from enum import Enum
 from functools import lru_cache
 from typing import Any, Final, cast
 
@@ -44,7 +46,7 @@ from jobwarden.models.history.chain import (
 from jobwarden.models.history.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.history.verification import ChainProblem, check_result, verify_chain
 from jobwarden.models.humans.notifications import NOTIFY_STATES, Notice, notices_for
-from jobwarden.models.operation import COLUMNS, Operation
+from jobwarden.models.operation import COLUMNS, Operation, RowChanges
 from jobwarden.models.persistence import outbox
 from jobwarden.models.persistence.db import driver_execute
 from jobwarden.models.persistence.tables import (
@@ -182,11 +184,15 @@ def _fenced_sql(columns: tuple[str, ...], events: int, notifications: int = 0) -
 
 def _bound(name: str, value: Any) -> Any:
     # As SQLAlchemy's JSONB type stored them: a JSON document, None as JSON null.
-    return Jsonb(value) if name in _JSON_COLUMNS else value
+    if name in _JSON_COLUMNS:
+        return Jsonb(value)
+    # A state, reason or polling mode is typed as its enum up to here; the column holds
+    # its text, so it is turned into its value once, in this one place.
+    return value.value if isinstance(value, Enum) else value
 
 
 def _fenced_params(
-    row: Operation, values: Mapping[str, Any], chained: Sequence[ChainedEvent]
+    row: Operation, values: RowChanges, chained: Sequence[ChainedEvent]
 ) -> dict[str, Any]:
     params = {f"set_{c}": _bound(c, v) for c, v in values.items()}
     params["fenced_id"] = row.operation_id
@@ -281,7 +287,7 @@ def fenced_update(
     session: Session,
     row: Operation,
     *,
-    changes: Mapping[str, Any],
+    changes: RowChanges,
     drafts: Sequence[EventDraft],
     now: datetime,
 ) -> Operation:
@@ -299,12 +305,13 @@ def fenced_update(
         raise ValueError(f"not operation columns: {', '.join(sorted(unknown))}")
     new_state = changes.get("state")
     if new_state is not None and new_state != row.state:
-        check_path(row.state, drafts, OperationState(new_state))
+        check_path(row.state, drafts, new_state)
     digest = None
     if drafts:
         # The row after this write, from the snapshot and the changes: no read needed.
+        changed: Mapping[str, object] = changes
         after = {
-            name: changes[name] if name in changes else getattr(row, name) for name in ROW_FACTS
+            name: changed[name] if name in changed else getattr(row, name) for name in ROW_FACTS
         }
         digest = row_digest(after)
     chained = chain(
@@ -314,16 +321,14 @@ def fenced_update(
         last_hash=row.last_event_hash,
         row_digest=digest,
     )
-    values = dict(changes)
-    values["version"] = row.version + 1
-    values["updated_at"] = now
+    values: RowChanges = {**changes, "version": row.version + 1, "updated_at": now}
     if new_state is not None and new_state != row.state:
         values["state_since"] = now
     if chained:
         values["event_count"] = chained[-1].seq
         values["last_event_hash"] = chained[-1].hash
     last_kind = chained[-1].draft.kind if chained else row.last_event_kind
-    stored = row.with_changes({**values, "last_event_kind": last_kind})
+    stored = replace(row.with_changes(values), last_event_kind=last_kind)
     notices = _notices(row, stored, chained)
     # One statement: the events (and a stop's outbox rows) are inserted only if the fenced
     # update matched, so a poll's write is one round trip (in autocommit, its one commit).

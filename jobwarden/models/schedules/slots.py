@@ -53,16 +53,14 @@ MAX_CRON_LENGTH = 200
 LAST_YEAR = 9000
 
 
+@dataclass(eq=False)
 class ScheduleError(RefusedInputError):
     """A schedule's declaration or a request about one is invalid; names the field."""
 
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(field, problem)
-        self.field = field
-        self.problem = problem
+    template = "{field}: {problem}"
 
-    def __str__(self) -> str:
-        return f"{self.field}: {self.problem}"
+    field: str
+    problem: str
 
 
 class OverlapPolicy(StrEnum):

@@ -1,4 +1,4 @@
-"""The provider HTTP edge: the only module above which nothing imports httpx.
+"""The provider HTTP edge: every request to a provider leaves here and its answer is read.
 
 It turns a request into a RawResponse (status, lower-cased headers, parsed JSON
 body or a body problem, or a transport failure) and never raises for anything
