@@ -65,7 +65,9 @@ def insert_operation(
 ) -> uuid.UUID:
     """An operation of ``tenant`` in ``state``, written as intake writes one (factories)."""
     at = created_at or NOW
+    op_id = overrides.pop("operation_id", None) or uuid.uuid4()
     values: dict[str, Any] = dict(
+        operation_id=op_id,
         create_deadline=at + timedelta(minutes=5),
         result_deadline=NOW + timedelta(hours=1),
         max_status_requests=10,
@@ -75,7 +77,7 @@ def insert_operation(
         create_attempts=0 if state is S.awaiting_approval else 1,
     )
     if state not in (S.awaiting_approval, S.create_pending):
-        values |= {"remote_job_id": f"job_{secrets.token_hex(6)}", "status_url": "/v1/jobs/x"}
+        values |= {"remote_job_id": f"job_{op_id.hex[:12]}", "status_url": "/v1/jobs/x"}
     values.update(overrides)
     return insert_in(url, state, at=at, tenant=tenant, **values).operation_id
 

@@ -4,9 +4,10 @@ A test that starts from an escalated or observing operation needs no worker to g
 there: the core opens it (``open_operation``), the factory places it in the state and
 with the columns the test names (the intent event says it entered that state), and
 ``intake_store.insert`` writes it as intake does, in the same one statement: the row,
-its timer row, its chained intent event, its ``created`` intake-log entry and any
-notification its state owes. Later events go through ``store.write``, as a step's do.
-So a row a test starts from is never shaped by a path production does not take.
+its timer row, its chained intent event (or the history a test spells out), its
+``created`` intake-log entry and any notification its state owes. So a row a test
+starts from is never shaped by a path production does not take; the one exception,
+``insert_legacy_row``, writes what older revisions left behind, and says so.
 """
 
 from __future__ import annotations
@@ -17,20 +18,22 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple, cast
 
+from sqlalchemy import Table, insert
 from sqlalchemy.orm import Session
 
 from jobwarden.models.contracts.contract import ProviderContract
 from jobwarden.models.contracts.loader import load_contract
 from jobwarden.models.effects import Plan
-from jobwarden.models.history.chain import EventDraft
+from jobwarden.models.history.chain import GENESIS_HASH, EventDraft
 from jobwarden.models.intake.intent import Intake, open_operation
 from jobwarden.models.intake.submission import ACTOR_PREFIX, Submission
 from jobwarden.models.operation import Operation
-from jobwarden.models.persistence import intake_store, store
+from jobwarden.models.persistence import intake_store
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.tables import TIMER_COLUMNS, OperationRow, TimerRow
 from jobwarden.models.states import OperationState as S
 from tests.unit.factories import SHIPPED
 
@@ -41,6 +44,13 @@ def _sandbox() -> ProviderContract:
     return load_contract(SHIPPED / "sandbox.toml")
 
 
+class Opened(NamedTuple):
+    """An operation as the core opened it and its intent plan, not yet written."""
+
+    op: Operation
+    intent: Plan
+
+
 def opened_in(
     state: S,
     *,
@@ -49,7 +59,7 @@ def opened_in(
     requested_by: str = "submitter",
     actor: str | None = None,
     **columns: Any,
-) -> tuple[Operation, Plan]:
+) -> Opened:
     """An operation opened at ``at`` and placed in ``state``, with ``columns`` as given.
 
     The intent event enters ``state`` (as if the history had started there); ``actor``
@@ -77,17 +87,19 @@ def opened_in(
         actor=actor or f"{ACTOR_PREFIX}{requested_by}",
     )
     op, intent = open_operation(sub, _sandbox(), None, at, intake=intake)
+    written = columns.get("updated_at", at)
     placed = op.with_changes(
         {
             "state": state.value,
             "authorized_by": None if state is S.awaiting_approval else requested_by,
-            "updated_at": at,
-            "state_since": at,
+            "updated_at": written,
+            # It entered its state when it was last written, unless the test says when.
+            "state_since": written,
             **columns,
         }
     )
     (first,) = intent.events
-    return placed, replace(intent, events=(replace(first, to_state=state.value),))
+    return Opened(placed, replace(intent, events=(replace(first, to_state=state.value),)))
 
 
 def created_entry(op: Operation, *, at: datetime | None = None) -> IntakeEntry:
@@ -108,14 +120,16 @@ def created_entry(op: Operation, *, at: datetime | None = None) -> IntakeEntry:
     )
 
 
-def insert_opened(
-    session: Session, op: Operation, intent: Plan, later: Sequence[EventDraft] = ()
-) -> Operation:
-    """Write ``op`` as intake does (its intent), then ``later`` events as a step does."""
+def with_history(row: Opened, events: Sequence[EventDraft]) -> Opened:
+    """``row`` with the history a test spells out (its first event the intent), chained
+    by the insert, the last event bound to the row as inserted."""
+    return row._replace(intent=replace(row.intent, events=tuple(events)))
+
+
+def insert_opened(session: Session, op: Operation, intent: Plan) -> Operation:
+    """Write ``op`` and its history as intake does; the operation as stored."""
     stored = intake_store.insert(session, op, intent, created_entry(op), lock_timeout="5s")
     assert stored is not None, f"{op.tenant}/{op.idempotency_key} is taken"
-    if later:
-        stored = store.write(session, stored, Plan(events=tuple(later)), now=op.updated_at)
     return stored
 
 
@@ -125,10 +139,34 @@ def insert_in(
     *,
     at: datetime,
     tenant: str,
-    later: Sequence[EventDraft] = (),
     **columns: Any,
 ) -> Operation:
     """An operation in ``state`` committed to ``url`` (see ``opened_in``), as stored."""
     op, intent = opened_in(state, at=at, tenant=tenant, **columns)
     with transaction(url) as session:
-        return insert_opened(session, op, intent, later)
+        return insert_opened(session, op, intent)
+
+
+def insert_legacy_row(
+    session: Session, op: Operation, *, absent: frozenset[str] = frozenset()
+) -> None:
+    """``op``'s row and timer as code before today's wrote them, without any event: for
+    tests of what older revisions left behind (no row digests, an older table).
+
+    ``absent``: columns that revision's table did not have yet (NULL here, so the row
+    digest is the same). Plain INSERTs: the row's history is the test's to write.
+    """
+    operations = cast(Table, OperationRow.__table__)
+    values = {c.name: getattr(op, c.name) for c in operations.c if c.name not in absent}
+    values |= {
+        "state": op.state.value,
+        "version": 1,
+        "event_count": 0,
+        "last_event_hash": GENESIS_HASH,
+        "state_since": op.updated_at,
+    }
+    session.execute(insert(operations).values({k: v for k, v in values.items() if v is not None}))
+    timer = {name: getattr(op, name) for name in TIMER_COLUMNS}
+    session.execute(
+        insert(cast(Table, TimerRow.__table__)).values(operation_id=op.operation_id, **timer)
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final, get_args, get_type_hints
 
 from jobwarden.models.actions import Decided, Open
 from jobwarden.models.concurrency import Occupancy, admits_now, key_limit
@@ -22,7 +22,7 @@ from jobwarden.models.effects import Plan, plan
 from jobwarden.models.history.chain import GENESIS_HASH
 from jobwarden.models.humans.approvals import window_end
 from jobwarden.models.intake.submission import Submission
-from jobwarden.models.operation import Operation
+from jobwarden.models.operation import COLUMNS, Operation
 from jobwarden.models.polling.business_deadline import resolve
 from jobwarden.models.provider.requests import provider_token
 from jobwarden.models.states import OperationState as S
@@ -95,7 +95,8 @@ def _opened(
     timer = due
     if state is S.awaiting_approval:
         timer = window_end(now, timedelta(seconds=limits.approval_window_seconds), business)
-    return Operation(
+    # Only what intake decides is spelled here; every other column starts empty.
+    decided: dict[str, Any] = dict(
         operation_id=intake.operation_id,
         tenant=sub.tenant,
         provider=sub.provider,
@@ -107,8 +108,6 @@ def _opened(
         method=sub.method,
         route=sub.route,
         command=sub.command,
-        remote_job_id=None,
-        status_url=None,
         state=state,
         version=1,
         trace_id=intake.trace_id,
@@ -116,28 +115,14 @@ def _opened(
         # Invariant 1 names who authorized the create: without an approval step the
         # submitter's request is the authority; with one, the approver fills this in.
         authorized_by=None if contract.requires_approval else sub.requested_by,
-        approval_expires_at=None,
         created_at=now,
-        accepted_at=None,
         create_deadline=now + timedelta(seconds=limits.create_deadline_seconds),
         result_deadline=now + timedelta(seconds=result_seconds),
-        cancel_deadline=None,
         cancel_window_seconds=sub.cancel_deadline_seconds,
         next_poll_at=timer,
         dispatched_at=due,
-        create_attempts=0,
-        status_requests_used=0,
         max_status_requests=sub.max_status_requests or limits.max_status_requests,
-        transport_failures_used=0,
         max_transport_failures=sub.max_transport_failures or limits.max_transport_failures,
-        consecutive_rate_limited=0,
-        poll_attempt=0,
-        extensions_used=0,
-        step_failures=0,
-        poll_not_before=None,
-        result_fetch_attempts=0,
-        collect_deadline=None,
-        first_sent_at=None,
         # Not fingerprinted: "in 600 s" repeated a moment later is the same request.
         business_deadline=business,
         concurrency_key=sub.concurrency_key,
@@ -146,20 +131,33 @@ def _opened(
         ),
         resubmit_of=intake.resubmit_of,
         contract_digest=intake.contract_digest,
-        last_remote_state=None,
-        last_http_status=None,
-        progress=None,
-        escalation_reason=None,
-        escalation_detail=None,
-        cancel_requested_by=None,
-        cancel_reason=None,
-        result_reference=None,
-        validation_summary=None,
-        event_count=0,
         last_event_hash=GENESIS_HASH,
         updated_at=now,
         state_since=now,
     )
+    return Operation(**(_NOTHING_YET | decided))
+
+
+def _empty(hint: Any) -> tuple[bool, Any]:
+    """What a column holds before anything happened: None where it may, 0 for a count;
+    (False, None) for a column that has no empty value (intake must decide it)."""
+    if type(None) in get_args(hint):
+        return True, None
+    if hint is int:
+        return True, 0
+    return False, None
+
+
+# The facts a new operation has not met yet (no remote job, no observation, zero
+# counts), derived from the snapshot's own field types, so this module spells no column
+# but those intake decides (tests/unit/test_operation_columns.py).
+_NOTHING_YET: Final[dict[str, Any]] = {
+    name: value
+    for name, hint in get_type_hints(Operation).items()
+    if name in COLUMNS
+    for has_one, value in [_empty(hint)]
+    if has_one
+}
 
 
 def _intent(op: Operation, intake: Intake) -> Plan:

@@ -45,7 +45,6 @@ from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.api_tables import IntakeLogRow
 from jobwarden.models.persistence.db import wrap_exceptions
 from jobwarden.models.persistence.tables import TIMER_COLUMNS, EventRow, OperationRow
-from jobwarden.models.states import OperationState
 
 # Postgres's lock_not_available: the lock timeout ran out while a concurrent, still
 # uncommitted submission held the (tenant, key) unique index entry.
@@ -136,21 +135,12 @@ def _bound(name: str, value: Any) -> Any:
     return Jsonb(value) if name in _JSON else value
 
 
-def _notices(columns: Mapping[str, Any], last: ChainedEvent) -> tuple[Notice, ...]:
-    state = OperationState(columns["state"])
-    kind = kind_for(state)
+def _notices(op: Operation, last: ChainedEvent) -> tuple[Notice, ...]:
+    """What the state the operation opens in owes a human (awaiting approval: a notice)."""
+    kind = kind_for(op.state)
     if kind is None:
         return ()
-    subject = Subject(
-        operation_id=last.operation_id,
-        tenant=columns["tenant"],
-        provider=columns["provider"],
-        state=state,
-        trace_id=columns["trace_id"],
-        request_fingerprint=columns["request_fingerprint"],
-        next_poll_at=columns.get("next_poll_at"),
-    )
-    return (notice(kind, subject, mark=last.seq, at=last.draft.at),)
+    return (notice(kind, Subject.of(op), mark=last.seq, at=last.draft.at),)
 
 
 def _event_row(event: ChainedEvent, created_at: Any) -> dict[str, Any]:
@@ -229,7 +219,7 @@ def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the
         params.update({f"e{i}_{c}": _bound(f"e_{c}", fields[c]) for c in _EVENT_CASTS})
     params.update({f"l_{c}": _bound(f"l_{c}", entry[c]) for c in _ENTRY_CASTS})
     # An operation that starts by waiting for a human's approval tells them, atomically.
-    notices = _notices(columns, chained[-1])
+    notices = _notices(opened, chained[-1])
     params.update(outbox.params(notices))
     pinned = contract_text is not None and opened.contract_digest is not None
     if pinned:
