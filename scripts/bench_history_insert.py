@@ -44,42 +44,30 @@ PARTITIONED = (
 
 
 def _operations(url: str, count: int, created: datetime) -> list[uuid.UUID]:
-    from jobwarden.models.persistence import store
+    """Rows without history (the rounds append it), as the 0021 table holds them too."""
     from jobwarden.models.persistence.db import transaction
-    from jobwarden.models.persistence.tables import OperationRow
+    from jobwarden.models.states import OperationState as S
+    from tests.integration.factories import insert_legacy_row, opened_in
 
     ops = []
     with transaction(url) as session:
         for _ in range(count):
-            op = uuid.uuid4()
-            row = OperationRow(
-                operation_id=op,
+            row, _ = opened_in(
+                S.observing,
+                at=created,
                 tenant="bench",
-                provider="sandbox",
-                idempotency_key=op.hex,
-                provider_token=f"jw-{op.hex}",
-                request_fingerprint="f" * 64,
-                method="POST",
-                route="/v1/jobs",
-                command={},
-                state="observing",
-                trace_id="a" * 32,
                 requested_by="bench",
-                authorized_by="bench",
-                created_at=created,
+                command={},
                 create_deadline=created + timedelta(hours=1),
                 result_deadline=created + timedelta(hours=1),
                 max_status_requests=10_000,
                 max_transport_failures=3,
-                create_attempts=0,
-                status_requests_used=0,
-                transport_failures_used=0,
-                consecutive_rate_limited=0,
-                poll_attempt=0,
-                updated_at=created,
+                next_poll_at=None,
+                dispatched_at=None,
             )
-            store.insert_operation(session, row, [])  # the row only: 0021's events differ
-            ops.append(op)
+            # The row only: 0021's events differ; contract_digest came with 0026.
+            insert_legacy_row(session, row, absent=frozenset({"contract_digest"}))
+            ops.append(row.operation_id)
     return ops
 
 

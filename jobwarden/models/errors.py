@@ -158,6 +158,26 @@ class LeaseNotAcquiredError(LostRaceError):
     """Another worker holds the operation's lease."""
 
 
+class SubmissionInProgressError(LostRaceError):
+    """A concurrent submission of the same tenant and key held the key past the claim's
+    lock timeout: that one decides, and this answer is ``in_progress``.
+
+    Raised by models/persistence/intake_store.insert, translated once from Postgres's
+    lock_not_available (SQLSTATE 55P03); nothing was recorded by the claim.
+    """
+
+    def __init__(self, tenant: str, idempotency_key: str) -> None:
+        super().__init__(tenant, idempotency_key)
+        self.tenant = tenant
+        self.idempotency_key = idempotency_key
+
+    def __str__(self) -> str:
+        return (
+            f"tenant {self.tenant!r}: idempotency_key {self.idempotency_key!r} is being "
+            "recorded by a concurrent submission"
+        )
+
+
 class PartitionNotArchivedError(LostRaceError):
     """A history partition gained an event its archived segment lacks; it stays attached
     (the next archiving run archives that history again)."""

@@ -15,16 +15,13 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import String
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from jobwarden.models.concurrency import admits_now, key_limit
 from jobwarden.models.contracts.contract import ProviderContract
-from jobwarden.models.errors import RefusedInputError
-from jobwarden.models.history.chain import GENESIS_HASH, ChainedEvent, chain
+from jobwarden.models.errors import RefusedInputError, SubmissionInProgressError
 from jobwarden.models.intake.attendance import NoWorkerWarning
 from jobwarden.models.intake.fingerprint import request_fingerprint, show_key
-from jobwarden.models.intake.intent import Intake, intent_event, opening
+from jobwarden.models.intake.intent import Intake, initial_state, open_operation
 from jobwarden.models.intake.submission import (
     ACTOR_PREFIX,
     FieldLimits,
@@ -32,7 +29,6 @@ from jobwarden.models.intake.submission import (
     SubmissionRequest,
 )
 from jobwarden.models.intake.trace_context import trace_id_from
-from jobwarden.models.operation import COLUMNS
 from jobwarden.models.persistence import api_store, concurrency_store, intake_store, store
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.db import transaction
@@ -256,97 +252,60 @@ def _submit(
         command=sub.command,
         concurrency_key=sub.concurrency_key,
     )
-    now = utcnow()
-    op_id = uuid.uuid4()
-    state = S.awaiting_approval if contract.requires_approval else S.create_pending
     actor = who.actor or f"{ACTOR_PREFIX}{sub.requested_by}"
-    trace_id = caller_trace or secrets.token_hex(16)
+    intake = Intake(
+        operation_id=uuid.uuid4(),
+        fingerprint=fingerprint,
+        trace_id=caller_trace or secrets.token_hex(16),
+        actor=actor,
+        resubmit_of=resubmit_of,
+        contract_digest=version.digest,
+        traceparent=traced,
+        on_behalf_of=who.on_behalf_of,
+        break_glass=who.break_glass,
+    )
     try:
         with transaction(rt.settings.database_url) as session:
-            key = sub.concurrency_key
-            if key is not None:
-                # Held until this commit, so the count below cannot go stale before the
-                # row is in (see concurrency_store.lock_key for the race).
-                concurrency_store.lock_key(session, sub.tenant, key)
-                room = concurrency_store.occupancy(session, sub.tenant, key)
-                if not admits_now(room, key_limit(contract.concurrency)):
-                    state = S.queued
-            intake = Intake(
-                operation_id=op_id,
-                state=state,
-                fingerprint=fingerprint,
-                trace_id=trace_id,
-                now=now,
-                resubmit_of=resubmit_of,
-                contract_digest=version.digest,
-            )
-            values, first = _intent(sub, contract, intake, actor, traced, who)
+            occupancy = None
+            if sub.concurrency_key is not None:
+                # Held until this commit, so the count cannot go stale before the row is
+                # in (see concurrency_store.lock_key for the race).
+                concurrency_store.lock_key(session, sub.tenant, sub.concurrency_key)
+                occupancy = concurrency_store.occupancy(session, sub.tenant, sub.concurrency_key)
+            op, intent = open_operation(sub, contract, occupancy, utcnow(), intake=intake)
             created = SubmitResult(
                 outcome=SubmitOutcome.created,
-                operation_id=str(op_id),
-                state=state.value,
+                operation_id=str(op.operation_id),
+                state=op.state.value,
                 fingerprint=fingerprint,
-                trace_id=trace_id,
+                trace_id=op.trace_id,
             )
             # Every answer is on the record, in the transaction that decided it: the
-            # created entry in the claim's own statement, any other answer after it.
-            # A concurrent submission holding the key longer than this is "in progress".
+            # created entry in the insert's own statement, any other answer after it.
             entry = _logged(door, who, actor, sub, created)
-            claimed = intake_store.claim(
-                session, values, first, entry, lock_timeout="5s", contract_text=version.text
+            stored = intake_store.insert(
+                session, op, intent, entry, lock_timeout="5s", contract_text=version.text
             )
-            if claimed:
+            if stored is not None:
                 result = created
             else:
                 result = _existing(session, sub, fingerprint, contract)
                 api_store.append_intake(session, _logged(door, who, actor, sub, result))
-    except OperationalError as exc:
-        if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
-            result = SubmitResult(
-                outcome=SubmitOutcome.in_progress,
-                operation_id=None,
-                state=None,
-                fingerprint=fingerprint,
-            )
-            # The claim's transaction is gone; the answer is recorded on its own.
-            with transaction(rt.settings.database_url) as session:
-                api_store.append_intake(session, _logged(door, who, actor, sub, result))
-            return result
-        raise
-    if result.outcome is SubmitOutcome.created and state is S.create_pending:
-        enqueue(rt, op_id, state)
+    except SubmissionInProgressError:
+        # A concurrent submission holding the key longer than the lock timeout decides.
+        result = SubmitResult(
+            outcome=SubmitOutcome.in_progress,
+            operation_id=None,
+            state=None,
+            fingerprint=fingerprint,
+        )
+        # The insert's transaction is gone; the answer is recorded on its own.
+        with transaction(rt.settings.database_url) as session:
+            api_store.append_intake(session, _logged(door, who, actor, sub, result))
+        return result
+    if stored is not None and stored.state is S.create_pending:
+        enqueue(rt, stored.operation_id, stored.state)
     return result
-
-
-def _intent(
-    sub: Submission,
-    contract: ProviderContract,
-    intake: Intake,
-    actor: str,
-    traced: str | None = None,
-    who: Caller | None = None,
-) -> tuple[dict[str, Any], ChainedEvent]:
-    """The intent row's columns and its first event, as ``claim`` inserts them.
-
-    ``traced``: the submission span's traceparent (tracing on), kept in the intent's
-    excerpt for the steps' spans (jobwarden.observability.telemetry).
-    """
-    op = opening(sub, contract, intake)
-    # A column left unset takes its default (NULL for every one the snapshot has None).
-    values = {name: getattr(op, name) for name in COLUMNS if getattr(op, name) is not None}
-    values["state"] = op.state.value
-    draft = intent_event(op, actor)
-    if traced is not None:
-        draft = replace(draft, excerpt={**(draft.excerpt or {}), "traceparent": traced})
-    marks: dict[str, Any] = {}
-    if who is not None and who.on_behalf_of is not None:
-        marks["on_behalf_of"] = who.on_behalf_of
-    if who is not None and who.break_glass is not None:
-        marks |= {"principal": "break-glass", "break_glass": who.break_glass}
-    if marks:
-        draft = replace(draft, excerpt={**(draft.excerpt or {}), **marks})
-    (first,) = chain(str(op.operation_id), [draft], last_seq=0, last_hash=GENESIS_HASH)
-    return values, first
 
 
 def _logged(door: str, who: Caller, actor: str, sub: Submission, r: SubmitResult) -> IntakeEntry:
@@ -399,8 +358,9 @@ def _created_state(session: Session, operation_id: uuid.UUID, contract: Provider
     state = api_store.created_state(session, operation_id)
     if state is not None:
         return state
-    # Created before the intake log existed: the initial state its contract implies.
-    return (S.awaiting_approval if contract.requires_approval else S.create_pending).value
+    # Created before the intake log existed: the state its contract starts one in, as
+    # far as the contract says (a queue it waited in is not on the record).
+    return initial_state(contract, None).value
 
 
 # The caller's fields; runtime is the process's own and never comes from a message.

@@ -16,6 +16,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -23,8 +24,10 @@ from sqlalchemy import text
 from jobwarden.demo.harness import wait_for
 from jobwarden.demo.sandbox.server import SandboxServer
 from jobwarden.models.history.archive import month_start, partition_name
-from jobwarden.models.intake.intent import opening
+from jobwarden.models.intake.intent import open_operation
+from jobwarden.models.operation import Operation
 from jobwarden.models.persistence.db import transaction
+from jobwarden.models.plan import Plan
 from tests.acceptance.conftest import Pipeline
 from tests.private_servers import PrivateRun, machine_servers_untouched, private_run
 
@@ -54,10 +57,12 @@ def _submitted_last_month(
     deadlines still run from now. Each waits 4 s between polls, longer than the
     workers' 3 s countdown limit: parked on its timer row for the sweeper's due claim."""
     with monkeypatch.context() as patched:
-        patched.setattr(
-            "jobwarden.tasks.intake.opening",
-            lambda *a: opening(*a).with_changes({"created_at": created}),
-        )
+
+        def last_month(*args: Any, **kwargs: Any) -> tuple[Operation, Plan]:
+            op, intent = open_operation(*args, **kwargs)
+            return op.with_changes({"created_at": created}), intent
+
+        patched.setattr("jobwarden.tasks.intake.open_operation", last_month)
         return [pipeline.submit({"polls_to_finish": 3, "retry_after": 4}) for _ in range(2)]
 
 

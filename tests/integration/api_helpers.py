@@ -1,7 +1,8 @@
 """Helpers for the query and action route tests: tokens, operations in a chosen state.
 
-Operations are written through the store (one intent event, a verified chain) so a
-test can start from any state — escalated, awaiting approval — without a worker.
+Operations are written as intake writes them (tests/integration/factories.py: one intent
+event, a verified chain) so a test can start from any state — escalated, awaiting
+approval — without a worker.
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ from typing import Any
 import httpx
 
 from jobwarden.api.auth import new_token, secret_hash
-from jobwarden.models.history.chain import EventDraft, EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import api_store, store
 from jobwarden.models.persistence.db import transaction
-from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.states import OperationState as S
+from tests.integration.factories import insert_in
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
@@ -63,49 +63,23 @@ def insert_operation(
     created_at: datetime | None = None,
     **overrides: Any,
 ) -> uuid.UUID:
-    op_id = uuid.uuid4()
+    """An operation of ``tenant`` in ``state``, written as intake writes one (factories)."""
     at = created_at or NOW
+    op_id = overrides.pop("operation_id", None) or uuid.uuid4()
     values: dict[str, Any] = dict(
         operation_id=op_id,
-        tenant=tenant,
-        provider="sandbox",
-        idempotency_key=f"key-{op_id.hex}",
-        provider_token=f"jw-{op_id.hex}",
-        request_fingerprint=secrets.token_hex(32),
-        method="POST",
-        route="/v1/jobs",
-        command={"polls_to_finish": 1},
-        state=state.value,
-        trace_id=secrets.token_hex(16),
-        requested_by="submitter",
-        authorized_by=None if state is S.awaiting_approval else "submitter",
-        created_at=at,
         create_deadline=at + timedelta(minutes=5),
         result_deadline=NOW + timedelta(hours=1),
         max_status_requests=10,
         max_transport_failures=3,
         next_poll_at=None,
+        dispatched_at=None,
         create_attempts=0 if state is S.awaiting_approval else 1,
-        status_requests_used=0,
-        transport_failures_used=0,
-        consecutive_rate_limited=0,
-        poll_attempt=0,
-        updated_at=at,
     )
     if state not in (S.awaiting_approval, S.create_pending):
         values |= {"remote_job_id": f"job_{op_id.hex[:12]}", "status_url": "/v1/jobs/x"}
     values.update(overrides)
-    with transaction(url) as session:
-        store.insert_operation(
-            session,
-            OperationRow(**values),
-            [
-                EventDraft(
-                    kind=EventKind.intent_recorded, actor="submitter", at=at, to_state=state.value
-                )
-            ],
-        )
-    return op_id
+    return insert_in(url, state, at=at, tenant=tenant, **values).operation_id
 
 
 def load(url: str, op_id: uuid.UUID) -> Operation:

@@ -13,16 +13,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from jobwarden.models.actions import Decided, EscalationReason, escalate
 from jobwarden.models.effects import plan
-from jobwarden.models.history.chain import EventDraft, EventKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import notification_store, store
 from jobwarden.models.persistence.db import step_session, transaction
-from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.reservations import settled
 from jobwarden.models.states import OperationState as S
+from tests.integration.factories import insert_in
 
 
 @dataclass
@@ -111,47 +111,23 @@ def new_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
-def insert_operation(
-    url: str, tenant: str, state: S, at: datetime, **overrides: object
-) -> uuid.UUID:
-    op_id = uuid.uuid4()
-    values: dict[str, object] = dict(
-        operation_id=op_id,
-        tenant=tenant,
-        provider="sandbox",
-        idempotency_key=f"key-{op_id.hex}",
-        provider_token=f"jw-{op_id.hex}",
+def insert_operation(url: str, tenant: str, state: S, at: datetime, **overrides: Any) -> uuid.UUID:
+    """An operation of ``tenant`` in ``state``, written as intake writes one (factories)."""
+    values: dict[str, Any] = dict(
         request_fingerprint="f" * 64,
-        method="POST",
         route="/r",
         command={"a": 1},
-        state=state.value,
         remote_job_id="job-1",
-        trace_id=secrets.token_hex(16),
         requested_by="tester",
-        authorized_by=None if state is S.awaiting_approval else "tester",
-        created_at=at,
         create_deadline=at + timedelta(minutes=5),
         result_deadline=at + timedelta(hours=1),
         max_status_requests=10,
         max_transport_failures=3,
         next_poll_at=at,
-        create_attempts=0,
-        status_requests_used=0,
-        transport_failures_used=0,
-        consecutive_rate_limited=0,
-        poll_attempt=0,
-        updated_at=at,
+        dispatched_at=None,
     )
     values.update(overrides)
-    row = OperationRow(**values)
-    with transaction(url) as session:
-        store.insert_operation(
-            session,
-            row,
-            [EventDraft(kind=EventKind.intent_recorded, actor="tester", at=at, to_state=state)],
-        )
-    return op_id
+    return insert_in(url, state, at=at, tenant=tenant, **values).operation_id
 
 
 def write_on_a_step_connection(

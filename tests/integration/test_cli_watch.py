@@ -172,7 +172,7 @@ def test_history_prints_the_date_and_the_actor_of_every_event(database_url: str)
     day = NOW.strftime("%Y-%m-%d %H:%M:%S")
     events = [ln for ln in told.stdout.splitlines() if ln.startswith(day)]
     assert len(events) == 2
-    assert events[0].split()[2:4] == ["submitter", "intent"]
+    assert events[0].split()[2:4] == ["submitter:submitter", "intent"]
     assert events[1].split()[2:4] == ["worker-7", "status"]
 
 

@@ -15,14 +15,13 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 import pytest
 from alembic import command
-from sqlalchemy import Table, insert, text
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session
 
 from jobwarden.models.errors import PartitionNotArchivedError
 from jobwarden.models.history.archive import months_ahead, partition_name
@@ -32,10 +31,11 @@ from jobwarden.models.persistence import history_store, store
 from jobwarden.models.persistence.db import dispose_all, engine_for, transaction
 from jobwarden.models.persistence.history_store import ArchivedHistory
 from jobwarden.models.persistence.migrate import alembic_config, upgrade
-from jobwarden.models.persistence.tables import OperationRow, TimerRow
+from jobwarden.models.plan import Plan
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.results.store import ResultStore
 from tests.conftest import scratch_database
+from tests.integration.factories import insert_legacy_row, insert_opened, with_history
 from tests.integration.test_cli import _cli
 from tests.integration.test_store import _new_row
 
@@ -89,8 +89,7 @@ def _operation(url: str, created: datetime, state: S = S.failed) -> uuid.UUID:
         result_deadline=created + timedelta(hours=1),
     )
     with transaction(url) as session:
-        store.insert_operation(session, row, _drafts(state, created))
-    return row.operation_id
+        return insert_opened(session, *with_history(row, _drafts(state, created))).operation_id
 
 
 def _partitions(url: str) -> dict[str, int]:
@@ -124,31 +123,12 @@ def _archived_now(url: str, partition: str) -> None:
 AFTER_0021 = frozenset({"contract_digest"})  # 0026
 
 
-def _insert_row_as_at_0021(session: Session, row: OperationRow) -> None:
-    """``store.insert_operation`` without events, into 0021's table: the live model's
-    later columns are left out (they are NULL, so the row digest is the same)."""
-    for name in ROW_FACTS:
-        if getattr(row, name) is None:
-            setattr(row, name, store._default(name))  # as insert_operation spells them out
-    operations = cast(Table, OperationRow.__table__)
-    values = {c.name: getattr(row, c.name) for c in operations.c if c.name not in AFTER_0021}
-    values |= {
-        "version": 1,
-        "event_count": 0,
-        "last_event_hash": GENESIS_HASH,
-        "state_since": row.updated_at,
-    }
-    session.execute(insert(operations).values({k: v for k, v in values.items() if v is not None}))
-    session.execute(
-        insert(cast(Table, TimerRow.__table__)).values(operation_id=row.operation_id, **row.timer)
-    )
-
-
 def _insert_at_0021(url: str, created: datetime) -> uuid.UUID:
     """An operation with three events as revision 0021 stored them (no partition key)."""
-    row = _new_row(S.failed, created_at=created, updated_at=created, next_poll_at=None)
+    row, _ = _new_row(S.failed, created_at=created, updated_at=created, next_poll_at=None)
     with transaction(url) as session:
-        _insert_row_as_at_0021(session, row)  # the row only: 0021's events differ
+        # The row only: 0021's events differ.
+        insert_legacy_row(session, row, absent=AFTER_0021)
         digest = row_digest({name: getattr(row, name) for name in ROW_FACTS})
         chained = chain(
             str(row.operation_id),
@@ -234,7 +214,7 @@ def test_history_is_append_only_on_the_parent_and_on_every_partition_itself(
     # No partition for 2199: the DEFAULT partition takes it.
     row = _new_row(S.failed, created_at=_month(2199, 1), updated_at=_month(2199, 1))
     with transaction(url) as session:
-        store.insert_operation(session, row, _drafts(S.failed, _month(2199, 1)))
+        insert_opened(session, *with_history(row, _drafts(S.failed, _month(2199, 1))))
     held = [name for name, rows in _partitions(url).items() if rows]
     assert {"operation_events_default", "operation_events_200402"} <= set(held)
     assert len(held) >= 5
@@ -277,11 +257,13 @@ def test_an_archived_month_is_dropped_and_each_operation_verifies_from_its_segme
     live = _cli_on(url, "verify", str(current))
     assert live.stdout.strip() == "chain verified: 3 events"
     story = _cli_on(url, "history", str(old[0])).stdout.splitlines()
-    assert [line.split("  ")[-1].strip() for line in story] == [
+    # The events from the segment, then the submission that created it (the intake log).
+    assert [line.split("  ")[-1].strip() for line in story if "  intake " not in line] == [
         "intent recorded -> create_pending",
         "create sent",
         "decision -> failed",
     ]
+    assert [line.split()[2] for line in story if "  intake " in line] == ["created"]
     # Heads exported before the archive still hold, now proven from the segments.
     path = tmp_path / "heads.txt"
     path.write_text(heads.stdout)
@@ -343,12 +325,8 @@ def test_an_event_written_after_its_month_was_archived_joins_the_chain_from_defa
     with transaction(url) as session:
         row = store.load(session, op)
         assert row is not None
-        store.append_events(
-            session,
-            row,
-            [EventDraft(kind=EventKind.decision, actor="person:ann", at=decided_at, cause="note")],
-            now=decided_at,
-        )
+        note = EventDraft(kind=EventKind.decision, actor="person:ann", at=decided_at, cause="note")
+        store.write(session, row, Plan(events=(note,)), now=decided_at)
     with transaction(url) as session:
         where = session.execute(
             text(
@@ -432,7 +410,7 @@ def test_a_month_whose_rows_went_to_the_default_partition_is_named_not_created(u
     # Maintenance fell behind: an operation of 2031-07 was written before its partition.
     row = _new_row(S.failed, created_at=_month(2031, 7), updated_at=_month(2031, 7))
     with transaction(url) as session:
-        store.insert_operation(session, row, _drafts(S.failed, _month(2031, 7)))
+        insert_opened(session, *with_history(row, _drafts(S.failed, _month(2031, 7))))
     with transaction(url) as session:
         problems = history_store.ensure_partitions(session, _month(2031, 6), lock_timeout="2s")
     assert problems == [
@@ -441,7 +419,7 @@ def test_a_month_whose_rows_went_to_the_default_partition_is_named_not_created(u
     parts = _partitions(url)
     assert "operation_events_203106" in parts and "operation_events_203108" in parts
     assert parts["operation_events_default"] >= 3
-    _verified(url, row.operation_id)
+    _verified(url, row.op.operation_id)
     listing = json.loads(_cli_on(url, "partitions", "--json").stdout)
     default = [p for p in listing if p["partition"] == "operation_events_default"]
     assert len(default) == 1

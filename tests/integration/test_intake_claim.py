@@ -1,6 +1,7 @@
-"""The intake's one-statement claim (models/persistence/intake_store.py) against the real Postgres:
-a new key writes the operation, its first event and the ``created`` intake entry, and
-the chain verifies with the row's digest; a taken key writes nothing at all.
+"""The intake's one-statement insert (models/persistence/intake_store.py) against the real
+Postgres: a new key writes the operation, its first event and the ``created`` intake entry,
+and the chain verifies with the row's digest; a taken key writes nothing at all; a key
+an uncommitted submission holds is the domain error, not a driver's.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import pytest
 from sqlalchemy import text
 
 from jobwarden.config.settings import get_settings
-from jobwarden.models.history.chain import GENESIS_HASH, EventDraft, EventKind, chain
+from jobwarden.models.errors import SubmissionInProgressError
 from jobwarden.models.persistence import api_store, intake_store, store
 from jobwarden.models.persistence.db import transaction
+from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.intake import SubmitOutcome, submit_operation
 from jobwarden.tasks.runtime import Runtime, build_runtime, utcnow
 from jobwarden.tasks.runtime import close as close_runtime
+from tests.integration.factories import created_entry, insert_opened, opened_in
 
 QUEUE_SUFFIX = "intake-claim"
 
@@ -97,34 +100,48 @@ def test_a_taken_key_inserts_no_row_no_event_and_no_entry_through_the_claim(
     assert first.operation_id is not None
     with transaction(database_url) as session:
         stored = store.load(session, uuid.UUID(first.operation_id))
-        (entry,) = api_store.intake_for_key(session, tenant, key)
     assert stored is not None
-    op_id = uuid.uuid4()
-    now = utcnow()
-    values = {
-        c: getattr(stored, c)
-        for c in ("tenant", "idempotency_key", "provider", "method", "route", "command")
-    } | {
-        "operation_id": op_id,
-        "provider_token": f"jw-{op_id.hex}",
-        "request_fingerprint": stored.request_fingerprint,
-        "state": "create_pending",
-        "version": 1,
-        "trace_id": secrets.token_hex(16),
-        "requested_by": "pytest",
-        "authorized_by": "pytest",
-        "created_at": now,
-        "create_deadline": now,
-        "result_deadline": now,
-        "max_status_requests": 1,
-        "max_transport_failures": 1,
-        "consecutive_rate_limited": 0,
-        "poll_attempt": 0,
-        "updated_at": now,
-    }
-    draft = EventDraft(kind=EventKind.intent_recorded, actor="pytest", at=now, to_state="x")
-    (bound,) = chain(str(op_id), [draft], last_seq=0, last_hash=GENESIS_HASH)
+    # Another operation under the same (tenant, key), opened by the core as intake would.
+    op, intent = opened_in(
+        S.create_pending,
+        at=utcnow(),
+        tenant=tenant,
+        idempotency_key=key,
+        request_fingerprint=stored.request_fingerprint,
+    )
     with transaction(database_url) as session:
-        claimed = intake_store.claim(session, values, bound, entry, lock_timeout="1s")
-    assert claimed is False
+        claimed = intake_store.insert(session, op, intent, created_entry(op), lock_timeout="1s")
+    assert claimed is None
     assert _counts(database_url, tenant) == (1, 1, 1)
+
+
+def test_a_key_held_by_an_uncommitted_submission_is_the_domain_error_in_progress(
+    database_url: str,
+) -> None:
+    # The first submission's transaction holds (tenant, key) in the unique index and has
+    # not committed; the second waits on it for its lock timeout, then gets the domain
+    # error (Postgres's lock_not_available, 55P03, translated once by the store).
+    tenant, key = f"claim-{secrets.token_hex(4)}", secrets.token_hex(8)
+    first, first_intent = opened_in(
+        S.create_pending, at=utcnow(), tenant=tenant, idempotency_key=key
+    )
+    second, second_intent = opened_in(
+        S.create_pending, at=utcnow(), tenant=tenant, idempotency_key=key
+    )
+    with transaction(database_url) as holding:
+        assert insert_opened(holding, first, first_intent).operation_id == first.operation_id
+        with (
+            pytest.raises(SubmissionInProgressError) as caught,
+            transaction(database_url) as waiting,
+        ):
+            intake_store.insert(
+                waiting, second, second_intent, created_entry(second), lock_timeout="200ms"
+            )
+        assert (caught.value.tenant, caught.value.idempotency_key) == (tenant, key)
+        assert key in str(caught.value)
+        # Nothing of the second was recorded; the first is still uncommitted.
+        assert _counts(database_url, tenant) == (0, 0, 0)
+    assert _counts(database_url, tenant) == (1, 1, 1)
+    with transaction(database_url) as session:
+        assert store.load(session, second.operation_id) is None
+        assert store.verify(session, first.operation_id) == []

@@ -33,11 +33,11 @@ from jobwarden.demo.harness import REPO
 from jobwarden.models.history.chain import EventDraft, EventKind
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
-from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.states import OperationState as S
 from jobwarden.observability.metrics import STEP_BUCKETS, PostgresCollector, collect_families
 from jobwarden.tasks.provider.webhooks import count_refusal
 from tests.api_server import serving
+from tests.integration.factories import insert_opened, opened_in, with_history
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 # scripts/install_promtool puts promtool (from Debian's prometheus package) in the venv.
@@ -68,38 +68,25 @@ def _wait(seconds: float, until: float, source: str) -> EventDraft:
 def _insert(
     url: str, provider: str, state: S, events: Sequence[EventDraft], **overrides: Any
 ) -> uuid.UUID:
-    op_id = uuid.uuid4()
+    """An operation with the history ``events`` spell out after its intent at T0."""
     values: dict[str, Any] = dict(
-        operation_id=op_id,
         tenant="metrics",
         provider=provider,
-        idempotency_key=f"key-{op_id.hex}",
-        provider_token=f"jw-{op_id.hex}",
-        request_fingerprint=secrets.token_hex(32),
-        method="POST",
-        route="/v1/jobs",
         command={},
-        state=state.value,
-        trace_id=secrets.token_hex(16),
-        requested_by="submitter",
-        authorized_by=None if state is S.awaiting_approval else "submitter",
         created_at=T0,
         create_deadline=T0 + timedelta(minutes=5),
         result_deadline=NOW + timedelta(hours=1),
         max_status_requests=10,
         max_transport_failures=3,
+        next_poll_at=None,
+        dispatched_at=None,
         create_attempts=0 if state is S.awaiting_approval else 1,
-        status_requests_used=0,
-        transport_failures_used=0,
-        consecutive_rate_limited=0,
-        poll_attempt=0,
-        updated_at=NOW,
     )
     values.update(overrides)
+    row = opened_in(state, at=NOW, **values)
     intent = _event(EventKind.intent_recorded, 0, to_state=S.create_pending.value)
     with transaction(url) as session:
-        store.insert_operation(session, OperationRow(**values), [intent, *events])
-    return op_id
+        return insert_opened(session, *with_history(row, [intent, *events])).operation_id
 
 
 def _accepted(seconds: float) -> EventDraft:
@@ -227,6 +214,10 @@ EXPECTED = {
     ("jobwarden_operations", ("succeeded",)): 1,
     ("jobwarden_status_requests_total", ()): 3 + 10 + 0 + 1 + 0 + 2,
     ("jobwarden_create_requests_total", ()): 1 + 2 + 1 + 1 + 0 + 1,
+    # Each stopped operation's notification, written with its row (factories: as intake
+    # writes an operation), as the stop's own write writes one.
+    ("jobwarden_escalations_total", ("rate_limited",)): 1,
+    ("jobwarden_escalations_total", ("request_budget_exhausted",)): 1,
     ("jobwarden_escalations_waiting", ("rate_limited",)): 1,
     ("jobwarden_escalations_waiting", ("request_budget_exhausted",)): 1,
     ("jobwarden_oldest_waiting_escalation_age_seconds", ()): 300,

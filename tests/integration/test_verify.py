@@ -37,6 +37,7 @@ from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.intake import submit_operation
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from jobwarden.tasks.runtime import close as close_runtime
+from tests.integration.factories import insert_legacy_row
 from tests.integration.test_store import _new_row
 
 REPO = Path(__file__).resolve().parents[2]
@@ -248,12 +249,12 @@ def test_a_history_written_before_row_digests_verifies_and_says_the_row_is_unbou
     database_url: str,
 ) -> None:
     # As the code before row digests wrote it: no digest, and 1e20 hashed as a float.
-    row = _new_row()
+    row, _ = _new_row()
     draft = EventDraft(
         kind=EventKind.intent_recorded,
         actor="tester",
         at=NOW,
-        to_state=row.state,
+        to_state=row.state.value,
         excerpt={"n": 1e20},
     )
     material: dict[str, Any] = {
@@ -264,7 +265,7 @@ def test_a_history_written_before_row_digests_verifies_and_says_the_row_is_unbou
     }
     old_hash = hashlib.sha256(rfc8785.dumps(material)).hexdigest()
     with transaction(database_url) as session:
-        store.insert_operation(session, row, [])
+        insert_legacy_row(session, row)
     values = {**draft_fields(draft), "at": NOW, "seq": 1, "prev_hash": GENESIS_HASH}
     with engine_for(database_url).begin() as conn:
         conn.execute(
@@ -498,9 +499,8 @@ def test_heads_name_a_consistently_rewritten_chain_that_verify_alone_cannot_see(
     with transaction(database_url) as session:
         op = store.load(session, grown)
         assert op is not None
-        store.append_events(
-            session, op, [_event(EventKind.decision, cause="note after the export")], now=NOW
-        )
+        note = _event(EventKind.decision, cause="note after the export")
+        store.write(session, op, Plan(events=(note,)), now=NOW)
     _rewrite_consistently(database_url, rewritten)
     assert _cli("verify", str(rewritten)).returncode == 0  # the documented blind spot
     _as_owner(

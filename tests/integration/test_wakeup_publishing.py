@@ -67,8 +67,9 @@ def park(database_url: str) -> Iterator[Callable[..., list[uuid.UUID]]]:
 
     def _park(count: int, state: S = S.observing) -> list[uuid.UUID]:
         rows = [_new_row(state, next_poll_at=PARKED_AT, dispatched_at=None) for _ in range(count)]
-        parked.extend(_insert(database_url, row) for row in rows)
-        return [row.operation_id for row in rows]
+        ids = [_insert(database_url, row) for row in rows]
+        parked.extend(ids)
+        return ids
 
     yield _park
     with transaction(database_url) as session:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,7 +24,7 @@ from jobwarden.api.webhooks import MAX_WEBHOOK_BYTES
 from jobwarden.config.settings import Settings
 from jobwarden.demo.harness import REPO
 from jobwarden.demo.sandbox.webhooks import signed_delivery
-from jobwarden.models.history.chain import EventDraft, EventKind
+from jobwarden.models.history.chain import EventKind
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import OperationRow, TimerRow
@@ -37,6 +38,7 @@ from jobwarden.tasks.provider.webhooks import WebhookBusyError, receive, refused
 from jobwarden.tasks.runtime import Runtime, build_runtime, utcnow
 from jobwarden.tasks.runtime import close as close_runtime
 from tests.api_server import serving
+from tests.integration.factories import insert_in
 
 SECRET_ENV = "JOBWARDEN_SANDBOX_WEBHOOK_SECRET"
 HMAC_SECRET = "integration-hmac-secret"
@@ -83,48 +85,36 @@ def api(providers: Path) -> Iterator[str]:
 
 
 def _operation(
-    database_url: str, provider: str, state: S = S.observing, **overrides: object
+    database_url: str, provider: str, state: S = S.observing, **overrides: Any
 ) -> tuple[uuid.UUID, str]:
     op_id = uuid.uuid4()
     job_id = f"job_{op_id.hex[:12]}"
     now = utcnow()
-    values: dict[str, object] = dict(
+    values: dict[str, Any] = dict(
         operation_id=op_id,
         tenant="t1",
         provider=provider,
-        idempotency_key=f"key-{op_id.hex}",
-        provider_token=f"jw-{op_id.hex}",
         request_fingerprint="f" * 64,
-        method="POST",
         route="/r",
         command={"a": 1},
-        state=state.value,
         remote_job_id=job_id,
         status_url=f"http://127.0.0.1:8765/v1/jobs/{job_id}",
         trace_id="a" * 32,
         requested_by="tester",
-        authorized_by="tester",
-        created_at=now,
+        actor="tester",
         accepted_at=now,
         create_deadline=now + timedelta(minutes=5),
         result_deadline=now + timedelta(hours=1),
         max_status_requests=10,
         max_transport_failures=3,
         next_poll_at=now + timedelta(minutes=10),
+        dispatched_at=None,
         create_attempts=1,
         status_requests_used=1,
-        transport_failures_used=0,
-        consecutive_rate_limited=0,
         poll_attempt=1,
-        updated_at=now,
     )
     values.update(overrides)
-    with transaction(database_url) as session:
-        store.insert_operation(
-            session,
-            OperationRow(**values),
-            [EventDraft(kind=EventKind.intent_recorded, actor="tester", at=now, to_state=state)],
-        )
+    insert_in(database_url, state, at=now, **values)
     return op_id, job_id
 
 

@@ -21,9 +21,8 @@ from jobwarden.models.contracts.pins import (
     usage_lines,
 )
 from jobwarden.models.errors import ContractError
-from jobwarden.models.intake.intent import Intake, intent_event, opening
+from jobwarden.models.intake.intent import Intake, open_operation
 from jobwarden.models.intake.submission import Submission
-from jobwarden.models.states import OperationState as S
 from tests.unit.factories import NOW, SHIPPED
 
 SANDBOX = (SHIPPED / "sandbox.toml").read_text(encoding="utf-8")
@@ -103,16 +102,15 @@ def test_the_operation_and_its_intent_event_name_the_contract_it_was_created_und
 ) -> None:
     intake = Intake(
         operation_id=uuid.UUID(int=7),
-        state=S.create_pending,
         fingerprint="f" * 64,
         trace_id="a" * 32,
-        now=NOW,
+        actor="submitter:svc",
         contract_digest=digest,
     )
     contract = read_version(SHIPPED / "sandbox.toml").contract
-    op = opening(_submission(), contract, intake)
+    op, intent = open_operation(_submission(), contract, None, NOW, intake=intake)
     assert op.contract_digest == digest
-    excerpt = intent_event(op, "submitter:svc").excerpt or {}
+    excerpt = intent.events[0].excerpt or {}
     assert excerpt.get("contract_digest") == digest
     assert ("contract_digest" in excerpt) is (digest is not None)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import fields
+from dataclasses import fields, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from jobwarden.models.actions import (
     Record,
     escalate,
 )
+from jobwarden.models.concurrency import Occupancy
 from jobwarden.models.conventions.strategies import Monitor
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.history.chain import EventKind
@@ -36,7 +37,7 @@ from jobwarden.models.humans.escalation import (
     OptionKind,
     decide_option,
 )
-from jobwarden.models.intake.intent import Intake, intent_event, opening
+from jobwarden.models.intake.intent import Intake, initial_state, open_operation
 from jobwarden.models.intake.submission import Submission
 from jobwarden.models.operation import Operation
 from jobwarden.models.states import TERMINAL, OperationState
@@ -281,15 +282,54 @@ def _submission(**overrides: object) -> Submission:
     return Submission(**{**values, **overrides})  # type: ignore[arg-type]
 
 
-def _intake(state: S) -> Intake:
-    return Intake(
-        operation_id=uuid.UUID(int=7), state=state, fingerprint="f" * 64, trace_id="a" * 32, now=NOW
-    )
+def _intake(**facts: object) -> Intake:
+    values: dict[str, object] = {
+        "operation_id": uuid.UUID(int=7),
+        "fingerprint": "f" * 64,
+        "trace_id": "a" * 32,
+        "actor": "submitter:svc",
+    }
+    return Intake(**{**values, **facts})  # type: ignore[arg-type]
+
+
+FULL = Occupancy(holders=1, queued=0)  # a key admitting one at a time, held
+ROOM = Occupancy(holders=0, queued=0)
+WAITED = Occupancy(holders=0, queued=1)  # room, but somebody queued first
+
+
+@pytest.mark.parametrize(
+    ("approval", "occupancy", "state"),
+    [
+        (False, None, S.create_pending),
+        (True, None, S.awaiting_approval),
+        (False, ROOM, S.create_pending),
+        (True, ROOM, S.awaiting_approval),
+        (False, FULL, S.queued),
+        (False, WAITED, S.queued),
+        # Its turn comes first; the approval is asked for when it is admitted.
+        (True, FULL, S.queued),
+    ],
+)
+def test_the_core_decides_the_state_an_operation_opens_in(
+    approval: bool, occupancy: Occupancy | None, state: S
+) -> None:
+    terms = replace(contract(), requires_approval=approval)
+    assert initial_state(terms, occupancy) is state
+    sub = _submission(concurrency_key=None if occupancy is None else "env")
+    op, p = open_operation(sub, terms, occupancy, NOW, intake=_intake())
+    assert op.state is state
+    assert p.events[0].to_state == state.value
 
 
 @pytest.mark.parametrize(("state", "due"), [(S.create_pending, NOW), (S.queued, None)])
 def test_the_opened_operation_is_due_only_when_its_create_may_go(state: S, due: object) -> None:
-    op = opening(_submission(), contract(), _intake(state))
+    op, _ = open_operation(
+        _submission(concurrency_key="env"),
+        contract(),
+        FULL if state is S.queued else ROOM,
+        NOW,
+        intake=_intake(),
+    )
     assert (op.next_poll_at, op.dispatched_at) == (due, due)
     assert op.state is state
     assert op.create_deadline == NOW + timedelta(seconds=contract().limits.create_deadline_seconds)
@@ -303,14 +343,25 @@ def test_the_opened_operation_is_due_only_when_its_create_may_go(state: S, due: 
 def test_an_operation_opened_to_await_approval_is_due_when_its_window_ends(
     business: float | None, end: object
 ) -> None:
-    op = opening(_submission(business_deadline=business), contract(), _intake(S.awaiting_approval))
+    terms = replace(contract(), requires_approval=True)
+    op, _ = open_operation(
+        _submission(business_deadline=business), terms, None, NOW, intake=_intake()
+    )
+    assert op.state is S.awaiting_approval
     # Parked for the sweeper: the window's end, capped by the business deadline.
     assert (op.next_poll_at, op.dispatched_at) == (end, None)
 
 
 def test_the_intent_event_opens_the_chain_into_the_operations_first_state() -> None:
-    op = opening(_submission(business_deadline=600.0), contract(), _intake(S.queued))
-    ev = intent_event(op, "submitter:svc")
+    op, p = open_operation(
+        _submission(business_deadline=600.0, concurrency_key="env"),
+        contract(),
+        FULL,
+        NOW,
+        intake=_intake(),
+    )
+    assert p.changes == {}
+    (ev,) = p.events
     assert (ev.kind, ev.from_state, ev.to_state, ev.actor, ev.at) == (
         EventKind.intent_recorded,
         None,
@@ -323,8 +374,25 @@ def test_the_intent_event_opens_the_chain_into_the_operations_first_state() -> N
         "fingerprint": "f" * 64,
         "idempotency_key": "k",
         "source_event_id": None,
+        "concurrency_key": "env",
         "business_deadline": (NOW + timedelta(seconds=600)).isoformat(),
     }
+    # The chain head is the genesis until the insert chains the event with the row.
+    assert (op.event_count, op.version) == (0, 1)
+
+
+def test_the_intent_event_carries_the_trace_and_the_callers_marks() -> None:
+    facts = _intake(traceparent="00-t-s-01", on_behalf_of="token:ann", break_glass="outage")
+    _, p = open_operation(_submission(), contract(), None, NOW, intake=facts)
+    excerpt = p.events[0].excerpt or {}
+    assert {k: excerpt[k] for k in ("traceparent", "on_behalf_of", "principal", "break_glass")} == {
+        "traceparent": "00-t-s-01",
+        "on_behalf_of": "token:ann",
+        "principal": "break-glass",
+        "break_glass": "outage",
+    }
+    _, plain = open_operation(_submission(), contract(), None, NOW, intake=_intake())
+    assert not {"traceparent", "on_behalf_of", "principal"} & set(plain.events[0].excerpt or {})
 
 
 def test_open_is_planned_without_row_changes() -> None:

@@ -1,7 +1,7 @@
 """SQL for pinned contracts (0026): texts kept by digest, and who runs under which.
 
 Helpers take the session and never commit. The intake keeps a text in its claim
-statement (intake_store.claim); these serve the rest: a worker reading a text it has
+statement (intake_store.insert); these serve the rest: a worker reading a text it has
 not parsed yet, a move to the current contract, and ``providers check``'s report.
 """
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -128,3 +128,22 @@ def transaction(url: str) -> Iterator[Session]:
         _makers[key] = maker
     with maker() as session, session.begin():
         yield session
+
+
+@contextmanager
+def wrap_exceptions(translations: Mapping[str, Callable[[], Exception]]) -> Iterator[None]:
+    """Translate the driver errors a statement expects into the domain's, in one place.
+
+    ``translations`` maps a SQLSTATE (never message text, STYLE.md) to what it means
+    for the caller; any other database error propagates as it is. Like procrastinate's
+    connector ``wrap_exceptions``: the store raises domain errors, its callers never
+    look at a driver's codes. The transaction is still aborted: the caller's wrapper
+    rolls it back as for any error.
+    """
+    try:
+        yield
+    except DBAPIError as exc:
+        translate = translations.get(getattr(exc.orig, "sqlstate", None) or "")
+        if translate is None:
+            raise
+        raise translate() from exc

@@ -1,26 +1,31 @@
-"""The intake's claim as one statement: the operation, its first event, its intake entry.
+"""The intake's insert as one statement: the operation, its first events, its intake entry.
 
-Inserting the operation, then its event, then ``api_store.append_intake`` took four
-statements (lock timeout, operation, event, entry) and composed a SQLAlchemy construct
-per call, which cost more CPU than the database work. Here the three inserts are
-data-modifying CTEs of one statement, built as text once per shape (which operation
-columns are given):
+``insert(session, op, plan, entry)`` is ``store.write``'s twin for an operation that
+does not exist yet: the snapshot the core opened (models/intake/intent.py) and its
+plan, chained once here with the digest of the row being inserted. Inserting the
+operation, then its event, then ``api_store.append_intake`` took four statements
+(lock timeout, operation, event, entry) and composed a SQLAlchemy construct per call,
+which cost more CPU than the database work. Here the inserts are data-modifying CTEs
+of one statement, built as text once per shape (which operation columns are given):
 
     WITH claimed AS (INSERT INTO operations ... ON CONFLICT DO NOTHING RETURNING ...),
          first_event AS (INSERT INTO operation_events SELECT ... FROM claimed),
          entry AS (INSERT INTO intake_log SELECT ... FROM claimed)
     SELECT count(*) FROM claimed
 
-So the event and the ``created`` entry exist exactly when the row was inserted, in the
+So the events and the ``created`` entry exist exactly when the row was inserted, in the
 same atomic statement; a taken key inserts nothing and the caller reads the stored row
 and logs its own answer. Every bind is cast to its column's type: a NULL or a string in
-a SELECT list would otherwise be typed text.
+a SELECT list would otherwise be typed text. The one driver error the claim expects
+(the key held by a concurrent submission past the lock timeout) leaves here as
+``SubmissionInProgressError``.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any, Final, cast
 
@@ -30,14 +35,21 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
+from jobwarden.models.errors import SubmissionInProgressError
 from jobwarden.models.history.chain import GENESIS_HASH, ChainedEvent, chain
 from jobwarden.models.history.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.humans.notifications import Notice, Subject, kind_for, notice
+from jobwarden.models.operation import COLUMNS, Operation, RowChanges
 from jobwarden.models.persistence import outbox
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.api_tables import IntakeLogRow
+from jobwarden.models.persistence.db import wrap_exceptions
 from jobwarden.models.persistence.tables import TIMER_COLUMNS, EventRow, OperationRow
-from jobwarden.models.states import OperationState
+from jobwarden.models.plan import Plan
+
+# Postgres's lock_not_available: the lock timeout ran out while a concurrent, still
+# uncommitted submission held the (tenant, key) unique index entry.
+LOCK_NOT_AVAILABLE: Final = "55P03"
 
 OPERATIONS = cast(Table, OperationRow.__table__)
 EVENTS = cast(Table, EventRow.__table__)
@@ -82,7 +94,9 @@ _PIN_CONTRACT: Final = (
 
 
 @lru_cache(maxsize=64)
-def _claim_sql(columns: tuple[str, ...], notifications: int = 0, pinned: bool = False) -> str:
+def _claim_sql(
+    columns: tuple[str, ...], events: int = 1, notifications: int = 0, pinned: bool = False
+) -> str:
     unknown = set(columns) - set(_OPERATION_CASTS) - TIMER_COLUMNS
     if unknown:
         raise ValueError(f"not operation columns: {', '.join(sorted(unknown))}")
@@ -92,7 +106,10 @@ def _claim_sql(columns: tuple[str, ...], notifications: int = 0, pinned: bool = 
     timer = sorted(TIMER_COLUMNS)
     timer_names = ", ".join(f'"{c}"' for c in timer)
     timer_values = ", ".join(f"%(t_{c})s::timestamptz" for c in timer)
-    event_names, event_values = _select("e_", _EVENT_CASTS)
+    event_names = ", ".join(f'"{c}"' for c in _EVENT_CASTS)
+    event_rows = " UNION ALL ".join(
+        "SELECT " + _select(f"e{i}_", _EVENT_CASTS)[1] + " FROM claimed" for i in range(events)
+    )
     entry_names, entry_values = _select("l_", _ENTRY_CASTS)
     return (
         f"WITH claimed AS (INSERT INTO operations ({op_names}) VALUES ({op_values}) "
@@ -100,8 +117,7 @@ def _claim_sql(columns: tuple[str, ...], notifications: int = 0, pinned: bool = 
         # Every operation has its timer row from the start (tables.TimerRow).
         f"timer AS (INSERT INTO operation_timers (operation_id, {timer_names}) "
         f"SELECT operation_id, {timer_values} FROM claimed), "
-        f"first_event AS (INSERT INTO operation_events ({event_names}) "
-        f"SELECT {event_values} FROM claimed), "
+        f"first_event AS (INSERT INTO operation_events ({event_names}) {event_rows}), "
         + (_PIN_CONTRACT if pinned else "")
         + f"entry AS (INSERT INTO intake_log ({entry_names}) SELECT {entry_values} FROM claimed) "
         + (", " + outbox.cte("noted", notifications, "FROM claimed") + " " if notifications else "")
@@ -120,58 +136,20 @@ def _bound(name: str, value: Any) -> Any:
     return Jsonb(value) if name in _JSON else value
 
 
-def _notices(columns: Mapping[str, Any], first: ChainedEvent) -> tuple[Notice, ...]:
-    state = OperationState(columns["state"])
-    kind = kind_for(state)
+def _notices(op: Operation, last: ChainedEvent) -> tuple[Notice, ...]:
+    """What the state the operation opens in owes a human (awaiting approval: a notice)."""
+    kind = kind_for(op.state)
     if kind is None:
         return ()
-    subject = Subject(
-        operation_id=first.operation_id,
-        tenant=columns["tenant"],
-        provider=columns["provider"],
-        state=state,
-        trace_id=columns["trace_id"],
-        request_fingerprint=columns["request_fingerprint"],
-        next_poll_at=columns.get("next_poll_at"),
-    )
-    return (notice(kind, subject, mark=first.seq, at=first.draft.at),)
+    return (notice(kind, Subject.of(op), mark=last.seq, at=last.draft.at),)
 
 
-def claim(  # noqa: PLR0913 - the claim's one statement, each part named at the call
-    session: Session,
-    values: Mapping[str, Any],
-    first: ChainedEvent,
-    created: IntakeEntry,
-    *,
-    lock_timeout: str,
-    contract_text: str | None = None,
-) -> bool:
-    """Insert a new operation, its first event and the ``created`` intake entry, unless
-    (tenant, key) or its source event is taken; True when this call recorded them.
-
-    ``first`` is chained again with the digest of the row being inserted, and the head
-    in ``values`` replaced to match. A concurrent
-    submission of the same key still uncommitted makes this wait on the unique index
-    for ``lock_timeout``, then raise lock_not_available (55P03). ``contract_text``: the
-    text of the contract ``values["contract_digest"]`` names, kept unless it already is
-    (its foreign key is checked at the statement's end, after every insert in it).
-    """
-    if first.seq != 1 or first.prev_hash != GENESIS_HASH:
-        raise ValueError("claim records an operation's first event only")
-    row = {name: values[name] if name in values else _default(name) for name in ROW_FACTS}
-    (bound,) = chain(
-        first.operation_id,
-        [first.draft],
-        last_seq=0,
-        last_hash=GENESIS_HASH,
-        row_digest=row_digest(row),
-    )
-    columns = {**values, **row, "event_count": 1, "last_event_hash": bound.hash}
-    draft = bound.draft
-    event = {
-        "operation_id": uuid.UUID(bound.operation_id),
-        "operation_created_at": columns["created_at"],  # the partition key (0023)
-        "seq": bound.seq,
+def _event_row(event: ChainedEvent, created_at: Any) -> dict[str, Any]:
+    draft = event.draft
+    return {
+        "operation_id": uuid.UUID(event.operation_id),
+        "operation_created_at": created_at,  # the partition key (0023)
+        "seq": event.seq,
         "actor": draft.actor,
         "at": draft.at,
         "from_state": draft.from_state,
@@ -182,27 +160,88 @@ def claim(  # noqa: PLR0913 - the claim's one statement, each part named at the 
         "http_status": draft.http_status,
         "provider_request_id": draft.provider_request_id,
         "excerpt": draft.excerpt,
-        "row_digest": bound.row_digest,
-        "prev_hash": bound.prev_hash,
-        "hash": bound.hash,
+        "row_digest": event.row_digest,
+        "prev_hash": event.prev_hash,
+        "hash": event.hash,
     }
+
+
+def _columns(op: Operation) -> dict[str, Any]:
+    """The row's columns as the snapshot holds them; one left unset takes its default
+    (NULL for every one the snapshot has None), so the statement's shapes stay few."""
+    values = {name: getattr(op, name) for name in COLUMNS if getattr(op, name) is not None}
+    values["state"] = op.state.value
+    if op.escalation_reason is not None:
+        values["escalation_reason"] = op.escalation_reason.value
+    return values
+
+
+def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the call
+    session: Session,
+    op: Operation,
+    plan: Plan,
+    created: IntakeEntry,
+    *,
+    lock_timeout: str,
+    contract_text: str | None = None,
+) -> Operation | None:
+    """Insert a new operation with its plan's events and the ``created`` intake entry,
+    unless (tenant, key) or its source event is taken; the snapshot as stored when this
+    call recorded them, None when the key (or source event) was already taken.
+
+    ``op`` is the snapshot the core opened (``plan.changes``, if any, applied to it);
+    ``plan.events`` are chained here, once, from the genesis hash, the last with the
+    digest of the row being inserted, and the row's head set to match. A concurrent
+    submission of the same key still uncommitted makes this wait on the unique index
+    for ``lock_timeout``, then raise SubmissionInProgressError (the transaction is
+    aborted; nothing was recorded). ``contract_text``: the text of the contract
+    ``op.contract_digest`` names, kept unless it already is (its foreign key is checked
+    at the statement's end, after every insert in it).
+    """
+    if not plan.events:
+        raise ValueError("an operation is inserted with its intent event")
+    opened = op.with_changes(plan.changes) if plan.changes else op
+    values = _columns(opened)
+    row = {name: values[name] if name in values else _default(name) for name in ROW_FACTS}
+    chained = chain(
+        str(opened.operation_id),
+        plan.events,
+        last_seq=0,
+        last_hash=GENESIS_HASH,
+        row_digest=row_digest(row),
+    )
+    head: RowChanges = {
+        "event_count": len(chained),
+        "last_event_hash": chained[-1].hash,
+        "version": 1,
+    }
+    columns = {**values, **row, **head}
     entry = {name: getattr(created, name) for name in _ENTRY_CASTS}
     params = {f"o_{c}": _bound(f"o_{c}", v) for c, v in columns.items() if c not in TIMER_COLUMNS}
     params.update({f"t_{c}": columns.get(c) for c in TIMER_COLUMNS})
-    params.update({f"e_{c}": _bound(f"e_{c}", event[c]) for c in _EVENT_CASTS})
+    for i, event in enumerate(chained):
+        fields = _event_row(event, columns["created_at"])
+        params.update({f"e{i}_{c}": _bound(f"e_{c}", fields[c]) for c in _EVENT_CASTS})
     params.update({f"l_{c}": _bound(f"l_{c}", entry[c]) for c in _ENTRY_CASTS})
     # An operation that starts by waiting for a human's approval tells them, atomically.
-    notices = _notices(columns, bound)
+    notices = _notices(opened, chained[-1])
     params.update(outbox.params(notices))
-    pinned = contract_text is not None and values.get("contract_digest") is not None
+    pinned = contract_text is not None and opened.contract_digest is not None
     if pinned:
         params.update(
-            c_digest=values["contract_digest"],
-            c_provider=values["provider"],
+            c_digest=opened.contract_digest,
+            c_provider=opened.provider,
             c_text=contract_text,
-            c_first_seen=values["created_at"],
+            c_first_seen=opened.created_at,
         )
-    sql = _claim_sql(tuple(columns), outbox.rows(notices), pinned)
+    sql = _claim_sql(tuple(columns), len(chained), outbox.rows(notices), pinned)
     session.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
-    inserted = session.connection().exec_driver_sql(sql, params).scalar_one()
-    return bool(inserted)
+    in_progress = {
+        LOCK_NOT_AVAILABLE: lambda: SubmissionInProgressError(opened.tenant, opened.idempotency_key)
+    }
+    with wrap_exceptions(in_progress):
+        inserted = session.connection().exec_driver_sql(sql, params).scalar_one()
+    if not inserted:
+        return None
+    # last_event_kind is not a column (the snapshot carries it from the history).
+    return replace(opened.with_changes(head), last_event_kind=chained[-1].draft.kind)

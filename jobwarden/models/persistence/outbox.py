@@ -1,7 +1,7 @@
 """The outbox's SQL fragment, shared by every write that may need a human.
 
 A notice becomes one row per channel, inserted as a data-modifying CTE of the write's
-own statement (``store.fenced_update``, ``intake_store.claim``): the rows exist exactly
+own statement (``store.fenced_update``, ``intake_store.insert``): the rows exist exactly
 when the write that caused them committed, even on a step's autocommit connection,
 where two statements would be two commits. Built as text once per shape, like the
 statements it joins.

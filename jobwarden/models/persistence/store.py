@@ -216,35 +216,6 @@ def _notices(
     return notices_for(row, after, entered)
 
 
-def _default(name: str) -> Any:
-    """What the column holds when an insert leaves it out (its scalar default, else NULL)."""
-    default = OPERATIONS.c[name].default
-    return default.arg if default is not None and default.is_scalar else None  # type: ignore[attr-defined]
-
-
-def insert_operation(session: Session, row: OperationRow, drafts: Sequence[EventDraft]) -> None:
-    """Add a new operation with its first events and its timer row; flushes so unique
-    violations surface here."""
-    for name in ROW_FACTS:
-        if getattr(row, name) is None:
-            setattr(row, name, _default(name))  # spelled out, so the digest sees what is stored
-    digest = row_digest({name: getattr(row, name) for name in ROW_FACTS})
-    chained = chain(
-        str(row.operation_id), drafts, last_seq=0, last_hash=GENESIS_HASH, row_digest=digest
-    )
-    row.version = 1
-    if row.state_since is None:
-        row.state_since = row.updated_at  # it entered its first state when it was written
-    row.event_count = len(chained)
-    row.last_event_hash = chained[-1].hash if chained else GENESIS_HASH
-    session.add(row)
-    session.flush()
-    timer = getattr(row, "timer", {})  # absent on a row SQLAlchemy loaded itself
-    session.execute(insert(TIMERS).values(operation_id=row.operation_id, **timer))
-    if chained:
-        session.execute(insert(EVENTS), _event_rows(chained, row.created_at))
-
-
 # Compiled once and run by the driver: composing and compiling the statement per call
 # cost more CPU than running it (psycopg already returns UUIDs, datetimes and JSON).
 _LOAD_ONE: Final = str(
@@ -341,13 +312,6 @@ def fenced_update(
     if written != max(1, len(chained)):
         raise StaleVersionError(str(row.operation_id), row.version)
     return stored
-
-
-def append_events(
-    session: Session, row: Operation, drafts: Sequence[EventDraft], *, now: datetime
-) -> Operation:
-    """Record events without changing any other field (still fenced by version)."""
-    return fenced_update(session, row, changes={}, drafts=drafts, now=now)
 
 
 def write(session: Session, op: Operation, plan: Plan, *, now: datetime) -> Operation:

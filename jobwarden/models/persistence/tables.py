@@ -163,14 +163,6 @@ class OperationRow(Base):
         {"postgresql_with": {"fillfactor": OPERATIONS_FILLFACTOR}},
     )
 
-    def __init__(self, **values: Any) -> None:
-        # The timer columns live in operation_timers (TimerRow); a row built with them is
-        # inserted with its timer row by store.insert_operation.
-        self.timer: dict[str, datetime | None] = {
-            name: values.pop(name) for name in TIMER_COLUMNS if name in values
-        }
-        super().__init__(**values)
-
     operation_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(200))
     provider: Mapped[str] = mapped_column(String(200))
