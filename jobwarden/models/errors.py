@@ -158,6 +158,7 @@ class LeaseNotAcquiredError(LostRaceError):
     """Another worker holds the operation's lease."""
 
 
+@dataclass(eq=False)
 class SubmissionInProgressError(LostRaceError):
     """A concurrent submission of the same tenant and key held the key past the claim's
     lock timeout: that one decides, and this answer is ``in_progress``.
@@ -166,16 +167,13 @@ class SubmissionInProgressError(LostRaceError):
     lock_not_available (SQLSTATE 55P03); nothing was recorded by the claim.
     """
 
-    def __init__(self, tenant: str, idempotency_key: str) -> None:
-        super().__init__(tenant, idempotency_key)
-        self.tenant = tenant
-        self.idempotency_key = idempotency_key
+    template = (
+        "tenant {tenant!r}: idempotency_key {idempotency_key!r} is being recorded by a "
+        "concurrent submission"
+    )
 
-    def __str__(self) -> str:
-        return (
-            f"tenant {self.tenant!r}: idempotency_key {self.idempotency_key!r} is being "
-            "recorded by a concurrent submission"
-        )
+    tenant: str
+    idempotency_key: str
 
 
 class PartitionNotArchivedError(LostRaceError):
