@@ -35,7 +35,7 @@ def assets_dir() -> Path:
     except ModuleNotFoundError:
         raise RuntimeError(
             "/docs needs swagger-ui-bundle-v2 (module 'swagger_ui_bundle' is not "
-            "installed): pip install 'jobwarden[api]'"
+            "installed): pip install '.[api]' in the jobwarden checkout"
         ) from None
     found = sorted(d for d in vendor.glob("swagger-ui-5.*") if (d / ASSETS[0]).is_file())
     if not found:

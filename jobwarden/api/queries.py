@@ -8,11 +8,8 @@ answer never reveals that someone else's operation is there.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import uuid
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -66,8 +63,11 @@ from jobwarden.tasks.runtime import Runtime
 
 router = APIRouter(tags=["operations"])
 
-MAX_LIMIT = 200
-DEFAULT_LIMIT = 50
+# The page sizes and the cursor are the core's (the CLI pages without FastAPI); the MCP tools
+# and the console take them from here, with the cursor's 422 below.
+MAX_LIMIT = query_store.MAX_LIMIT
+DEFAULT_LIMIT = query_store.DEFAULT_LIMIT
+encode_cursor = query_store.encode_cursor
 
 
 def parse_operation_id(raw: str) -> uuid.UUID:
@@ -88,31 +88,17 @@ def owned_operation(request: Request, principal: Principal, raw_id: str) -> Oper
     return row
 
 
-# An opaque cursor: base64url of "<ISO timestamp>|<operation id>", the sort key of the last
-# row shown. Forging one reveals nothing: every page is filtered by the caller's tenant.
-def encode_cursor(position: query_store.Position) -> str:
-    raw = f"{position.at.isoformat()}|{position.operation_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-
-
 def decode_cursor(cursor: str) -> query_store.Position:
     """The position a cursor names; 422 naming the ``cursor`` parameter when it is not one."""
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-        at, _, op_id = raw.partition("|")
-        position = query_store.Position(
-            at=datetime.fromisoformat(at), operation_id=uuid.UUID(op_id)
-        )
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        position = None
-    if position is None or position.at.tzinfo is None:
+        return query_store.decode_cursor(cursor)
+    except query_store.InvalidCursorError:
         raise ProblemError(
             422,
             "invalid_request",
             "query/cursor: not a cursor this API returned",
             errors=[{"path": "query/cursor", "message": "not a cursor this API returned"}],
-        )
-    return position
+        ) from None
 
 
 def _next_link(request: Request, position: query_store.Position | None) -> str | None:

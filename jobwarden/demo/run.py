@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -118,6 +121,20 @@ def demo_routing(queue: str, key_prefix: str) -> dict[str, str]:
     return {"JOBWARDEN_QUEUE": f"{queue}-demo", "JOBWARDEN_KEY_PREFIX": f"{key_prefix}-demo"}
 
 
+def _check_celery_app_routing(settings: Any) -> None:
+    """Raise RuntimeError when this process built the Celery app before the demo's routing
+    was set: its publisher would send under another key prefix than the demo's worker reads."""
+    built = sys.modules.get("jobwarden.config.celery_app")
+    if built is None:
+        return
+    prefix = built.app.conf.broker_transport_options.get("global_keyprefix")
+    if prefix != f"{settings.key_prefix}:celery:":
+        raise RuntimeError(
+            f"the Celery app was built with key prefix {prefix!r} before the demo set its own"
+            f" ({settings.key_prefix!r}); run the demo in a process of its own"
+        )
+
+
 def _run(console: Console, sandbox: Any, token: str) -> int:
     from jobwarden.config.settings import load_settings
 
@@ -132,18 +149,25 @@ def _run(console: Console, sandbox: Any, token: str) -> int:
         ),
     }
     os.environ.update(env)
+    # Before anything imports the Celery app: the app takes its key prefix from the
+    # settings when it is built, and the CLI read (and cached) the configured ones at
+    # start-up. Built from those, every create and cancel the demo sends would land on a
+    # list under the configured prefix that no worker reads, each waiting for the demo's
+    # beat to re-send it (issue 36).
     from jobwarden.config.settings import get_settings
+    from jobwarden.tasks import runtime
+
+    get_settings.cache_clear()
+    runtime.reset()
+    _check_celery_app_routing(get_settings())
     from jobwarden.models.intake.submission import SubmissionRequest
     from jobwarden.models.persistence import store
     from jobwarden.models.persistence.db import transaction
     from jobwarden.models.persistence.migrate import ensure_database, upgrade
     from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
-    from jobwarden.tasks import runtime
     from jobwarden.tasks.humans.interventions import request_cancel
     from jobwarden.tasks.intake import submit_request
 
-    get_settings.cache_clear()
-    runtime.reset()
     settings = get_settings()
     check_services(settings)
     ensure_database(settings.database_url)
@@ -152,10 +176,13 @@ def _run(console: Console, sandbox: Any, token: str) -> int:
         f"sandbox provider at {sandbox.url}; database {settings.database_url}; "
         f"broker {settings.broker_url}, queue {settings.queue} (the demo's own)"
     )
-    stack = Stack(env)
+    # The worker's and beat's logs and beat's schedule file: removed at the end, kept (and
+    # named) only when something went wrong, to be read.
+    stack = Stack(env, log_dir=Path(tempfile.mkdtemp(prefix="jobwarden-demo-")))
     stopped = {s.value for s in TERMINAL | AUTOMATION_STOPPED}
     run = secrets.token_hex(4)
     failures = 0
+    keep_logs = False
     try:
         stack.start_worker("demo-worker", concurrency=4)
         stack.start_beat("demo-beat")
@@ -209,7 +236,15 @@ def _run(console: Console, sandbox: Any, token: str) -> int:
             )
             for ev in events:
                 console.print("  " + event_line(ev), highlight=False)
+        keep_logs = failures > 0
+    except Exception:
+        keep_logs = True
+        raise
     finally:
         stack.stop()
+        if keep_logs:
+            console.print(f"the worker's and beat's logs are kept in {stack.log_dir}")
+        else:
+            shutil.rmtree(stack.log_dir, ignore_errors=True)
     console.rule("done" if not failures else f"{failures} scenario(s) not as expected")
     return 1 if failures else 0

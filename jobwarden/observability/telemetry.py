@@ -197,7 +197,7 @@ def check_values(environ: Mapping[str, str] = os.environ) -> None:
 
 _MISSING = (
     "OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT ask for tracing, but the "
-    "OpenTelemetry SDK is not installed: pip install 'jobwarden[otel]'"
+    "OpenTelemetry SDK is not installed: pip install '.[otel]' in the jobwarden checkout"
 )
 
 

@@ -133,6 +133,15 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work / "dist"
 
 
+def test_twine_checks_the_sdist_and_the_wheel_as_pypi_would_take_them(dist: Path) -> None:
+    # Until a release is published the README installs from the checkout or this wheel;
+    # --strict: a warning (a README PyPI would not render, metadata missing) fails too.
+    built = sorted(dist.iterdir())
+    assert len(built) == 2, built
+    out = _run([sys.executable, "-m", "twine", "check", "--strict", *built])
+    assert out.count("PASSED") == 2, out
+
+
 @pytest.fixture(scope="module")
 def wheel(dist: Path) -> Path:
     (built,) = dist.glob("jobwarden-*.whl")

@@ -1,4 +1,5 @@
-"""A demo stopped mid-way leaves nothing running: no worker, no beat, no sandbox."""
+"""A demo stopped mid-way leaves nothing running (no worker, no beat, no sandbox) and no
+temporary folder (issue 36: each run left a jobwarden-stack-* folder behind)."""
 
 from __future__ import annotations
 
@@ -41,12 +42,12 @@ def _alive(pids: set[int]) -> set[int]:
 
 
 def test_a_demo_killed_after_it_started_its_worker_leaves_no_process_behind(
-    database_url: str,
+    database_url: str, tmp_path: Path
 ) -> None:
     demo = subprocess.Popen(
         [sys.executable, "-m", "jobwarden.cli.main", "demo"],
         cwd=REPO,
-        env={**os.environ, "JOBWARDEN_DATABASE_URL": database_url},
+        env={**os.environ, "JOBWARDEN_DATABASE_URL": database_url, "TMPDIR": str(tmp_path)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -65,6 +66,10 @@ def test_a_demo_killed_after_it_started_its_worker_leaves_no_process_behind(
         demo.send_signal(signal.SIGTERM)
         demo.wait(timeout=60)
         assert _alive(started) == set()
+        # The demo's own folder (its worker's and beat's logs): a worker's pool killed after
+        # its grace period may leave files of its own in TMPDIR, which are not the demo's.
+        left = [p.name for p in tmp_path.iterdir() if p.name.startswith("jobwarden-")]
+        assert left == [], sorted(str(p) for p in tmp_path.rglob("*"))
     finally:
         if demo.poll() is None:
             os.killpg(demo.pid, signal.SIGKILL)

@@ -1,6 +1,9 @@
 """`jobwarden demo` runs on a queue and key prefix of its own: a worker started from the
 README on the configured queue, running all along, takes none of the demo's tasks
-(issue 24: it took them, and 4 of 5 scenarios came out wrong).
+(issue 24: it took them, and 4 of 5 scenarios came out wrong). It sends on them from its
+first message and leaves nothing behind: no message on any Redis list, no temporary folder
+(issue 36: its creates and cancel went to a list under the configured prefix that no
+worker reads, 6 messages a run, and each run left a jobwarden-stack-* folder).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from redis import Redis
 
 from jobwarden.demo.harness import REPO, Stack
 from jobwarden.demo.run import demo_routing
@@ -38,13 +42,16 @@ def test_a_readme_worker_on_the_configured_queue_takes_none_of_the_demos_tasks(
         "JOBWARDEN_KEY_PREFIX": f"{os.environ['JOBWARDEN_KEY_PREFIX']}-{configured}",
     }
     readme = Stack(env, log_dir=tmp_path)
+    # The demo's temporary folders land here, so what it leaves behind can be counted.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     try:
         readme.start_worker("readme-worker", concurrency=2)
         readme.wait_ready("readme-worker")
         demo = subprocess.run(
             [sys.executable, "-m", "jobwarden.cli.main", "demo"],
             cwd=REPO,
-            env={**os.environ, **env},
+            env={**os.environ, **env, "TMPDIR": str(scratch)},
             capture_output=True,
             text=True,
             timeout=280,
@@ -57,3 +64,16 @@ def test_a_readme_worker_on_the_configured_queue_takes_none_of_the_demos_tasks(
     assert "received" not in log, log[-3000:]
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-2000:]
     assert f"queue {configured}-demo (the demo's own)" in demo.stdout, demo.stdout
+    # Every list under the configured prefix, which the demo's own ("<prefix>-demo") extends:
+    # the queues of both, the notifications' and any a publisher made by mistake.
+    redis = Redis.from_url(os.environ["JOBWARDEN_REDIS_URL"])
+    try:
+        left = {
+            key.decode(): redis.llen(key)
+            for key in redis.scan_iter(match=f"{env['JOBWARDEN_KEY_PREFIX']}*", count=1000)
+            if redis.type(key) == b"list"
+        }
+    finally:
+        redis.close()
+    assert {key: n for key, n in left.items() if n} == {}
+    assert list(scratch.iterdir()) == []

@@ -7,6 +7,7 @@ package is not installed), so the suite's own full install proves the light one.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -15,12 +16,22 @@ import pytest
 
 from jobwarden.cli.extras import EXTRAS
 from jobwarden.demo.harness import REPO
+from tests.integration import core_reads
 
-# Every module an extra provides, and what they bring along (starlette, flower).
-DOORS = sorted({*EXTRAS["api"], *EXTRAS["mcp"], "starlette", "flower", "apprise"})
+# Every module an extra provides, and what they bring along (starlette, OpenTelemetry's API).
+DOORS = sorted(
+    {
+        *(module.split(".")[0] for modules in EXTRAS.values() for module in modules),
+        "starlette",
+        "opentelemetry",
+    }
+    - set(EXTRAS["embedded"])  # the demo's fallback imports them only when it runs
+)
 
 
-def _without_doors(code: str) -> subprocess.CompletedProcess[str]:
+def _without_doors(
+    code: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     blocked = f"import sys\nsys.modules.update(dict.fromkeys({DOORS!r}))\n"
     return subprocess.run(
         [sys.executable, "-c", blocked + code],
@@ -29,12 +40,14 @@ def _without_doors(code: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
         cwd=REPO,
+        env={**os.environ, **(env or {})},
     )
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return _without_doors(
-        f"sys.argv = ['jobwarden', *{list(args)!r}]\nfrom jobwarden.cli.main import main\nmain()"
+        f"sys.argv = ['jobwarden', *{list(args)!r}]\nfrom jobwarden.cli.main import main\nmain()",
+        env,
     )
 
 
@@ -64,11 +77,26 @@ def test_core_commands_run_without_any_door(args: list[str]) -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.fixture(scope="module")
+def read_target(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return core_reads.read_target(database_url, tmp_path_factory.mktemp("reads"))
+
+
+@pytest.mark.parametrize("args", core_reads.READS, ids=[" ".join(a[:2]) for a in core_reads.READS])
+def test_every_command_that_reads_runs_without_any_door(
+    args: list[str], read_target: dict[str, str], database_url: str
+) -> None:
+    done = _cli(*core_reads.filled(args, read_target), env={"JOBWARDEN_DATABASE_URL": database_url})
+    assert "Traceback" not in done.stderr and "extra" not in done.stderr, done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "extra"),
     [
         (["api"], "api"),
-        (["mcp"], "api"),
+        (["mcp"], "mcp"),
+        (["flower"], "flower"),
         (["tokens", "create", "--tenant", "t", "--name", "n", "--scope", "read"], "api"),
     ],
 )
@@ -78,7 +106,7 @@ def test_a_door_without_its_extra_is_one_line_naming_it(args: list[str], extra: 
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"needs the '{extra}' extra" in lines[0]
-    assert f"pip install 'jobwarden[{extra}]'" in lines[0]
+    assert f"pip install '.[{extra}]' in the jobwarden checkout" in lines[0]
 
 
 def test_the_mcp_door_names_its_own_extra_when_only_it_is_missing() -> None:
@@ -89,7 +117,7 @@ def test_the_mcp_door_names_its_own_extra_when_only_it_is_missing() -> None:
         "sys.argv = ['jobwarden', 'mcp']\nfrom jobwarden.cli.main import main\nmain()"
     )
     assert done.returncode == 2
-    assert "needs the 'mcp' extra" in done.stderr and "jobwarden[mcp]" in done.stderr
+    assert "needs the 'mcp' extra" in done.stderr and "'.[mcp]'" in done.stderr
 
 
 def test_the_core_dependencies_name_no_door() -> None:

@@ -10,6 +10,8 @@ indexes these queries need are declared on ``OperationRow`` (migration 0010).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,12 +48,43 @@ _SUMMARY = (
 )
 
 
+# A page's size, for every door that lists (the HTTP API, the MCP tools, the CLI).
+MAX_LIMIT = 200
+DEFAULT_LIMIT = 50
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Position:
     """Where a page ended: the sort key of its last row (an opaque cursor to the client)."""
 
     at: datetime
     operation_id: uuid.UUID
+
+
+class InvalidCursorError(ValueError):
+    """A cursor that no list returned; each door says so in its own words."""
+
+
+# An opaque cursor: base64url of "<ISO timestamp>|<operation id>", the sort key of the last
+# row shown. Forging one reveals nothing: every page is filtered by the caller's tenant.
+# Here rather than in the HTTP door: the CLI pages with the same cursors on the core
+# install, where FastAPI is not installed (issue 36).
+def encode_cursor(position: Position) -> str:
+    raw = f"{position.at.isoformat()}|{position.operation_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str) -> Position:
+    """The position a cursor names; InvalidCursorError when it is not one."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        at, _, op_id = raw.partition("|")
+        position = Position(at=datetime.fromisoformat(at), operation_id=uuid.UUID(op_id))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidCursorError(f"not a cursor a list returned: {cursor!r}") from None
+    if position.at.tzinfo is None:
+        raise InvalidCursorError(f"not a cursor a list returned: {cursor!r}")
+    return position
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

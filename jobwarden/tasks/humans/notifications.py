@@ -156,7 +156,7 @@ def send_apprise(relay: Relay, target: TenantTargets, c: Claimed) -> None:
         import apprise  # noqa: PLC0415 - an optional extra, needed only where configured
     except ImportError:
         raise DeliveryFailedError(
-            "apprise is not installed (pip install jobwarden[notify])"
+            "apprise is not installed (pip install '.[notify]' in the jobwarden checkout)"
         ) from None
     notifier = apprise.Apprise()
     for url in urls.replace("\n", ",").split(","):
