@@ -17,6 +17,7 @@ from jobwarden.cli.history import archive_command, partitions_command
 from jobwarden.cli.identity import Approver, BreakGlass, TokenFile, decision_author, submitter
 from jobwarden.cli.keys import keys_app
 from jobwarden.cli.providers import contract_versions, migrate_command, running_report
+from jobwarden.cli.receipts import receipt_command
 from jobwarden.cli.result import result_command
 from jobwarden.cli.schedules import schedules_app
 from jobwarden.cli.serve import serve_api, tenants_app, tokens_app
@@ -85,6 +86,7 @@ app.command("watch")(watch_command)
 app.command("result")(result_command)
 app.command("archive")(archive_command)
 app.command("partitions")(partitions_command)
+app.command("receipt")(receipt_command)
 console = Console(soft_wrap=True)
 # soft_wrap: an error is one line whatever the terminal width (scripts grep for it).
 err = Console(stderr=True, soft_wrap=True)
