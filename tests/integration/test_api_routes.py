@@ -19,7 +19,7 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
-from jobwarden.api import actions, intake, queries, results, schedules, webhooks
+from jobwarden.api import actions, intake, queries, receipts, results, schedules, webhooks
 from jobwarden.api.app import create_app
 from jobwarden.models.states import OperationState as S
 from tests.api_server import serving
@@ -30,7 +30,7 @@ TYPE = "tag:jobwarden.dev,2026:problem/"
 SCOPES = ["submit", "read", "cancel", "approve", "decide"]
 ROUTES = {
     f"{method} {route.path}": route
-    for module in (intake, queries, results, actions, webhooks, schedules)
+    for module in (intake, queries, results, actions, webhooks, schedules, receipts)
     for route in module.router.routes
     if isinstance(route, APIRoute)
     for method in sorted(route.methods or ())
