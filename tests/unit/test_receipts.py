@@ -142,7 +142,8 @@ def _receipt() -> dict[str, Any]:
         operation_id=OP, events=EVENTS, row=ROW, create_request=SHOWN, issued_at=T0
     )
     # Read back from its file, as a verifier reads it.
-    return json.loads(json.dumps(signed(document, SIGNER)))
+    read_back: dict[str, Any] = json.loads(json.dumps(signed(document, SIGNER)))
+    return read_back
 
 
 def _lines(document: dict[str, Any], key: Ed25519PrivateKey = SIGNER) -> list[str]:
