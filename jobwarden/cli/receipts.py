@@ -20,7 +20,8 @@ from rich.console import Console
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 VERIFY = "verify"
-# Exit codes: 0 verified (or written), 1 the receipt does not verify, 2 a usage mistake.
+# Exit codes: 0 verified (or written); 1 the receipt does not verify, or cannot be issued
+# (no such operation, its archived history altered); 2 a usage or settings mistake.
 RECEIPT_INVALID, USAGE = 1, 2
 
 
@@ -130,7 +131,7 @@ def _write(target: str, out: Path | None) -> None:
     from datetime import UTC, datetime
 
     from jobwarden.config.settings import get_settings
-    from jobwarden.models.errors import JobwardenError
+    from jobwarden.models.errors import JobwardenError, SettingsError
     from jobwarden.tasks.receipts import receipt_of
 
     try:
@@ -147,9 +148,13 @@ def _write(target: str, out: Path | None) -> None:
         runtime = None  # a provider no longer configured: the create request stays null
     try:
         document = receipt_of(settings, runtime, operation_id, now=datetime.now(UTC))
-    except JobwardenError as exc:
+    except SettingsError as exc:
         _say(str(exc))
         raise typer.Exit(USAGE) from None
+    except JobwardenError as exc:
+        # Its archived history is gone or altered (named), or it kept being written.
+        _say(str(exc))
+        raise typer.Exit(RECEIPT_INVALID) from None
     if document is None:
         _say(f"no operation {operation_id}")
         raise typer.Exit(RECEIPT_INVALID)
