@@ -4,8 +4,9 @@ verified offline, every tamper named.
 The operation runs through the pipeline's own steps against an in-process sandbox
 provider whose contract needs an approval (so the receipt carries an approver), against
 the real database and Redis. The offline verify is a separate process with no
-JOBWARDEN_* settings at all, in a network namespace of its own where `unshare -n` works,
-and with an audit hook that ends it on any socket connect or name lookup either way.
+JOBWARDEN_* settings at all, run with ``python -I``, in a network namespace of its own
+where `unshare -n` works, and with an audit hook that ends it on any socket connect or
+name lookup, and on any import of a database, Redis or HTTP client, either way.
 """
 
 from __future__ import annotations
@@ -59,16 +60,22 @@ PROVIDER = "sandbox_receipts"
 TOKEN = "sandbox-receipts-token"
 MAX_STEPS = 12
 KEY_PATH = "/.well-known/jobwarden-receipt-key"
-# Run in the offline verifier before the CLI: any connect or name lookup ends the process.
+# Run in the offline verifier (``python -I``: no PYTHON* variables, no user site) before
+# the CLI: the tree under test first on the path, then any connect or name lookup ends
+# the process.
 NO_NETWORK = """
 import os, runpy, sys
+sys.path.insert(0, sys.argv[1])
+DRIVERS = {"psycopg", "sqlalchemy", "redis", "httpx", "httpcore", "celery", "obstore"}
 def _hook(event, args):
-    if event in ("socket.connect", "socket.getaddrinfo", "socket.gethostbyname"):
-        sys.stderr.write(f"NETWORK USED: {event} {args!r}\\n")
+    # libpq connects from C, unseen by socket events: so no driver may even be imported.
+    driver = event == "import" and args[0].split(".")[0] in DRIVERS
+    if driver or event in ("socket.connect", "socket.getaddrinfo", "socket.gethostbyname"):
+        sys.stderr.write(f"NETWORK USED: {event} {args[0]!r}\\n")
         sys.stderr.flush()
         os._exit(97)
 sys.addaudithook(_hook)
-sys.argv = ["jobwarden", *sys.argv[1:]]
+sys.argv = ["jobwarden", *sys.argv[2:]]
 runpy.run_module("jobwarden.cli.main", run_name="__main__")
 """
 
@@ -193,7 +200,7 @@ def _verify_offline(receipt: Path, public_key: Path) -> subprocess.CompletedProc
     return subprocess.run(
         [
             *_unshare_n(),
-            *(sys.executable, "-c", NO_NETWORK),
+            *(sys.executable, "-I", "-c", NO_NETWORK, str(REPO)),
             *("receipt", "verify", str(receipt), "--public-key", str(public_key)),
         ],
         cwd=REPO,
