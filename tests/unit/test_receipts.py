@@ -14,10 +14,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1
+from cryptography.hazmat.primitives.asymmetric.ec import generate_private_key as ec_key
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import SecretStr
 
+from jobwarden.config.settings import Settings
+from jobwarden.models.errors import SettingsError
 from jobwarden.models.history.chain import (
     EVENT_FIELDS,
     GENESIS_HASH,
@@ -34,6 +40,7 @@ from jobwarden.models.history.receipts import (
 )
 from jobwarden.models.history.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.provider.outgoing import ShownRequest
+from jobwarden.tasks.receipts import signing_key
 
 OP = "6bb3dc4c-a1d5-4734-b9a0-361820573e51"
 T0 = datetime(2026, 12, 6, 23, 0, tzinfo=UTC)
@@ -391,3 +398,26 @@ def test_any_edited_fact_is_named_by_its_path(path: tuple[str | int, ...], value
     shown = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).removeprefix(".")
     lines = _lines(signed(document, SIGNER))
     assert lines == [f"fact {shown}: does not agree with the events and row it was derived from"]
+
+
+def _settings(key: str | None) -> Settings:
+    return Settings(receipt_signing_key=SecretStr(key) if key is not None else None)
+
+
+def test_the_signing_key_is_refused_in_one_line_naming_the_variable_never_quoting_it() -> None:
+    ec = ec_key(SECP256R1()).private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    garbage = "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWtleS1tYXRlcmlhbA==\n-----END PRIVATE KEY-----"
+    refusals = []
+    for key in (None, garbage, ec.decode()):
+        with pytest.raises(SettingsError) as refused:
+            signing_key(_settings(key))
+        refusals.append(str(refused.value))
+        assert key is None or "c2VjcmV0" not in str(refused.value)
+    assert refusals == [
+        "JOBWARDEN_RECEIPT_SIGNING_KEY_FILE is not set: receipts need an Ed25519 signing key",
+        "JOBWARDEN_RECEIPT_SIGNING_KEY_FILE: not a PEM private key",
+        "JOBWARDEN_RECEIPT_SIGNING_KEY_FILE: not an Ed25519 key",
+    ]
+    pem = SIGNER.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
+    loaded = signing_key(_settings(pem))
+    assert key_id(loaded.public_key()) == key_id(SIGNER.public_key())
