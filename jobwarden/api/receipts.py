@@ -20,7 +20,7 @@ from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of, settings_of
 from jobwarden.api.problems import ProblemError
 from jobwarden.api.queries import owned_operation
-from jobwarden.api.responses import problem_responses
+from jobwarden.api.responses import problem_answers, problem_responses
 from jobwarden.api.views import NOT_FOUND, NOT_FOUND_DETAIL, OperationId
 from jobwarden.models.errors import SettingsError
 from jobwarden.tasks.receipts import (
@@ -68,7 +68,8 @@ def get_operation_receipt(
     response_class=PlainTextResponse,
     responses={
         200: {"content": {PEM_MEDIA_TYPE: {}}, "description": "The Ed25519 public key (PEM)"},
-        **problem_responses({503: UNAVAILABLE}),
+        # Public: no token, so none of a guarded route's 401/403, and no parameters (422).
+        **problem_answers({503: UNAVAILABLE}),
     },
 )
 def get_receipt_public_key(request: Request) -> PlainTextResponse:

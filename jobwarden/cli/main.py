@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 EXIT_CODES: dict[int, str] = {
     0: "done (submit: created, replayed or duplicate_event; watch: the operation succeeded)",
     1: "a check found a problem or the thing named is not there: verify found an altered or "
-    "missing event, a check an invalid file, keys check planted keys, watch an end other "
+    "missing event, receipt verify a receipt that does not verify, a check an invalid "
+    "file, keys check planted keys, watch an end other "
     "than succeeded or a stop for a human; no such operation, token or schedule",
     2: "a mistake in the command line, a JOBWARDEN_ setting or a decision, named in one "
     "line on stderr (nothing was changed)",
