@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel
 
 from jobwarden.api.auth import Principal, Scope, require
 from jobwarden.api.context import runtime_of, settings_of
@@ -31,6 +32,36 @@ from jobwarden.tasks.receipts import (
 )
 
 router = APIRouter(tags=["receipts"])
+
+
+class ReceiptHead(BaseModel):
+    seq: int
+    hash: str | None
+
+
+class ReceiptSignature(BaseModel):
+    algorithm: str
+    key_id: str
+    value: str
+
+
+class Receipt(BaseModel):
+    """A signed receipt: facts, the bound row, the whole event chain (docs/how-to/receipts.md).
+
+    Documents the answer only: the document is sent as built, never re-serialised through
+    this model, so every number and string is what was signed.
+    """
+
+    format: str
+    operation_id: str
+    issued_at: str
+    facts: dict[str, Any]
+    row: dict[str, Any]
+    head: ReceiptHead
+    events: list[dict[str, Any]]
+    signature: ReceiptSignature
+
+
 KEY_PATH = "/.well-known/jobwarden-receipt-key"
 PEM_MEDIA_TYPE = "application/x-pem-file"
 UNAVAILABLE = "Receipts cannot be issued here now"
@@ -39,13 +70,17 @@ UNAVAILABLE = "Receipts cannot be issued here now"
 @router.get(
     "/v1/operations/{operation_id}/receipt",
     operation_id="get_operation_receipt",
-    responses=problem_responses({404: NOT_FOUND, 503: UNAVAILABLE}),
+    response_model=None,
+    responses={
+        200: {"model": Receipt, "description": "The signed receipt"},
+        **problem_responses({404: NOT_FOUND, 503: UNAVAILABLE}),
+    },
 )
 def get_operation_receipt(
     operation_id: OperationId,
     request: Request,
     principal: Annotated[Principal, Depends(require(Scope.read))],
-) -> dict[str, Any]:
+) -> JSONResponse:
     """The operation's signed receipt: its facts and whole event chain (docs/how-to/receipts.md).
 
     Verify it offline with `jobwarden receipt verify FILE --public-key K`.
@@ -59,7 +94,7 @@ def get_operation_receipt(
         raise ProblemError(503, "receipt_unavailable", str(exc)) from None
     if document is None:
         raise ProblemError(404, "not_found", NOT_FOUND_DETAIL)
-    return document
+    return JSONResponse(document)
 
 
 @router.get(
