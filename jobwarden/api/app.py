@@ -20,7 +20,16 @@ from redis import Redis
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from jobwarden.api import actions, docs_ui, intake, queries, results, schedules, webhooks
+from jobwarden.api import (
+    actions,
+    docs_ui,
+    intake,
+    queries,
+    receipts,
+    results,
+    schedules,
+    webhooks,
+)
 from jobwarden.api.access_log import AccessLog
 from jobwarden.api.context import settings_of
 from jobwarden.api.limits import BodyLimit
@@ -121,7 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = registry_for(PostgresCollector(resolved.database_url), refusals)
     weakref.finalize(app, _close_clients, built, refusals)
     app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
-    for module in (intake, queries, results, actions, webhooks, schedules):
+    for module in (intake, queries, results, actions, webhooks, schedules, receipts):
         app.include_router(module.router)
     # Tracing only when the OTEL_* variables ask for it (jobwarden.observability.telemetry).
     telemetry.setup("jobwarden-api")

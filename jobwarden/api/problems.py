@@ -65,6 +65,7 @@ TITLES: dict[str, str] = {
     "result_integrity_failed": "The stored result's bytes do not match its recorded digest",
     "result_store_unavailable": "The result store does not answer",
     "not_ready": "A backing service does not answer",
+    "receipt_unavailable": "Receipts cannot be issued here now",
     "internal_error": "Internal error",
 }
 

@@ -18,6 +18,7 @@ from jobwarden.cli.history import archive_command, partitions_command
 from jobwarden.cli.identity import Approver, BreakGlass, TokenFile, decision_author, submitter
 from jobwarden.cli.keys import keys_app
 from jobwarden.cli.providers import contract_versions, migrate_command, running_report
+from jobwarden.cli.receipts import receipt_command
 from jobwarden.cli.result import result_command
 from jobwarden.cli.schedules import schedules_app
 from jobwarden.cli.serve import serve_api, tenants_app, tokens_app
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 EXIT_CODES: dict[int, str] = {
     0: "done (submit: created, replayed or duplicate_event; watch: the operation succeeded)",
     1: "a check found a problem or the thing named is not there: verify found an altered or "
-    "missing event, a check an invalid file, keys check planted keys, watch an end other "
+    "missing event, receipt verify a receipt that does not verify, a check an invalid "
+    "file, keys check planted keys, watch an end other "
     "than succeeded or a stop for a human; no such operation, token or schedule",
     2: "a mistake in the command line, a JOBWARDEN_ setting or a decision, named in one "
     "line on stderr (nothing was changed)",
@@ -86,6 +88,7 @@ app.command("watch")(watch_command)
 app.command("result")(result_command)
 app.command("archive")(archive_command)
 app.command("partitions")(partitions_command)
+app.command("receipt")(receipt_command)
 console = Console(soft_wrap=True)
 # soft_wrap: an error is one line whatever the terminal width (scripts grep for it).
 err = Console(stderr=True, soft_wrap=True)

@@ -151,6 +151,10 @@ class Settings(BaseSettings):
     # workers must share a key). Secure cookies are off only for a loopback host.
     console_session_secret: SecretStr | None = None
     console_secure_cookie: bool = True
+    # Receipts (jobwarden receipt, models/history/receipts.py) are signed with this Ed25519
+    # private key (PEM, PKCS#8): set JOBWARDEN_RECEIPT_SIGNING_KEY_FILE to its secret file,
+    # so the key never rests in the environment. Unset: receipts cannot be issued.
+    receipt_signing_key: SecretStr | None = None
     console_session_hours: float = Field(default=8.0, gt=0)
     # Notifications (jobwarden/tasks/humans/notifications.py): the per-tenant targets file (unset:
     # no targets, every outbox row ends no_target), the relay's beat period, batch and

@@ -25,6 +25,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
@@ -55,6 +56,7 @@ from jobwarden.observability import telemetry
 from jobwarden.observability.logs import uvicorn_log_config
 from jobwarden.tasks.humans import interventions
 from jobwarden.tasks.intake import SubmitOutcome, submit_request
+from jobwarden.tasks.receipts import ReceiptUnavailableError, receipt_of
 from jobwarden.tasks.runtime import Runtime, build_runtime
 
 RETRY_RULE = (
@@ -175,6 +177,17 @@ def _owned(backend: Backend, principal: Principal, operation_id: str) -> Operati
 
 
 _BOUNDS = frozenset(Bounds.model_fields)
+
+
+def _receipt(settings: Settings, rt: Runtime, operation_id: uuid.UUID) -> dict[str, Any]:
+    """The receipt (jobwarden/tasks/receipts.py); unavailable: one line saying why."""
+    try:
+        document = receipt_of(settings, rt, operation_id, now=datetime.now(UTC))
+    except (SettingsError, ReceiptUnavailableError) as exc:
+        raise ToolError(f"receipt_unavailable: {exc}") from None
+    if document is None:
+        raise ToolError(f"not_found: operation_id {str(operation_id)!r}: no such operation")
+    return document
 
 
 def _refusal(exc: RefusedInputError) -> ToolError:
@@ -379,6 +392,21 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
         row = _owned(backend, principal, operation_id)
         result = result_of(backend.database_url, row.operation_id)
         return http_operation_view(runtime(), row, result)
+
+    @server.tool(
+        description=(
+            "The operation's signed receipt: its facts (ids, provider, token, fingerprint, "
+            "create request as sent, approvals, observations, result digest, final state) and "
+            "its whole event chain, signed with Ed25519. Anyone can verify it offline with "
+            "`jobwarden receipt verify FILE --public-key K` (the key is served at "
+            "/.well-known/jobwarden-receipt-key)."
+        ),
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
+    def get_operation_receipt(operation_id: OperationIdArg, ctx: Context) -> dict[str, Any]:
+        principal = _principal(backend, ctx, TokenScope.read)
+        row = _owned(backend, principal, operation_id)
+        return _receipt(settings, runtime(), row.operation_id)
 
     @server.tool(
         description=(

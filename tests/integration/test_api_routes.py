@@ -19,7 +19,7 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
-from jobwarden.api import actions, intake, queries, results, schedules, webhooks
+from jobwarden.api import actions, intake, queries, receipts, results, schedules, webhooks
 from jobwarden.api.app import create_app
 from jobwarden.models.states import OperationState as S
 from tests.api_server import serving
@@ -30,9 +30,10 @@ TYPE = "tag:jobwarden.dev,2026:problem/"
 SCOPES = ["submit", "read", "cancel", "approve", "decide"]
 ROUTES = {
     f"{method} {route.path}": route
-    for module in (intake, queries, results, actions, webhooks, schedules)
+    for module in (intake, queries, results, actions, webhooks, schedules, receipts)
     for route in module.router.routes
-    if isinstance(route, APIRoute)
+    # /v1/ only: the receipt key at /.well-known/ is public on purpose (test_receipts.py).
+    if isinstance(route, APIRoute) and route.path.startswith("/v1/")
     for method in sorted(route.methods or ())
 }
 # Signed by the provider instead (DESIGN: webhooks are verified as the contract says).

@@ -20,12 +20,15 @@ from typing import Any
 import psycopg
 import pytest
 from alembic import command
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from jobwarden.models.errors import PartitionNotArchivedError
 from jobwarden.models.history.archive import months_ahead, partition_name
 from jobwarden.models.history.chain import GENESIS_HASH, EventDraft, EventKind, chain
+from jobwarden.models.history.receipts import verify_receipt
 from jobwarden.models.history.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.persistence import history_store, store
 from jobwarden.models.persistence.db import dispose_all, engine_for, transaction
@@ -540,3 +543,29 @@ def test_a_segment_lost_after_an_interrupted_run_is_written_again_before_the_dro
         "1 histories in the result store (1 written now); partition detached and dropped"
     ]
     _verified_from_archive_cli(url, op)
+
+
+def test_the_receipt_of_an_archived_history_carries_its_segment_and_verifies(
+    url: str, tmp_path: Path
+) -> None:
+    key = Ed25519PrivateKey.generate()
+    key_file = tmp_path / "receipt-key.pem"
+    key_file.write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+    op, altered = _operation(url, _month(2007, 3)), _operation(url, _month(2007, 3))
+    with transaction(url) as session:
+        before = store.stored_events(session, op)
+    _archived_now(url, "operation_events_200703")
+    env = {"JOBWARDEN_DATABASE_URL": url, "JOBWARDEN_RECEIPT_SIGNING_KEY_FILE": str(key_file)}
+    out = tmp_path / "receipt.json"
+    written = _cli("receipt", str(op), "--out", str(out), env=env)
+    assert written.returncode == 0, written.stderr
+    document = json.loads(out.read_text())
+    assert [e["hash"] for e in document["events"]] == [e.hash for e in before]
+    assert verify_receipt(document, key.public_key()) == []
+
+    path = _segment_path(url, altered)
+    path.write_bytes(path.read_bytes().replace(b'"why":"over"', b'"why":"done"'))
+    refused = _cli("receipt", str(altered), "--out", str(tmp_path / "no.json"), env=env)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(f"archived history segment {path.as_uri()}: sha256")
+    assert not (tmp_path / "no.json").exists()

@@ -69,6 +69,7 @@ def http(d: Doors) -> None:
     with d.http(d.token(theirs, "svc")) as client:
         assert client.get(f"/v1/operations/{op}").status_code == 404
         assert client.get(f"/v1/operations/{op}/events").status_code == 404
+        assert client.get(f"/v1/operations/{op}/receipt").status_code == 404
         cancel = client.post(f"/v1/operations/{op}/cancel", json={"reason": "not mine"})
         assert cancel.status_code == 404, cancel.text
         listed = client.get("/v1/operations").json()
@@ -81,13 +82,14 @@ def http(d: Doors) -> None:
 def mcp(d: Doors) -> None:
     ours, theirs = tenant_name(), tenant_name()
     op = str(insert_operation(d.url, ours, S.escalated, escalation_reason="unknown_state"))
-    got, cancel, listed = d.mcp(
+    got, receipt, cancel, listed = d.mcp(
         d.token(theirs, "agent"),
         ("get_operation", {"operation_id": op}),
+        ("get_operation_receipt", {"operation_id": op}),
         ("cancel_operation", {"operation_id": op, "reason": "not mine"}),
         ("list_escalations", {}),
     )
-    for text in (tool_error(got), tool_error(cancel)):
+    for text in (tool_error(got), tool_error(receipt), tool_error(cancel)):
         assert "not_found" in text and ours not in text
     assert tool_answer(listed)["counts"]["total"] == 0
     assert d.load(op).state is S.escalated
