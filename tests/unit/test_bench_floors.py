@@ -99,7 +99,7 @@ def test_the_honest_intake_claims_with_its_first_event_in_one_statement(
 ) -> None:
     assert ";" not in honest.CLAIM.strip()
     conn.execute(honest.SCHEMA)
-    command = {"kind": "export", "behaviour": {}, "n": 1}
+    command: dict[str, Any] = {"kind": "export", "behaviour": {}, "n": 1}
     printed = honest.fingerprint("sandbox", command)
     assert (
         printed
