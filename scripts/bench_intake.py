@@ -13,15 +13,28 @@ each and in the same run:
   bearer check against a constant, one ``INSERT ... ON CONFLICT DO NOTHING`` claim, one
   Celery publish), served by uvicorn with as many workers as jobwarden's API, on the
   same database and Redis: the floor of an HTTP intake (issue 23);
+- the same request to the honest floor (scripts/_intake_floor_honest.py, issue 37's
+  reference): a token table lookup, the command checked against a JSON Schema, an RFC
+  8785 fingerprint, the row and its first chained event inserted by one statement, one
+  publish; same uvicorn shape, same database and Redis;
 
 first with a new Idempotency-Key per submission, then replaying keys each process
 created beforehand (answer ``replayed``; over HTTP the original 201 again). Prints
 submissions/s, p50/p99 latency in ms, CPU per submission (client processes; server
-worker processes for HTTP), the HTTP / in-process and HTTP / FastAPI-floor ratios, issue
+worker processes for HTTP), Postgres statements per submission, the HTTP / in-process,
+HTTP / FastAPI-floor, HTTP / honest-floor and honest / bare-floor ratios, issue
 10's targets (HTTP >= 0.7 x in-process and p99 < 25 ms from four processes, in-process
 >= 600/s from four processes) and issue 23's (HTTP >= 0.85 x the FastAPI floor with the
 defaults, p99 < 25 ms, from four processes, new keys). A benchmark prints figures; no
 test times anything.
+
+Statements are counted inside every process that talks to Postgres for a door (the
+client processes in-process, every uvicorn process over HTTP) by scripts/_bench_probe.py's
+psycopg hook, loaded into the servers through a ``sitecustomize`` of the run's own
+(uvicorn spawns its workers, so a patch made before the fork would not reach them).
+Outside pipeline mode psycopg sends one statement per wait for the server, so BEGIN,
+COMMIT, ``SET LOCAL`` and a pool's pre-ping count one each. pg_stat_statements would
+need shared_preload_libraries, which the shared server lacks and a bench must not set.
 
     .venv/bin/python scripts/bench_intake.py --seconds 5 --api-workers 2 --token-cache-seconds 2
 """
@@ -34,11 +47,13 @@ import json
 import multiprocessing as mp
 import os
 import secrets
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -54,6 +69,7 @@ from _bench_support import cpu_delta, group_cpu, wait_until  # noqa: E402
 PROVIDER = "sandbox"
 TENANT = "bench"
 REPLAY_KEYS = 200  # keys each process creates (untimed) before the replay phase
+DOORS = ("python", "http", "floor", "honest")
 
 
 def _command(n: int) -> dict[str, Any]:
@@ -62,7 +78,9 @@ def _command(n: int) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    door: str  # "python" (in-process), "http" (jobwarden's API) or "floor" (FastAPI floor)
+    # "python" (in-process), "http" (jobwarden's API), "floor" (bare FastAPI floor) or
+    # "honest" (the honest floor, issue 37)
+    door: str
     mode: str  # "new" or "replay"
     seconds: float
     index: int
@@ -121,6 +139,10 @@ def _client(job: Job, ready: Any, go: Any, out: Any) -> None:
     """One client process: warm up, make the replay keys, wait for the others, run."""
     import http.client
 
+    if job.door == "python":  # the servers load the probe through their sitecustomize
+        import _bench_probe
+
+        _bench_probe.install(os.environ["JOBWARDEN_REDIS_URL"], _probe_prefix("python"))
     conn = http.client.HTTPConnection("127.0.0.1", job.port, timeout=30)
     keys: list[str] = []
     if job.mode == "replay":
@@ -173,6 +195,7 @@ class Figures:
     errors: int
     client_cpu_ms: float  # per submission, all client processes
     server_cpu_ms: float | None  # per submission, uvicorn's processes (HTTP only)
+    statements: float  # Postgres statements per submission, counted by the probe
 
 
 def _phase(ctx: Any, phase: tuple[str, str, int], args: argparse.Namespace, server: Any) -> Figures:
@@ -181,9 +204,7 @@ def _phase(ctx: Any, phase: tuple[str, str, int], args: argparse.Namespace, serv
     ``server``: the process group serving the door (None in-process)."""
     door, mode, procs = phase
     ready, go, out = ctx.Queue(), ctx.Event(), ctx.Queue()
-    port, token = (
-        (args.floor_port, args.floor_token) if door == "floor" else (args.port, args.token)
-    )
+    port, token = args.ports[door], args.tokens[door]
     workers = [
         ctx.Process(
             target=_client,
@@ -194,10 +215,14 @@ def _phase(ctx: Any, phase: tuple[str, str, int], args: argparse.Namespace, serv
     for w in workers:
         w.start()
     _collect(ready, workers, 300)
+    time.sleep(PROBE_FLUSH)  # the warm-up's statements counted before the clock starts
+    statements_before = _statements(args, door)
     server_before = group_cpu(server.pid) if server else {}
     go.set()
     results = _collect(out, workers, args.seconds + 120)
     server_after = group_cpu(server.pid) if server else {}
+    time.sleep(PROBE_FLUSH)
+    statements = _statements(args, door) - statements_before
     for w in workers:
         w.join(30)
     samples = sorted(s for r in results for s in r[0])
@@ -211,7 +236,44 @@ def _phase(ctx: Any, phase: tuple[str, str, int], args: argparse.Namespace, serv
         errors=sum(r[1] for r in results),
         client_cpu_ms=sum(r[3] for r in results) / count * 1000,
         server_cpu_ms=(cpu_delta(server_before, server_after) / count * 1000) if server else None,
+        statements=statements / count,
     )
+
+
+PROBE_FLUSH = 0.7  # seconds: the probes flush their counters every 0.25 s
+
+
+def _probe_prefix(door: str) -> str:
+    return f"{os.environ['JOBWARDEN_KEY_PREFIX']}:probe:{door}"
+
+
+def _statements(args: argparse.Namespace, door: str) -> int:
+    """Postgres statements the door's processes have sent so far (their probe's total)."""
+    from redis import Redis
+
+    with Redis.from_url(args.redis_url) as redis:
+        return int(redis.get(f"{_probe_prefix(door)}:pg") or 0)
+
+
+def _probe_env(door: str, site: Path) -> dict[str, str]:
+    """What a server process needs to load the probe at start (through ``site``)."""
+    return {
+        "PYTHONPATH": f"{site}:{REPO / 'scripts'}:{REPO}",
+        "BENCH_PROBE_REDIS_URL": os.environ["JOBWARDEN_REDIS_URL"],
+        "BENCH_PROBE_PREFIX": _probe_prefix(door),
+    }
+
+
+SITECUSTOMIZE = """\
+# Written by scripts/bench_intake.py: every Python process of a door's server (uvicorn
+# spawns its workers) counts its Postgres statements from the start.
+import os
+
+if os.environ.get("BENCH_PROBE_REDIS_URL"):
+    import _bench_probe
+
+    _bench_probe.install(os.environ["BENCH_PROBE_REDIS_URL"], os.environ["BENCH_PROBE_PREFIX"])
+"""
 
 
 def _collect(queue: Any, workers: list[Any], timeout: float) -> list[Any]:
@@ -240,7 +302,11 @@ def _free_port() -> int:
 
 
 def _start_api(args: argparse.Namespace, logs: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "JOBWARDEN_API_PORT": str(args.port)}
+    env = {
+        **os.environ,
+        **_probe_env("http", args.site),
+        "JOBWARDEN_API_PORT": str(args.ports["http"]),
+    }
     if args.api_workers is not None:
         env["JOBWARDEN_API_WORKERS"] = str(args.api_workers)
     if args.token_cache_seconds is not None:
@@ -257,29 +323,37 @@ def _start_api(args: argparse.Namespace, logs: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def _start_floor(args: argparse.Namespace, url: str, logs: Path) -> subprocess.Popen[bytes]:
-    """The FastAPI floor under uvicorn as ``jobwarden api`` runs (httptools, no access log)."""
-    import _intake_floor
+def _start_floor(
+    args: argparse.Namespace, door: str, url: str, logs: Path
+) -> subprocess.Popen[bytes]:
+    """A FastAPI floor (``door``: "floor", the bare one, or "honest") under uvicorn as
+    ``jobwarden api`` runs (httptools, no access log)."""
+    import importlib
+
     import psycopg
 
+    module = "_intake_floor" if door == "floor" else "_intake_floor_honest"
+    floor = importlib.import_module(module)
     dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(_intake_floor.SCHEMA)
+        conn.execute(floor.SCHEMA)
+        if door == "honest":  # its token lives in its table, hashed
+            conn.execute(floor.TOKEN_ROW, (floor.token_hash(args.tokens[door]), TENANT, ["submit"]))
     env = {
         **os.environ,
-        "PYTHONPATH": f"{REPO / 'scripts'}:{REPO}",
+        **_probe_env(door, args.site),
         "BENCH_INTAKE_FLOOR_DSN": dsn,
-        "BENCH_INTAKE_FLOOR_TOKEN": args.floor_token,
+        "BENCH_INTAKE_FLOOR_TOKEN": args.tokens[door],
         "BENCH_INTAKE_FLOOR_BROKER": os.environ["JOBWARDEN_BROKER_URL"],
-        "BENCH_INTAKE_FLOOR_PREFIX": os.environ["JOBWARDEN_KEY_PREFIX"] + "-floor",
+        "BENCH_INTAKE_FLOOR_PREFIX": f"{os.environ['JOBWARDEN_KEY_PREFIX']}-{door}",
     }
     command = [
         sys.executable,
         "-m",
         "uvicorn",
-        "_intake_floor:create_app",
+        f"{module}:create_app",
         "--factory",
-        *("--host", "127.0.0.1", "--port", str(args.floor_port)),
+        *("--host", "127.0.0.1", "--port", str(args.ports[door])),
         *("--workers", str(args.workers_used)),
         *("--http", "httptools", "--no-access-log", "--log-level", "warning"),
     ]
@@ -325,7 +399,8 @@ def _line(label: str, f: Figures) -> str:
     errors = f"  ERRORS {f.errors}" if f.errors else ""
     return (
         f"  {label:<11} {f.rate:8.0f}/s  p50 {f.p50_ms:6.2f}  p99 {f.p99_ms:6.2f}"
-        f"  cpu/sub: clients {f.client_cpu_ms:5.2f}{server}{errors}"
+        f"  cpu/sub: clients {f.client_cpu_ms:5.2f}{server}"
+        f"  pg statements/sub {f.statements:5.2f}{errors}"
     )
 
 
@@ -340,14 +415,18 @@ def _report(table: dict[tuple[str, str, int], Figures], args: argparse.Namespace
         for procs in args.procs:
             floor, http = table[("python", mode, procs)], table[("http", mode, procs)]
             fastapi = table[("floor", mode, procs)]
+            honest = table[("honest", mode, procs)]
             label = "new keys" if mode == "new" else "replays"
             print(f"{label}, {procs} process{'es' if procs > 1 else ''}:")
             print(_line("in-process", floor))
             print(_line("HTTP", http))
             print(_line("FastAPI", fastapi))
+            print(_line("honest", honest))
             print(
                 f"  HTTP / in-process: {http.rate / floor.rate:.2f}"
                 f"   HTTP / FastAPI floor: {http.rate / fastapi.rate:.2f}"
+                f"   HTTP / honest floor: {http.rate / honest.rate:.2f} (issue 37's figure)"
+                f"   honest / FastAPI floor: {honest.rate / fastapi.rate:.2f}"
             )
     if 4 in args.procs:
         print("issue 10 targets (four processes):")
@@ -422,7 +501,9 @@ def main() -> int:
     admin = create_engine(args.admin_url, isolation_level="AUTOCOMMIT")
     logs = Path(f"/tmp/bench_intake_{run}.log")
     server: subprocess.Popen[bytes] | None = None
-    floor_server: subprocess.Popen[bytes] | None = None
+    floors: dict[str, subprocess.Popen[bytes]] = {}
+    args.site = Path(tempfile.mkdtemp(prefix=f"bench_intake_{run}_site_"))
+    (args.site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     try:
@@ -431,8 +512,14 @@ def main() -> int:
         from jobwarden.models.persistence.migrate import upgrade
 
         upgrade(url)
-        args.token = create_token(url, tenant=TENANT, name="bench", scopes=[Scope.submit]).token
-        args.port = _free_port()
+        args.tokens = {
+            "python": "",
+            "http": create_token(url, tenant=TENANT, name="bench", scopes=[Scope.submit]).token,
+            "floor": secrets.token_urlsafe(24),
+            "honest": secrets.token_urlsafe(24),
+        }
+        args.ports = {door: _free_port() for door in ("http", "floor", "honest")}
+        args.ports["python"] = args.ports["http"]  # its clients open (and never use) one
         args.workers_used = args.api_workers or get_settings().api_workers
         args.cache_used = (
             get_settings().api_token_cache_seconds
@@ -440,27 +527,32 @@ def main() -> int:
             else args.token_cache_seconds
         )
         server = _start_api(args, logs)
-        args.floor_port, args.floor_token = _free_port(), secrets.token_urlsafe(24)
-        floor_server = _start_floor(args, url, logs)
-        wait_until(lambda: _healthy(args.port, server, logs), 60, "jobwarden api /healthz")
-        wait_until(
-            lambda: _healthy(args.floor_port, floor_server, logs), 60, "the FastAPI floor /healthz"
-        )
+        for door in ("floor", "honest"):
+            floors[door] = _start_floor(args, door, url, logs)
+        servers = {"python": None, "http": server, **floors}
+        for door in DOORS[1:]:
+            process = servers[door]
+            assert process is not None
+            wait_until(
+                lambda port=args.ports[door], proc=process: _healthy(port, proc, logs),
+                60,
+                f"{door} /healthz",
+            )
         ctx = mp.get_context("spawn")
-        servers = {"python": None, "http": server, "floor": floor_server}
         table: dict[tuple[str, str, int], Figures] = {}
         for mode in ("new", "replay"):
             for procs in args.procs:
                 # The floors and the HTTP path back to back, so all see the same machine.
-                for door in ("python", "http", "floor"):
+                for door in DOORS:
                     phase = (door, mode, procs)
                     table[phase] = figures = _phase(ctx, phase, args, servers[door])
                     print(_line(f"{door} {mode} x{procs}", figures), flush=True)
         met = _report(table, args)
     finally:
-        for process in (server, floor_server):
+        for process in (server, *floors.values()):
             if process is not None:
                 _stop(process)
+        shutil.rmtree(args.site, ignore_errors=True)
         from redis import Redis
 
         from jobwarden.models.persistence.db import dispose_all

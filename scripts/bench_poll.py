@@ -11,22 +11,32 @@ provider, Postgres and Redis, in rounds that alternate A, B, A, B ...:
 - B, the floor: scripts/_poll_floor.py: one Redis lock, one HTTP GET, one Postgres
   transaction with an UPDATE and an INSERT, one reschedule via apply_async; each of
   --operations chains stops after --polls.
+- C, the durable floor (issue 37, the reference): scripts/_poll_floor_durable.py: B's
+  step plus what the invariants require, by hand: an autocommit reload of version and
+  chain head, then one autocommit statement holding a version-fenced UPDATE, an event
+  INSERT carrying sha256(prev_hash || RFC 8785 event) (foreign key, append-only
+  trigger) and an indexed timer upsert. Same chains and budget as B.
 
 Per round it prints polls/s, worker CPU per poll (utime + stime from /proc of every
 process in the worker's process group) and Postgres CPU per poll (/proc of the backends
 serving that system's database: each system has a scratch database of its own), then
-medians and the ratios jobwarden / floor (targets: polls/s >= 0.85, CPU <= 1.3).
+medians and the ratios jobwarden / floor (targets: polls/s >= 0.85, CPU <= 1.3) and
+jobwarden / durable floor (issue 37's reference), and durable / floor.
 Over the whole run (warm-up round included) it prints, per poll:
 
-- Postgres round trips: waits for the server's answer counted inside the workers by
-  scripts/_bench_probe.py (pg_stat_statements needs shared_preload_libraries, which a
-  shared server does not get; a statement log would cost more than it measures).
+- Postgres statements: waits for the server's answer counted inside the workers by
+  scripts/_bench_probe.py's psycopg hook. Outside pipeline mode (none of the three uses
+  it) psycopg sends one statement per wait, so round trips are statements: BEGIN,
+  COMMIT and a pool's pre-ping each count as one, as the server sees them.
+  pg_stat_statements needs shared_preload_libraries, which the shared server does not
+  have and a bench must not reconfigure; a private server with log_statement=all would
+  count the same statements at the price of a second Postgres on a 2-core machine.
 - Redis commands the workers sent (one per command or pipeline; the main process's
   idle BRPOPs included).
 - commits: pg_stat_database.xact_commit of the system's database, read once the
   workers have stopped (a backend flushes its counters on exit), minus this script's
   own statements. An autocommit statement is a commit, reads included.
-- event rows added to operation_events (the floor writes one row per poll).
+- event rows added to operation_events (the floors write one row per poll).
 
 Polls are the status requests the sandbox received for the round's jobs. Databases
 and key prefixes are private to the run and removed at the end. Machines are noisy:
@@ -71,7 +81,12 @@ from _bench_support import (  # noqa: E402 - after the path set-up above
     wait_until,
 )
 
-SYSTEMS = ("jobwarden", "floor")
+SYSTEMS = ("jobwarden", "floor", "durable")
+# The Celery app, task and table names of the two hand-written floors.
+FLOORS = {
+    "floor": ("_poll_floor", "floor.poll", "floor_ops", "floor_events"),
+    "durable": ("_poll_floor_durable", "durable.poll", "durable_ops", "durable_events"),
+}
 BEHAVIOUR = {"never_finish": True, "progress": False}
 
 
@@ -117,6 +132,8 @@ class Summary:
     paired_rate: float  # median over round pairs of jobwarden's polls/s / the floor's
     per_poll: dict[str, dict[str, float]]  # pg round trips, redis commands, commits, events
     hot: dict[str, dict[str, tuple[int, int]]]  # table: (updates, of them HOT), whole run
+    # median over rounds of jobwarden's polls/s / the durable floor's (issue 37's figure)
+    paired_rate_durable: float = 0.0
 
 
 @dataclass
@@ -135,15 +152,16 @@ class Bench:
     # An existing jobwarden database to run on and keep (scripts/bench_scale.py's).
     kept_database: str | None = None
     ops: list[list[str]] = field(default_factory=list)  # jobwarden's, per round
-    jobs: list[list[tuple[int, str]]] = field(default_factory=list)  # the floor's, per round
+    # each floor's (op id, sandbox job id), per round
+    jobs: dict[str, list[list[tuple[int, str]]]] = field(default_factory=dict)
 
     def database(self, system: str) -> str:
         if system == "jobwarden" and self.kept_database:
             return self.kept_database
-        return f"jobwarden_bench_{'poll' if system == 'jobwarden' else 'floor'}_{self.run}"
+        return f"jobwarden_bench_{'poll' if system == 'jobwarden' else system}_{self.run}"
 
     def prefix(self, system: str) -> str:
-        return f"jwbench-{self.run}" if system == "jobwarden" else f"jwbench-floor-{self.run}"
+        return f"jwbench-{self.run}" if system == "jobwarden" else f"jwbench-{system}-{self.run}"
 
     def env(self, system: str) -> dict[str, str]:
         common = {
@@ -219,7 +237,8 @@ def run_workers(
             os.environ.update(bench.env(system))
         get_settings.cache_clear()  # read again with this run's database and prefix
         _set_up_jobwarden(bench)
-        _set_up_floor(bench)
+        for system in FLOORS:
+            _set_up_floor(bench, system)
         summary = _measure(bench)
         if inspect is not None:
             inspect(get_settings().database_url, [op for batch in bench.ops for op in batch])
@@ -265,17 +284,24 @@ def _set_up_jobwarden(bench: Bench) -> None:
     dispose_all()  # closed backends flush their counters before the baseline is read
 
 
-def _set_up_floor(bench: Bench) -> None:
-    import _poll_floor
+def _set_up_floor(bench: Bench, system: str) -> None:
+    import importlib
+
     import psycopg
 
+    module, _, ops_table, _ = FLOORS[system]
+    # Both floors read BENCH_FLOOR_* at import (their broker key prefix): this process
+    # imports each with its own system's variables, once.
+    os.environ.update(bench.env(system))
+    floor = importlib.import_module(module)
     with psycopg.connect(_dsn("postgres"), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{bench.database("floor")}"')
+        admin.execute(f'CREATE DATABASE "{bench.database(system)}"')
+    bench.jobs[system] = []
     with (
-        psycopg.connect(_dsn(bench.database("floor")), autocommit=True) as conn,
+        psycopg.connect(_dsn(bench.database(system)), autocommit=True) as conn,
         sandbox_client(bench.sandbox.url, bench.token) as http,
     ):
-        conn.execute(_poll_floor.SCHEMA)
+        conn.execute(floor.SCHEMA)
         for r in range(bench.args.rounds + 1):
             batch = []
             for i in range(bench.args.operations):
@@ -288,12 +314,19 @@ def _set_up_floor(bench: Bench) -> None:
                 if job is None:
                     raise RuntimeError(f"the sandbox refused a floor job: {answer.text}")
                 op_id = r * bench.args.operations + i
-                conn.execute(
-                    "INSERT INTO floor_ops (id, job_id, round) VALUES (%s, %s, %s)",
-                    (op_id, job, r),
-                )
+                if system == "durable":
+                    conn.execute(
+                        "INSERT INTO durable_ops (id, job_id, round, chain_head)"
+                        " VALUES (%s, %s, %s, %s)",
+                        (op_id, job, r, floor.GENESIS),
+                    )
+                else:
+                    conn.execute(
+                        f"INSERT INTO {ops_table} (id, job_id, round) VALUES (%s, %s, %s)",
+                        (op_id, job, r),
+                    )
                 batch.append((op_id, str(job)))
-            bench.jobs.append(batch)
+            bench.jobs[system].append(batch)
 
 
 class Meter:
@@ -370,7 +403,7 @@ def _hot_report(
 
 
 def _measure(bench: Bench) -> Summary:
-    import _poll_floor
+    import importlib
 
     from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
     from jobwarden.models.states import OperationState as S
@@ -378,7 +411,8 @@ def _measure(bench: Bench) -> Summary:
     from jobwarden.tasks.runtime import current
 
     args = bench.args
-    for system, app in (("jobwarden", "jobwarden.config.celery_app"), ("floor", "_poll_floor")):
+    apps = {"jobwarden": "jobwarden.config.celery_app"} | {s: f[0] for s, f in FLOORS.items()}
+    for system, app in apps.items():
         bench.workers.append(start_worker(args, bench.tmp, system, app, bench.env(system)))
     for worker in bench.workers:
         wait_until(worker.ready, 60, f"worker {worker.name} to be ready", interval=0.1)
@@ -421,22 +455,29 @@ def _measure(bench: Bench) -> Summary:
             total += sum(1 for q in bench.sandbox.requests(job_id=job) if q["kind"] == "status")
         return total
 
-    def run_floor(r: int) -> None:
-        for op_id, job_id in bench.jobs[r]:
-            _poll_floor.app.send_task(
-                "floor.poll", args=[op_id, job_id, args.polls], queue=bench.prefix("floor")
+    def floor_steps(system: str) -> tuple[Callable[[int], None], Callable[[int], int]]:
+        module, task, ops_table, _ = FLOORS[system]
+        floor_app = importlib.import_module(module).app
+
+        def run_floor(r: int) -> None:
+            for op_id, job_id in bench.jobs[system][r]:
+                floor_app.send_task(
+                    task, args=[op_id, job_id, args.polls], queue=bench.prefix(system)
+                )
+            finished = f"SELECT count(*) FROM {ops_table} WHERE round = %s AND done"
+            wait_until(
+                lambda: db[system].scalar(finished, (r,)) == len(bench.jobs[system][r]),
+                args.timeout,
+                f"{system} round {r}",
             )
-        finished = "SELECT count(*) FROM floor_ops WHERE round = %s AND done"
-        wait_until(
-            lambda: db["floor"].scalar(finished, (r,)) == len(bench.jobs[r]),
-            args.timeout,
-            f"floor round {r}",
-        )
 
-    def floor_polls(r: int) -> int:
-        return int(db["floor"].scalar("SELECT sum(polls) FROM floor_ops WHERE round = %s", (r,)))
+        def floor_polls(r: int) -> int:
+            polls = f"SELECT sum(polls) FROM {ops_table} WHERE round = %s"
+            return int(db[system].scalar(polls, (r,)))
 
-    steps = {"jobwarden": (run_jobwarden, jobwarden_polls), "floor": (run_floor, floor_polls)}
+        return run_floor, floor_polls
+
+    steps = {"jobwarden": (run_jobwarden, jobwarden_polls)} | {s: floor_steps(s) for s in FLOORS}
     results: list[Round] = []
     total_polls = dict.fromkeys(SYSTEMS, 0)
     redis_pid = bench.redis_pid
@@ -487,8 +528,7 @@ def _measure(bench: Bench) -> Summary:
     }
     events = {
         "jobwarden": int(db["jobwarden"].scalar(count_events, (all_ops,))) - events_before,
-        "floor": int(db["floor"].scalar("SELECT count(*) FROM floor_events")),
-    }
+    } | {s: int(db[s].scalar(f"SELECT count(*) FROM {f[3]}")) for s, f in FLOORS.items()}
     own = {s: db[s].statements - statements_before[s] for s in SYSTEMS}
     for worker in bench.workers:
         worker.stop()
@@ -536,29 +576,50 @@ def _report(
             f"  {s:<10}{rate[s]:8.1f} polls/s   worker CPU {cpu[s]:6.2f} ms/poll"
             f"   Postgres CPU {pg[s]:5.2f} ms/poll{extra}   together {together:6.2f} ms/poll"
         )
-    jw, fl = "jobwarden", "floor"
-    print(
-        f"  ratio jobwarden / floor: polls/s {rate[jw] / rate[fl]:.2f} (target >= 0.85),"
-        f" worker CPU {cpu[jw] / cpu[fl]:.2f} (target <= 1.3),"
-        f" Postgres CPU {pg[jw] / max(pg[fl], 1e-9):.2f},"
-        f" together {(cpu[jw] + pg[jw]) / (cpu[fl] + pg[fl]):.2f}"
-    )
-    # Rounds alternate, so each pair shared the machine's load: the paired ratio is the
-    # steadier figure on a busy machine.
-    pairs = list(zip(results[0::2], results[1::2], strict=True))
-    paired_rate = statistics.median((a.polls / a.wall) / (b.polls / b.wall) for a, b in pairs)
-    paired_cpu = statistics.median(
-        (a.worker_cpu / a.polls) / (b.worker_cpu / b.polls) for a, b in pairs
-    )
-    print(
-        f"  ratio per round pair (median): polls/s {paired_rate:.2f}, worker CPU {paired_cpu:.2f}"
-    )
+    for a, b, target in (
+        ("jobwarden", "durable", "  <- issue 37's figure"),
+        ("jobwarden", "floor", " (issue 12: polls/s >= 0.85, worker CPU <= 1.3)"),
+        ("durable", "floor", "  <- what durability costs by hand"),
+    ):
+        print(
+            f"  ratio {a} / {b}: polls/s {rate[a] / rate[b]:.2f},"
+            f" worker CPU {cpu[a] / cpu[b]:.2f},"
+            f" Postgres CPU {pg[a] / max(pg[b], 1e-9):.2f},"
+            f" together {(cpu[a] + pg[a]) / (cpu[b] + pg[b]):.2f}{target}"
+        )
+    # Rounds alternate A, B, C, A, B, C ...: the systems of one round shared the machine's
+    # load, so the per-round ratio is the steadier figure on a busy machine.
+    by_round = [
+        {x.system: x for x in results[i : i + len(SYSTEMS)]}
+        for i in range(0, len(results), len(SYSTEMS))
+    ]
+
+    def paired(a: str, b: str, per: Callable[[Round], float]) -> float:
+        return statistics.median(per(one[a]) / per(one[b]) for one in by_round)
+
+    def per_second(x: Round) -> float:
+        return x.polls / x.wall
+
+    def worker_ms(x: Round) -> float:
+        return x.worker_cpu / x.polls
+
+    def pg_ms(x: Round) -> float:
+        return x.pg_cpu / max(x.polls, 1) or 1e-9
+
+    paired_rate = paired("jobwarden", "floor", per_second)
+    paired_rate_durable = paired("jobwarden", "durable", per_second)
+    for a, b in (("jobwarden", "durable"), ("jobwarden", "floor"), ("durable", "floor")):
+        print(
+            f"  ratio {a} / {b} per round (median): polls/s {paired(a, b, per_second):.2f},"
+            f" worker CPU {paired(a, b, worker_ms):.2f},"
+            f" Postgres CPU {paired(a, b, pg_ms):.2f}"
+        )
     print("\nper poll over the whole run (warm-up included):")
     for s in SYSTEMS:
         n = polls[s]
         c = counts[s]
         print(
-            f"  {s:<10}Postgres round trips {c['pg'] / n:5.2f}"
+            f"  {s:<10}Postgres statements {c['pg'] / n:5.2f}"
             f"   Redis commands {c['redis'] / n:5.2f}"
             f"   commits {c['commits'] / n:5.2f}   event rows {c['events'] / n:5.2f}"
             f"   ({n} polls)"
@@ -569,6 +630,7 @@ def _report(
         pg_ms=pg,
         redis_ms=redis,
         paired_rate=paired_rate,
+        paired_rate_durable=paired_rate_durable,
         per_poll={s: {k: v / polls[s] for k, v in counts[s].items()} for s in SYSTEMS},
         hot={},
     )
