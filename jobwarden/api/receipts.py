@@ -65,6 +65,7 @@ class Receipt(BaseModel):
 KEY_PATH = "/.well-known/jobwarden-receipt-key"
 PEM_MEDIA_TYPE = "application/x-pem-file"
 UNAVAILABLE = "Receipts cannot be issued here now"
+NO_KEY = "This API publishes no receipt key (none is configured)"
 
 
 @router.get(
@@ -104,11 +105,14 @@ def get_operation_receipt(
     responses={
         200: {"content": {PEM_MEDIA_TYPE: {}}, "description": "The Ed25519 public key (PEM)"},
         # Public: no token, so none of a guarded route's 401/403, and no parameters (422).
-        **problem_answers({503: UNAVAILABLE}),
+        **problem_answers({404: NO_KEY, 503: UNAVAILABLE}),
     },
 )
 def get_receipt_public_key(request: Request) -> PlainTextResponse:
     """The Ed25519 public key (PEM, SubjectPublicKeyInfo) that verifies this API's receipts."""
+    if settings_of(request).receipt_signing_key is None:
+        # Nothing is published, which is not an outage: a stranger's GET is a 404, never 5xx.
+        raise ProblemError(404, "not_found", NO_KEY)
     try:
         key = signing_key(settings_of(request))
     except SettingsError as exc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import secrets
 import uuid
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import datetime
 from functools import cache
 from typing import Any, NamedTuple, cast
@@ -28,7 +28,7 @@ from jobwarden.models.contracts.loader import load_contract
 from jobwarden.models.history.chain import GENESIS_HASH, EventDraft
 from jobwarden.models.intake.intent import Intake, open_operation
 from jobwarden.models.intake.submission import ACTOR_PREFIX, Submission
-from jobwarden.models.operation import Operation, RowChanges
+from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import intake_store
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.db import transaction
@@ -88,18 +88,17 @@ def opened_in(
     )
     op, intent = open_operation(sub, _sandbox(), None, at, intake=intake)
     written = columns.get("updated_at", at)
-    placed = op.with_changes(
-        cast(
-            RowChanges,
-            {
-                "state": state,
-                "authorized_by": None if state is S.awaiting_approval else requested_by,
-                "updated_at": written,
-                # It entered its state when it was last written, unless the test says when.
-                "state_since": written,
-                **columns,
-            },
-        )
+    # A test names states and reasons as text or enums alike: read back as a row would be.
+    placed = Operation.from_mapping(
+        {
+            **{f.name: getattr(op, f.name) for f in fields(op)},
+            "state": state,
+            "authorized_by": None if state is S.awaiting_approval else requested_by,
+            "updated_at": written,
+            # It entered its state when it was last written, unless the test says when.
+            "state_since": written,
+            **columns,
+        }
     )
     (first,) = intent.events
     return Opened(placed, replace(intent, events=(replace(first, to_state=state.value),)))

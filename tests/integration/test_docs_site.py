@@ -115,9 +115,9 @@ def test_a_changed_command_makes_its_reference_page_stale(
     changed = tmp_path / "clone"
     shutil.copytree(fresh_clone, changed, symlinks=True)
     cli = changed / "jobwarden" / "cli" / "main.py"
-    old = '"""The bounded options a human may pick for a stopped operation."""'
+    old = '"""The bounded options a human may pick for a stopped operation'
     assert old in cli.read_text(encoding="utf-8")
-    cli.write_text(cli.read_text(encoding="utf-8").replace(old, '"""Options, reworded."""'))
+    cli.write_text(cli.read_text(encoding="utf-8").replace(old, '"""Options, reworded'))
     done = subprocess.run(
         [sys.executable, str(changed / "scripts" / "gen_docs.py"), "--check"],
         capture_output=True,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
+from enum import Enum
 from functools import lru_cache
 from typing import Any, Final, cast
 
@@ -169,11 +170,10 @@ def _event_row(event: ChainedEvent, created_at: Any) -> dict[str, Any]:
 def _columns(op: Operation) -> dict[str, Any]:
     """The row's columns as the snapshot holds them; one left unset takes its default
     (NULL for every one the snapshot has None), so the statement's shapes stay few."""
+    # States, reasons, the ending and the polling mode are enums in the snapshot; their
+    # columns hold the text, as store._bound binds them for every later write.
     values = {name: getattr(op, name) for name in COLUMNS if getattr(op, name) is not None}
-    values["state"] = op.state.value
-    if op.escalation_reason is not None:
-        values["escalation_reason"] = op.escalation_reason.value
-    return values
+    return {name: v.value if isinstance(v, Enum) else v for name, v in values.items()}
 
 
 def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the call
