@@ -135,6 +135,22 @@ def _check_celery_app_routing(settings: Any) -> None:
         )
 
 
+def _purge_own_queues(settings: Any) -> None:
+    """Empty the demo's own queues once its worker and beat have stopped.
+
+    Every operation has ended by then, but beat may have sent a sweep (or a worker a
+    countdown) in the moment before they stopped: left on the demo's queue, no worker
+    would ever take it. The queues are the demo's own (demo_routing), so nothing another
+    worker reads is touched.
+    """
+    from jobwarden.config.celery_app import app
+
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        for queue in (settings.queue, settings.notifications_queue):
+            channel.queue_purge(queue)
+
+
 def _run(console: Console, sandbox: Any, token: str) -> int:
     from jobwarden.config.settings import load_settings
 
@@ -242,6 +258,7 @@ def _run(console: Console, sandbox: Any, token: str) -> int:
         raise
     finally:
         stack.stop()
+        _purge_own_queues(settings)
         if keep_logs:
             console.print(f"the worker's and beat's logs are kept in {stack.log_dir}")
         else:

@@ -58,7 +58,7 @@ def _shown_on_the_page(page: str) -> dict[str, Any]:
         "method": method,
         "url": url,
         "headers": {html.unescape(n): html.unescape(v) for n, v in _ROW.findall(approval)},
-        "body": _one(r'<pre id="request-body">(.*?)</pre>', approval),
+        "body": _one(r'<pre class="wrapped" id="request-body">(.*?)</pre>', approval),
     }
 
 

@@ -551,10 +551,11 @@ def test_the_receipt_of_an_archived_history_carries_its_segment_and_verifies(
     key = Ed25519PrivateKey.generate()
     key_file = tmp_path / "receipt-key.pem"
     key_file.write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
-    op, altered = _operation(url, _month(2007, 3)), _operation(url, _month(2007, 3))
+    # A month of its own: another test of this module leaves a running operation in 2007-03.
+    op, altered = _operation(url, _month(2011, 11)), _operation(url, _month(2011, 11))
     with transaction(url) as session:
         before = store.stored_events(session, op)
-    _archived_now(url, "operation_events_200703")
+    _archived_now(url, "operation_events_201111")
     env = {"JOBWARDEN_DATABASE_URL": url, "JOBWARDEN_RECEIPT_SIGNING_KEY_FILE": str(key_file)}
     out = tmp_path / "receipt.json"
     written = _cli("receipt", str(op), "--out", str(out), env=env)

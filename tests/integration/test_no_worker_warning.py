@@ -27,8 +27,8 @@ import httpx
 import pytest
 from mcp import Client
 
-from jobwarden.api.app import create_app
 from jobwarden.config.settings import Settings
+from jobwarden.console.app import create_app
 from jobwarden.demo.harness import REPO, Stack, wait_for
 from jobwarden.mcp.server import build_server
 from jobwarden.models.intake.submission import SubmissionRequest
