@@ -14,6 +14,7 @@ from jobwarden.models.contracts.contract import ProviderContract
 from jobwarden.models.contracts.loader import load_contract
 from jobwarden.models.effects import plan
 from jobwarden.models.history.chain import EventKind
+from jobwarden.models.intake.submission import Submission
 from jobwarden.models.operation import Operation
 from jobwarden.models.plan import Plan
 from jobwarden.models.provider.requests import StepContext
@@ -208,3 +209,21 @@ def walked(src: OperationState, p: Plan) -> list[OperationState]:
     else:
         assert at is src, "the events move the operation but the changes do not"
     return path
+
+
+def submission() -> Submission:
+    """A plain submission to the sandbox, as intake's rules leave it."""
+    return Submission(
+        tenant="t",
+        provider="sandbox",
+        idempotency_key="k",
+        command={"report": "monthly"},
+        requested_by="svc",
+        source_event_id=None,
+        method="POST",
+        route="/providers/sandbox/operations",
+        max_status_requests=None,
+        result_deadline_seconds=None,
+        max_transport_failures=None,
+        cancel_deadline_seconds=None,
+    )

@@ -22,8 +22,7 @@ from jobwarden.models.contracts.pins import (
 )
 from jobwarden.models.errors import ContractError
 from jobwarden.models.intake.intent import Intake, open_operation
-from jobwarden.models.intake.submission import Submission
-from tests.unit.factories import NOW, SHIPPED
+from tests.unit.factories import NOW, SHIPPED, submission
 
 SANDBOX = (SHIPPED / "sandbox.toml").read_text(encoding="utf-8")
 OLD, NEW = "a" * 64, "b" * 64
@@ -79,23 +78,6 @@ def test_a_kept_text_that_no_longer_fits_is_refused_naming_the_field(
     assert refused.value.field == field
 
 
-def _submission() -> Submission:
-    return Submission(
-        tenant="t",
-        provider="sandbox",
-        idempotency_key="k",
-        command={"report": "monthly"},
-        requested_by="svc",
-        source_event_id=None,
-        method="POST",
-        route="/providers/sandbox/operations",
-        max_status_requests=None,
-        result_deadline_seconds=None,
-        max_transport_failures=None,
-        cancel_deadline_seconds=None,
-    )
-
-
 @pytest.mark.parametrize("digest", [OLD, None])
 def test_the_operation_and_its_intent_event_name_the_contract_it_was_created_under(
     digest: str | None,
@@ -108,7 +90,7 @@ def test_the_operation_and_its_intent_event_name_the_contract_it_was_created_und
         contract_digest=digest,
     )
     contract = read_version(SHIPPED / "sandbox.toml").contract
-    op, intent = open_operation(_submission(), contract, None, NOW, intake=intake)
+    op, intent = open_operation(submission(), contract, None, NOW, intake=intake)
     assert op.contract_digest == digest
     excerpt = intent.events[0].excerpt or {}
     assert excerpt.get("contract_digest") == digest

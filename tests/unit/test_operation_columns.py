@@ -20,10 +20,9 @@ from sqlalchemy import Table
 
 from jobwarden.api import queries
 from jobwarden.models.intake.intent import Intake, open_operation
-from jobwarden.models.intake.submission import Submission
 from jobwarden.models.operation import COLUMNS, Operation
 from jobwarden.models.persistence.tables import TIMER_COLUMNS, OperationRow, TimerRow
-from tests.unit.factories import NOW, contract
+from tests.unit.factories import NOW, contract, submission
 
 # Columns the operation view does not show, each with why: a new column must be shown
 # or named here, so leaving it out of the API is a decision, not an accident.
@@ -79,29 +78,12 @@ def test_every_column_is_shown_by_the_operation_view_or_kept_back_with_a_reason(
     assert not shown & set(KEPT_BACK), sorted(shown & set(KEPT_BACK))
 
 
-def _submission() -> Submission:
-    return Submission(
-        tenant="t",
-        provider="sandbox",
-        idempotency_key="k",
-        command={"report": "monthly"},
-        requested_by="svc",
-        source_event_id=None,
-        method="POST",
-        route="/providers/sandbox/operations",
-        max_status_requests=None,
-        result_deadline_seconds=None,
-        max_transport_failures=None,
-        cancel_deadline_seconds=None,
-    )
-
-
 def test_a_new_operation_starts_empty_in_every_column_intake_does_not_decide() -> None:
     intake = Intake(
         operation_id=uuid.UUID(int=7), fingerprint="f" * 64, trace_id="a" * 32, actor="a"
     )
     approving = replace(contract(), requires_approval=True)
-    op, _ = open_operation(_submission(), approving, None, NOW, intake=intake)
+    op, _ = open_operation(submission(), approving, None, NOW, intake=intake)
     # Nothing observed, sent or counted yet; no remote job, no escalation, no result.
     for name in (
         "remote_job_id",
