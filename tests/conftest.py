@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -150,6 +151,7 @@ def database_url() -> Iterator[str]:
 # ACCEPTANCE_PROCESSES groups of whole files, each on one process that starts the stack
 # once, and no integration test interleaves with them there to stop and restart it.
 ACCEPTANCE_PROCESSES = 2
+ACCEPTANCE_DURATIONS = Path(__file__).parent / "acceptance" / "durations.json"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
@@ -160,12 +162,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
     acceptance = {f: tests for f, tests in files.items() if f.startswith("tests/acceptance/")}
-    # Greedy by test count, biggest file first: the groups come out within a file of even.
-    loads = [0] * ACCEPTANCE_PROCESSES
+    # Longest first onto the lightest group, by the seconds each file took in a measured
+    # run (tests/acceptance/durations.json, refreshed by scripts/test_durations.py; a file
+    # not measured yet weighs the mean): by test count, a file of five browser or packaging
+    # tests weighed as little as five table rows, and one group ran minutes longer.
+    measured: dict[str, float] = json.loads(ACCEPTANCE_DURATIONS.read_text())
+    mean = sum(measured.values()) / max(1, len(measured))
+    weight = {f: measured.get(f, mean) for f in acceptance}
+    loads = [0.0] * ACCEPTANCE_PROCESSES
     group_of: dict[str, str] = {}
-    for name, tests in sorted(acceptance.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    for name in sorted(acceptance, key=lambda f: (-weight[f], f)):
         lightest = loads.index(min(loads))
-        loads[lightest] += len(tests)
+        loads[lightest] += weight[name]
         group_of[name] = f"acceptance-{lightest}"
     for name, tests in files.items():
         for item in tests:

@@ -68,11 +68,13 @@ def test_a_job_with_steady_progress_is_asked_a_handful_of_times_and_found_at_its
     late = (seen[-1] - finish).total_seconds()
     # The live confirmation's numbers (pytest -s), beside the bench's virtual-clock row.
     print(f"\nsteady {SECONDS_TO_FINISH:g} s: {len(seen)} status requests, {late:.3f} s late")
-    # The first answer is "queued" (no progress yet); two agreeing readings, then the
-    # finish: 4. The sandbox's 0.2 s base makes the first readings 0.1-0.2 s apart, so a
-    # worker scheduled late on a loaded machine can blur the pace between them by more
-    # than 10 %: that costs one more reading, never lateness.
-    assert len(seen) <= 5, seen
+    # Once two readings agree on the pace the worker aims at the finish: the aimed poll
+    # finds it, or finds it just short and re-aims once. How many readings it takes to see
+    # a pace is the machine's business (the sandbox's 0.2 s base makes the first ones
+    # 0.1-0.2 s apart, and a worker scheduled late on a busy machine blurs the pace): on a
+    # quiet one it is 4 in all ("queued", two readings, the finish), the figure printed.
+    after_aim = [t for t in seen if t > aimed[0].at]
+    assert 1 <= len(after_aim) <= 2, (aimed[0].at, after_aim, finish)
     # The poll before the last still saw the job running; the last came just after it.
     assert seen[-2] < finish <= seen[-1] + timedelta(seconds=0.05)
     assert late <= LATE + SLACK

@@ -76,7 +76,9 @@ def traced(worker_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[str, Re
                 except httpx.TransportError:
                     return False
 
-            wait_for(answering, timeout=30, what="jobwarden api to answer")
+            # Starting uvicorn with the OpenTelemetry SDK takes seconds; on a busy machine
+            # (CI shares it) it took over 30.
+            wait_for(answering, timeout=90, what="jobwarden api to answer")
             stack.wait_ready("otel")
             yield base, received, queue
         finally:
