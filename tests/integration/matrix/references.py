@@ -168,10 +168,10 @@ def cli(d: Doors) -> None:
 
 def console(d: Doors) -> None:
     tenant = tenant_name()
-    answer = submit_operation(**_fields(tenant, GOOD), runtime=d.rt)
-    assert d.load(answer.operation_id).state is S.awaiting_approval
+    op = submit_operation(**_fields(tenant, GOOD), runtime=d.rt).operation_id
+    assert op is not None and d.load(op).state is S.awaiting_approval
     with d.console(d.token(tenant, "approver")) as client:
-        page = client.get(f"/console/operations/{answer.operation_id}").text
+        page = client.get(f"/console/operations/{op}").text
     assert 'id="references"' in page, page
     block = page.split('id="references"', 1)[1].split("</table>", 1)[0]
     assert f"<code>{COMMIT}</code>" in block and "git_commit" in block, block
