@@ -42,6 +42,7 @@ from jobwarden.api.views import (
     OperationSummary,
     OperationView,
     PageLinks,
+    ReferenceView,
     ResultView,
     StorableStr,
     WaitingOperation,
@@ -223,6 +224,10 @@ def _create_request(rt: Runtime, row: Operation) -> CreateRequest | None:
         transport_headers=list(shown.transport_headers),
         request_digest=shown.digest,
         credential_from=shown.credential_from,
+        references=[
+            ReferenceView(path=ref.pointer, value=ref.value, kind=ref.kind.value)
+            for ref in shown.references
+        ],
     )
 
 

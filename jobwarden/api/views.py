@@ -99,6 +99,14 @@ def result_path(operation_id: uuid.UUID | str) -> str:
     return f"/v1/operations/{operation_id}/result"
 
 
+class ReferenceView(BaseModel):
+    """An immutable reference in the command (models/contracts/references.py)."""
+
+    path: str  # RFC 6901 JSON Pointer into the submission: /command/deploy/commit
+    value: str  # the commit id or digest, exactly as it will be used
+    kind: str  # git_commit, oci_digest or sha256
+
+
 class CreateRequest(BaseModel):
     """The create as it leaves (or left): what an approver approves (provider/outgoing.py)."""
 
@@ -111,6 +119,8 @@ class CreateRequest(BaseModel):
     # What an approval binds (models/outgoing.request_digest); name it when approving.
     request_digest: str | None = None
     credential_from: str | None = None  # the credential's reference (env:NAME, file:PATH)
+    # The command's immutable references, named apart: which commit or digest will be used.
+    references: list[ReferenceView] = []
 
 
 class ResultView(BaseModel):

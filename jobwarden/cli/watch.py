@@ -66,6 +66,12 @@ def request_lines(shown: ShownRequest | None) -> list[str]:
     if shown is None:
         return ["request          (provider not configured here: cannot be shown)"]
     return [
+        # Named apart from the body: the exact commit or digest an approval lets through.
+        *(
+            f"reference        {ref.pointer} -> {printable(ref.value, limit=None)} "
+            f"({ref.kind.value})"
+            for ref in shown.references
+        ),
         f"request          {shown.method} {printable(shown.url, limit=None)}",
         *(
             f"  header         {name}: {printable(value, limit=None)}"
@@ -136,6 +142,10 @@ def show_record(
             "headers": [[name, value] for name, value in request.headers],
             "body": request.body,
             "digest": request.digest,
+            "references": [
+                {"path": ref.pointer, "value": ref.value, "kind": ref.kind.value}
+                for ref in request.references
+            ],
         },
         "command": redacted(dict(row.command), secrets),
         "requested_by": row.requested_by,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,9 +18,11 @@ from sqlalchemy import select
 from jobwarden.config.settings import get_settings
 from jobwarden.models.errors import InvalidCommandError
 from jobwarden.models.intake.fingerprint import request_fingerprint
+from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import EventRow, OperationRow
 from jobwarden.tasks.intake import SubmitOutcome, submit_from_message, submit_operation
+from jobwarden.tasks.provider.edge import shown_create_request
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from jobwarden.tasks.runtime import close as close_runtime
 from tests.integration.test_cli import _cli
@@ -142,7 +145,8 @@ def test_a_changed_amount_is_still_a_conflict(database_url: str, runtime: Runtim
         ({**MINIMAL, "priority": "high"}, "command.priority: unknown field", ("priority",)),
         (
             {**MINIMAL, "image": "registry.example.com/team/exporter:latest"},
-            "command.image: 'registry.example.com/team/exporter:latest' does not match",
+            "command.image: 'registry.example.com/team/exporter:latest' is not an immutable "
+            "reference: oci_digest must be an OCI digest",
             ("image",),
         ),
     ],
@@ -173,4 +177,18 @@ def test_the_cli_door_prints_the_failing_path_on_one_line_and_exits_2(
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         "error: command.spend_cap.amount: 10.5 is not of type 'integer'"
+    ]
+
+
+def test_the_pinned_image_digest_is_shown_to_the_approver_as_a_reference(
+    database_url: str, runtime: Runtime
+) -> None:
+    tenant = f"cs-{secrets.token_hex(6)}"
+    answer = submit_operation(**_request(tenant, secrets.token_hex(8), MINIMAL), runtime=runtime)
+    with transaction(database_url) as session:
+        op = store.load(session, uuid.UUID(answer.operation_id))
+    assert op is not None
+    shown = shown_create_request(runtime.context_for(op), op)
+    assert [(r.pointer, r.value, r.kind.value) for r in shown.references] == [
+        ("/command/image", IMAGE, "oci_digest")
     ]

@@ -39,6 +39,7 @@ from tests.integration.matrix import (
     identity,
     intake_log,
     keys,
+    references,
     tenant,
     two_person,
 )
@@ -72,6 +73,7 @@ PROMISES = (
     "intake_log",  # every submission answer is logged with its door and caller
     "no_500",  # hostile input is a refusal naming the field, never a crash
     "no_silent_wait",  # an answer says when no worker consumes the queue (issue 36, point 5)
+    "immutable_refs",  # a moving name is refused, naming the field; the approval shows refs
 )
 
 
@@ -190,6 +192,18 @@ CELLS: dict[tuple[str, str], Cell] = {
     ("resubmit", "no_silent_wait"): attended.resubmit,
     ("webhooks", "no_silent_wait"): NotApplicable(
         "a webhook never submits: it is matched to an operation a worker already drives"
+    ),
+    # -- immutable references (issue 40) ---------------------------------------------------
+    ("python", "immutable_refs"): references.python,
+    ("celery", "immutable_refs"): references.celery,
+    ("http", "immutable_refs"): references.http,
+    ("mcp", "immutable_refs"): references.mcp,
+    ("cli", "immutable_refs"): references.cli,
+    ("console", "immutable_refs"): references.console,
+    ("schedules", "immutable_refs"): references.schedules,
+    ("resubmit", "immutable_refs"): references.resubmit,
+    ("webhooks", "immutable_refs"): NotApplicable(
+        "a webhook never submits a command: it is matched to an operation by job id"
     ),
 }
 

@@ -170,13 +170,18 @@ def _with(**changes: Any) -> dict[str, Any]:
         ),
         (
             _with(image="registry.example.com/team/exporter:latest"),
-            "command.image: 'registry.example.com/team/exporter:latest' does not match",
+            "command.image: 'registry.example.com/team/exporter:latest' is not an immutable "
+            "reference",
             ("image",),
         ),
-        (_with(image="exporter:main"), "command.image: 'exporter:main' does not match", ("image",)),
+        (
+            _with(image="exporter:main"),
+            "command.image: 'exporter:main' is not an immutable reference",
+            ("image",),
+        ),
         (
             _with(image="exporter@sha256:abc"),
-            "command.image: 'exporter@sha256:abc' does not match",
+            "command.image: 'exporter@sha256:abc' is not an immutable reference",
             ("image",),
         ),
         # Python's `$` would match before this final newline; ECMA-262's does not.

@@ -20,6 +20,14 @@ Deliberate departures from plain JSON Schema, each for the fingerprint's sake:
   is the silent mismatch this check exists to stop.
 - ``$ref`` must point into the same document (``#...``): no schema is fetched,
   at load or ever (jsonschema's default would retrieve remote references).
+- ``x-jobwarden-immutable-reference: <kind>`` on a ``type: string`` schema makes the
+  value an immutable reference of that kind (``models.contracts.references``): a
+  branch or tag name is refused like any other mismatch, naming the field. Refused at
+  load: an unknown kind, a schema that is not ``type: string``, and the keyword where
+  a failure would not name the field or the value could not be shown for sure
+  (``anyOf``/``oneOf``/``not``/``if``/``then``/``else``/``dependentSchemas``,
+  ``contains``, ``propertyNames``, ``unevaluated*``). ``CommandSchema.references``
+  lists a command's references for the approval.
 
 Pure: no I/O; ``apply`` never mutates the caller's command.
 """
@@ -41,6 +49,12 @@ from jsonschema.protocols import Validator
 from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource
 
+from jobwarden.models.contracts.references import (
+    IMMUTABLE_REFERENCE,
+    ImmutableReference,
+    ReferenceKind,
+    reference_problem,
+)
 from jobwarden.models.errors import InvalidCommandError, RefusedInputError
 from jobwarden.models.intake.fingerprint import child_path, shown_path
 
@@ -54,6 +68,16 @@ _DATA_KEYWORDS: Final = frozenset({"const", "enum", "default", "examples"})
 _BRANCHES: Final = frozenset({"anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas"})
 # Keywords whose value maps names (chosen by the schema's author) to schemas.
 _NAMED_SCHEMAS: Final = frozenset({"properties", "patternProperties", "$defs", "dependentSchemas"})
+# Keywords under which an immutable reference's refusal would not name it (a failed
+# branch, "does not contain", "unevaluated ... invalid") nor could the approval be sure
+# it applies: the annotation is refused beneath them.
+_HIDING: Final = _BRANCHES | {
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+}
+_KINDS: Final = ", ".join(kind.value for kind in ReferenceKind)
 _SHOWN_PROBLEM: Final = 300
 _SHOWN_NAMES: Final = 12
 
@@ -117,10 +141,28 @@ def _pattern(
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
+def _immutable_reference(
+    validator: Validator, kind: str, instance: Any, _schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string"):
+        problem = reference_problem(ReferenceKind(kind), instance)
+        if problem is not None:
+            yield ValidationError(problem)
+
+
+def _mark_reference(
+    validator: Validator, _kind: str, instance: Any, _schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    # Not a failure: each "error" marks where a reference sits (its absolute_path), the
+    # one way jsonschema reports the instance path a keyword was applied at.
+    if validator.is_type(instance, "string"):
+        yield ValidationError("an immutable reference")
+
+
 # validators.extend has no annotations upstream (jsonschema ships it untyped).
 _Strict: Final = validators.extend(  # type: ignore[no-untyped-call]
     Draft202012Validator,
-    {"pattern": _pattern},
+    {"pattern": _pattern, IMMUTABLE_REFERENCE: _immutable_reference},
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
 )
 _validate_properties: Final = Draft202012Validator.VALIDATORS["properties"]
@@ -138,6 +180,7 @@ def _fill_defaults(
 
 
 _Filling: Final = validators.extend(_Strict, {"properties": _fill_defaults})  # type: ignore[no-untyped-call]
+_Marking: Final = validators.extend(_Strict, {IMMUTABLE_REFERENCE: _mark_reference})  # type: ignore[no-untyped-call]
 
 
 def _refuse_retrieval(uri: str) -> Resource[Any]:
@@ -155,11 +198,32 @@ def _location(path: tuple[str | int, ...]) -> str:
     return shown
 
 
-def _walk(node: object, path: tuple[str | int, ...], in_branch: bool) -> None:
-    """What check_schema does not refuse: non-JSON values, foreign references, branch defaults."""
+def _check_reference_annotation(
+    node: Mapping[str, Any], path: tuple[str | int, ...], hidden: bool
+) -> None:
+    where = _location((*path, IMMUTABLE_REFERENCE))
+    kind = node[IMMUTABLE_REFERENCE]
+    if not isinstance(kind, str) or kind not in ReferenceKind.__members__:
+        raise SchemaDocumentError(where, f"{kind!r} is not a reference kind; one of: {_KINDS}")
+    if node.get("type") != "string":
+        raise SchemaDocumentError(
+            where, 'marks only a string: the schema beside it must say "type": "string"'
+        )
+    if hidden:
+        raise SchemaDocumentError(
+            where,
+            "must not sit inside anyOf/oneOf/not/if/then/else/dependentSchemas, contains, "
+            "propertyNames or unevaluated*: there a refusal would not name the field, nor "
+            "the approval show the reference for sure",
+        )
+
+
+def _walk(node: object, path: tuple[str | int, ...], in_branch: bool, hidden: bool = False) -> None:
+    """What check_schema does not refuse: non-JSON values, foreign references, branch
+    defaults, immutable-reference annotations jobwarden cannot honour."""
     if isinstance(node, list):
         for index, item in enumerate(node):
-            _walk(item, (*path, index), in_branch)
+            _walk(item, (*path, index), in_branch, hidden)
         return
     if isinstance(node, float) and not math.isfinite(node):
         raise SchemaDocumentError(_location(path), "numbers must be finite")
@@ -169,6 +233,8 @@ def _walk(node: object, path: tuple[str | int, ...], in_branch: bool) -> None:
                 _location(path), f"{type(node).__name__} is not a JSON value (a TOML date?)"
             )
         return
+    if IMMUTABLE_REFERENCE in node:
+        _check_reference_annotation(node, path, hidden)
     for key, value in node.items():
         where = (*path, key)
         if key in _REFERENCES and isinstance(value, str) and not value.startswith("#"):
@@ -188,13 +254,14 @@ def _walk(node: object, path: tuple[str | int, ...], in_branch: bool) -> None:
                 "filled in whichever branch matches; put defaults outside them",
             )
         branch = in_branch or key in _BRANCHES
+        hides = hidden or key in _HIDING
         if key in _DATA_KEYWORDS:
             _walk_data(value, where)
         elif key in _NAMED_SCHEMAS and isinstance(value, dict):
             for name, subschema in value.items():
-                _walk(subschema, (*where, name), branch)
+                _walk(subschema, (*where, name), branch, hides)
         else:
-            _walk(value, where, branch)
+            _walk(value, where, branch, hides)
 
 
 def _walk_data(node: object, path: tuple[str | int, ...]) -> None:
@@ -302,15 +369,26 @@ def _refusal(error: ValidationError) -> InvalidCommandError:
     return InvalidCommandError(_shown(path), problem, path)
 
 
+def _plain(value: Any) -> Any:
+    """Mappings as dicts, sequences as lists: jsonschema's "object" is a dict, and a
+    stored command may come back read-only."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
 class CommandSchema:
     """A checked command schema, compiled once (build it with ``compile_schema``)."""
 
-    __slots__ = ("document", "filling", "strict")
+    __slots__ = ("document", "filling", "marking", "strict")
 
     def __init__(self, document: Mapping[str, Any]) -> None:
         self.document = document
         self.strict: Validator = _Strict(document, registry=_REGISTRY)
         self.filling: Validator = _Filling(document, registry=_REGISTRY)
+        self.marking: Validator = _Marking(document, registry=_REGISTRY)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CommandSchema) and self.document == other.document
@@ -336,3 +414,19 @@ class CommandSchema:
         if error is not None:
             raise _refusal(error)
         return filled
+
+    def references(self, command: Mapping[str, Any]) -> tuple[ImmutableReference, ...]:
+        """The immutable references in ``command`` (one ``apply`` accepted), in the
+        schema's order: what the approval shows beside the request."""
+        found: dict[tuple[str | int, ...], ImmutableReference] = {}
+        for error in self.marking.iter_errors(_plain(dict(command))):
+            kind = error.validator_value
+            if error.validator != IMMUTABLE_REFERENCE or not isinstance(error.instance, str):
+                continue  # a command apply refused: its other errors are not references
+            assert isinstance(kind, str)  # compile_schema checked every kind
+            path = tuple(error.absolute_path)
+            found.setdefault(
+                path,
+                ImmutableReference(path=path, value=error.instance, kind=ReferenceKind(kind)),
+            )
+        return tuple(found.values())

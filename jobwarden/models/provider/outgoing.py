@@ -24,6 +24,7 @@ from typing import Final
 from jobwarden.models import canonical
 from jobwarden.models.actions import ProviderRequest
 from jobwarden.models.contracts.contract import AuthSpec, ProviderContract
+from jobwarden.models.contracts.references import ImmutableReference
 from jobwarden.models.history.excerpts import REDACTED, names_a_secret, redacted, scrub_text
 from jobwarden.models.operation import Operation
 from jobwarden.models.provider.requests import StepContext, create_request
@@ -94,6 +95,10 @@ class ShownRequest:
     # any: shown as it is, digested as FIRST_SENT_LATER (no approval can know the time).
     first_sent_header: str | None = None
     transport_headers: tuple[str, ...] = TRANSPORT_HEADERS  # the HTTP client adds these
+    # The command's immutable references (the commit, the digest that will be deployed),
+    # named apart so an approver need not find them in the body. Not in the digest: they
+    # are read from the command, which the fingerprint in the digest already binds.
+    references: tuple[ImmutableReference, ...] = ()
 
     @property
     def digest(self) -> str:
@@ -178,6 +183,8 @@ def shown_create(
     if not any(name.lower() == "user-agent" for name in headers):
         headers["user-agent"] = user_agent  # the client's default, unless a contract's wins
     credential = auth.header if auth is not None else None
+    command_spec = ctx.contract.command
+    references = command_spec.schema.references(op.command) if command_spec is not None else ()
     body = outgoing_body(replace(request, json_body=redacted(request.json_body, secrets)))
     return ShownRequest(
         method=request.method,
@@ -190,4 +197,8 @@ def shown_create(
         fingerprint=op.request_fingerprint,
         credential_from=credential_reference(auth),
         first_sent_header=spec.first_sent_header,
+        references=tuple(
+            replace(reference, value=scrub_text(reference.value, secrets))
+            for reference in references
+        ),
     )

@@ -47,6 +47,7 @@ TWO = "matrix_two"  # approvals_required = 2: the two-person rule
 HOOKS = "matrix_hooks"  # signed webhooks (HMAC)
 OTHER_HOOKS = "matrix_other_hooks"  # another provider's webhooks, another secret
 MOVING = "matrix_moving"  # a contract one cell edits, to move an operation to it
+DEPLOY = "matrix_deploy"  # approved; its command names immutable references (issue 40)
 HOOKS_SECRET_ENV = "JOBWARDEN_MATRIX_HOOKS_SECRET"
 OTHER_SECRET_ENV = "JOBWARDEN_MATRIX_OTHER_HOOKS_SECRET"
 SECRETS = {HOOKS: "matrix-hooks-secret", OTHER_HOOKS: "matrix-other-hooks-secret"}
@@ -63,6 +64,25 @@ def _webhook_table(secret_env: str) -> str:
     )
 
 
+# A deploy's command: the commit and every image must be immutable references, nested
+# and in an array (models/contracts/references.py).
+DEPLOY_SCHEMA = """
+[command.schema]
+type = "object"
+[command.schema.properties.deploy]
+type = "object"
+required = ["commit"]
+[command.schema.properties.deploy.properties.commit]
+type = "string"
+"x-jobwarden-immutable-reference" = "git_commit"
+[command.schema.properties.deploy.properties.images]
+type = "array"
+[command.schema.properties.deploy.properties.images.items]
+type = "string"
+"x-jobwarden-immutable-reference" = "oci_digest"
+"""
+
+
 def write_providers(folder: Path) -> Path:
     """The matrix's contracts, each a copy of the shipped sandbox with one change."""
     base = (REPO / "config" / "providers" / "sandbox.toml").read_text()
@@ -70,6 +90,9 @@ def write_providers(folder: Path) -> Path:
         "sandbox": base,
         ONE: base.replace("requires_approval = false", "requires_approval = true"),
         MOVING: base,
+        DEPLOY: base.replace("requires_approval = false", "requires_approval = true").replace(
+            "[poll]", DEPLOY_SCHEMA + "\n[poll]", 1
+        ),
         TWO: base.replace("requires_approval = false", "approvals_required = 2"),
         HOOKS: base.replace("[poll]", _webhook_table(HOOKS_SECRET_ENV) + "\n[poll]", 1),
         OTHER_HOOKS: base.replace("[poll]", _webhook_table(OTHER_SECRET_ENV) + "\n[poll]", 1),
