@@ -41,7 +41,7 @@ from jobwarden.models.history.chain import GENESIS_HASH, ChainedEvent, chain
 from jobwarden.models.history.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.humans.notifications import Notice, Subject, kind_for, notice
 from jobwarden.models.operation import COLUMNS, Operation, RowChanges
-from jobwarden.models.persistence import outbox
+from jobwarden.models.persistence import answer_tallies, outbox
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.api_tables import IntakeLogRow
 from jobwarden.models.persistence.db import wrap_exceptions
@@ -96,7 +96,11 @@ _PIN_CONTRACT: Final = (
 
 @lru_cache(maxsize=64)
 def _claim_sql(
-    columns: tuple[str, ...], events: int = 1, notifications: int = 0, pinned: bool = False
+    columns: tuple[str, ...],
+    events: int = 1,
+    notifications: int = 0,
+    pinned: bool = False,
+    answers: int = 0,
 ) -> str:
     unknown = set(columns) - set(_OPERATION_CASTS) - TIMER_COLUMNS
     if unknown:
@@ -122,6 +126,8 @@ def _claim_sql(
         + (_PIN_CONTRACT if pinned else "")
         + f"entry AS (INSERT INTO intake_log ({entry_names}) SELECT {entry_values} FROM claimed) "
         + (", " + outbox.cte("noted", notifications, "FROM claimed") + " " if notifications else "")
+        # A history opened with answers in it (tests' rows) counts them (answer_tallies.py).
+        + (", " + answer_tallies.cte("tallied", answers, "FROM claimed") + " " if answers else "")
         + "SELECT count(*) FROM claimed"
     )
 
@@ -234,7 +240,9 @@ def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the
             c_text=contract_text,
             c_first_seen=opened.created_at,
         )
-    sql = _claim_sql(tuple(columns), len(chained), outbox.rows(notices), pinned)
+    answered = answer_tallies.classes(chained)
+    params.update(answer_tallies.params(opened.provider, answered))
+    sql = _claim_sql(tuple(columns), len(chained), outbox.rows(notices), pinned, len(answered))
     session.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
     in_progress = {
         LOCK_NOT_AVAILABLE: lambda: SubmissionInProgressError(opened.tenant, opened.idempotency_key)

@@ -47,7 +47,7 @@ from jobwarden.models.history.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.history.verification import ChainProblem, check_result, verify_chain
 from jobwarden.models.humans.notifications import NOTIFY_STATES, Notice, notices_for
 from jobwarden.models.operation import COLUMNS, Operation, RowChanges
-from jobwarden.models.persistence import outbox
+from jobwarden.models.persistence import answer_tallies, outbox
 from jobwarden.models.persistence.db import driver_execute
 from jobwarden.models.persistence.tables import (
     ACTIVE_STATES,
@@ -142,7 +142,9 @@ def _timer_upsert(columns: tuple[str, ...]) -> str:
 
 
 @lru_cache(maxsize=512)
-def _fenced_sql(columns: tuple[str, ...], events: int, notifications: int = 0) -> str:
+def _fenced_sql(
+    columns: tuple[str, ...], events: int, notifications: int = 0, answers: int = 0
+) -> str:
     """The fenced write as one statement, per shape (which columns, how many events).
 
     ``WITH fenced AS (UPDATE ... RETURNING) INSERT events SELECT ... WHERE EXISTS (fenced)``:
@@ -179,6 +181,9 @@ def _fenced_sql(columns: tuple[str, ...], events: int, notifications: int = 0) -
         # statement (Postgres runs every data-modifying CTE, read or not); a poll's
         # shape, without notifications, is unchanged.
         ctes.append(outbox.cte("noted", notifications, "WHERE EXISTS (SELECT 1 FROM fenced)"))
+    if answers:
+        # The /metrics counter of provider answers (answer_tallies.py; a trigger before 0028).
+        ctes.append(answer_tallies.cte("tallied", answers, "WHERE EXISTS (SELECT 1 FROM fenced)"))
     return f"WITH {', '.join(ctes)} INSERT INTO operation_events ({names}) {rows} RETURNING seq"
 
 
@@ -303,10 +308,13 @@ def fenced_update(
     notices = _notices(row, stored, chained)
     # One statement: the events (and a stop's outbox rows) are inserted only if the fenced
     # update matched, so a poll's write is one round trip (in autocommit, its one commit).
-    sql = _fenced_sql(tuple(values), len(chained), outbox.rows(notices))
+    answered = answer_tallies.classes(chained)
+    sql = _fenced_sql(tuple(values), len(chained), outbox.rows(notices), len(answered))
     bound = _fenced_params(row, values, chained)
     if notices:
         bound.update(outbox.params(notices))
+    if answered:
+        bound.update(answer_tallies.params(row.provider, answered))
     result = driver_execute(session, sql, bound)
     written = len(result.fetchall()) if chained else result.rowcount
     if written != max(1, len(chained)):
