@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import replace
 from enum import Enum
 from functools import lru_cache
 from typing import Any, Final, cast
@@ -219,9 +218,11 @@ def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the
     head: RowChanges = {
         "event_count": len(chained),
         "last_event_hash": chained[-1].hash,
+        "last_event_kind": chained[-1].draft.kind,
         "version": 1,
     }
-    columns = {**values, **row, **head}
+    # The newest event's kind is held as its enum; its column holds the text (0028).
+    columns = {**values, **row, **head, "last_event_kind": chained[-1].draft.kind.value}
     entry = {name: getattr(created, name) for name in _ENTRY_CASTS}
     params = {f"o_{c}": _bound(f"o_{c}", v) for c, v in columns.items() if c not in TIMER_COLUMNS}
     params.update({f"t_{c}": columns.get(c) for c in TIMER_COLUMNS})
@@ -251,5 +252,4 @@ def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the
         inserted = session.connection().exec_driver_sql(sql, params).scalar_one()
     if not inserted:
         return None
-    # last_event_kind is not a column (the snapshot carries it from the history).
-    return replace(opened.with_changes(head), last_event_kind=chained[-1].draft.kind)
+    return opened.with_changes(head)
