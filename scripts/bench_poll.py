@@ -46,6 +46,9 @@ read the ratios of one run, not absolute figures. Linux only (/proc).
 work too) and prints its CPU per poll beside the workers' and Postgres's.
 
 ``--mode in-process`` keeps the older measurement (scripts/_poll_in_process.py).
+``--explain`` prints EXPLAIN (ANALYZE, BUFFERS, WAL) of one poll's statements on a
+history of --operations x --polls events, and the durable floor's write beside them
+(scripts/_poll_explain.py).
 
     .venv/bin/python scripts/bench_poll.py --operations 20 --polls 25 --rounds 3
 """
@@ -679,7 +682,17 @@ def main() -> int:
         " (the machine's Redis serves others too)",
     )
     parser.add_argument("--database", default="jobwarden_bench", help="in-process mode's")
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="print EXPLAIN (ANALYZE, BUFFERS, WAL) of one poll's statements on a history of"
+        " --operations x --polls events (scripts/_poll_explain.py), then stop",
+    )
     args = parser.parse_args()
+    if args.explain:
+        from _poll_explain import explain_mode
+
+        return explain_mode(args)
     if args.mode == "in-process":
         from _poll_in_process import in_process_mode
 

@@ -100,8 +100,9 @@ class Operation:
     updated_at: datetime
     # When the row entered its state (0021); None on a snapshot built without it.
     state_since: datetime | None = None
-    # Not a column: the kind of the newest event, read in the same query. A create_sent
-    # or reconcile_sent with nothing after it means the sender died mid-request.
+    # The kind of the newest event, written with it (0028; read from the history before,
+    # by a subquery on every load). A create_sent or reconcile_sent with nothing after
+    # it means the sender died mid-request.
     last_event_kind: EventKind | None = None
 
     @classmethod
@@ -191,10 +192,11 @@ class RowChanges(TypedDict, total=False):
     last_event_hash: str
     updated_at: datetime
     state_since: datetime | None
+    last_event_kind: EventKind | None
 
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Operation))
-COLUMNS: frozenset[str] = frozenset(_FIELD_NAMES) - {"last_event_kind"}
+COLUMNS: frozenset[str] = frozenset(_FIELD_NAMES)
 # The text columns (and the newest event's kind) a snapshot holds as enums; the store binds
 # each as its value (models/persistence/store.py), and reads it back through this table.
 _ENUM_COLUMNS: dict[str, type[OperationState | EscalationReason | Monitor | EventKind]] = {

@@ -143,6 +143,7 @@ def test_no_index_of_the_operations_row_names_a_column_a_waiting_poll_writes(
         "updated_at",
         "event_count",
         "last_event_hash",
+        "last_event_kind",
         "status_requests_used",
         "reserved_request",
         "poll_attempt",
@@ -280,3 +281,51 @@ def test_the_notification_constraints_allow_exactly_the_live_kinds_channels_and_
             {"n": name},
         ).scalar_one()
         assert string_literals(definition) == {m.value for m in enum}, name
+
+
+def test_0028_gives_every_existing_row_the_kind_of_its_newest_event() -> None:
+    # Its own database: rows written (by today's code) with histories of different ends,
+    # migrated back to 0027 (no column: the load read the kind from the history) and up
+    # again: each row's column holds its newest event's kind, as the history says.
+    from alembic import command
+
+    from jobwarden.models.history.chain import EventDraft, EventKind
+    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence.db import dispose_all, step_session, transaction
+    from jobwarden.models.persistence.migrate import alembic_config, upgrade
+    from jobwarden.models.states import OperationState as S
+    from tests.conftest import scratch_database
+    from tests.integration.api_helpers import NOW, tenant_name
+    from tests.integration.notify_helpers import insert_operation
+
+    with scratch_database("jobwarden_m28") as url:
+        upgrade(url)
+        tenant = tenant_name()
+        fresh = insert_operation(url, tenant, S.create_pending, NOW)
+        polled = insert_operation(url, tenant, S.observing, NOW)
+        with step_session(url) as session:
+            op = store.load(session, polled)
+            assert op is not None
+            sent = EventDraft(kind=EventKind.poll_sent, actor="w", at=NOW)
+            store.fenced_update(session, op, changes={}, drafts=[sent], now=NOW)
+
+        def kinds() -> dict[uuid.UUID, object]:
+            with transaction(url) as session:
+                return {
+                    op_id: row.last_event_kind
+                    for op_id in (fresh, polled)
+                    if (row := store.load(session, op_id)) is not None
+                }
+
+        written = kinds()
+        assert written == {fresh: EventKind.intent_recorded, polled: EventKind.poll_sent}
+        dispose_all()
+        command.downgrade(alembic_config(url), "0027")
+        upgrade(url)
+        assert kinds() == written
+        with transaction(url) as session:
+            empty = session.scalar(
+                text("SELECT count(*) FROM operations WHERE last_event_kind IS NULL")
+            )
+        assert empty == 0
+        dispose_all()

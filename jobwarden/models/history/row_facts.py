@@ -101,6 +101,7 @@ UNBOUND_COLUMNS: Final = frozenset(
         "updated_at",  # bookkeeping
         "event_count",  # the chain head: checked against the events themselves
         "last_event_hash",  # the chain head
+        "last_event_kind",  # the newest event's kind (0028): the events themselves say it
         # timers, kept in operation_timers: when to look next, not what happened; the
         # sweeper sets dispatched_at without an event
         "next_poll_at",

@@ -16,7 +16,7 @@ every plan; scripts/bench_metrics.py measures a scrape at two history sizes):
   up by its key (a scalar subquery, never flattened into a join the planner could serve by
   reading every operation);
 - provider answers by status class, a counter over the whole history, from the tallies
-  and the deltas of the last fold interval (kept by a trigger as events are written).
+  and the deltas of the last fold interval (appended by the statements writing the events).
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 
 A counter such as ``jobwarden_provider_responses_total`` counts rows of a history that only
 grows; counting them at every scrape made a scrape cost about 0.3 s per million events.
-These are kept as the rows are written, by triggers of migration 0022 (so the write path
-in store.py is unchanged and no writer can forget them), in the same transaction: a
-rolled-back write never counts, a committed one always does.
+These are kept as the rows are written, in the same transaction: a rolled-back write
+never counts, a committed one always does.
 
 - ``provider_answer_deltas``: one row appended per write of provider answers, by status
-  class (operation_events insert);
+  class, by the statement that inserts the events (answer_tallies.py; 0022's trigger did
+  it until 0028, at more cost to every poll than the insert it counted);
 - ``ended_operation_deltas``: one row appended when a row enters an ended state (a
   TERMINAL one), leaves one or changes its counters in one (once per operation, never on
   a poll), with its request counters. Operations not ended are counted from their rows

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from enum import Enum
 from functools import lru_cache
@@ -21,7 +20,6 @@ from typing import Any, Final, cast
 from psycopg.types.json import Jsonb
 from sqlalchemy import (
     Table,
-    and_,
     bindparam,
     func,
     insert,
@@ -47,7 +45,7 @@ from jobwarden.models.history.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.history.verification import ChainProblem, check_result, verify_chain
 from jobwarden.models.humans.notifications import NOTIFY_STATES, Notice, notices_for
 from jobwarden.models.operation import COLUMNS, Operation, RowChanges
-from jobwarden.models.persistence import outbox
+from jobwarden.models.persistence import answer_tallies, outbox
 from jobwarden.models.persistence.db import driver_execute
 from jobwarden.models.persistence.tables import (
     ACTIVE_STATES,
@@ -67,24 +65,12 @@ RESULTS = cast(Table, ResultRow.__table__)
 TIMERS = cast(Table, TimerRow.__table__)
 _PG = psycopg_dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it untyped
 
-# The newest event's kind rides on the same SELECT: the (operation_id, seq) unique index
-# answers it, and a create_sent with nothing after it is how a lost send is recognised.
-_LAST_KIND = (
-    select(EVENTS.c.kind)
-    .where(
-        and_(
-            EVENTS.c.operation_id == OPERATIONS.c.operation_id,
-            EVENTS.c.seq == OPERATIONS.c.event_count,
-            # The partition key: only the operation's own partition is probed.
-            EVENTS.c.operation_created_at == OPERATIONS.c.created_at,
-        )
-    )
-    .scalar_subquery()
-    .label("last_event_kind")
-)
 # The timer lives in its own narrow row (tables.TimerRow: polls stay HOT updates); a
 # snapshot reads it with the row, and a row without one (none yet) reads as no timer.
-_LOAD = select(OPERATIONS, TIMERS.c.next_poll_at, TIMERS.c.dispatched_at, _LAST_KIND).select_from(
+# The newest event's kind is a column of the row (0028): a create_sent with nothing after
+# it is how a lost send is recognised, and reading it from the partitioned history cost
+# every load a third of its Postgres time (the subquery's partitions opened each time).
+_LOAD = select(OPERATIONS, TIMERS.c.next_poll_at, TIMERS.c.dispatched_at).select_from(
     OPERATIONS.outerjoin(TIMERS, TIMERS.c.operation_id == OPERATIONS.c.operation_id)
 )
 
@@ -142,7 +128,9 @@ def _timer_upsert(columns: tuple[str, ...]) -> str:
 
 
 @lru_cache(maxsize=512)
-def _fenced_sql(columns: tuple[str, ...], events: int, notifications: int = 0) -> str:
+def _fenced_sql(
+    columns: tuple[str, ...], events: int, notifications: int = 0, answers: int = 0
+) -> str:
     """The fenced write as one statement, per shape (which columns, how many events).
 
     ``WITH fenced AS (UPDATE ... RETURNING) INSERT events SELECT ... WHERE EXISTS (fenced)``:
@@ -179,6 +167,9 @@ def _fenced_sql(columns: tuple[str, ...], events: int, notifications: int = 0) -
         # statement (Postgres runs every data-modifying CTE, read or not); a poll's
         # shape, without notifications, is unchanged.
         ctes.append(outbox.cte("noted", notifications, "WHERE EXISTS (SELECT 1 FROM fenced)"))
+    if answers:
+        # The /metrics counter of provider answers (answer_tallies.py; a trigger before 0028).
+        ctes.append(answer_tallies.cte("tallied", answers, "WHERE EXISTS (SELECT 1 FROM fenced)"))
     return f"WITH {', '.join(ctes)} INSERT INTO operation_events ({names}) {rows} RETURNING seq"
 
 
@@ -298,15 +289,18 @@ def fenced_update(
     if chained:
         values["event_count"] = chained[-1].seq
         values["last_event_hash"] = chained[-1].hash
-    last_kind = chained[-1].draft.kind if chained else row.last_event_kind
-    stored = replace(row.with_changes(values), last_event_kind=last_kind)
+        values["last_event_kind"] = chained[-1].draft.kind
+    stored = row.with_changes(values)
     notices = _notices(row, stored, chained)
     # One statement: the events (and a stop's outbox rows) are inserted only if the fenced
     # update matched, so a poll's write is one round trip (in autocommit, its one commit).
-    sql = _fenced_sql(tuple(values), len(chained), outbox.rows(notices))
+    answered = answer_tallies.classes(chained)
+    sql = _fenced_sql(tuple(values), len(chained), outbox.rows(notices), len(answered))
     bound = _fenced_params(row, values, chained)
     if notices:
         bound.update(outbox.params(notices))
+    if answered:
+        bound.update(answer_tallies.params(row.provider, answered))
     result = driver_execute(session, sql, bound)
     written = len(result.fetchall()) if chained else result.rowcount
     if written != max(1, len(chained)):

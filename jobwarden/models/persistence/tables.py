@@ -242,6 +242,9 @@ class OperationRow(Base):
     validation_summary: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     event_count: Mapped[int] = mapped_column(Integer, default=0)
     last_event_hash: Mapped[str] = mapped_column(String(64))
+    # The newest event's kind, written with it (0028): a load reads it from the row, not
+    # from the partitioned history. Not indexed, so a poll that writes it stays HOT.
+    last_event_kind: Mapped[str | None] = mapped_column(String(40))
     updated_at: Mapped[datetime] = mapped_column(TZ)
     # When the row entered its state (0021): the escalations list's order. Unlike
     # updated_at it does not move on a poll, so indexing it keeps polls HOT updates.

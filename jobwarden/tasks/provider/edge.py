@@ -53,8 +53,8 @@ from jobwarden.observability import telemetry
 from jobwarden.tasks.provider.transport import (
     BodyState,
     DeadlinePassedError,
+    DirectSender,
     decoded_chunks,
-    new_client,
     read_body,
     request_deadline,
 )
@@ -393,16 +393,16 @@ class ProviderClient:
         *,
         answer_limit: int = MAX_ANSWER_BYTES,
     ) -> None:
-        self._clients: dict[str, httpx.Client] = {}
+        self._clients: dict[str, DirectSender] = {}
         self.plugins = plugins or {}
         self.answer_limit = answer_limit
 
-    def _client(self, contract: ProviderContract) -> httpx.Client:
+    def _client(self, contract: ProviderContract) -> DirectSender:
         client = self._clients.get(contract.name)
         if client is None:
             limits = httpx.Limits(max_connections=20, max_keepalive_connections=10)
-            client = self._clients[contract.name] = new_client(limits, USER_AGENT)
-            telemetry.instrument_client(client)
+            client = self._clients[contract.name] = DirectSender(limits, USER_AGENT)
+            telemetry.instrument_client(client.client)
         return client
 
     def close(self) -> None:
@@ -486,7 +486,7 @@ class ProviderClient:
                 method, _parsed(url), headers=all_headers, content=content, timeout=timeout
             )
             with request_deadline(timeout) as deadline:
-                response = client.send(outgoing, stream=True)
+                response = client.send(outgoing)
                 try:
                     status_code = response.status_code
                     lowered = dict(response.headers.items())

@@ -177,19 +177,76 @@ class DeadlineTransport(httpx.BaseTransport):
         self._routes.clear()
 
 
-def new_client(limits: httpx.Limits, user_agent: str) -> httpx.Client:
+def new_client(
+    limits: httpx.Limits, user_agent: str, transport: DeadlineTransport | None = None
+) -> httpx.Client:
     """A pooled client for one provider: no redirect followed, no cookie kept.
 
     ``trust_env=False``: the proxy variables are read by DeadlineTransport alone.
+    ``transport``: the one to send through (a new one for ``limits`` by default).
     """
     return httpx.Client(
-        transport=DeadlineTransport(limits),
+        transport=transport or DeadlineTransport(limits),
         follow_redirects=False,
         trust_env=False,
         # A provider cannot plant a cookie for later requests: the jar refuses every one.
         cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
         headers={"User-Agent": user_agent},
     )
+
+
+class DirectSender:
+    """``new_client``'s requests, sent straight to its transport (issue 37).
+
+    What ``httpx.Client.send`` adds around ``transport.handle_request`` is, for the edge,
+    work without effect on every poll: an auth flow with no auth, a redirect loop that
+    follows nothing, request and response hooks there are none of, and a cookie jar
+    that refuses every cookie yet parses each answer's headers into it (about 0.13 ms
+    of a poll's CPU, measured). This sends the same request, built as the client
+    builds it (its default headers merged under the caller's, the timeout as the
+    request's extension), through the same transport, and returns the transport's
+    response with its request set; the client is kept for what holds it: the OTel
+    httpx instrumentation wraps its transport's ``handle_request``, which this calls.
+
+    What it does not do: attach the request to a ``RequestError`` (the edge classifies
+    by type and never reads it) or time the answer (``elapsed``; nothing reads it).
+    tests/integration/test_provider_sender.py pins the parity against ``httpx.Client``:
+    the same bytes on the wire, the same timeouts, the same errors.
+    """
+
+    def __init__(self, limits: httpx.Limits, user_agent: str) -> None:
+        self._transport = DeadlineTransport(limits)
+        # The client owns the transport (closes it) and is what the instrumentation wraps.
+        self.client = new_client(limits, user_agent, self._transport)
+        self._timeouts: dict[float, dict[str, float | None]] = {}
+
+    def build_request(
+        self,
+        method: str,
+        url: httpx.URL,
+        *,
+        headers: dict[str, str],
+        content: bytes | None,
+        timeout: float,
+    ) -> httpx.Request:
+        """As ``httpx.Client.build_request`` builds it (no base URL, params or cookies)."""
+        merged = httpx.Headers(self.client.headers)
+        merged.update(headers)
+        extension = self._timeouts.get(timeout)
+        if extension is None:
+            extension = self._timeouts[timeout] = httpx.Timeout(timeout).as_dict()
+        return httpx.Request(
+            method, url, content=content, headers=merged, extensions={"timeout": extension}
+        )
+
+    def send(self, request: httpx.Request) -> httpx.Response:
+        """The answer with its body unread (``iter_raw``, then ``close``)."""
+        response = self._transport.handle_request(request)
+        response.request = request
+        return response
+
+    def close(self) -> None:
+        self.client.close()
 
 
 # -- reading answers ---------------------------------------------------------------------
