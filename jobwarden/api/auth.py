@@ -11,17 +11,18 @@ import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from jobwarden.api.access_log import note_tenant
-from jobwarden.api.context import settings_of
+from jobwarden.api.context import runtime_of, settings_of
 from jobwarden.api.problems import ProblemError
 from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence.db import transaction
+from jobwarden.tasks.humans import revocations
 from jobwarden.tasks.humans.principals import (
     LAST_USE_RESOLUTION,
     TOKEN_PREFIX,
@@ -32,6 +33,9 @@ from jobwarden.tasks.humans.principals import (
     secret_hash,
 )
 from jobwarden.tasks.runtime import utcnow
+
+if TYPE_CHECKING:
+    from jobwarden.api.token_cache import TokenCache
 
 # The shared token names are re-exported for the routes and the existing imports.
 __all__ = [
@@ -109,36 +113,34 @@ def _unauthenticated(detail: str) -> ProblemError:
 
 
 def authenticate(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
-    """The principal of a bearer token; 401 for a missing, unknown or revoked one."""
+    """The principal of a bearer token; 401 for a missing, unknown or revoked one.
+
+    With the app's token cache (jobwarden/api/token_cache.py, None when off), a token
+    looked up since the last revocation anywhere is answered from memory; the revocation
+    epoch is read first, in Redis, so a revoked token is looked up (and refused) by the
+    next request. Redis not answering: the token is looked up, as without a cache.
+    """
     if credentials is None or not credentials.credentials:
         raise _unauthenticated("send Authorization: Bearer <token>")
     token = credentials.credentials
     if not token.startswith(TOKEN_PREFIX):
         raise _unauthenticated("the bearer token is not a jobwarden API token")
-    # The app's TokenCache (jobwarden/api/token_cache.py), or None when it is off.
-    cache = getattr(request.app.state, "token_cache", None)
+    settings = settings_of(request)
+    cache: TokenCache | None = getattr(request.app.state, "token_cache", None)
     digest = secret_hash(token)
-    cached = cache.get(digest) if cache is not None else None
-    if cached is not None:
-        return cast(Principal, cached)
-    principal = principal_of(settings_of(request).database_url, token)
+    epoch = None
+    if cache is not None:
+        epoch = revocations.epoch(runtime_of(request).redis, settings.key_prefix)
+        cached = cache.get(digest, epoch) if epoch is not None else None
+        if cached is not None:
+            return cached
+    principal = principal_of(settings.database_url, token)
     # Unknown and revoked read alike: a caller learns nothing about which tokens exist.
     if principal is None:
         raise _unauthenticated("the API token is unknown or revoked")
-    if cache is not None:
-        cache.put(digest, principal)
+    if cache is not None and epoch is not None:
+        cache.put(digest, principal, epoch)
     return principal
-
-
-def _cached(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal | None:
-    """The principal the app's token cache holds for this bearer token, if any (no I/O)."""
-    cache = getattr(request.app.state, "token_cache", None)
-    if cache is None or credentials is None:
-        return None
-    token = credentials.credentials
-    if not token.startswith(TOKEN_PREFIX):
-        return None
-    return cast(Principal | None, cache.get(secret_hash(token)))
 
 
 def require(scope: Scope) -> Callable[..., Awaitable[Principal]]:
@@ -152,10 +154,8 @@ def require(scope: Scope) -> Callable[..., Awaitable[Principal]]:
         request: Request,
         credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),  # noqa: B008 - FastAPI's idiom
     ) -> Principal:
-        # A cached token is answered on the event loop; a lookup goes to a worker thread.
-        principal = _cached(request, credentials)
-        if principal is None:
-            principal = await run_in_threadpool(authenticate, request, credentials)
+        # Both the epoch read and a lookup are blocking I/O: a worker thread's.
+        principal = await run_in_threadpool(authenticate, request, credentials)
         note_tenant(request, principal.tenant)
         if scope not in principal.scopes:
             raise ProblemError(
