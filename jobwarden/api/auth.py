@@ -46,6 +46,8 @@ __all__ = [
     "Principal",
     "Scope",
     "authenticate",
+    "authorize",
+    "bearer",
     "create_token",
     "new_token",
     "principal_from",
@@ -105,7 +107,7 @@ def create_token(
 
 
 # auto_error=False: a missing header is our 401 problem, not FastAPI's plain 403.
-_bearer = HTTPBearer(auto_error=False, description="An API token: `jobwarden tokens create`")
+bearer = HTTPBearer(auto_error=False, description="An API token: `jobwarden tokens create`")
 
 
 def _unauthenticated(detail: str) -> ProblemError:
@@ -143,29 +145,34 @@ def authenticate(request: Request, credentials: HTTPAuthorizationCredentials | N
     return principal
 
 
-def require(scope: Scope) -> Callable[..., Awaitable[Principal]]:
-    """A FastAPI dependency: the principal of the request's token, which must hold ``scope``.
+def authorize(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, scope: Scope
+) -> Principal:
+    """The principal of the request's token, which must hold ``scope`` (blocking I/O: call
+    it from a worker thread). Missing, unknown or revoked token: 401 with
+    ``WWW-Authenticate: Bearer``; a valid token without the scope: 403."""
+    principal = authenticate(request, credentials)
+    note_tenant(request, principal.tenant)
+    if scope not in principal.scopes:
+        raise ProblemError(
+            403,
+            "insufficient_scope",
+            f"this route needs the {scope.value!r} scope; the token has "
+            f"{sorted(s.value for s in principal.scopes)}",
+            required_scope=scope.value,
+        )
+    return principal
 
-    Missing, unknown or revoked token: 401 with ``WWW-Authenticate: Bearer``;
-    a valid token without the scope: 403.
-    """
+
+def require(scope: Scope) -> Callable[..., Awaitable[Principal]]:
+    """A FastAPI dependency: the principal of the request's token, which must hold ``scope``
+    (``authorize``, in a worker thread)."""
 
     async def dependency(
         request: Request,
-        credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),  # noqa: B008 - FastAPI's idiom
+        credentials: HTTPAuthorizationCredentials | None = Depends(bearer),  # noqa: B008 - FastAPI's idiom
     ) -> Principal:
-        # Both the epoch read and a lookup are blocking I/O: a worker thread's.
-        principal = await run_in_threadpool(authenticate, request, credentials)
-        note_tenant(request, principal.tenant)
-        if scope not in principal.scopes:
-            raise ProblemError(
-                403,
-                "insufficient_scope",
-                f"this route needs the {scope.value!r} scope; the token has "
-                f"{sorted(s.value for s in principal.scopes)}",
-                required_scope=scope.value,
-            )
-        return principal
+        return await run_in_threadpool(authorize, request, credentials, scope)
 
     dependency.__name__ = f"require_{scope.value}"
     return dependency

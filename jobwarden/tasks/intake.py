@@ -307,7 +307,7 @@ def _submit(
                 result = created
             else:
                 result = _existing(session, sub, fingerprint, contract)
-                api_store.append_intake(session, _logged(door, who, actor, sub, result))
+                intake_store.log(session, _logged(door, who, actor, sub, result))
     except SubmissionInProgressError:
         # A concurrent submission holding the key longer than the lock timeout decides.
         result = SubmitResult(

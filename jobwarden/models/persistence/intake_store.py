@@ -45,7 +45,7 @@ from jobwarden.models.operation import COLUMNS, Operation, RowChanges
 from jobwarden.models.persistence import outbox
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.api_tables import IntakeLogRow
-from jobwarden.models.persistence.db import raw_execute, wrap_exceptions
+from jobwarden.models.persistence.db import driver_execute, raw_execute, wrap_exceptions
 from jobwarden.models.persistence.tables import TIMER_COLUMNS, EventRow, OperationRow
 from jobwarden.models.plan import Plan
 
@@ -320,3 +320,16 @@ def stored(session: Session, tenant: str, key: str) -> Stored | None:
         trace_id=trace_id,
         created_state=created_state,
     )
+
+
+# The log entry of an answer that created nothing (replayed, conflict, in progress ...),
+# as one prepared text statement: SQLAlchemy's ORM insert built its values per call at
+# a quarter of a replay's CPU.
+_LOG: Final = "INSERT INTO intake_log ({}) VALUES ({})".format(*_select("l_", _ENTRY_CASTS))
+
+
+def log(session: Session, entry: IntakeEntry) -> None:
+    """Append ``entry`` to the intake log (api_store.append_intake's twin for intake's own
+    answers, in the caller's session)."""
+    params = {f"l_{c}": _bound(f"l_{c}", getattr(entry, c)) for c in _ENTRY_CASTS}
+    driver_execute(session, _LOG, params)
