@@ -403,13 +403,11 @@ async def submit(
     request: Request,
     credentials: HTTPAuthorizationCredentials | None = Depends(bearer),  # noqa: B008
 ) -> JSONResponse:
-    """Record an operation for the token's tenant; the same answer for the same request.
-
-    One trip to a worker thread for the token and the submission together (a thread hop
-    of its own for each was a tenth of the request's CPU). The headers and the body are
-    read on the event loop first, but a refusal of them is raised only once the token is
-    accepted: 401 and 403 still come before any other answer.
-    """
+    """Record an operation for the token's tenant; the same answer for the same request."""
+    # One trip to a worker thread for the token and the submission together (a thread hop
+    # of its own for each cost about a tenth of the request's CPU). The headers and body
+    # are read on the event loop first, but a refusal of them is raised only once the
+    # token is accepted: 401 and 403 still come before any other answer.
     settings = settings_of(request)
     read: tuple[str, SubmissionBody] | ProblemError
     try:

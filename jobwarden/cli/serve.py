@@ -107,7 +107,7 @@ def tokens_revoke(token_id: str) -> None:
     """Revoke a token: its next request is 401. Exit 1 if no live token has this id.
 
     Every API process is told through Redis (the revocation epoch), so one that holds the
-    token in memory looks it up again at its next request; Redis not answering is exit 1
+    token in memory looks it up again at its next request; Redis not answering is exit 2
     with the token revoked (processes then forget it within JOBWARDEN_API_TOKEN_CACHE_SECONDS).
     """
     from redis import Redis

@@ -1,12 +1,12 @@
-"""The token revocation epoch: how every API process learns, at its next request, that a
-token it remembers was revoked (issue 37).
+"""The token revocation epoch: every API process learns of a revocation at its next request.
 
-API processes keep live tokens' principals in memory (jobwarden/api/token_cache.py), so a
-request needs no Postgres lookup for its token. What makes that safe is one Redis value,
-the epoch: ``jobwarden tokens revoke`` commits the revocation, then sets the epoch to a
-fresh random value; every request reads the epoch before it trusts its cache, and a
-cache that sees another epoch than the one it filled under forgets everything. So the
-next request on every process after ``revoke`` returns looks the token up, and is 401.
+Issue 37: API processes keep live tokens' principals in memory
+(jobwarden/api/token_cache.py), so a request needs no Postgres lookup for its token.
+What makes that safe is one Redis value, the epoch: ``jobwarden tokens revoke`` commits
+the revocation, then sets the epoch to a fresh random value; every request reads the
+epoch before it trusts its cache, and a cache that sees another epoch than the one it
+filled under forgets everything. So the next request on every process after ``revoke``
+returns looks the token up, and is 401.
 
 A random value, not a counter: Redis may lose the key (a restart without persistence, a
 flush); a counter would then count up through values a cache has already seen. A missing
