@@ -235,6 +235,30 @@ def test_a_read_only_token_cannot_submit(api: str, database_url: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("headers", "content"),
+    [
+        ({}, b'{"provider": "sandbox", "command": {}}'),  # no Idempotency-Key: 400 otherwise
+        ({"Content-Type": "text/plain"}, b"{}"),  # 415 otherwise
+        ({"Content-Type": "application/json"}, b"{not json"),  # 400 otherwise
+    ],
+    ids=["no-key", "media-type", "malformed"],
+)
+def test_the_token_is_judged_before_the_headers_and_the_body(
+    api: str, database_url: str, headers: dict[str, str], content: bytes
+) -> None:
+    # The route reads headers and body before its one trip to a worker thread, where the
+    # token is checked: a refusal of them must still wait for the token's answer.
+    key = None if not headers else secrets.token_hex(8)
+    for bearer, status, kind in (
+        (None, 401, "unauthenticated"),
+        ("jw_unknown-token", 401, "unauthenticated"),
+        (token(database_url, Scope.read), 403, "insufficient_scope"),
+    ):
+        answer = post(api, bearer, key=key, headers=headers, content=content)
+        assert_problem(answer, status, kind)
+
+
+@pytest.mark.parametrize(
     "bearer", [None, "jw_unknown-token", "not-a-jobwarden-token"], ids=["none", "unknown", "alien"]
 )
 def test_a_missing_or_unknown_token_is_401_with_a_bearer_challenge(
