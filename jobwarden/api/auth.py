@@ -11,17 +11,18 @@ import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from jobwarden.api.access_log import note_tenant
-from jobwarden.api.context import settings_of
+from jobwarden.api.context import runtime_of, settings_of
 from jobwarden.api.problems import ProblemError
 from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence.db import transaction
+from jobwarden.tasks.humans import revocations
 from jobwarden.tasks.humans.principals import (
     LAST_USE_RESOLUTION,
     TOKEN_PREFIX,
@@ -33,6 +34,9 @@ from jobwarden.tasks.humans.principals import (
 )
 from jobwarden.tasks.runtime import utcnow
 
+if TYPE_CHECKING:
+    from jobwarden.api.token_cache import TokenCache
+
 # The shared token names are re-exported for the routes and the existing imports.
 __all__ = [
     "LAST_USE_RESOLUTION",
@@ -42,6 +46,8 @@ __all__ = [
     "Principal",
     "Scope",
     "authenticate",
+    "authorize",
+    "bearer",
     "create_token",
     "new_token",
     "principal_from",
@@ -101,7 +107,7 @@ def create_token(
 
 
 # auto_error=False: a missing header is our 401 problem, not FastAPI's plain 403.
-_bearer = HTTPBearer(auto_error=False, description="An API token: `jobwarden tokens create`")
+bearer = HTTPBearer(auto_error=False, description="An API token: `jobwarden tokens create`")
 
 
 def _unauthenticated(detail: str) -> ProblemError:
@@ -109,63 +115,64 @@ def _unauthenticated(detail: str) -> ProblemError:
 
 
 def authenticate(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
-    """The principal of a bearer token; 401 for a missing, unknown or revoked one."""
+    """The principal of a bearer token; 401 for a missing, unknown or revoked one.
+
+    With the app's token cache (jobwarden/api/token_cache.py, None when off), a token
+    looked up since the last revocation anywhere is answered from memory; the revocation
+    epoch is read first, in Redis, so a revoked token is looked up (and refused) by the
+    next request. Redis not answering: the token is looked up, as without a cache.
+    """
     if credentials is None or not credentials.credentials:
         raise _unauthenticated("send Authorization: Bearer <token>")
     token = credentials.credentials
     if not token.startswith(TOKEN_PREFIX):
         raise _unauthenticated("the bearer token is not a jobwarden API token")
-    # The app's TokenCache (jobwarden/api/token_cache.py), or None when it is off.
-    cache = getattr(request.app.state, "token_cache", None)
+    settings = settings_of(request)
+    cache: TokenCache | None = getattr(request.app.state, "token_cache", None)
     digest = secret_hash(token)
-    cached = cache.get(digest) if cache is not None else None
-    if cached is not None:
-        return cast(Principal, cached)
-    principal = principal_of(settings_of(request).database_url, token)
+    epoch = None
+    if cache is not None:
+        epoch = revocations.epoch(runtime_of(request).redis, settings.key_prefix)
+        cached = cache.get(digest, epoch) if epoch is not None else None
+        if cached is not None:
+            return cached
+    principal = principal_of(settings.database_url, token)
     # Unknown and revoked read alike: a caller learns nothing about which tokens exist.
     if principal is None:
         raise _unauthenticated("the API token is unknown or revoked")
-    if cache is not None:
-        cache.put(digest, principal)
+    if cache is not None and epoch is not None:
+        cache.put(digest, principal, epoch)
     return principal
 
 
-def _cached(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal | None:
-    """The principal the app's token cache holds for this bearer token, if any (no I/O)."""
-    cache = getattr(request.app.state, "token_cache", None)
-    if cache is None or credentials is None:
-        return None
-    token = credentials.credentials
-    if not token.startswith(TOKEN_PREFIX):
-        return None
-    return cast(Principal | None, cache.get(secret_hash(token)))
+def authorize(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, scope: Scope
+) -> Principal:
+    """The principal of the request's token, which must hold ``scope`` (blocking I/O: call
+    it from a worker thread). Missing, unknown or revoked token: 401 with
+    ``WWW-Authenticate: Bearer``; a valid token without the scope: 403."""
+    principal = authenticate(request, credentials)
+    note_tenant(request, principal.tenant)
+    if scope not in principal.scopes:
+        raise ProblemError(
+            403,
+            "insufficient_scope",
+            f"this route needs the {scope.value!r} scope; the token has "
+            f"{sorted(s.value for s in principal.scopes)}",
+            required_scope=scope.value,
+        )
+    return principal
 
 
 def require(scope: Scope) -> Callable[..., Awaitable[Principal]]:
-    """A FastAPI dependency: the principal of the request's token, which must hold ``scope``.
-
-    Missing, unknown or revoked token: 401 with ``WWW-Authenticate: Bearer``;
-    a valid token without the scope: 403.
-    """
+    """A FastAPI dependency: the principal of the request's token, which must hold ``scope``
+    (``authorize``, in a worker thread)."""
 
     async def dependency(
         request: Request,
-        credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),  # noqa: B008 - FastAPI's idiom
+        credentials: HTTPAuthorizationCredentials | None = Depends(bearer),  # noqa: B008 - FastAPI's idiom
     ) -> Principal:
-        # A cached token is answered on the event loop; a lookup goes to a worker thread.
-        principal = _cached(request, credentials)
-        if principal is None:
-            principal = await run_in_threadpool(authenticate, request, credentials)
-        note_tenant(request, principal.tenant)
-        if scope not in principal.scopes:
-            raise ProblemError(
-                403,
-                "insufficient_scope",
-                f"this route needs the {scope.value!r} scope; the token has "
-                f"{sorted(s.value for s in principal.scopes)}",
-                required_scope=scope.value,
-            )
-        return principal
+        return await run_in_threadpool(authorize, request, credentials, scope)
 
     dependency.__name__ = f"require_{scope.value}"
     return dependency

@@ -1,12 +1,15 @@
-"""Principals of recently used API tokens, per API process, for a few seconds at most.
+"""Principals of recently used API tokens, per API process, forgotten at a revocation.
 
-Every request looked its token up in Postgres (a session, a round trip, ~8 % of an
-intake request's CPU). With ``JOBWARDEN_API_TOKEN_CACHE_SECONDS`` > 0 a token found
-live is answered from memory until that many seconds after the lookup; the expiry is
-fixed at the lookup, never extended by use, so a revoked token stops working in every
-process at most that long after ``jobwarden tokens revoke``. Only live tokens are
-kept: an unknown or revoked one is looked up every time, so a new token works at once.
-Keys are the tokens' sha256 digests, never the tokens themselves.
+Every request looked its token up in Postgres (a round trip of the intake's two, and
+~8 % of its CPU). A live token's principal is kept here, under the revocation epoch read
+before its lookup (jobwarden/tasks/humans/revocations.py); a request answers from memory
+only when the epoch it reads now is the same, so the first request after ``jobwarden
+tokens revoke`` on every process finds the cache emptied and looks its token up. An
+entry also expires ``JOBWARDEN_API_TOKEN_CACHE_SECONDS`` after its lookup (fixed then,
+never extended by use): the bound for a revocation Redis did not hear of (SQL by hand,
+Redis down during ``revoke``), and how often a token's last use is recorded. Only live
+tokens are kept: an unknown or revoked one is looked up every time, so a new token
+works at once. Keys are the tokens' sha256 digests, never the tokens themselves.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from jobwarden.api.auth import Principal
+from jobwarden.tasks.humans.principals import Principal
 
 # Bounds the memory a flood of distinct tokens could take; reaching it starts afresh.
 MAX_ENTRIES = 10_000
@@ -28,11 +31,19 @@ class TokenCache:
         self.ttl_seconds = ttl_seconds
         self.clock = clock
         self._entries: dict[str, tuple[float, Principal]] = {}
+        self._epoch: str | None = None
         self._lock = threading.Lock()
 
-    def get(self, digest: str) -> Principal | None:
-        """The principal looked up less than ttl_seconds ago, else None."""
+    def _at(self, epoch: str) -> None:
+        # Another epoch: a token may have been revoked since anything here was looked up.
+        if epoch != self._epoch:
+            self._entries.clear()
+            self._epoch = epoch
+
+    def get(self, digest: str, epoch: str) -> Principal | None:
+        """The principal looked up under ``epoch`` less than ttl_seconds ago, else None."""
         with self._lock:
+            self._at(epoch)
             entry = self._entries.get(digest)
             if entry is None:
                 return None
@@ -41,8 +52,13 @@ class TokenCache:
                 return None
             return entry[1]
 
-    def put(self, digest: str, principal: Principal) -> None:
+    def put(self, digest: str, principal: Principal, epoch: str) -> None:
+        """Keep a principal looked up after ``epoch`` was read (read before the lookup, so
+        a revocation committed during it moved the epoch on). Not kept if another request
+        saw a newer epoch meanwhile: epochs are random, so which is newer is unknown."""
         with self._lock:
+            if epoch != self._epoch:
+                return
             if len(self._entries) >= MAX_ENTRIES:
                 self._entries.clear()
             self._entries[digest] = (self.clock() + self.ttl_seconds, principal)

@@ -104,18 +104,30 @@ def tokens_list(
 
 @tokens_app.command("revoke")
 def tokens_revoke(token_id: str) -> None:
-    """Revoke a token: its next request is 401. Exit 1 if no live token has this id."""
+    """Revoke a token: its next request is 401. Exit 1 if no live token has this id.
+
+    Every API process is told through Redis (the revocation epoch), so one that holds the
+    token in memory looks it up again at its next request; Redis not answering is exit 2
+    with the token revoked (processes then forget it within JOBWARDEN_API_TOKEN_CACHE_SECONDS).
+    """
+    from redis import Redis
+
     from jobwarden.config.settings import get_settings
-    from jobwarden.models.persistence import api_store
-    from jobwarden.models.persistence.db import transaction
-    from jobwarden.tasks.runtime import utcnow
+    from jobwarden.models.errors import RevocationNotAnnouncedError
+    from jobwarden.tasks.humans.revocations import revoke
 
     try:
         parsed = uuid.UUID(token_id)
     except ValueError:
         raise _fail(f"not a token id: {token_id!r}") from None
-    with transaction(get_settings().database_url) as session:
-        revoked = api_store.revoke_token(session, parsed, now=utcnow())
+    settings = get_settings()
+    redis = Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        revoked = revoke(settings.database_url, redis, settings.key_prefix, parsed)
+    except RevocationNotAnnouncedError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        redis.close()
     if not revoked:
         err.print(f"no live token {token_id}", markup=False)
         raise typer.Exit(1)

@@ -137,9 +137,10 @@ class Settings(BaseSettings):
     # connection opening or the previous answer; a slower client is dropped (jobwarden/api/
     # server.py). uvicorn bounds only the idle time between requests.
     api_read_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
-    # Seconds an API process answers a live token from memory (jobwarden/api/token_cache.py);
-    # a revoked token works for at most this long. 0: every request looks its token up.
-    api_token_cache_seconds: float = Field(default=0.0, ge=0, le=10)
+    # Seconds an API process answers a live token from memory (jobwarden/api/token_cache.py).
+    # `jobwarden tokens revoke` empties every process's cache at once (a Redis epoch); this
+    # bounds a revocation Redis did not hear of. 0: every request looks its token up.
+    api_token_cache_seconds: float = Field(default=10.0, ge=0, le=10)
     # The MCP server for agents (jobwarden mcp): its transport, where its HTTP listens, and
     # the variable a stdio server reads its API token from (the token never rests here).
     mcp_transport: Literal["stdio", "http"] = "stdio"

@@ -201,6 +201,14 @@ class ResultStoreUnavailableError(RetryLaterError):
     """
 
 
+class RevocationNotAnnouncedError(RetryLaterError):
+    """The token is revoked in Postgres, but Redis did not take the revocation epoch.
+
+    API processes that hold the token in memory accept it until their entry expires
+    (JOBWARDEN_API_TOKEN_CACHE_SECONDS at most); revoking it again announces it again.
+    """
+
+
 class GiveUpError(JobwardenError):
     """Non-retryable: automation must stop and a human must look."""
 

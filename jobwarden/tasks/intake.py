@@ -31,7 +31,7 @@ from jobwarden.models.intake.submission import (
 from jobwarden.models.intake.trace_context import trace_id_from
 from jobwarden.models.persistence import api_store, concurrency_store, intake_store, store
 from jobwarden.models.persistence.api_store import IntakeEntry
-from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.db import claim_session, transaction
 from jobwarden.models.persistence.tables import Base, EventRow, OperationRow
 from jobwarden.models.states import TERMINAL
 from jobwarden.models.states import OperationState as S
@@ -170,6 +170,10 @@ def submit_request(
         return _advised(rt, _submit(rt, sub, door, who, caller_trace, resubmit_of, recorded))
 
 
+# How long a claim waits for a concurrent submission of the same key to commit before
+# answering in_progress.
+LOCK_TIMEOUT = "5s"
+
 # The answers that name an operation a worker must still drive.
 _WAITING_ANSWERS = frozenset(
     {SubmitOutcome.created, SubmitOutcome.replayed, SubmitOutcome.duplicate_event}
@@ -264,8 +268,16 @@ def _submit(
         on_behalf_of=who.on_behalf_of,
         break_glass=who.break_glass,
     )
+    url = rt.settings.database_url
+    # Without a concurrency key the claim is one statement, its own transaction, on a
+    # connection that carries the lock timeout (db.claim_session): no BEGIN, SET LOCAL or
+    # COMMIT around it. A concurrency key's lock must be held until the row is in, so
+    # that claim runs in a transaction of its own.
+    keyed = sub.concurrency_key is not None
     try:
-        with transaction(rt.settings.database_url) as session:
+        with (
+            transaction(url) if keyed else claim_session(url, lock_timeout=LOCK_TIMEOUT)
+        ) as session:
             occupancy = None
             if sub.concurrency_key is not None:
                 # Held until this commit, so the count cannot go stale before the row is
@@ -284,13 +296,18 @@ def _submit(
             # created entry in the insert's own statement, any other answer after it.
             entry = _logged(door, who, actor, sub, created)
             stored = intake_store.insert(
-                session, op, intent, entry, lock_timeout="5s", contract_text=version.text
+                session,
+                op,
+                intent,
+                entry,
+                lock_timeout=LOCK_TIMEOUT if keyed else None,
+                contract_text=version.text,
             )
             if stored is not None:
                 result = created
             else:
                 result = _existing(session, sub, fingerprint, contract)
-                api_store.append_intake(session, _logged(door, who, actor, sub, result))
+                intake_store.log(session, _logged(door, who, actor, sub, result))
     except SubmissionInProgressError:
         # A concurrent submission holding the key longer than the lock timeout decides.
         result = SubmitResult(
@@ -326,17 +343,17 @@ def _logged(door: str, who: Caller, actor: str, sub: Submission, r: SubmitResult
 def _existing(
     session: Session, sub: Submission, fingerprint: str, contract: ProviderContract
 ) -> SubmitResult:
-    row = store.find_by_key(session, sub.tenant, sub.idempotency_key)
-    if row is not None:
+    taken = intake_store.stored(session, sub.tenant, sub.idempotency_key)
+    if taken is not None:
         # Conflict is checked before anything else, and the stored operation is not touched.
-        replayed = row.request_fingerprint == fingerprint
+        replayed = taken.request_fingerprint == fingerprint
         return SubmitResult(
             outcome=SubmitOutcome.replayed if replayed else SubmitOutcome.conflict,
-            operation_id=str(row.operation_id),
-            state=row.state,
+            operation_id=str(taken.operation_id),
+            state=taken.state,
             fingerprint=fingerprint,
-            trace_id=row.trace_id,
-            created_state=_created_state(session, row.operation_id, contract) if replayed else None,
+            trace_id=taken.trace_id,
+            created_state=_created_state(taken.created_state, contract) if replayed else None,
         )
     if sub.source_event_id is not None:
         row = store.find_by_source_event(session, sub.tenant, sub.provider, sub.source_event_id)
@@ -353,11 +370,10 @@ def _existing(
     )
 
 
-def _created_state(session: Session, operation_id: uuid.UUID, contract: ProviderContract) -> str:
+def _created_state(logged: str | None, contract: ProviderContract) -> str:
     """The state the answer that created the operation named, so a replay can repeat it."""
-    state = api_store.created_state(session, operation_id)
-    if state is not None:
-        return state
+    if logged is not None:
+        return logged
     # Created before the intake log existed: the state its contract starts one in, as
     # far as the contract says (a queue it waited in is not on the record).
     return initial_state(contract, None).value

@@ -17,13 +17,16 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from redis import Redis
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
 from jobwarden.api.app import create_app
 from jobwarden.api.auth import Scope, create_token
+from jobwarden.config.settings import get_settings
 from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence.db import transaction
+from jobwarden.tasks.humans import revocations
 from tests.api_server import serving
 
 COMMAND = {"kind": "export", "behaviour": {"polls_to_finish": 1}}
@@ -232,6 +235,30 @@ def test_a_read_only_token_cannot_submit(api: str, database_url: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("headers", "content"),
+    [
+        ({}, b'{"provider": "sandbox", "command": {}}'),  # no Idempotency-Key: 400 otherwise
+        ({"Content-Type": "text/plain"}, b"{}"),  # 415 otherwise
+        ({"Content-Type": "application/json"}, b"{not json"),  # 400 otherwise
+    ],
+    ids=["no-key", "media-type", "malformed"],
+)
+def test_the_token_is_judged_before_the_headers_and_the_body(
+    api: str, database_url: str, headers: dict[str, str], content: bytes
+) -> None:
+    # The route reads headers and body before its one trip to a worker thread, where the
+    # token is checked: a refusal of them must still wait for the token's answer.
+    key = None if not headers else secrets.token_hex(8)
+    for bearer, status, kind in (
+        (None, 401, "unauthenticated"),
+        ("jw_unknown-token", 401, "unauthenticated"),
+        (token(database_url, Scope.read), 403, "insufficient_scope"),
+    ):
+        answer = post(api, bearer, key=key, headers=headers, content=content)
+        assert_problem(answer, status, kind)
+
+
+@pytest.mark.parametrize(
     "bearer", [None, "jw_unknown-token", "not-a-jobwarden-token"], ids=["none", "unknown", "alien"]
 )
 def test_a_missing_or_unknown_token_is_401_with_a_bearer_challenge(
@@ -246,16 +273,31 @@ def test_a_revoked_token_is_401(api: str, database_url: str) -> None:
     bearer = token(database_url)
     assert post(api, bearer, key=secrets.token_hex(8)).status_code == 201
     from jobwarden.api.auth import secret_hash
-    from jobwarden.tasks.runtime import utcnow
 
     with transaction(database_url) as session:
         record = api_store.token_by_hash(session, secret_hash(bearer))
         assert record is not None
-        assert api_store.revoke_token(session, record.token_id, now=utcnow())
+    # As `jobwarden tokens revoke` does: committed, then announced to every API process's
+    # token cache (tests/integration/test_api_token_cache.py).
+    settings = get_settings()
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        assert revocations.revoke(database_url, redis, settings.key_prefix, record.token_id)
+    finally:
+        redis.close()
     assert_problem(post(api, bearer, key=secrets.token_hex(8)), 401, "unauthenticated")
 
 
-def test_a_token_records_its_last_use_at_most_once_a_minute(api: str, database_url: str) -> None:
+def test_a_token_records_its_last_use_at_most_once_a_minute(database_url: str) -> None:
+
+    # Without the token cache: every request looks its token up, and only the minute
+    # holds a second write back (with it, a lookup is rarer still).
+    uncached = create_app(get_settings().model_copy(update={"api_token_cache_seconds": 0}))
+    with serving(uncached) as api:
+        _records_its_last_use_at_most_once_a_minute(api, database_url)
+
+
+def _records_its_last_use_at_most_once_a_minute(api: str, database_url: str) -> None:
     from jobwarden.api.auth import secret_hash
 
     bearer = token(database_url)

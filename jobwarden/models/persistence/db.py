@@ -3,14 +3,70 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+import select
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import psycopg
-from sqlalchemy import Engine, create_engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry
+
+# A pooled connection unused this long is pinged at its next checkout: a firewall or the
+# server may have dropped it without a word. One in steady use never is (issue 37: two
+# pre-pings were two of an intake's seven statements).
+IDLE_PING_SECONDS: Final = 30.0
+# Replaced after this long whatever happens, so no connection outlives a quiet failover.
+RECYCLE_SECONDS: Final = 1800
+_IDLE_SINCE: Final = "jobwarden.idle_since"  # ConnectionPoolEntry.info: when it came back
+
+
+def _server_hung_up(driver: Any) -> bool:
+    """Whether an idle connection's socket has something to read, without a round trip.
+
+    An idle connection is told nothing, unless the server is ending it: a backend
+    terminated (pg_terminate_backend, a restart, idle_session_timeout) sends its FATAL
+    error and closes, so the socket turns readable. Pooled connections never LISTEN, so
+    nothing else arrives unasked.
+    """
+    conn = cast("psycopg.Connection[Any]", driver)
+    if conn.closed or conn.broken:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(conn.pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
+        return bool(poller.poll(0))
+    except (OSError, psycopg.Error):
+        return True
+
+
+def _check_on_checkout(engine: Engine) -> None:
+    """Pessimistic disconnect handling without a ping per checkout (SQLAlchemy's
+    "custom pessimistic ping" recipe): a connection the server hung up on, or one idle
+    past IDLE_PING_SECONDS that fails a ping, raises DisconnectionError, which makes the
+    pool drop it and hand out a fresh one, so the caller never sees it. A connection that
+    dies in use is invalidated by SQLAlchemy with every older one in the pool."""
+
+    @event.listens_for(engine, "checkin")
+    def _returned(driver: Any, entry: ConnectionPoolEntry) -> None:
+        entry.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _handed_out(driver: Any, entry: ConnectionPoolEntry, proxy: Any) -> None:
+        if _server_hung_up(driver):
+            raise DisconnectionError("the server closed this pooled connection")
+        since = entry.info.get(_IDLE_SINCE)
+        if since is not None and time.monotonic() - since > IDLE_PING_SECONDS:
+            try:
+                engine.dialect.do_ping(driver)
+            except psycopg.Error as exc:
+                raise DisconnectionError(
+                    "a pooled connection idle too long failed its ping"
+                ) from exc
+
 
 _engines: dict[tuple[int, str], Engine] = {}
 
@@ -20,9 +76,42 @@ def engine_for(url: str) -> Engine:
     key = (os.getpid(), url)
     engine = _engines.get(key)
     if engine is None:
-        engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+        engine = create_engine(
+            url, pool_pre_ping=False, pool_recycle=RECYCLE_SECONDS, pool_size=5, max_overflow=5
+        )
+        _check_on_checkout(engine)
         _engines[key] = engine
     return engine
+
+
+_claim_engines: dict[tuple[int, str, str], Engine] = {}
+
+
+@contextmanager
+def claim_session(url: str, *, lock_timeout: str) -> Iterator[Session]:
+    """A session in autocommit whose connections wait on a lock at most ``lock_timeout``.
+
+    For intake's claim, one statement that is its own transaction: the timeout is set
+    once per connection, at connect (``-c lock_timeout``), instead of a BEGIN, a ``SET
+    LOCAL`` and a COMMIT around every claim. A lock wait past it fails the statement
+    with 55P03 (lock_not_available); autocommit leaves nothing to roll back.
+    """
+    key = (os.getpid(), url, lock_timeout)
+    engine = _claim_engines.get(key)
+    if engine is None:
+        engine = create_engine(
+            url,
+            pool_pre_ping=False,
+            pool_recycle=RECYCLE_SECONDS,
+            pool_size=5,
+            max_overflow=5,
+            isolation_level="AUTOCOMMIT",
+            connect_args={"options": f"-c lock_timeout={lock_timeout}"},
+        )
+        _check_on_checkout(engine)
+        _claim_engines[key] = engine
+    with Session(engine, expire_on_commit=False) as session:
+        yield session
 
 
 _step_engines: dict[tuple[int, str], Engine] = {}
@@ -30,10 +119,11 @@ _DRIVER = "jobwarden.driver"  # session.info: a step session's connection and it
 
 
 def dispose_all() -> None:
-    for engine in (*_engines.values(), *_step_engines.values()):
+    for engine in (*_engines.values(), *_step_engines.values(), *_claim_engines.values()):
         engine.dispose()
     _engines.clear()
     _step_engines.clear()
+    _claim_engines.clear()
     _readers.clear()
     _makers.clear()
 
@@ -87,6 +177,28 @@ def driver_execute(
         raise DBAPIError.instance(
             statement,
             dict(params),
+            exc,
+            psycopg.Error,
+            connection_invalidated=lost,
+            dialect=connection.dialect,
+        ) from exc
+
+
+def raw_execute(session: Session, statement: str, params: Sequence[Any]) -> psycopg.Cursor[Any]:
+    """Run a statement with ``$n`` placeholders on the session's psycopg connection as it is
+    (a ``psycopg.RawCursor``: no placeholder conversion), errors as driver_execute's."""
+    connection = session.connection()
+    raw = cast("psycopg.Connection[Any]", connection.connection.driver_connection)
+    try:
+        return psycopg.RawCursor(raw).execute(statement, params)
+    except psycopg.Error as exc:
+        dialect: Any = connection.dialect  # typed for the DB-API's classes, not psycopg's
+        lost = dialect.is_disconnect(exc, raw, None)
+        if lost:
+            connection.invalidate(exc)
+        raise DBAPIError.instance(
+            statement,
+            list(params),
             exc,
             psycopg.Error,
             connection_invalidated=lost,

@@ -23,8 +23,10 @@ a SELECT list would otherwise be typed text. The one driver error the claim expe
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from typing import Any, Final, cast
@@ -43,7 +45,7 @@ from jobwarden.models.operation import COLUMNS, Operation, RowChanges
 from jobwarden.models.persistence import answer_tallies, outbox
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.api_tables import IntakeLogRow
-from jobwarden.models.persistence.db import wrap_exceptions
+from jobwarden.models.persistence.db import driver_execute, raw_execute, wrap_exceptions
 from jobwarden.models.persistence.tables import TIMER_COLUMNS, EventRow, OperationRow
 from jobwarden.models.plan import Plan
 
@@ -93,7 +95,47 @@ _PIN_CONTRACT: Final = (
 )
 
 
+_NAMED: Final = re.compile(r"%\((\w+)\)s")
+
+
+@dataclass(frozen=True, slots=True)
+class _Positional:
+    """A statement with ``$n`` placeholders and the parameter name each stands for.
+
+    psycopg converts ``%(name)s`` placeholders on every call when a statement is over
+    4096 bytes or 50 parameters (its conversion cache skips those), and the claim is
+    both: that conversion was a regular expression over 6 kB per submission. Converted
+    here once per shape, the statement goes through a RawCursor as it is, and psycopg
+    prepares it after a few uses like any other.
+    """
+
+    sql: str
+    names: tuple[str, ...]
+
+    def values(self, params: Mapping[str, Any]) -> list[Any]:
+        return [params[name] for name in self.names]
+
+
+def _positional(sql: str) -> _Positional:
+    names: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return f"${names.setdefault(match.group(1), len(names) + 1)}"
+
+    return _Positional(_NAMED.sub(number, sql), tuple(names))
+
+
 @lru_cache(maxsize=64)
+def _claim(
+    columns: tuple[str, ...],
+    events: int = 1,
+    notifications: int = 0,
+    pinned: bool = False,
+    answers: int = 0,
+) -> _Positional:
+    return _positional(_claim_sql(columns, events, notifications, pinned, answers))
+
+
 def _claim_sql(
     columns: tuple[str, ...],
     events: int = 1,
@@ -187,7 +229,7 @@ def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the
     plan: Plan,
     created: IntakeEntry,
     *,
-    lock_timeout: str,
+    lock_timeout: str | None,
     contract_text: str | None = None,
 ) -> Operation | None:
     """Insert a new operation with its plan's events and the ``created`` intake entry,
@@ -199,9 +241,10 @@ def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the
     digest of the row being inserted, and the row's head set to match. A concurrent
     submission of the same key still uncommitted makes this wait on the unique index
     for ``lock_timeout``, then raise SubmissionInProgressError (the transaction is
-    aborted; nothing was recorded). ``contract_text``: the text of the contract
-    ``op.contract_digest`` names, kept unless it already is (its foreign key is checked
-    at the statement's end, after every insert in it).
+    aborted; nothing was recorded). ``lock_timeout=None``: the session's connection
+    already carries it (db.claim_session, autocommit: the statement is its transaction).
+    ``contract_text``: the text of the contract ``op.contract_digest`` names, kept unless
+    it already is (its foreign key is checked at the statement's end, after every insert).
     """
     if not plan.events:
         raise ValueError("an operation is inserted with its intent event")
@@ -243,13 +286,63 @@ def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the
         )
     answered = answer_tallies.classes(chained)
     params.update(answer_tallies.params(opened.provider, answered))
-    sql = _claim_sql(tuple(columns), len(chained), outbox.rows(notices), pinned, len(answered))
-    session.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
+    claim = _claim(tuple(columns), len(chained), outbox.rows(notices), pinned, len(answered))
+    if lock_timeout is not None:
+        session.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
     in_progress = {
         LOCK_NOT_AVAILABLE: lambda: SubmissionInProgressError(opened.tenant, opened.idempotency_key)
     }
     with wrap_exceptions(in_progress):
-        inserted = session.connection().exec_driver_sql(sql, params).scalar_one()
+        inserted = raw_execute(session, claim.sql, claim.values(params)).fetchone()[0]  # type: ignore[index]
     if not inserted:
         return None
     return opened.with_changes(head)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stored:
+    """What a replay or a conflict answers from: the operation a taken key names."""
+
+    operation_id: uuid.UUID
+    request_fingerprint: str
+    state: str
+    trace_id: str
+    created_state: str | None  # the state its ``created`` answer named, if on the log
+
+
+# One round trip for a taken key's answer: the operation's four columns and the state its
+# created entry named (a whole snapshot and a second query cost a replay twice the CPU).
+_STORED: Final = (
+    "SELECT o.operation_id, o.request_fingerprint, o.state::text, o.trace_id, "
+    "(SELECT l.state FROM intake_log l WHERE l.operation_id = o.operation_id "
+    "AND l.outcome = 'created' ORDER BY l.entry_id LIMIT 1) "
+    "FROM operations o WHERE o.tenant = %(tenant)s AND o.idempotency_key = %(key)s"
+)
+
+
+def stored(session: Session, tenant: str, key: str) -> Stored | None:
+    """The operation (tenant, key) names, or None if no committed one does."""
+    row = session.connection().exec_driver_sql(_STORED, {"tenant": tenant, "key": key}).first()
+    if row is None:
+        return None
+    operation_id, fingerprint, state, trace_id, created_state = row
+    return Stored(
+        operation_id=operation_id,
+        request_fingerprint=fingerprint,
+        state=state,
+        trace_id=trace_id,
+        created_state=created_state,
+    )
+
+
+# The log entry of an answer that created nothing (replayed, conflict, in progress ...),
+# as one prepared text statement: SQLAlchemy's ORM insert built its values per call at
+# a quarter of a replay's CPU.
+_LOG: Final = "INSERT INTO intake_log ({}) VALUES ({})".format(*_select("l_", _ENTRY_CASTS))
+
+
+def log(session: Session, entry: IntakeEntry) -> None:
+    """Append ``entry`` to the intake log (api_store.append_intake's twin for intake's own
+    answers, in the caller's session)."""
+    params = {f"l_{c}": _bound(f"l_{c}", getattr(entry, c)) for c in _ENTRY_CASTS}
+    driver_execute(session, _LOG, params)
