@@ -61,6 +61,9 @@ end
 local interval, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
 local tenant, rank, weight = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local eps = tonumber(ARGV[8])
+-- Every key outlives the time it holds by a minute: a key that expired a moment early
+-- would forget a tenant's turn (and tests move the clock, not Redis's expiry).
+local LINGER = 60000
 local function fmt(x) return string.format('%.6f', x) end
 local function ms(x) return math.ceil(x * 1000) end
 local function keep(key, ttl_ms)
@@ -90,8 +93,8 @@ end
 local own = interval * total / weight
 local until_ = now + math.max(tonumber(ARGV[10]), tonumber(ARGV[9]) * own)
 redis.call('ZADD', KEYS[2], fmt(until_), tenant)
-keep(KEYS[2], ms(until_ - now) + 1000)
-keep(KEYS[3], ms(until_ - now) + 1000)
+keep(KEYS[2], ms(until_ - now) + LINGER)
+keep(KEYS[3], ms(until_ - now) + LINGER)
 
 local tolerance = (burst - 1) * interval
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -103,15 +106,15 @@ local tfree = ttat - tolerance - own
 local on_share = now + eps >= tfree
 
 local function spend(new_tat)
-  redis.call('SET', KEYS[1], fmt(new_tat), 'PX', ms(new_tat - now) + 1000)
+  redis.call('SET', KEYS[1], fmt(new_tat), 'PX', ms(new_tat - now) + LINGER)
 end
 local function move_tenant(new_ttat)
-  redis.call('SET', KEYS[4], fmt(new_ttat), 'PX', ms(new_ttat - now) + 1000)
+  redis.call('SET', KEYS[4], fmt(new_ttat), 'PX', ms(new_ttat - now) + LINGER)
 end
 local function hold(at, r)
   spend(tat + interval)
   redis.call('HSET', KEYS[6], tenant, fmt(at) .. ' ' .. r)
-  keep(KEYS[6], ms(at - now) + 60000)
+  keep(KEYS[6], ms(at - now) + LINGER)
   return waited(at - now)
 end
 
@@ -152,7 +155,7 @@ for i = 1, #slots, 2 do
   if r >= rank and v > slot then slot = v end
 end
 redis.call('HSET', KEYS[5], rank, fmt(slot + own))
-keep(KEYS[5], ms(slot + own - now) + 1000)
+keep(KEYS[5], ms(slot + own - now) + LINGER)
 return waited(slot - now)
 """
 
