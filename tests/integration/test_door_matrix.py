@@ -39,6 +39,7 @@ from tests.integration.matrix import (
     identity,
     intake_log,
     keys,
+    priority,
     tenant,
     two_person,
 )
@@ -72,6 +73,7 @@ PROMISES = (
     "intake_log",  # every submission answer is logged with its door and caller
     "no_500",  # hostile input is a refusal naming the field, never a crash
     "no_silent_wait",  # an answer says when no worker consumes the queue (issue 36, point 5)
+    "priority",  # a submission's priority reaches its operation (issue 39, fair shares)
 )
 
 
@@ -191,6 +193,19 @@ CELLS: dict[tuple[str, str], Cell] = {
     ("webhooks", "no_silent_wait"): NotApplicable(
         "a webhook never submits: it is matched to an operation a worker already drives"
     ),
+    # -- priority at the rate limit ------------------------------------------------------
+    ("python", "priority"): priority.python,
+    ("celery", "priority"): priority.celery,
+    ("http", "priority"): priority.http,
+    ("mcp", "priority"): priority.mcp,
+    ("cli", "priority"): priority.cli,
+    ("console", "priority"): NotApplicable(
+        "the console's one submission is a resubmit, which keeps the priority of the "
+        "operation it replaces (the resubmit row)"
+    ),
+    ("schedules", "priority"): priority.schedules,
+    ("resubmit", "priority"): priority.resubmit,
+    ("webhooks", "priority"): NotApplicable("a webhook never submits"),
 }
 
 
