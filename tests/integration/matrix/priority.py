@@ -33,6 +33,7 @@ def python(d: Doors) -> None:
         priority=3,
         runtime=d.rt,
     )
+    assert answer.operation_id is not None
     assert d.load(answer.operation_id).priority == 3
 
 
