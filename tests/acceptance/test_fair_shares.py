@@ -1,0 +1,126 @@
+"""Fair shares at a provider's rate limit through real workers (issue 39): a tenant with a
+hundred times another's operations behind a tight limit does not make the small tenant
+wait behind its queue, and a tenant's higher priority operations are created first.
+
+Measured from the history (the limiter's grant times on each request's event, and each
+refused request's recorded wait) and the sandbox's log, never from how fast this machine
+is: the bound counts the tokens the big tenant took while the small one had a request
+waiting at the limiter, and lets it have every token while the small one had none
+(waiting on the provider or for a worker).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from jobwarden.demo.harness import wait_for
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.tables import EventRow, OperationRow
+from tests.acceptance.conftest import STOPPED, Pipeline
+
+pytestmark = pytest.mark.usefixtures("stack")
+
+PROVIDER, RATE, BURST = "sandbox_fair", 20.0, 1  # the sandbox_fair contract's [rate_limit]
+BIG, SMALL = 300, 3
+BEHAVIOUR = {"polls_to_finish": 1}
+
+
+def _stopped(database_url: str, op_ids: list[str]) -> bool:
+    with transaction(database_url) as session:
+        states = session.scalars(
+            select(OperationRow.state).where(
+                OperationRow.operation_id.in_([uuid.UUID(o) for o in op_ids])
+            )
+        ).all()
+    return all(s in STOPPED for s in states)
+
+
+def _events(database_url: str, op_ids: list[str]) -> list[Any]:
+    with transaction(database_url) as session:
+        return list(
+            session.execute(
+                select(EventRow.operation_id, EventRow.at, EventRow.delay_source, EventRow.excerpt)
+                .where(EventRow.operation_id.in_([uuid.UUID(o) for o in op_ids]))
+                .order_by(EventRow.at)
+            ).all()
+        )
+
+
+def _grants(events: list[Any]) -> list[float]:
+    return sorted(
+        datetime.fromisoformat(e.excerpt["rate_limit_granted_at"]).timestamp()
+        for e in events
+        if e.excerpt and "rate_limit_granted_at" in e.excerpt
+    )
+
+
+def _waiting(events: list[Any]) -> list[tuple[float, float]]:
+    """When the small tenant had a request waiting at the limiter: the union of its refused
+    requests' recorded waits, each from its decision to the time it was told."""
+    spans = sorted(
+        (e.at.timestamp(), e.at.timestamp() + float(e.excerpt["delay_seconds"]))
+        for e in events
+        if e.delay_source == "local_rate_limit"
+    )
+    merged: list[tuple[float, float]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _inside(t: float, spans: list[tuple[float, float]]) -> bool:
+    return any(start <= t < end for start, end in spans)
+
+
+def test_a_tenant_with_a_hundred_times_the_operations_leaves_the_small_one_its_share(
+    pipeline: Pipeline, database_url: str
+) -> None:
+    big, small = f"big-{secrets.token_hex(3)}", f"small-{secrets.token_hex(3)}"
+    # The big tenant's leftovers stop by themselves: the business deadline ends them.
+    deadline = (datetime.now(UTC) + timedelta(seconds=25)).isoformat()
+    big_ops = [
+        pipeline.submit(BEHAVIOUR, provider=PROVIDER, tenant=big, business_deadline=deadline)
+        for _ in range(BIG)
+    ]
+    small_ops = [pipeline.submit(BEHAVIOUR, provider=PROVIDER, tenant=small) for _ in range(SMALL)]
+    for op_id in small_ops:
+        assert pipeline.wait_state(op_id, timeout=60).state.value == "succeeded"
+
+    small_events = _events(database_url, small_ops)
+    small_grants = _grants(small_events)
+    first, last = small_grants[0], small_grants[-1]
+    big_grants = [t for t in _grants(_events(database_url, big_ops)) if first <= t <= last]
+    waiting = [(max(s, first), min(e, last)) for s, e in _waiting(small_events)]
+    waiting = [(s, e) for s, e in waiting if e > s]
+    waited = sum(e - s for s, e in waiting)
+    idle = (last - first) - waited
+    # The bound (models/provider/fair_shares.py): while the small tenant waits, the big one
+    # (weight 1 of 2) gets at most half the tokens, plus the burst and one turn of slack per
+    # tenant; while it does not, the big one may take every token.
+    bound = math.ceil(RATE * waited / 2) + math.ceil(RATE * idle) + (BURST + 1) * 2
+    assert len(big_grants) <= bound, (len(big_grants), bound, waited, idle)
+    assert waited > 0, "the small tenant never waited: the limit was not contended"
+    # Where the small tenant's work ended in the provider's request sequence.
+    log = sorted(pipeline.sandbox.requests(), key=lambda r: r["monotonic"])
+    traces = {pipeline.row(op).trace_id for op in small_ops}
+    positions = [
+        i for i, r in enumerate(log) if (r["traceparent"] or "-x-").split("-")[1] in traces
+    ]
+    print(
+        f"small tenant: {len(small_grants)} requests, done at position {positions[-1]} of "
+        f"{len(log)}; big tenant took {len(big_grants)} tokens meanwhile (bound {bound}; "
+        f"small waited {waited:.2f}s, idle {idle:.2f}s)"
+    )
+    wait_for(
+        lambda: _stopped(database_url, big_ops), timeout=60, interval=0.5, what="big tenant done"
+    )
