@@ -124,3 +124,43 @@ def test_a_tenant_with_a_hundred_times_the_operations_leaves_the_small_one_its_s
     wait_for(
         lambda: _stopped(database_url, big_ops), timeout=60, interval=0.5, what="big tenant done"
     )
+
+
+def test_a_tenants_higher_priority_operations_are_created_before_its_lower_ones(
+    pipeline: Pipeline, database_url: str
+) -> None:
+    tenant = f"prio-{secrets.token_hex(3)}"
+    # Work of the default priority first, so the limit is contended when the others come;
+    # then low and high ones alternately, so arrival order alone would interleave them.
+    filler = [pipeline.submit(BEHAVIOUR, provider=PROVIDER, tenant=tenant) for _ in range(120)]
+
+    def contended() -> bool:
+        waits = [e for e in _events(database_url, filler) if e.delay_source == "local_rate_limit"]
+        return len({e.operation_id for e in waits}) >= 40
+
+    wait_for(contended, timeout=30, interval=0.2, what="the limit contended")
+    low: list[str] = []
+    high: list[str] = []
+    for _ in range(20):
+        low.append(pipeline.submit(BEHAVIOUR, provider=PROVIDER, tenant=tenant, priority=-5))
+        high.append(pipeline.submit(BEHAVIOUR, provider=PROVIDER, tenant=tenant, priority=5))
+    everything = filler + low + high
+    wait_for(
+        lambda: _stopped(database_url, everything), timeout=90, interval=0.5, what="all stopped"
+    )
+    assert all(pipeline.row(op).state.value == "succeeded" for op in everything)
+    # The order the provider saw the creates in (first create of each operation).
+    tokens = {pipeline.row(op).provider_token: op for op in everything}
+    order: list[str] = []
+    for r in sorted(pipeline.sandbox.requests(), key=lambda r: r["monotonic"]):
+        op = tokens.get(r["idempotency_key"]) if r["kind"] == "create" else None
+        if op is not None and op not in order:
+            order.append(op)
+    position = {op: i for i, op in enumerate(order)}
+    # Of every (high, low) pair, the share in which the high one was created first: arrival
+    # order alone gives about a half (they alternate); priority puts the high ones ahead of
+    # the waiting default work and the low ones behind it.
+    ahead = sum(position[h] < position[lo] for h in high for lo in low) / (len(high) * len(low))
+    print(f"high before low in {ahead:.0%} of pairs")
+    assert ahead >= 0.9, ahead
+    assert max(position[h] for h in high) < max(position[f] for f in filler)

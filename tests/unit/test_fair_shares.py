@@ -167,6 +167,22 @@ def test_within_a_tenant_a_higher_priority_is_told_an_earlier_time() -> None:
     assert waits[5] == sorted(set(waits[5])) and waits[0] == sorted(set(waits[0]))
 
 
+def test_a_lower_rank_due_at_a_turn_yields_it_to_a_higher_one_told_to_come() -> None:
+    interval, low, high = 0.1, rank(follow_up=False, priority=-5), rank(follow_up=False, priority=5)
+    state, first = take(FairState(), Ask(tenant="a", rank=low), interval=interval, burst=1, now=T0)
+    state, held = take(state, Ask(tenant="a", rank=low), interval=interval, burst=1, now=T0)
+    state, queued = take(state, Ask(tenant="a", rank=low), interval=interval, burst=1, now=T0)
+    state, jumped = take(state, Ask(tenant="a", rank=high), interval=interval, burst=1, now=T0)
+    assert first.granted and held.reserved
+    assert jumped.wait == pytest.approx(held.wait)  # the held token is the high one's now
+    assert queued.wait == pytest.approx(2 * interval)
+    # At the held token's time the low one that held it yields; the high one takes it.
+    at = T0 + held.wait
+    state, yielded = take(state, Ask(tenant="a", rank=low), interval=interval, burst=1, now=at)
+    state, taken = take(state, Ask(tenant="a", rank=high), interval=interval, burst=1, now=at)
+    assert not yielded.granted and taken.granted
+
+
 def test_follow_ups_rank_above_creates_and_priority_orders_within_a_kind() -> None:
     assert rank(follow_up=True, priority=MIN_PRIORITY) > rank(
         follow_up=False, priority=MAX_PRIORITY

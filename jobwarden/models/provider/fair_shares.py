@@ -8,9 +8,10 @@ emission interval the global one times ``W / w`` (``w`` its weight from ``[rate_
 tenant_weights``, default 1; ``W`` the sum of the weights of the tenants active now). A
 request is granted only when both buckets allow it. Within a tenant, requests are ranked:
 follow-ups (status, cancel, result, reconciliation) before creates, then by the
-operation's ``priority`` (higher first); a request is held while a higher rank of its
-tenant has refused requests told to come back (``ahead``), and refused requests of one
-rank are told times one tenant interval apart behind the ranks above them.
+operation's ``priority`` (higher first). Refused requests of one rank are told times one
+tenant interval apart behind the ranks above them, and a request yields its turn while a
+higher rank of its tenant has a request told to come now or later (it is then told a time
+behind them all), so a higher rank's requests take the tenant's turns first.
 
 A tenant under its share that finds the global token taken (by another tenant's request
 at the same moment) reserves the next global token instead of queueing behind everyone:
@@ -186,9 +187,16 @@ def take(
     # One turn of slack on the tenant's own bucket: its refused requests were told times
     # at the interval of when they asked, and W (so the interval) may have changed since.
     on_share = now + EPSILON >= ttat - tolerance - own
+    mine = state.slots.get((t, ask.rank), 0.0)
+    ahead = max((v for (k, r), v in state.slots.items() if k == t and r > ask.rank), default=0.0)
+    # A higher rank of this tenant has a request told to come now or later: this one yields
+    # its turn to it (and is told a time behind them all, below).
+    yields = ahead - own + EPSILON >= now
     held = state.held.get(t)
     others = {k: v for k, v in state.held.items() if k != t}
-    if held is not None and now + EPSILON >= held.at:
+    if yields:
+        pass
+    elif held is not None and now + EPSILON >= held.at:
         if now < held.at + interval and ask.rank >= held.rank:
             # The token was spent on the global bucket when it was held.
             return replace(state, held=others), Answer(granted=True, at=held.at)
@@ -215,8 +223,6 @@ def take(
         return replace(state, held={**others, t: Held(at=held.at, rank=ask.rank)}), Answer(
             granted=False, wait=held.at - now
         )
-    mine = state.slots.get((t, ask.rank), 0.0)
-    ahead = max((v for (k, r), v in state.slots.items() if k == t and r > ask.rank), default=0.0)
     slot = max(mine, ahead, free_at, ttat - tolerance - own, now)
     slots = {**state.slots, (t, ask.rank): slot + own}
     return replace(state, slots=slots), Answer(granted=False, wait=slot - now)

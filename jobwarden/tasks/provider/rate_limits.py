@@ -13,7 +13,8 @@ statement (tests/integration/test_fair_shares.py runs both on the same asks).
 
 A refused request is not queued: it learns when to ask again. Refused requests of one
 tenant are spread one tenant interval apart, follow-ups (status, cancel, result,
-reconciliation) ahead of new creates and, within each, higher priorities first, so a
+reconciliation) ahead of new creates and, within each, higher priorities first; a
+request yields its turn while a higher rank of its tenant has requests told to come, so a
 crowd refused together does not come back together and be refused again (each refusal
 is a recorded decision). A tenant under its share that another tenant beat to the token
 holds the next one instead. The script also counts, per provider and tenant, the
@@ -118,13 +119,24 @@ local function hold(at, r)
   return waited(at - now)
 end
 
+-- A higher rank of this tenant has a request told to come now or later: this one yields.
+local slots = redis.call('HGETALL', KEYS[5])
+local mine, ahead = 0, 0
+for i = 1, #slots, 2 do
+  local r, v = tonumber(slots[i]), tonumber(slots[i + 1])
+  if r == rank then mine = v elseif r > rank and v > ahead then ahead = v end
+end
+local yields = ahead - own + eps >= now
+
 local held_at, held_rank
 local held = redis.call('HGET', KEYS[6], tenant)
 if held then
   local sp = string.find(held, ' ')
   held_at, held_rank = tonumber(string.sub(held, 1, sp - 1)), tonumber(string.sub(held, sp + 1))
 end
-if held_at and now + eps >= held_at then
+if yields then
+  -- told a time behind the higher ranks, below
+elseif held_at and now + eps >= held_at then
   if now < held_at + interval and rank >= held_rank then
     redis.call('HDEL', KEYS[6], tenant)
     return granted(held_at)
@@ -148,12 +160,7 @@ elseif held_at and rank > held_rank then
   redis.call('HSET', KEYS[6], tenant, fmt(held_at) .. ' ' .. rank)
   return waited(held_at - now)
 end
-local slots = redis.call('HGETALL', KEYS[5])
-local slot = math.max(free_at, tfree, now)
-for i = 1, #slots, 2 do
-  local r, v = tonumber(slots[i]), tonumber(slots[i + 1])
-  if r >= rank and v > slot then slot = v end
-end
+local slot = math.max(mine, ahead, free_at, tfree, now)
 redis.call('HSET', KEYS[5], rank, fmt(slot + own))
 keep(KEYS[5], ms(slot + own - now) + LINGER)
 return waited(slot - now)
