@@ -47,6 +47,7 @@ from jobwarden.observability.metrics import (
     registry_for,
 )
 from jobwarden.tasks.heartbeat import last_beat
+from jobwarden.tasks.provider.rate_limits import share_counts
 from jobwarden.tasks.provider.webhooks import refusal_counts
 from jobwarden.tasks.runtime import Runtime, build_runtime, current
 from jobwarden.tasks.runtime import close as close_runtime
@@ -125,7 +126,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     # Prometheus text, not JSON: kept out of the OpenAPI document (docs/api.md lists it).
     refusals = WebhookRefusalCollector(
-        resolved.redis_url, resolved.key_prefix, counts=refusal_counts
+        resolved.redis_url, resolved.key_prefix, counts=refusal_counts, shares=share_counts
     )
     app.state.metrics = registry_for(PostgresCollector(resolved.database_url), refusals)
     weakref.finalize(app, _close_clients, built, refusals)

@@ -92,6 +92,12 @@ class SubmissionBody(BaseModel):
         description="when the business stops wanting the work: an ISO 8601 time with its "
         "UTC offset, or seconds from now; automation stops with deadline_exceeded then",
     )
+    # Checked by intake's own rule (models/provider/fair_shares.py), whose error names it.
+    priority: int | None = Field(
+        default=None,
+        description="-10 to 10, default 0: among this tenant's requests waiting for the "
+        "provider's rate limit, a higher priority goes first. Not part of the fingerprint.",
+    )
 
 
 class Links(BaseModel):
@@ -274,6 +280,7 @@ def submission_request(
         cancel_deadline_seconds=bounds.cancel_deadline_seconds,
         concurrency_key=body.concurrency_key,
         business_deadline=body.business_deadline,
+        priority=body.priority,
         trace_parent=trace_parent,
     )
 

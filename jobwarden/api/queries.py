@@ -179,6 +179,7 @@ def operation_view(rt: Runtime, row: Operation, result: StoredResultRow | None) 
         updated_at=row.updated_at,
         resubmit_of=row.resubmit_of,
         resubmitted_as=row.resubmitted_as,
+        priority=row.priority,
         deadlines=Deadlines(
             create=row.create_deadline,
             result=row.result_deadline,

@@ -57,6 +57,9 @@ class ScheduleBody(BaseModel):
     overlap: str = Field("skip", examples=["skip", "buffer_one", "allow_all", "cancel_previous"])
     catchup_window_seconds: int = Field(900, ge=0)
     concurrency_key: str | None = Field(None, max_length=200)
+    priority: int | None = Field(
+        None, description="-10 to 10, default 0: the slots' priority at the rate limit"
+    )
 
 
 class BackfillBody(BaseModel):
@@ -205,6 +208,7 @@ def put_schedule(
             ),
             idempotency_key=slot_key(name, first),
             concurrency_key=spec.concurrency_key,
+            priority=spec.priority,
         ).check(limits=LIMITS, providers=runtime_of(request).contracts, derived_key=True)
     except RefusedInputError as exc:
         raise ProblemError(422, "invalid_request", str(exc)) from None

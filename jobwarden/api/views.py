@@ -167,6 +167,8 @@ class OperationView(BaseModel):
     # A person's resubmission, both ways: the operation this one replaces, its replacement.
     resubmit_of: uuid.UUID | None = None
     resubmitted_as: uuid.UUID | None = None
+    # -10..10: its turn among its tenant's requests waiting for the provider's rate limit.
+    priority: int = 0
     # The collected result, when there is one (GET .../result streams it).
     result: ResultView | None = None
     links: OperationLinks

@@ -542,6 +542,14 @@ def submit(
             envvar="JOBWARDEN_BUSINESS_DEADLINE",
         ),
     ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            help="-10 to 10 (default 0): among the tenant's requests waiting for the "
+            "provider's rate limit, a higher priority goes first.",
+            envvar="JOBWARDEN_PRIORITY",
+        ),
+    ] = None,
 ) -> None:
     """Submit an operation; prints created / replayed / in_progress / conflict / duplicate_event."""
     from jobwarden.models.intake.submission import SubmissionRequest
@@ -568,6 +576,7 @@ def submit(
         cancel_deadline_seconds=cancel_deadline_seconds,
         concurrency_key=concurrency_key,
         business_deadline=_seconds_or_time(business_deadline),
+        priority=priority,
     )
     # The CLI has always logged as the Python door (it is the Python call from a shell).
     result = submit_request(wanted, door="python", caller=who.caller)

@@ -63,6 +63,7 @@ def _declared(directory: Path | None) -> tuple[list[DeclaredSchedule], list[str]
             command=command,
             idempotency_key=slot_key(name, EPOCH),
             concurrency_key=spec.concurrency_key,
+            priority=spec.priority,
         ).check(limits=LIMITS, providers=contracts, derived_key=True)
 
     return check_schedules(

@@ -211,6 +211,7 @@ def _start(
     bounds: Bounds | None,
     concurrency_key: str | None,
     business_deadline: str | float | None,
+    priority: int | None = None,
 ) -> StartAnswer:
     principal = _principal(backend, ctx, TokenScope.submit)
     # The tool's own schema validated these; SubmissionBody's stricter HTTP rules do not apply.
@@ -221,6 +222,7 @@ def _start(
         bounds=bounds,
         concurrency_key=concurrency_key,
         business_deadline=business_deadline,
+        priority=priority,
     )
     # SEP-414: W3C trace context travels in the request's _meta (not a tool argument); a
     # valid traceparent gives the operation its trace id, as the header does over HTTP.
@@ -364,6 +366,14 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
                 "then (not part of the fingerprint)"
             ),
         ] = None,
+        priority: Annotated[
+            int | None,
+            Field(
+                description="-10 to 10, default 0: among your tenant's requests waiting for "
+                "the provider's rate limit, a higher priority goes first (not part of the "
+                "fingerprint)"
+            ),
+        ] = None,
     ) -> StartAnswer:
         return _start(
             backend,
@@ -375,6 +385,7 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
             bounds,
             concurrency_key,
             business_deadline,
+            priority,
         )
 
     @server.tool(

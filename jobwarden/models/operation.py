@@ -86,6 +86,9 @@ class Operation:
     # The finish the last status reading implied (0027): the next reading that agrees
     # aims the poll past it (models/polling/estimates.py); None when that reading implied none.
     estimated_finish: datetime | None = None
+    # Its turn among its tenant's requests waiting for the provider's rate limit, higher
+    # first (0031; models/provider/fair_shares.py); set at intake.
+    priority: int = 0
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
@@ -179,6 +182,7 @@ class RowChanges(TypedDict, total=False):
     approved_request_digest: str | None
     contract_digest: str | None
     estimated_finish: datetime | None
+    priority: int
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

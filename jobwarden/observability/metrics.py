@@ -51,6 +51,9 @@ from jobwarden.observability.schedule_metrics import schedule_families
 log = get_logger(__name__)
 # Every webhook refusal count in Redis under a key prefix, by (provider, reason).
 RefusalCounts = Callable[[Redis, str], Mapping[tuple[str, str], int]]
+# The rate limiter's counters under a key prefix, by (provider, tenant): tokens granted,
+# and seconds refused requests were told to wait.
+ShareCounts = Callable[[Redis, str], Mapping[tuple[str, str], tuple[int, float]]]
 
 GAVE_UP = DeliveryStatus.gave_up.value
 # The early-request, detection-delay and step-duration figures read this many most recent
@@ -312,12 +315,29 @@ class WebhookRefusalCollector(Collector):
     the scrape (with a warning), the Postgres figures are still served. ``counts`` reads
     that hash (the receiver's ``refusal_counts``, handed in by the API: observability
     never imports the shell).
+
+    With ``shares`` (the rate limiter's ``share_counts``) it also serves the fair shares
+    at each provider's rate limit, counted by the limiter's own script in the same Redis
+    for the same reason (a refusal is a wait, not a row; a grant's row is the request's
+    event, but summing those per tenant at scrape time would read the whole history):
+    ``jobwarden_rate_limit_grants_total`` and ``jobwarden_rate_limit_wait_seconds_total``
+    by provider and tenant. A tenant's share is its grants over the provider's, e.g.
+    ``sum by (tenant) (rate(jobwarden_rate_limit_grants_total{provider="p"}[5m])) / ignoring
+    (tenant) group_left sum(rate(jobwarden_rate_limit_grants_total{provider="p"}[5m]))``.
     """
 
-    def __init__(self, redis_url: str, key_prefix: str, *, counts: RefusalCounts) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        key_prefix: str,
+        *,
+        counts: RefusalCounts,
+        shares: ShareCounts | None = None,
+    ) -> None:
         self.redis_url = redis_url
         self.key_prefix = key_prefix
         self.counts = counts
+        self.shares = shares
         self._client: Redis | None = None
         self._lock = threading.Lock()
 
@@ -333,6 +353,7 @@ class WebhookRefusalCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         try:
             counts = self.counts(self._redis(), self.key_prefix)
+            shares = {} if self.shares is None else self.shares(self._redis(), self.key_prefix)
         except Exception as exc:  # any Redis failure: leave the family out, say why once
             log.warning("metrics_redis_unavailable", error=type(exc).__name__)
             return
@@ -345,6 +366,25 @@ class WebhookRefusalCollector(Collector):
         for (provider, reason), n in sorted(counts.items()):
             refusals.add_metric([provider, reason], n)
         yield refusals
+        if self.shares is None:
+            return
+        grants = CounterMetricFamily(
+            "jobwarden_rate_limit_grants",
+            "Tokens the shared rate limiter granted, by provider and tenant (a tenant's share "
+            "of a provider's rate is its grants over the provider's).",
+            labels=["provider", "tenant"],
+        )
+        waits = CounterMetricFamily(
+            "jobwarden_rate_limit_wait_seconds",
+            "Seconds requests were told to wait for the shared rate limiter, by provider and "
+            "tenant.",
+            labels=["provider", "tenant"],
+        )
+        for (provider, tenant), (granted, waited) in sorted(shares.items()):
+            grants.add_metric([provider, tenant], granted)
+            waits.add_metric([provider, tenant], waited)
+        yield grants
+        yield waits
 
     def describe(self) -> Iterable[Metric]:
         return []

@@ -225,6 +225,7 @@ def submit_slot(
         ),
         idempotency_key=key,
         concurrency_key=spec.concurrency_key,
+        priority=spec.priority,
     )
     caller = Caller(actor=f"schedule:{spec.name}", on_behalf_of=slot.author)
     try:

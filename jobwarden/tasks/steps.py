@@ -178,7 +178,14 @@ def _cleared(  # noqa: PLR0913 - the runner's state before a request, each named
     if unbound is not None:
         return unbound
     starts = send.request.purpose is RequestPurpose.create and op.create_attempts == 0
-    token = take(rt.redis, rt.settings.key_prefix, ctx.contract, create=starts)
+    token = take(
+        rt.redis,
+        rt.settings.key_prefix,
+        ctx.contract,
+        tenant=op.tenant,
+        priority=op.priority,
+        create=starts,
+    )
     if not token.granted:
         return rate_limited(decided, send, retry_after=token.retry_after, now=now)
     return granted(send, token.at)

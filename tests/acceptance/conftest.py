@@ -129,6 +129,12 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "[limits]", "[rate_limit]\nrequests_per_second = 5\nburst = 2\n\n[limits]", 1
         )
     )
+    # A tight limit shared by tenants (test_fair_shares.py): 20 requests/s, no burst.
+    (out / "sandbox_fair.toml").write_text(
+        _variant(base, "sandbox_fair").replace(
+            "[limits]", "[rate_limit]\nrequests_per_second = 20\nburst = 1\n\n[limits]", 1
+        )
+    )
     unreachable = _variant(
         base, "sandbox_unreachable", base_url=f'"http://127.0.0.1:{_free_port()}"'
     )
@@ -414,12 +420,13 @@ class Pipeline:
         provider: str = "sandbox",
         key: str | None = None,
         command: dict[str, Any] | None = None,
+        tenant: str = "acceptance",
         **limits: Any,
     ) -> str:
         from jobwarden.tasks.intake import submit_operation
 
         result = submit_operation(
-            tenant="acceptance",
+            tenant=tenant,
             provider=provider,
             idempotency_key=key or secrets.token_hex(8),
             command=command or {"kind": "export", "behaviour": behaviour or {}},

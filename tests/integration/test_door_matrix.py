@@ -39,6 +39,7 @@ from tests.integration.matrix import (
     identity,
     intake_log,
     keys,
+    priority,
     references,
     tenant,
     two_person,
@@ -74,6 +75,7 @@ PROMISES = (
     "no_500",  # hostile input is a refusal naming the field, never a crash
     "no_silent_wait",  # an answer says when no worker consumes the queue (issue 36, point 5)
     "immutable_refs",  # a moving name is refused, naming the field; the approval shows refs
+    "priority",  # a submission's priority reaches its operation (issue 39, fair shares)
 )
 
 
@@ -205,6 +207,19 @@ CELLS: dict[tuple[str, str], Cell] = {
     ("webhooks", "immutable_refs"): NotApplicable(
         "a webhook never submits a command: it is matched to an operation by job id"
     ),
+    # -- priority at the rate limit ------------------------------------------------------
+    ("python", "priority"): priority.python,
+    ("celery", "priority"): priority.celery,
+    ("http", "priority"): priority.http,
+    ("mcp", "priority"): priority.mcp,
+    ("cli", "priority"): priority.cli,
+    ("console", "priority"): NotApplicable(
+        "the console's one submission is a resubmit, which keeps the priority of the "
+        "operation it replaces (the resubmit row)"
+    ),
+    ("schedules", "priority"): priority.schedules,
+    ("resubmit", "priority"): priority.resubmit,
+    ("webhooks", "priority"): NotApplicable("a webhook never submits"),
 }
 
 

@@ -340,11 +340,11 @@ def test_the_celery_door_answers_invalid_for_a_hostile_field() -> None:
 
 
 def test_the_celery_door_names_unknown_keywords_and_records_nothing(database_url: str) -> None:
-    request = _valid_request(priority=5, colour="red")
+    request = _valid_request(urgency=5, colour="red")
     answer = submit_from_message(request)
     assert answer == {
         "outcome": "invalid",
-        "error": "unknown keyword arguments: colour, priority",
+        "error": "unknown keyword arguments: colour, urgency",
     }
     assert _written(database_url, request["tenant"]) == ([], [])
 

@@ -408,6 +408,36 @@ def test_refused_webhook_deliveries_counted_in_redis_are_served(fresh_url: str) 
     }
 
 
+def test_each_tenants_grants_and_waits_at_the_rate_limit_are_served(fresh_url: str) -> None:
+    from redis import Redis
+
+    from jobwarden.api.app import create_app
+    from jobwarden.models.contracts.contract import RateLimit
+    from jobwarden.tasks.provider.rate_limits import shares_key, take_from
+
+    settings = _settings(fresh_url)
+    provider = f"limited-{secrets.token_hex(4)}"
+    key, limit, t0 = (
+        f"{settings.key_prefix}:rate:{provider}:x",
+        RateLimit(requests_per_second=10),
+        1e9,
+    )
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        for tenant in ("acme", "acme", "small"):  # acme granted, then held 0.1 s; small 0.2 s
+            counted = (shares_key(settings.key_prefix), provider)
+            take_from(redis, key, limit, tenant=tenant, counted=counted, now=t0)
+    finally:
+        redis.close()
+    with serving(create_app(settings)) as url:
+        answer = httpx.get(f"{url}/metrics", timeout=30)
+    served = _values(list(text_string_to_metric_families(answer.text)), provider)
+    assert served[("jobwarden_rate_limit_grants_total", ("acme",))] == 1
+    assert served[("jobwarden_rate_limit_grants_total", ("small",))] == 0
+    assert served[("jobwarden_rate_limit_wait_seconds_total", ("acme",))] == pytest.approx(0.1)
+    assert served[("jobwarden_rate_limit_wait_seconds_total", ("small",))] == pytest.approx(0.2)
+
+
 def test_a_scrape_within_the_cache_period_reuses_the_last_answer(database_url: str) -> None:
     provider = f"metrics-{secrets.token_hex(4)}"
     clock = [0.0]

@@ -91,7 +91,8 @@ def test_a_bucket_redis_lost_exceeds_the_limit_by_at_most_the_burst_once(
 
     assert granted_within(T0, 1.0) == 2 + 4  # a full bucket, then one per 0.2 s
     steady = granted_within(T0 + 1.0, 1.0)
-    redis_client.delete(key)  # Redis restarted empty, or was flushed
+    # Redis restarted empty, or was flushed: every key of the bucket is gone.
+    redis_client.delete(*redis_client.keys(f"{key}*"))
     lost = granted_within(T0 + 2.0, 1.0)
     assert steady == 5
     assert lost == steady + limit.burst - 1  # a full bucket again: the burst, once
@@ -101,7 +102,7 @@ def test_a_bucket_redis_lost_exceeds_the_limit_by_at_most_the_burst_once(
 def test_a_contract_without_a_rate_limit_never_asks_redis() -> None:
     # A client whose every command would fail: the grant cannot have come from it.
     dead = Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.1)
-    assert take(dead, "p", contract("sandbox")).granted
+    assert take(dead, "p", contract("sandbox"), tenant="t").granted
 
 
 def test_the_bucket_is_keyed_by_provider_and_credential_reference() -> None:
@@ -113,8 +114,8 @@ def test_the_bucket_is_keyed_by_provider_and_credential_reference() -> None:
 def test_the_redis_clock_is_used_when_none_is_injected(redis_client: Redis) -> None:
     limited = replace(contract("sandbox"), rate_limit=RateLimit(requests_per_second=1, burst=1))
     prefix = f"{os.environ['JOBWARDEN_KEY_PREFIX']}:{secrets.token_hex(4)}"
-    assert take(redis_client, prefix, limited).granted
-    refused = take(redis_client, prefix, limited)
+    assert take(redis_client, prefix, limited, tenant="t").granted
+    refused = take(redis_client, prefix, limited, tenant="t")
     assert not refused.granted
     assert 0 < refused.retry_after <= 1.0
     assert redis_client.pttl(bucket_key(prefix, limited)) > 0  # the state expires by itself
@@ -135,8 +136,10 @@ def test_no_one_second_window_grants_more_than_the_rate_plus_the_burst(
     now, granted = T0, []
     for gap in gaps:
         now += gap
-        if take_from(redis_client, key, limit, now=now).granted:
-            granted.append(now)
+        token = take_from(redis_client, key, limit, now=now)
+        if token.granted:
+            assert token.at is not None and token.at <= now + 1e-6  # kept to the microsecond
+            granted.append(token.at)  # the token's own time (a held one's: when it was held)
     for i, start in enumerate(granted):
         in_window = [t for t in granted[i:] if t < start + 1.0]
         assert len(in_window) <= rate + burst, (start, in_window)

@@ -78,6 +78,7 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
     "overlap": st.sampled_from(["skip", "allow_all", "nope"]) | JSON,
     "catchup_window_seconds": EDGES | st.integers() | JSON,
     "concurrency_key": st.text(max_size=5) | JSON,
+    "priority": EDGES | st.integers(min_value=-12, max_value=12) | JSON,
 }
 # A valid declaration with hostile fields laid over it, so most examples reach the
 # bounds instead of stopping at the first missing field.
@@ -127,6 +128,8 @@ def test_any_declaration_is_refused_naming_a_field_or_runs_without_overflow(
         ("command", _nest(40), "nested deeper than 32 levels (intake's bound)"),
         # Valid for cronsim, 237 characters: it used to fail only at sync, in Postgres.
         ("cron", LONG_CRON, "longer than 200 characters"),
+        ("priority", 11, "must be from -10 to 10, got 11"),
+        ("priority", "high", "must be a whole number, got str"),
     ],
 )
 def test_a_value_past_its_bound_is_refused_naming_its_field(

@@ -408,6 +408,9 @@ class RateLimit:
 
     requests_per_second: float
     burst: int = 1
+    # Each tenant's share of the rate when several wait for it, by weight (absent: 1);
+    # models/provider/fair_shares.py.
+    tenant_weights: Mapping[str, int] = field(default_factory=dict)
 
 
 # A day: long enough for a person to see and weigh a request, short enough that nothing

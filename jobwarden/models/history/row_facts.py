@@ -117,6 +117,9 @@ UNBOUND_COLUMNS: Final = frozenset(
         "last_http_status",
         "progress",
         "estimated_finish",  # what the last reading implied; an aimed wait's event names it
+        # the turn it takes at the rate limit, fixed at intake and named by its intent
+        # event; kept out so rows digested before 0031 still verify
+        "priority",
     }
 )
 

@@ -127,6 +127,7 @@ def _opened(
         # Not fingerprinted: "in 600 s" repeated a moment later is the same request.
         business_deadline=business,
         concurrency_key=sub.concurrency_key,
+        priority=sub.priority,
         concurrency_limit=(
             key_limit(contract.concurrency) if sub.concurrency_key is not None else None
         ),
@@ -172,6 +173,9 @@ def _intent(op: Operation, intake: Intake) -> Plan:
         excerpt["concurrency_key"] = op.concurrency_key
     if op.business_deadline is not None:
         excerpt["business_deadline"] = op.business_deadline.isoformat()
+    if op.priority != 0:
+        # Not a row fact (row_facts.UNBOUND_COLUMNS): the chain binds it here.
+        excerpt["priority"] = op.priority
     if op.resubmit_of is not None:
         # Its history names the operation it replaces; that one's names it back.
         excerpt["resubmit_of"] = str(op.resubmit_of)

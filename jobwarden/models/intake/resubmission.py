@@ -27,7 +27,7 @@ def resubmission(op: Operation, *, requested_by: str) -> SubmissionRequest:
     """The request that resubmits ``op``'s command, by ``requested_by`` (the person).
 
     Kept: the tenant, provider, command, method and route (so the fingerprint is the
-    same request's), the concurrency key, the cancel window and the business deadline
+    same request's), the concurrency key, the priority, the cancel window and the business deadline
     (the business's word, which no resubmission extends). Not kept: the source event id
     (one business event names one operation; the link names the old one instead) and
     the budgets a human may have raised on the old one (the new one starts at the
@@ -42,6 +42,7 @@ def resubmission(op: Operation, *, requested_by: str) -> SubmissionRequest:
         cancel_deadline_seconds=op.cancel_window_seconds,
         concurrency_key=op.concurrency_key,
         business_deadline=op.business_deadline,
+        priority=op.priority,
         method=op.method,
         route=op.route,
     )

@@ -29,6 +29,7 @@ from jobwarden.models.intake.fingerprint import (
 )
 from jobwarden.models.intake.reserved_keys import check_caller_key
 from jobwarden.models.polling.business_deadline import check_business_deadline
+from jobwarden.models.provider.fair_shares import DEFAULT_PRIORITY, check_priority
 
 # RFC 9110's methods plus PATCH (RFC 5789): the request the fingerprint binds.
 HTTP_METHODS: Final = frozenset(
@@ -71,6 +72,8 @@ class Submission:
     concurrency_key: str | None = None
     # An absolute time, or seconds from the intake's now (models/polling/business_deadline.py).
     business_deadline: datetime | float | None = None
+    # Its turn among its tenant's requests waiting for the provider's rate limit (0031).
+    priority: int = DEFAULT_PRIORITY
 
 
 def _storable(label: str, value: str) -> None:
@@ -225,6 +228,9 @@ class SubmissionRequest:
     concurrency_key: str | None = None
     # An absolute time, seconds from now, or either as text (models/polling/business_deadline.py).
     business_deadline: datetime | float | str | None = None
+    # -10 to 10, higher first among its tenant's requests waiting for the provider's rate
+    # limit (models/provider/fair_shares.py); None: 0. Not fingerprinted.
+    priority: int | None = None
     method: str = "POST"
     route: str | None = None  # None: /providers/<provider>/operations
     # W3C Trace Context: a valid one gives the operation its trace id, an invalid one is ignored.
@@ -283,6 +289,7 @@ class SubmissionRequest:
                 self.concurrency_key, max_length=limits.concurrency_key
             ),
             business_deadline=check_business_deadline(self.business_deadline),
+            priority=check_priority(self.priority),
             command=check_provider_command(
                 self.command, providers[provider] if isinstance(providers, Mapping) else None
             ),

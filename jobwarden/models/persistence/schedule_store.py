@@ -57,6 +57,7 @@ def spec_of(row: ScheduleRow) -> ScheduleSpec:
         overlap=OverlapPolicy(row.overlap),
         catchup_window_seconds=row.catchup_window_seconds,
         concurrency_key=row.concurrency_key,
+        priority=row.priority,
     )
 
 
@@ -72,6 +73,7 @@ def _columns(spec: ScheduleSpec) -> dict[str, Any]:
         "provider": spec.provider,
         "command": spec.command,
         "concurrency_key": spec.concurrency_key,
+        "priority": spec.priority,
         "overlap": spec.overlap.value,
         "catchup_window_seconds": spec.catchup_window_seconds,
     }

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Index,
     Integer,
     PrimaryKeyConstraint,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
@@ -53,6 +54,7 @@ class ScheduleRow(Base):
         CheckConstraint(f"overlap IN ({_values(OverlapPolicy)})", name="overlap_known"),
         CheckConstraint("(cron IS NULL) <> (interval_seconds IS NULL)", name="one_timing"),
         CheckConstraint("version >= 1", name="version_positive"),
+        CheckConstraint("priority BETWEEN -10 AND 10", name="priority_bounded"),
         # The tick's claim walks only active schedules, by when their next slot is due.
         Index(
             "ix_schedules_due",
@@ -74,6 +76,8 @@ class ScheduleRow(Base):
     provider: Mapped[str] = mapped_column(String(200))
     command: Mapped[dict[str, Any]] = mapped_column(JSONB)
     concurrency_key: Mapped[str | None] = mapped_column(String(200))
+    # The slots' priority at the provider's rate limit, -10..10 (0031).
+    priority: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
     overlap: Mapped[str] = mapped_column(String(20))
     catchup_window_seconds: Mapped[int] = mapped_column(Integer)
     # Where it was declared: a file's path, or "api".

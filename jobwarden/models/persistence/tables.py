@@ -17,6 +17,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
@@ -109,6 +110,7 @@ class OperationRow(Base):
             "status_requests_used <= max_status_requests", name="status_requests_within_budget"
         ),
         CheckConstraint("version >= 1", name="version_positive"),
+        CheckConstraint("priority BETWEEN -10 AND 10", name="priority_bounded"),
         CheckConstraint(
             "reserved_request IS NULL OR reserved_request BETWEEN 1 AND status_requests_used",
             name="reserved_request_counted",
@@ -231,6 +233,8 @@ class OperationRow(Base):
     approved_request_digest: Mapped[str | None] = mapped_column(String(64))
     # The finish the last status reading implied (0027); not indexed, so a poll stays HOT.
     estimated_finish: Mapped[datetime | None] = mapped_column(TZ)
+    # Its turn among its tenant's requests waiting for the rate limit, -10..10 (0031).
+    priority: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)

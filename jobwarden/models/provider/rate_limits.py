@@ -14,10 +14,13 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Final
 
+from pydantic import Field
+
 from jobwarden.models.actions import Decided, DelaySource, Send, Wait
 from jobwarden.models.contracts.contract import RateLimit
 from jobwarden.models.contracts.fields import MAX_SECONDS, count, kind, problem, toml_type
 from jobwarden.models.contracts.sections import ContractTable
+from jobwarden.models.provider.fair_shares import TENANT_WEIGHTS_SCHEMA, check_tenant_weights
 
 __all__ = [
     "MAX_BURST",
@@ -55,6 +58,12 @@ class RateLimitTable(ContractTable):
         ),
     ]
     burst: Annotated[int, count(maximum=MAX_BURST)] = 1
+    tenant_weights: Annotated[dict[str, int], kind(check_tenant_weights, TENANT_WEIGHTS_SCHEMA)] = (
+        Field(default_factory=dict)
+    )
+    """Each tenant's share of the rate while several wait for it, as tenant = weight (1 to
+    1000; a tenant left out weighs 1): e.g. { acme = 3 } gives acme three turns for every
+    one of each other tenant waiting."""
 
 
 def credential_reference(secret_env: str | None, secret_file: str | None) -> str:

@@ -27,9 +27,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from jobwarden.models.errors import RefusedInputError
+from jobwarden.models.errors import InvalidSubmissionError, RefusedInputError
 from jobwarden.models.intake.fingerprint import MAX_DEPTH
 from jobwarden.models.intake.reserved_keys import SCHEDULE
+from jobwarden.models.provider.fair_shares import check_priority
 
 # Reserved (models/intake/reserved_keys.py): no caller can take a slot's key before its slot.
 KEY_PREFIX = SCHEDULE.prefix
@@ -130,6 +131,8 @@ class ScheduleSpec:
     overlap: OverlapPolicy = OverlapPolicy.skip
     catchup_window_seconds: int = 900
     concurrency_key: str | None = None
+    # The slots' priority at the provider's rate limit (models/provider/fair_shares.py).
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -383,6 +386,7 @@ FIELDS = frozenset(
         "overlap",
         "catchup_window_seconds",
         "concurrency_key",
+        "priority",
     }
 )
 
@@ -422,6 +426,10 @@ def parse_spec(tenant: str, name: str, table: dict[str, Any], *, key_limit: int)
     key = table.get("concurrency_key")
     if key is not None and (not isinstance(key, str) or not key):
         raise ScheduleError("concurrency_key", "must be a non-empty string")
+    try:
+        priority = check_priority(table.get("priority"))
+    except InvalidSubmissionError as exc:
+        raise ScheduleError("priority", str(exc).removeprefix("priority ")) from None
     return ScheduleSpec(
         tenant=tenant,
         name=name,
@@ -437,6 +445,7 @@ def parse_spec(tenant: str, name: str, table: dict[str, Any], *, key_limit: int)
             maximum=MAX_CATCHUP_SECONDS,
         ),
         concurrency_key=key,
+        priority=priority,
     )
 
 

@@ -36,6 +36,9 @@ FIELDS: list[tuple[str, Any]] = [
     ("max_status_requests", 2**70),
     ("result_deadline_seconds", 1e308),
     ("cancel_deadline_seconds", float("nan")),
+    ("priority", 11),
+    ("priority", 2**70),
+    ("priority", "high"),
 ]
 
 
@@ -78,6 +81,12 @@ HTTP_BODIES: list[tuple[bytes, str]] = [
         "max_status_requests",
     ),
     (b'{"provider": "sandbox", "command": ' + b"[" * 5000 + b"]" * 5000 + b"}", ""),
+    (b'{"provider": "sandbox", "command": {}, "priority": 11}', "priority"),
+    (
+        b'{"provider": "sandbox", "command": {}, "priority": ' + str(2**70).encode() + b"}",
+        "priority",
+    ),
+    (b'{"provider": "sandbox", "command": {}, "priority": "high"}', "priority"),
 ]
 
 
@@ -115,6 +124,8 @@ def mcp(d: Doors) -> None:
         ({**start, "bounds": {"result_deadline_seconds": 1e308}}, "result_deadline_seconds"),
         ({**start, "business_deadline": "9999-12-31T23:59:59-14:00"}, "business_deadline"),
         ({**start, "command": {"deep": _nested(100)}}, "command"),
+        ({**start, "priority": 11}, "priority"),
+        ({**start, "priority": 2**70}, "priority"),
     ]
     with watching_logs() as logs:
         answers = d.mcp(d.token(tenant, "agent"), *[("start_operation", a) for a, _ in hostile])
@@ -132,6 +143,8 @@ def cli(d: Doors) -> None:
         (['{"kind": "export"}', "--max-status-requests", str(2**70)], "max_status_requests"),
         (['{"kind": "export"}', "--result-deadline-seconds", "1e308"], "result_deadline"),
         (["[" * 5000 + "]" * 5000], "command"),
+        (['{"kind": "export"}', "--priority", "11"], "priority"),
+        (['{"kind": "export"}', "--priority", "high"], "priority"),
     ]
     for args, field in cases:
         key = f"k-{secrets.token_hex(4)}"
@@ -168,6 +181,8 @@ SCHEDULES: list[tuple[dict[str, Any], str]] = [
     ({"interval_seconds": 60, "catchup_window_seconds": 2**63}, "catchup_window_seconds"),
     ({"interval_seconds": 60, "start": "0001-01-01T00:00:00+14:00"}, "start"),
     ({"interval_seconds": 60, "end": "9999-12-31T23:59:59-14:00"}, "end"),
+    ({"interval_seconds": 60, "priority": 11}, "priority"),
+    ({"interval_seconds": 60, "priority": "high"}, "priority"),
 ]
 
 
