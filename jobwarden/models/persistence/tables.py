@@ -158,6 +158,8 @@ class OperationRow(Base):
             ),
         ),
         *QUERY_INDEXES,
+        # The operations a pause parked: what its resume wakes (0030).
+        Index("ix_operations_held_by", "held_by", postgresql_where=text("held_by IS NOT NULL")),
         # Room on each page for the row's next version: a poll's update stays on its page
         # (HOT), so old versions are pruned without touching any index (0021).
         {"postgresql_with": {"fillfactor": OPERATIONS_FILLFACTOR}},
@@ -252,6 +254,10 @@ class OperationRow(Base):
     contract_digest: Mapped[str | None] = mapped_column(
         String(64), ForeignKey("provider_contracts.digest")
     )
+    # The pause that parked it (0030, models/humans/pauses.py): a resume wakes exactly these.
+    held_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # Who allowed a cancel requested during a pause to be sent before the resume (0030).
+    cancel_during_pause_by: Mapped[str | None] = mapped_column(String(200))
 
 
 class ProviderContractRow(Base):
