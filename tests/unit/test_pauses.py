@@ -75,7 +75,7 @@ ACTIONS = {
 }
 # How the snapshot holds (or not): no pause; a pause that has not parked it yet; the same
 # pause, already parked and not due; the same pause, parked and due (its deadline timer).
-HOLDS = {
+HOLDS: dict[str, dict[str, object]] = {
     "none": {},
     "unparked": {"hold": HOLD},
     "parked_not_due": {

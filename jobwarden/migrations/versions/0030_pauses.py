@@ -78,9 +78,7 @@ def upgrade() -> None:
         unique=True,
         postgresql_where=sa.text("resumed_at IS NULL"),
     )
-    op.add_column(
-        "operations", sa.Column("held_by", postgresql.UUID(as_uuid=True), nullable=True)
-    )
+    op.add_column("operations", sa.Column("held_by", postgresql.UUID(as_uuid=True), nullable=True))
     op.add_column("operations", sa.Column("cancel_during_pause_by", sa.String(200), nullable=True))
     op.create_index(
         "ix_operations_held_by",

@@ -49,6 +49,18 @@ SENDING: frozenset[S] = frozenset(
 )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rule:
+    """An automatic author of a pause (a provider breaker): recorded as ``rule:<name>``,
+    with the evidence it saw on the pause row; never a person, so never an approver."""
+
+    name: str
+
+    @property
+    def actor(self) -> str:
+        return f"rule:{self.name}"
+
+
 class PauseScope(StrEnum):
     provider = "provider"  # every operation at a provider (or one tenant's, with ``tenant``)
     operation = "operation"  # one operation

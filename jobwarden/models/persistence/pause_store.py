@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, func, or_, select, update
+from sqlalchemy import RowMapping, Table, and_, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -24,7 +24,7 @@ PAUSES = cast(Table, PauseRow.__table__)
 OPERATIONS = cast(Table, OperationRow.__table__)
 
 
-def _pause(row: Mapping[str, Any]) -> Pause:
+def _pause(row: RowMapping) -> Pause:
     return Pause(**{name: row[name] for name in PAUSES.c.keys()})  # noqa: SIM118 - a Table's columns
 
 

@@ -25,6 +25,7 @@ from sqlalchemy import (
     bindparam,
     func,
     insert,
+    literal_column,
     or_,
     select,
     update,
@@ -49,7 +50,6 @@ from jobwarden.models.humans.notifications import NOTIFY_STATES, Notice, notices
 from jobwarden.models.operation import COLUMNS, Operation, RowChanges
 from jobwarden.models.persistence import outbox
 from jobwarden.models.persistence.db import driver_execute
-from jobwarden.models.persistence.pause_tables import PauseRow
 from jobwarden.models.persistence.tables import (
     ACTIVE_STATES,
     TIMER_COLUMNS,
@@ -66,7 +66,6 @@ EVENTS = cast(Table, EventRow.__table__)
 OPERATIONS = cast(Table, OperationRow.__table__)
 RESULTS = cast(Table, ResultRow.__table__)
 TIMERS = cast(Table, TimerRow.__table__)
-PAUSES = cast(Table, PauseRow.__table__)
 _PG = psycopg_dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it untyped
 
 # The newest event's kind rides on the same SELECT: the (operation_id, seq) unique index
@@ -86,30 +85,14 @@ _LAST_KIND = (
 )
 # The active pause covering the operation (models/humans/holds.py) rides on the same
 # SELECT: a probe of the partial index of active pauses, which is empty but in an incident.
-_HOLD = (
-    select(
-        func.jsonb_build_object(
-            "pause_id",
-            PAUSES.c.pause_id,
-            "author",
-            PAUSES.c.author,
-            "reason",
-            PAUSES.c.reason,
-            "started_at",
-            PAUSES.c.started_at,
-        )
-    )
-    .where(
-        PAUSES.c.resumed_at.is_(None),
-        PAUSES.c.provider == OPERATIONS.c.provider,
-        or_(PAUSES.c.tenant.is_(None), PAUSES.c.tenant == OPERATIONS.c.tenant),
-        or_(PAUSES.c.operation_id.is_(None), PAUSES.c.operation_id == OPERATIONS.c.operation_id),
-    )
-    .order_by(PAUSES.c.started_at, PAUSES.c.pause_id)
-    .limit(1)
-    .scalar_subquery()
-    .label("hold")
-)
+_HOLD = literal_column(
+    "(SELECT jsonb_build_object('pause_id', p.pause_id, 'author', p.author, "
+    "'reason', p.reason, 'started_at', p.started_at) FROM pauses p "
+    "WHERE p.resumed_at IS NULL AND p.provider = operations.provider "
+    "AND (p.tenant IS NULL OR p.tenant = operations.tenant) "
+    "AND (p.operation_id IS NULL OR p.operation_id = operations.operation_id) "
+    "ORDER BY p.started_at, p.pause_id LIMIT 1)"
+).label("hold")
 # The timer lives in its own narrow row (tables.TimerRow: polls stay HOT updates); a
 # snapshot reads it with the row, and a row without one (none yet) reads as no timer.
 _LOAD = select(
