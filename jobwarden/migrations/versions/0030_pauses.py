@@ -32,7 +32,22 @@ depends_on = None
 TZ = sa.DateTime(timezone=True)
 
 
+# The scopes as each side of this migration knows them (never the live enum: a later
+# scope must not change what this migration did).
+OLD_SCOPES = "'submit', 'read', 'cancel', 'approve', 'decide'"
+NEW_SCOPES = f"{OLD_SCOPES}, 'pause', 'operate'"
+
+
+def _scopes(known: str) -> None:
+    op.drop_constraint("ck_api_tokens_scopes_known", "api_tokens", type_="check")
+    op.create_check_constraint(
+        "ck_api_tokens_scopes_known", "api_tokens", f"scopes <@ ARRAY[{known}]::varchar[]"
+    )
+
+
 def upgrade() -> None:
+    # pause: a tenant's token pauses its own share; operate: a provider for every tenant.
+    _scopes(NEW_SCOPES)
     op.create_table(
         "pauses",
         sa.Column("pause_id", postgresql.UUID(as_uuid=True), nullable=False),
@@ -89,6 +104,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute(
+        "UPDATE api_tokens SET scopes = array_remove(array_remove(scopes, 'pause'), 'operate')"
+    )
+    _scopes(OLD_SCOPES)
     op.drop_index("ix_operations_held_by", table_name="operations")
     op.drop_column("operations", "cancel_during_pause_by")
     op.drop_column("operations", "held_by")

@@ -85,7 +85,7 @@ _LAST_KIND = (
 )
 # The active pause covering the operation (models/humans/holds.py) rides on the same
 # SELECT: a probe of the partial index of active pauses, which is empty but in an incident.
-_HOLD = literal_column(
+_HOLD: Any = literal_column(
     "(SELECT jsonb_build_object('pause_id', p.pause_id, 'author', p.author, "
     "'reason', p.reason, 'started_at', p.started_at) FROM pauses p "
     "WHERE p.resumed_at IS NULL AND p.provider = operations.provider "
