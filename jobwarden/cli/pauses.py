@@ -151,17 +151,13 @@ def resume_command(
     (never a burst); a cancel requested meanwhile is sent then."""
     import uuid
 
-    from jobwarden.config.settings import get_settings
-    from jobwarden.models.persistence import pause_store
-    from jobwarden.models.persistence.db import snapshot
-    from jobwarden.tasks.humans.pauses import resume
+    from jobwarden.tasks.humans.pauses import find_pause, resume
 
     try:
         pid = uuid.UUID(pause_id)
     except ValueError:
         raise _fail(f"PAUSE_ID: {pause_id!r} is not a pause id") from None
-    with snapshot(get_settings().database_url) as session:
-        found = pause_store.get(session, pid)
+    found = find_pause(pid)
     if found is None:
         raise _fail(f"no pause {pause_id}", 1)
     if glass is not None:

@@ -26,7 +26,7 @@ class PauseRow(Base):
     __table_args__ = (
         CheckConstraint("(resumed_at IS NULL) = (resumed_by IS NULL)", name="resumed_by_whom"),
         CheckConstraint("operation_id IS NULL OR tenant IS NOT NULL", name="operation_has_tenant"),
-        # The snapshot's hold lookup (store._HOLD) and the console's provider state.
+        # The snapshot's hold lookup (tables.HOLD) and the console's provider state.
         Index(
             "ix_pauses_active_provider",
             "provider",

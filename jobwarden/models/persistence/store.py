@@ -25,7 +25,6 @@ from sqlalchemy import (
     bindparam,
     func,
     insert,
-    literal_column,
     or_,
     select,
     update,
@@ -52,6 +51,7 @@ from jobwarden.models.persistence import outbox
 from jobwarden.models.persistence.db import driver_execute
 from jobwarden.models.persistence.tables import (
     ACTIVE_STATES,
+    HOLD,
     TIMER_COLUMNS,
     EventRow,
     OperationRow,
@@ -83,20 +83,10 @@ _LAST_KIND = (
     .scalar_subquery()
     .label("last_event_kind")
 )
-# The active pause covering the operation (models/humans/holds.py) rides on the same
-# SELECT: a probe of the partial index of active pauses, which is empty but in an incident.
-_HOLD: Any = literal_column(
-    "(SELECT jsonb_build_object('pause_id', p.pause_id, 'author', p.author, "
-    "'reason', p.reason, 'started_at', p.started_at) FROM pauses p "
-    "WHERE p.resumed_at IS NULL AND p.provider = operations.provider "
-    "AND (p.tenant IS NULL OR p.tenant = operations.tenant) "
-    "AND (p.operation_id IS NULL OR p.operation_id = operations.operation_id) "
-    "ORDER BY p.started_at, p.pause_id LIMIT 1)"
-).label("hold")
 # The timer lives in its own narrow row (tables.TimerRow: polls stay HOT updates); a
 # snapshot reads it with the row, and a row without one (none yet) reads as no timer.
 _LOAD = select(
-    OPERATIONS, TIMERS.c.next_poll_at, TIMERS.c.dispatched_at, _LAST_KIND, _HOLD
+    OPERATIONS, TIMERS.c.next_poll_at, TIMERS.c.dispatched_at, _LAST_KIND, HOLD
 ).select_from(OPERATIONS.outerjoin(TIMERS, TIMERS.c.operation_id == OPERATIONS.c.operation_id))
 
 

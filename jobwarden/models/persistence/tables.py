@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    literal_column,
     select,
     text,
 )
@@ -373,6 +374,16 @@ class ResultRow(Base):
 # row without a timer row reads as one without a timer.
 _OPERATIONS = OperationRow.__table__
 _TIMERS = TimerRow.__table__
+# The active pause covering the operation (models/humans/holds.py) rides on the same
+# SELECT: a probe of the partial index of active pauses, which is empty but in an incident.
+HOLD: Any = literal_column(
+    "(SELECT jsonb_build_object('pause_id', p.pause_id, 'author', p.author, "
+    "'reason', p.reason, 'started_at', p.started_at) FROM pauses p "
+    "WHERE p.resumed_at IS NULL AND p.provider = operations.provider "
+    "AND (p.tenant IS NULL OR p.tenant = operations.tenant) "
+    "AND (p.operation_id IS NULL OR p.operation_id = operations.operation_id) "
+    "ORDER BY p.started_at, p.pause_id LIMIT 1)"
+).label("hold")
 OPERATION_WITH_TIMER = select(
     _OPERATIONS, _TIMERS.c.next_poll_at, _TIMERS.c.dispatched_at
 ).select_from(_OPERATIONS.outerjoin(_TIMERS, _TIMERS.c.operation_id == _OPERATIONS.c.operation_id))

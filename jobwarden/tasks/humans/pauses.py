@@ -304,6 +304,13 @@ def pauses(
         )
 
 
+def find_pause(pause_id: uuid.UUID, *, runtime: Runtime | None = None) -> Pause | None:
+    """One pause, active or resumed; None when there is none."""
+    rt = runtime or current()
+    with snapshot(rt.settings.database_url) as session:
+        return pause_store.get(session, pause_id)
+
+
 def parked_counts(runtime: Runtime | None = None) -> dict[str, int]:
     """Operations parked by a pause, per provider."""
     rt = runtime or current()
