@@ -229,3 +229,22 @@ def test_one_operation_can_be_paused_by_itself_and_a_rule_can_pause_with_evidenc
 def test_a_pause_refuses_bad_input_naming_the_field(call: Any, field: str) -> None:
     with pytest.raises(RefusedInputError, match=field):
         call()
+
+
+def test_the_paused_operations_gauge_counts_what_a_pause_parked(
+    database_url: str, provider_pause: list[str]
+) -> None:
+    from jobwarden.observability.metrics import collect_families, pause_figures
+
+    def parked() -> float:
+        (family,) = collect_families(database_url, datetime.now(UTC), figures=(pause_figures,))
+        return sum(s.value for s in family.samples if s.labels.get("provider") == "sandbox")
+
+    before = parked()
+    tenant = tenant_name()
+    for _ in range(2):
+        _polling(database_url, tenant)
+    paused = pauses.pause_provider("sandbox", "incident", ALICE, tenant=tenant)
+    assert parked() == before + 2
+    pauses.resume(str(paused.pause.pause_id), BOB)
+    assert parked() == before
