@@ -11,17 +11,21 @@ than the provider's rate limit, and every one of them succeeds.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import pytest
 
 from jobwarden.demo.harness import Stack, wait_for
+from jobwarden.demo.sandbox.server import SandboxServer
 from jobwarden.models.humans.identity import token_author
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.humans import interventions, pauses
 from jobwarden.tasks.runtime import current
 from tests.acceptance.conftest import Pipeline
+from tests.acceptance.test_postgres_restart import _accepting
+from tests.private_servers import machine_servers_untouched, private_run
 
 pytestmark = pytest.mark.usefixtures("stack")
 
@@ -127,3 +131,32 @@ def test_a_cancel_a_person_lets_go_during_the_pause_reaches_the_provider_during_
     finally:
         pauses.resume(str(paused.pause.pause_id), BOB)
     pipeline.wait_state(op, "cancelled", timeout=60)
+
+
+def test_a_postgres_restart_in_the_middle_of_a_pause_loses_nothing(
+    worker_env: dict[str, str], sandbox: SandboxServer, database_url: str
+) -> None:
+    """On private servers (tests/private_servers.py): the pause, the parked operations and
+    their histories survive the restart; nothing is sent until the resume, then all end."""
+    with private_run(worker_env) as private:
+        pipeline = Pipeline(sandbox, private.database_url)
+        ops = [pipeline.submit({"seconds_to_finish": 20.0}, provider=PROVIDER) for _ in range(4)]
+        wait_for(
+            lambda: all(pipeline.row(op).state.value == "observing" for op in ops),
+            timeout=60,
+            what="every operation to be observing",
+        )
+        paused = pauses.pause_provider(PROVIDER, "restart drill", ALICE)
+        since = time.monotonic()
+        jobs = {pipeline.row(op).remote_job_id for op in ops}
+        with machine_servers_untouched(database_url, os.environ["JOBWARDEN_TEST_REDIS_URL"]):
+            private.postgres.restart()
+            wait_for(lambda: _accepting(private.database_url), timeout=30, what="Postgres again")
+            # The pause is still in force after the restart, and still held them back.
+            assert [p.pause_id for p in pauses.pauses()] == [paused.pause.pause_id]
+            assert _requests_since(pipeline, jobs, since) == []
+            assert all(pipeline.row(op).held_by == paused.pause.pause_id for op in ops)
+            assert pauses.resume(str(paused.pause.pause_id), BOB).woken == len(ops)
+            for op in ops:
+                pipeline.wait_state(op, "succeeded", timeout=90)
+        pipeline.verify_all()
