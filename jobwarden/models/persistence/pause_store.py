@@ -152,10 +152,12 @@ def parked_by(
 
 
 def parked_counts(session: Session) -> dict[str, int]:
-    """Operations parked by a pause, per provider (the paused-operations gauge)."""
+    """Operations parked by a pause, in a state that sends, per provider (the gauge)."""
     rows = session.execute(
         select(OPERATIONS.c.provider, func.count())
         .where(OPERATIONS.c.held_by.is_not(None))
+        # One a deadline stopped while paused keeps the mark until the resume: not parked.
+        .where(OPERATIONS.c.state.in_([s.value for s in SENDING]))
         .group_by(OPERATIONS.c.provider)
     )
     return {provider: int(n) for provider, n in rows}
