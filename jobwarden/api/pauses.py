@@ -57,6 +57,9 @@ class OperationPauseBody(BaseModel):
 class ResumeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     note: Annotated[str, StringConstraints(max_length=2000), AfterValidator(storable)] = ""
+    extend: bool = Field(
+        False, description="also the bounded extend option, once per operation: +15 min, +4 checks"
+    )
 
 
 class PauseView(BaseModel):
@@ -205,7 +208,9 @@ def resume_pause(
     if found.tenant is None:
         _operator(principal)
     try:
-        done = pauses.resume(str(pause_id), principal.author, body.note, runtime=rt)
+        done = pauses.resume(
+            str(pause_id), principal.author, body.note, extend=body.extend, runtime=rt
+        )
     except (RefusedInputError, LostRaceError) as exc:
         raise ProblemError(409, "conflict", str(exc)) from None
     return ResumeAnswer(**_view(done.pause), woken=done.woken)

@@ -143,6 +143,14 @@ def resume_command(
     note: Annotated[
         str, typer.Option(envvar="JOBWARDEN_RESUME_NOTE", help="What changed (recorded).")
     ] = "",
+    extend: Annotated[
+        bool,
+        typer.Option(
+            "--extend",
+            envvar="JOBWARDEN_RESUME_EXTEND",
+            help="Also extend each observing operation once: +15 min, +4 checks.",
+        ),
+    ] = False,
     token_file: TokenFile = None,
     glass: BreakGlass = None,
     as_json: Annotated[bool, typer.Option("--json", envvar="JOBWARDEN_RESUME_JSON")] = False,
@@ -172,7 +180,7 @@ def resume_command(
             tenant=found.tenant,
             foreign=f"no pause {pause_id} for the token's tenant",
         )
-    done = resume(pause_id, author, note)
+    done = resume(pause_id, author, note, extend=extend)
     if as_json:
         output.emit_json({**_shown(done.pause), "woken": done.woken})
         return

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -216,3 +217,21 @@ def test_the_snapshot_reads_the_hold_as_the_load_query_builds_it() -> None:
     )
     assert read.hold == Hold(pause_id=PAUSE, author="token:alice", reason="r", started_at=NOW)
     assert isinstance(read, Operation)
+
+
+def test_a_person_resuming_may_extend_once_within_the_bounded_option() -> None:
+    op = polling(S.observing, held_by=PAUSE, result_deadline=NOW + timedelta(minutes=1))
+    business = NOW + timedelta(hours=9)
+    op = replace(op, business_deadline=business)
+    out = resumed(op, PAUSE, at=NOW, resumed_by="token:bob", now=NOW, extend=True)
+    assert out is not None
+    assert out.changes["result_deadline"] == NOW + timedelta(minutes=16)
+    assert out.changes["max_status_requests"] == op.max_status_requests + 4
+    assert out.changes["extensions_used"] == 1
+    assert "business_deadline" not in out.changes  # the business's word is not ours
+    assert isinstance(out.action, Record) and "new_bounds" in out.action.excerpt
+    used = replace(op, extensions_used=1)
+    again = resumed(used, PAUSE, at=NOW, resumed_by="token:bob", now=NOW, extend=True)
+    assert again is not None and "result_deadline" not in again.changes
+    plain = resumed(op, PAUSE, at=NOW, resumed_by="token:bob", now=NOW)
+    assert plain is not None and "result_deadline" not in plain.changes

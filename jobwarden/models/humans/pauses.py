@@ -23,6 +23,7 @@ from typing import Any
 from jobwarden.models.actions import Decided, NotYet, Record, RequestPurpose, Send
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.history.chain import EventKind
+from jobwarden.models.humans.escalation import EXTEND_BY, EXTEND_CHECKS, MAX_EXTENSIONS
 from jobwarden.models.humans.holds import Hold
 from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.states import OperationState as S
@@ -187,8 +188,28 @@ def park(op: Operation, hold: Hold, now: datetime) -> Decided | None:
     return _parked(op, hold, now, None)
 
 
-def resumed(
-    op: Operation, pause_id: uuid.UUID, *, at: datetime, resumed_by: str, now: datetime
+def extension(op: Operation, now: datetime) -> RowChanges:
+    """The bounded ``extend`` option (models/humans/escalation.py), for a person resuming:
+    +EXTEND_BY on the result deadline, +EXTEND_CHECKS status requests, once per operation
+    (the same ``extensions_used`` the escalation's option counts). Nothing for one that
+    used it, or is not observing a remote job; the business deadline is never moved."""
+    if op.state not in (S.accepted, S.observing) or op.extensions_used >= MAX_EXTENSIONS:
+        return {}
+    return {
+        "result_deadline": max(op.result_deadline, now) + EXTEND_BY,
+        "max_status_requests": op.max_status_requests + EXTEND_CHECKS,
+        "extensions_used": op.extensions_used + 1,
+    }
+
+
+def resumed(  # noqa: PLR0913 - the resume's facts, each named at the one call
+    op: Operation,
+    pause_id: uuid.UUID,
+    *,
+    at: datetime,
+    resumed_by: str,
+    now: datetime,
+    extend: bool = False,
 ) -> Decided | None:
     """The resume's write to one operation ``pause_id`` parked: woken at ``at``.
 
@@ -207,6 +228,12 @@ def resumed(
     # Never before the provider's own Retry-After (invariant 3), which the step honours too.
     wake = max(at, op.poll_not_before) if op.poll_not_before is not None else at
     excerpt["next_poll_at"] = wake.isoformat()
+    bounds = extension(op, now) if extend else {}
+    if bounds:
+        # The new bounds in the event, as an escalation's extend records them.
+        excerpt["new_bounds"] = {
+            k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in bounds.items()
+        }
     record = Record(
         event=EventKind.resumed,
         cause=f"resumed by {resumed_by}; the next request spread by the provider's rate",
@@ -214,7 +241,12 @@ def resumed(
     )
     # The sweeper relays the timer in batches (no countdown message each): a resume of
     # ten thousand operations is not ten thousand messages at once.
-    changes: RowChanges = {"held_by": None, "next_poll_at": wake, "dispatched_at": None}
+    changes: RowChanges = {
+        **bounds,
+        "held_by": None,
+        "next_poll_at": wake,
+        "dispatched_at": None,
+    }
     return Decided(action=record, changes=changes)
 
 

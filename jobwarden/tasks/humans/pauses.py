@@ -220,15 +220,19 @@ def _written(rt: Runtime, op_id: uuid.UUID, decide: Decide, writer: Writer) -> b
     return done is not None and done.stored is not done.found
 
 
-def resume(
+def resume(  # noqa: PLR0913 - every door names these
     pause_id: str,
     resumed_by: Author | str,
     note: str = "",
     *,
     tenant: str | None = None,
+    extend: bool = False,
     runtime: Runtime | None = None,
 ) -> Resumed:
     """End a pause and wake every operation it parked, spread by the provider's rate.
+
+    ``extend``: each observing operation also gets the bounded extend option (once per
+    operation: +15 min on its result deadline, +4 checks), for the time it was paused.
 
     ``tenant``: the caller's; a pause of another tenant's share (or of every tenant's,
     which only an operator resumes: the doors check that) is not found. RefusedInputError
@@ -251,7 +255,7 @@ def resume(
     # Resuming a resumed pause wakes whatever it left parked (a resume cut short by a
     # crash or a restart is finished by asking again), and otherwise changes nothing.
     ended = ended or found
-    woken = wake_parked(rt, ended, _writer(rt, author.actor, author), author.actor)
+    woken = wake_parked(rt, ended, _writer(rt, author.actor, author), author.actor, extend=extend)
     log.warning(
         "pause_resumed",
         pause_id=pause_id,
@@ -263,7 +267,9 @@ def resume(
     return Resumed(pause=ended, woken=woken)
 
 
-def wake_parked(rt: Runtime, pause: Pause, writer: Writer, resumed_by: str) -> int:
+def wake_parked(
+    rt: Runtime, pause: Pause, writer: Writer, resumed_by: str, *, extend: bool = False
+) -> int:
     """Wake every operation ``pause`` parked, the ``i``-th at ``resume_time(i)``."""
     contract = rt.contracts.get(pause.provider)
     rate = (
@@ -283,7 +289,9 @@ def wake_parked(rt: Runtime, pause: Pause, writer: Writer, resumed_by: str) -> i
             at = resume_time(woken, now=started, rate=rate, u=rt.jitter())
 
             def decide(op: Operation, now: datetime, at: datetime = at) -> Decided | None:
-                return resumed(op, pause.pause_id, at=at, resumed_by=resumed_by, now=now)
+                return resumed(
+                    op, pause.pause_id, at=at, resumed_by=resumed_by, now=now, extend=extend
+                )
 
             woken += int(_written(rt, op_id, decide, writer))
         after = batch[-1]
