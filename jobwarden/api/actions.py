@@ -57,6 +57,9 @@ Text = Annotated[
 class CancelBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: Text
+    # While a pause holds the operation the cancel waits for the resume; true: it leaves now
+    # (cancelling is how a person stops damage), and the operation's answer names who let it.
+    send_during_pause: bool = False
 
 
 class ApprovalBody(BaseModel):
@@ -136,7 +139,11 @@ def cancel_operation(
         raise ProblemError(409, "conflict", f"the operation has ended ({row.state.value})")
     try:
         state = interventions.request_cancel(
-            str(row.operation_id), principal.author, body.reason, runtime=runtime_of(request)
+            str(row.operation_id),
+            principal.author,
+            body.reason,
+            runtime=runtime_of(request),
+            send_during_pause=body.send_during_pause,
         )
     except (RefusedInputError, LostRaceError) as exc:
         raise _moved(exc) from None

@@ -34,6 +34,7 @@ from jobwarden.api.views import (
     EscalationCounts,
     EscalationList,
     EventView,
+    HoldView,
     IntakeAttempt,
     OfferedOption,
     OperationId,
@@ -157,7 +158,11 @@ def operation_view(rt: Runtime, row: Operation, result: StoredResultRow | None) 
             options=[OfferedOption(option=o.kind.value, label=o.label) for o in offered],
         )
     cancel = (
-        CancelRequest(requested_by=row.cancel_requested_by, reason=row.cancel_reason)
+        CancelRequest(
+            requested_by=row.cancel_requested_by,
+            reason=row.cancel_reason,
+            send_during_pause_by=row.cancel_during_pause_by,
+        )
         if row.cancel_requested_by is not None
         else None
     )
@@ -204,6 +209,17 @@ def operation_view(rt: Runtime, row: Operation, result: StoredResultRow | None) 
         last_http_status=row.last_http_status,
         escalation=escalation,
         cancel=cancel,
+        hold=(
+            HoldView(
+                pause_id=row.hold.pause_id,
+                paused_by=row.hold.author,
+                reason=row.hold.reason,
+                since=row.hold.started_at,
+                parked=row.held_by == row.hold.pause_id,
+            )
+            if row.hold is not None
+            else None
+        ),
         validation_summary=dict(row.validation_summary) if row.validation_summary else None,
         create_request=_create_request(rt, row),
         result=_result_view(row, result),

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import Path
-from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, Field
 
 from jobwarden.models.states import OperationState
 
@@ -88,6 +88,18 @@ class Escalation(BaseModel):
 class CancelRequest(BaseModel):
     requested_by: str
     reason: str | None
+    # Who let this cancel leave during a pause (it is otherwise sent on resume).
+    send_during_pause_by: str | None = None
+
+
+class HoldView(BaseModel):
+    """The active pause covering the operation: it sends nothing until that is resumed."""
+
+    pause_id: uuid.UUID
+    paused_by: str
+    reason: str
+    since: datetime
+    parked: bool = Field(description="the pause has parked it (its history says so)")
 
 
 class OperationLinks(BaseModel):
@@ -161,6 +173,8 @@ class OperationView(BaseModel):
     last_http_status: int | None
     escalation: Escalation | None
     cancel: CancelRequest | None
+    # A pause holding it (issue 39); None when none does.
+    hold: HoldView | None = None
     validation_summary: dict[str, Any] | None
     # None when the operation's provider is no longer configured.
     create_request: CreateRequest | None = None

@@ -17,6 +17,7 @@ from jobwarden.cli.app import CliTyper
 from jobwarden.cli.history import archive_command, partitions_command
 from jobwarden.cli.identity import Approver, BreakGlass, TokenFile, decision_author, submitter
 from jobwarden.cli.keys import keys_app
+from jobwarden.cli.pauses import pause_app, pauses_command, resume_command
 from jobwarden.cli.providers import contract_versions, migrate_command, running_report
 from jobwarden.cli.receipts import receipt_command
 from jobwarden.cli.result import result_command
@@ -82,6 +83,9 @@ app.add_typer(tokens_app, name="tokens")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(keys_app, name="keys")
+app.add_typer(pause_app, name="pause")
+app.command("resume")(resume_command)
+app.command("pauses")(pauses_command)
 providers_app.command("migrate")(migrate_command)
 app.command("list")(list_command)
 app.command("watch")(watch_command)
@@ -599,6 +603,14 @@ def cancel(
     requested_by: Annotated[
         str | None, typer.Option(envvar="JOBWARDEN_REQUESTED_BY", hidden=True)
     ] = None,
+    send_during_pause: Annotated[
+        bool,
+        typer.Option(
+            "--send-during-pause",
+            envvar="JOBWARDEN_SEND_DURING_PAUSE",
+            help="If a pause holds it, send this cancel now rather than on resume.",
+        ),
+    ] = False,
 ) -> None:
     """Record a cancel request; a worker sends the one cancel and waits for confirmation.
     Acts as the token's principal (JOBWARDEN_TOKEN, --token-file) or --break-glass."""
@@ -611,7 +623,7 @@ def cancel(
         glass=glass,
         typed=("--requested-by", requested_by),
     )
-    console.print(request_cancel(operation_id, who, reason))
+    console.print(request_cancel(operation_id, who, reason, send_during_pause=send_during_pause))
 
 
 @app.command()

@@ -19,8 +19,8 @@ from fastapi.staticfiles import StaticFiles
 from jobwarden.config.settings import Settings
 
 # Imported for their routes: search.py adds /console/search and /console/bulk to the
-# router, schedules.py /console/schedules.
-from jobwarden.console import schedules, search  # noqa: F401
+# router, schedules.py /console/schedules, providers.py /console/providers (and pauses).
+from jobwarden.console import providers, schedules, search  # noqa: F401
 from jobwarden.console.routes import HERE, ConsoleError, page, router
 from jobwarden.console.session import LoginRequiredError
 

@@ -47,6 +47,7 @@ from jobwarden.api.queries import operation_view as http_operation_view
 from jobwarden.api.server import BoundedReadProtocol
 from jobwarden.api.views import EscalationCounts, OperationView, WaitingOperation, operation_links
 from jobwarden.config.settings import Settings
+from jobwarden.mcp import pauses as pause_tools
 from jobwarden.models.errors import LostRaceError, RefusedInputError, SettingsError
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import query_store
@@ -447,6 +448,8 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
     ) -> EscalationsAnswer:
         return _escalations(backend, ctx, limit, cursor)
 
+    # list_pauses (read), pause_operation and resume_pause (the pause scope).
+    pause_tools.register(server, backend, principal_for=_principal, owned=_owned)
     return server
 
 

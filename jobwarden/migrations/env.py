@@ -11,6 +11,7 @@ from jobwarden.config.settings import get_settings
 from jobwarden.models.persistence import (  # noqa: F401
     metrics_tables,
     notification_tables,
+    pause_tables,
     schedule_tables,
     webhook_tables,
 )

@@ -15,6 +15,7 @@ from typing import Any, TypedDict
 
 from jobwarden.models.conventions.strategies import Monitor
 from jobwarden.models.history.chain import EventKind
+from jobwarden.models.humans.holds import Hold
 from jobwarden.models.states import EscalationReason, OperationState
 
 
@@ -89,6 +90,10 @@ class Operation:
     # Its turn among its tenant's requests waiting for the provider's rate limit, higher
     # first (0031; models/provider/fair_shares.py); set at intake.
     priority: int = 0
+    # The pause that parked it (0030, models/humans/pauses.py); None when none did.
+    held_by: uuid.UUID | None = None
+    # Who allowed a cancel requested during a pause to leave before the resume (0030).
+    cancel_during_pause_by: str | None = None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
@@ -107,6 +112,9 @@ class Operation:
     # by a subquery on every load). A create_sent or reconcile_sent with nothing after
     # it means the sender died mid-request.
     last_event_kind: EventKind | None = None
+    # Not a column: the active pause covering it (provider, tenant or this operation), read
+    # in the same query from the pauses table; the planner sends nothing while it is set.
+    hold: Hold | None = None
 
     @classmethod
     def from_mapping(cls, row: Mapping[str, Any]) -> Operation:
@@ -115,6 +123,8 @@ class Operation:
         for name, enum in _ENUM_COLUMNS.items():
             if name in values:
                 values[name] = enum(values[name]) if values[name] else None
+        if isinstance(values.get("hold"), Mapping):
+            values["hold"] = Hold.from_mapping(values["hold"])
         return cls(**values)
 
     def with_changes(self, changes: RowChanges) -> Operation:
@@ -183,6 +193,8 @@ class RowChanges(TypedDict, total=False):
     contract_digest: str | None
     estimated_finish: datetime | None
     priority: int
+    held_by: uuid.UUID | None
+    cancel_during_pause_by: str | None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
@@ -200,7 +212,7 @@ class RowChanges(TypedDict, total=False):
 
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Operation))
-COLUMNS: frozenset[str] = frozenset(_FIELD_NAMES)
+COLUMNS: frozenset[str] = frozenset(_FIELD_NAMES) - {"hold"}
 # The text columns (and the newest event's kind) a snapshot holds as enums; the store binds
 # each as its value (models/persistence/store.py), and reads it back through this table.
 _ENUM_COLUMNS: dict[str, type[OperationState | EscalationReason | Monitor | EventKind]] = {

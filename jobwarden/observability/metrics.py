@@ -44,7 +44,7 @@ from redis import Redis
 from sqlalchemy.orm import Session
 
 from jobwarden.models.humans.notifications import CHANNELS, DeliveryStatus
-from jobwarden.models.persistence import metrics_store, notification_store
+from jobwarden.models.persistence import metrics_store, notification_store, pause_store
 from jobwarden.observability.logs import get_logger
 from jobwarden.observability.schedule_metrics import schedule_families
 
@@ -237,6 +237,19 @@ def provider_answer_figures(scrape: Scrape) -> Iterable[Metric]:
     return [answers]
 
 
+def pause_figures(scrape: Scrape) -> Iterable[Metric]:
+    """Operations a pause holds parked, per provider (issue 39); a provider without any
+    reads as no sample, as an empty state does in jobwarden_operations."""
+    parked = GaugeMetricFamily(
+        "jobwarden_paused_operations",
+        "Operations parked by a pause (they send nothing until it is resumed), by provider.",
+        labels=["provider"],
+    )
+    for provider, n in sorted(pause_store.parked_counts(scrape.session).items()):
+        parked.add_metric([provider], n)
+    return [parked]
+
+
 # Every figure read from Postgres, in the order served; one snapshot session for all.
 def schedule_figures(scrape: Scrape) -> Iterable[Metric]:
     """The schedules' lag and missed slots (jobwarden/observability/schedule_metrics.py)."""
@@ -250,6 +263,7 @@ SQL_FIGURES: tuple[Figures, ...] = (
     sweeper_figures,
     recent_figures,
     provider_answer_figures,
+    pause_figures,
     schedule_figures,
 )
 

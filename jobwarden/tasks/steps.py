@@ -34,6 +34,7 @@ from jobwarden.models.cleanup import with_cleanup
 from jobwarden.models.effects import plan, timed
 from jobwarden.models.errors import LeaseNotAcquiredError, StaleVersionError
 from jobwarden.models.history.chain import EventKind
+from jobwarden.models.humans.pauses import held
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import snapshot, transaction
@@ -126,7 +127,9 @@ def run(
     ctx = rt.context_for(op)
     fault_scope = op.idempotency_key
     now = utcnow()
-    decided = step.before(op, ctx, now)
+    # A pause covering the operation (its snapshot's hold) parks any request before it is
+    # counted, rate-limited or sent; a decision needing none (a deadline) goes on.
+    decided = held(op, step.before(op, ctx, now), now)
     answer: RawResponse | None = None
     for _ in range(MAX_SENDS_PER_STEP):
         send = decided.action

@@ -135,6 +135,13 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "[limits]", "[rate_limit]\nrequests_per_second = 20\nburst = 1\n\n[limits]", 1
         )
     )
+    # A provider of its own for pause and resume (test_pauses.py): pausing it over every
+    # tenant holds no other test's operations; 4 requests/s, one at a time.
+    (out / "sandbox_pausable.toml").write_text(
+        _variant(base, "sandbox_pausable").replace(
+            "[limits]", "[rate_limit]\nrequests_per_second = 4\nburst = 1\n\n[limits]", 1
+        )
+    )
     unreachable = _variant(
         base, "sandbox_unreachable", base_url=f'"http://127.0.0.1:{_free_port()}"'
     )

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
-from jobwarden.api import actions, intake, queries, receipts, results, schedules, webhooks
+from jobwarden.api import actions, intake, pauses, queries, receipts, results, schedules, webhooks
 from jobwarden.api.app import create_app
 from jobwarden.models.states import OperationState as S
 from tests.api_server import serving
@@ -27,10 +27,10 @@ from tests.integration.api_helpers import insert_operation, load, make_token, te
 
 DOCS = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
 TYPE = "tag:jobwarden.dev,2026:problem/"
-SCOPES = ["submit", "read", "cancel", "approve", "decide"]
+SCOPES = ["submit", "read", "cancel", "approve", "decide", "pause"]
 ROUTES = {
     f"{method} {route.path}": route
-    for module in (intake, queries, results, actions, webhooks, schedules, receipts)
+    for module in (intake, queries, results, actions, pauses, webhooks, schedules, receipts)
     for route in module.router.routes
     # /v1/ only: the receipt key at /.well-known/ is public on purpose (test_receipts.py).
     if isinstance(route, APIRoute) and route.path.startswith("/v1/")
@@ -43,6 +43,8 @@ BODIES: dict[str, Any] = {
     "POST /v1/operations": {"provider": "sandbox", "command": {"kind": "export"}},
     "POST /v1/operations/{operation_id}/cancel": {"reason": "not needed"},
     "POST /v1/operations/{operation_id}/decisions": {"option": "abandon"},
+    "POST /v1/operations/{operation_id}/pause": {"reason": "incident"},
+    "POST /v1/providers/{provider}/pause": {"reason": "incident"},
     "PUT /v1/schedules/{name}": {
         "cron": "0 3 * * *",
         "provider": "sandbox",
@@ -73,7 +75,7 @@ def _send(
 ) -> httpx.Response:
     method, path = label.split(" ")
     url = path.replace("{operation_id}", str(op)).replace("{provider}", "sandbox")
-    url = url.replace("{name}", "nightly")
+    url = url.replace("{name}", "nightly").replace("{pause_id}", str(uuid.uuid4()))
     body = BODIES.get(label)
     if label.endswith("/approvals"):
         body = {"fingerprint": fingerprint}

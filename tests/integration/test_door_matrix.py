@@ -39,6 +39,7 @@ from tests.integration.matrix import (
     identity,
     intake_log,
     keys,
+    pauses,
     priority,
     references,
     tenant,
@@ -64,6 +65,7 @@ DOORS = (
     "schedules",  # /v1/schedules and what the beat's tick fires
     "resubmit",  # a person's resubmission of a failed operation
     "webhooks",  # a provider's signed delivery
+    "pauses",  # pause and resume (Python, HTTP, CLI): a decision over many operations
 )
 PROMISES = (
     "tenant",  # one tenant never sees or touches another's operations (invariant 12)
@@ -220,6 +222,22 @@ CELLS: dict[tuple[str, str], Cell] = {
     ("schedules", "priority"): priority.schedules,
     ("resubmit", "priority"): priority.resubmit,
     ("webhooks", "priority"): NotApplicable("a webhook never submits"),
+    # -- pause and resume (issue 39) ------------------------------------------------------
+    ("pauses", "tenant"): pauses.tenant,
+    ("pauses", "identity"): pauses.identity,
+    ("pauses", "two_person"): NotApplicable(
+        "a pause sends nothing and is undone by a resume: no second person is asked for"
+    ),
+    ("pauses", "binding"): NotApplicable("a pause approves no request: it holds them all"),
+    ("pauses", "reserved_keys"): NotApplicable("a pause takes no idempotency key"),
+    ("pauses", "intake_log"): NotApplicable(
+        "a pause submits nothing: its record is the pauses row (who, why, when, who resumed) "
+        "and the paused/resumed events in each operation's history"
+    ),
+    ("pauses", "no_500"): pauses.hostile,
+    ("pauses", "no_silent_wait"): NotApplicable(
+        "a pause submits nothing; what a resume wakes, the sweeper relays"
+    ),
 }
 
 

@@ -271,6 +271,7 @@ def test_models_and_migrations_are_in_step(database_url: str) -> None:
         api_tables,
         metrics_tables,
         notification_tables,
+        pause_tables,
         schedule_tables,
         webhook_tables,
     )

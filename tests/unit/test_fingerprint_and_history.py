@@ -338,6 +338,8 @@ EDITS: dict[str, Any] = {
     "cleanup_deadline": T0,
     "approved_request_digest": "d" * 64,
     "contract_digest": "ab" * 32,
+    "held_by": "2d8b5e7a-0b2c-4f5a-9c73-8e3b3c4d5e6f",
+    "cancel_during_pause_by": "mallory",
 }
 
 

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0031"
-down_revision = "0028"
+down_revision = "0030"
 branch_labels = None
 depends_on = None
 

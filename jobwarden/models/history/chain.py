@@ -60,6 +60,8 @@ class EventKind(StrEnum):
     webhook_received = "webhook_received"  # a verified webhook observation
     admitted = "admitted"  # a queued operation's concurrency key had room: it starts
     key_handed_over = "key_handed_over"  # an ended holder's concurrency key went to the next
+    paused = "paused"  # a pause parked it: nothing is sent until the pause is resumed
+    resumed = "resumed"  # its pause was resumed: the next request's time, spread by the rate
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

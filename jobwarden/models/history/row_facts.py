@@ -75,6 +75,9 @@ ROW_FACTS: Final[Mapping[str, str]] = {
     "approved_request_digest": "text",
     # the contract text it runs under (0026): set at intake, moved only by a decision
     "contract_digest": "text",
+    # a pause (0030): the pause that parked it, and who let a cancel leave during one
+    "held_by": "text",
+    "cancel_during_pause_by": "text",
 }
 # Facts added after rows were first digested: left out of the digest while unset, so a
 # row written before its column existed still digests as its history recorded it (and
@@ -91,6 +94,8 @@ LATER_FACTS: Final = frozenset(
         "cleanup_deadline",
         "approved_request_digest",
         "contract_digest",
+        "held_by",
+        "cancel_during_pause_by",
     }
 )
 # Columns deliberately outside the digest, each for a reason:

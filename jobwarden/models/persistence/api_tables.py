@@ -29,7 +29,7 @@ from jobwarden.models.persistence.tables import Base
 
 TZ = DateTime(timezone=True)
 # Written out rather than imported from jobwarden.api so models/ never imports the shell.
-SCOPES = ("submit", "read", "cancel", "approve", "decide")
+SCOPES = ("submit", "read", "cancel", "approve", "decide", "pause", "operate")
 DOORS = ("python", "celery", "http", "mcp")
 INTAKE_OUTCOMES = ("created", "replayed", "in_progress", "conflict", "duplicate_event", "invalid")
 

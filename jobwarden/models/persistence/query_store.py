@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.tables import (
+    HOLD,
     NEEDS_A_HUMAN,
     OPERATION_WITH_TIMER,
     EventRow,
@@ -118,9 +119,10 @@ def operation_for_tenant(
 ) -> Operation | None:
     """The tenant's operation, or None when there is none (or it is another tenant's)."""
     found = session.execute(
-        OPERATION_WITH_TIMER.where(OPERATIONS.c.operation_id == operation_id).where(
-            OPERATIONS.c.tenant == tenant
-        )
+        # With the hold (the pause covering it), as a step's snapshot reads it.
+        OPERATION_WITH_TIMER.add_columns(HOLD)
+        .where(OPERATIONS.c.operation_id == operation_id)
+        .where(OPERATIONS.c.tenant == tenant)
     ).first()
     return Operation.from_mapping(dict(found._mapping)) if found is not None else None
 

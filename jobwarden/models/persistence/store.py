@@ -49,6 +49,7 @@ from jobwarden.models.persistence import answer_tallies, outbox
 from jobwarden.models.persistence.db import driver_execute
 from jobwarden.models.persistence.tables import (
     ACTIVE_STATES,
+    HOLD,
     TIMER_COLUMNS,
     EventRow,
     OperationRow,
@@ -70,7 +71,8 @@ _PG = psycopg_dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it
 # The newest event's kind is a column of the row (0028): a create_sent with nothing after
 # it is how a lost send is recognised, and reading it from the partitioned history cost
 # every load a third of its Postgres time (the subquery's partitions opened each time).
-_LOAD = select(OPERATIONS, TIMERS.c.next_poll_at, TIMERS.c.dispatched_at).select_from(
+# The active pause covering the operation rides on the same SELECT (HOLD, 0030).
+_LOAD = select(OPERATIONS, TIMERS.c.next_poll_at, TIMERS.c.dispatched_at, HOLD).select_from(
     OPERATIONS.outerjoin(TIMERS, TIMERS.c.operation_id == OPERATIONS.c.operation_id)
 )
 

@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    literal_column,
     select,
     text,
 )
@@ -160,6 +161,8 @@ class OperationRow(Base):
             ),
         ),
         *QUERY_INDEXES,
+        # The operations a pause parked: what its resume wakes (0030).
+        Index("ix_operations_held_by", "held_by", postgresql_where=text("held_by IS NOT NULL")),
         # Room on each page for the row's next version: a poll's update stays on its page
         # (HOT), so old versions are pruned without touching any index (0021).
         {"postgresql_with": {"fillfactor": OPERATIONS_FILLFACTOR}},
@@ -259,6 +262,10 @@ class OperationRow(Base):
     contract_digest: Mapped[str | None] = mapped_column(
         String(64), ForeignKey("provider_contracts.digest")
     )
+    # The pause that parked it (0030, models/humans/pauses.py): a resume wakes exactly these.
+    held_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # Who allowed a cancel requested during a pause to be sent before the resume (0030).
+    cancel_during_pause_by: Mapped[str | None] = mapped_column(String(200))
 
 
 class ProviderContractRow(Base):
@@ -374,6 +381,16 @@ class ResultRow(Base):
 # row without a timer row reads as one without a timer.
 _OPERATIONS = OperationRow.__table__
 _TIMERS = TimerRow.__table__
+# The active pause covering the operation (models/humans/holds.py) rides on the same
+# SELECT: a probe of the partial index of active pauses, which is empty but in an incident.
+HOLD: Any = literal_column(
+    "(SELECT jsonb_build_object('pause_id', p.pause_id, 'author', p.author, "
+    "'reason', p.reason, 'started_at', p.started_at) FROM pauses p "
+    "WHERE p.resumed_at IS NULL AND p.provider = operations.provider "
+    "AND (p.tenant IS NULL OR p.tenant = operations.tenant) "
+    "AND (p.operation_id IS NULL OR p.operation_id = operations.operation_id) "
+    "ORDER BY p.started_at, p.pause_id LIMIT 1)"
+).label("hold")
 OPERATION_WITH_TIMER = select(
     _OPERATIONS, _TIMERS.c.next_poll_at, _TIMERS.c.dispatched_at
 ).select_from(_OPERATIONS.outerjoin(_TIMERS, _TIMERS.c.operation_id == _OPERATIONS.c.operation_id))

@@ -14,7 +14,7 @@ counted toward no two-person rule).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from jobwarden.models.actions import Decided
@@ -39,7 +39,7 @@ from jobwarden.models.humans.escalation import (
 from jobwarden.models.humans.identity import HUMAN, Author, AuthorKind, as_author
 from jobwarden.models.intake.attendance import NoWorkerWarning
 from jobwarden.models.intake.resubmission import resubmission, resubmit_key
-from jobwarden.models.operation import Operation
+from jobwarden.models.operation import Operation, RowChanges
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.polling.business_deadline import passed
@@ -93,13 +93,20 @@ def _cancel_window(rt: Runtime, op: Operation) -> timedelta:
 
 
 def request_cancel(
-    operation_id: str, requested_by: Author | str, reason: str, runtime: Runtime | None = None
+    operation_id: str,
+    requested_by: Author | str,
+    reason: str,
+    runtime: Runtime | None = None,
+    *,
+    send_during_pause: bool = False,
 ) -> str:
     """Record the intent to cancel at once, whatever the state; a worker carries it out.
 
     Returns the operation's state afterwards (``abandoned`` when nothing was sent yet).
     Raises RefusedInputError only when the operation has ended (or ``requested_by`` is
-    a name spelt as a principal).
+    a name spelt as a principal). While a pause holds the operation the cancel is sent on
+    resume; ``send_during_pause``: this one cancel request may leave during the pause
+    (cancelling is how a person stops damage), and the history names who allowed it.
     """
     rt = runtime or current()
     author = as_author(requested_by, "requested_by")
@@ -108,7 +115,13 @@ def request_cancel(
         move = decide_cancel_request(
             op, now=now, window=_cancel_window(rt, op), requested_by=author.actor, reason=reason
         )
-        return move.decided(now) if move is not None else None
+        if move is None:
+            return None
+        decided = move.decided(now)
+        if send_during_pause:
+            allowed: RowChanges = {"cancel_during_pause_by": author.actor}
+            decided = replace(decided, changes={**decided.changes, **allowed})
+        return decided
 
     written = _as_person(rt, operation_id, author, cancel)
     if written.plan.next_at is not None:

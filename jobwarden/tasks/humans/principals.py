@@ -34,6 +34,8 @@ class Scope(StrEnum):
     cancel = "cancel"  # POST /v1/operations/{id}/cancel
     approve = "approve"  # POST /v1/operations/{id}/approvals
     decide = "decide"  # POST /v1/operations/{id}/decisions
+    pause = "pause"  # pause and resume the token's own operations, and its tenant's share
+    operate = "operate"  # pause and resume a provider for every tenant (an operator's)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
