@@ -404,6 +404,10 @@ def _respond(result: SubmitResult) -> JSONResponse:
         ],
         # Parsed by the route itself (bounded JSON), so named here for the document.
         "requestBody": named_body(SubmissionBody),
+        # The route checks its token itself (_submitted: one worker-thread trip for the
+        # token and the submission), not through a require_* dependency: the scope it
+        # needs is named here, for the document's readers and tests/integration/test_api_routes.py.
+        "x-required-scope": Scope.submit.value,
     },
 )
 async def submit(

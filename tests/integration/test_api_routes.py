@@ -60,6 +60,8 @@ BODIES: dict[str, Any] = {
 def _scope(route: APIRoute) -> str | None:
     names = [getattr(d.call, "__name__", "") for d in route.dependant.dependencies]
     scopes = [n.removeprefix("require_") for n in names if n.startswith("require_")]
+    # A route that checks its token itself names its scope in its OpenAPI extension.
+    scopes += [s for s in [(route.openapi_extra or {}).get("x-required-scope")] if s]
     assert len(scopes) <= 1, f"{route.path} requires {scopes}"
     return scopes[0] if scopes else None
 
