@@ -86,6 +86,12 @@ class Operation:
     # The finish the last status reading implied (0027): the next reading that agrees
     # aims the poll past it (models/polling/estimates.py); None when that reading implied none.
     estimated_finish: datetime | None = None
+    # A follow-up operation (0029): the operation it follows and as what (capture, refund,
+    # rollback: its parent contract's [follow_ups.<kind>]), and the amount it requests
+    # under that kind's amount rule. None for every other operation.
+    follows: uuid.UUID | None = None
+    follow_up_kind: str | None = None
+    follow_up_amount: int | None = None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
@@ -178,6 +184,9 @@ class RowChanges(TypedDict, total=False):
     approved_request_digest: str | None
     contract_digest: str | None
     estimated_finish: datetime | None
+    follows: uuid.UUID | None
+    follow_up_kind: str | None
+    follow_up_amount: int | None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

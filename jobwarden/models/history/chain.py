@@ -60,6 +60,7 @@ class EventKind(StrEnum):
     webhook_received = "webhook_received"  # a verified webhook observation
     admitted = "admitted"  # a queued operation's concurrency key had room: it starts
     key_handed_over = "key_handed_over"  # an ended holder's concurrency key went to the next
+    follow_up_started = "follow_up_started"  # a follow-up operation of it was started
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -75,6 +75,10 @@ ROW_FACTS: Final[Mapping[str, str]] = {
     "approved_request_digest": "text",
     # the contract text it runs under (0026): set at intake, moved only by a decision
     "contract_digest": "text",
+    # a follow-up operation (0029): its parent, its kind, the amount it requests
+    "follows": "text",
+    "follow_up_kind": "text",
+    "follow_up_amount": "int",
 }
 # Facts added after rows were first digested: left out of the digest while unset, so a
 # row written before its column existed still digests as its history recorded it (and
@@ -91,6 +95,9 @@ LATER_FACTS: Final = frozenset(
         "cleanup_deadline",
         "approved_request_digest",
         "contract_digest",
+        "follows",
+        "follow_up_kind",
+        "follow_up_amount",
     }
 )
 # Columns deliberately outside the digest, each for a reason:
