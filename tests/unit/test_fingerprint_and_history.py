@@ -338,6 +338,9 @@ EDITS: dict[str, Any] = {
     "cleanup_deadline": T0,
     "approved_request_digest": "d" * 64,
     "contract_digest": "ab" * 32,
+    "follows": "5d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6",
+    "follow_up_kind": "refund",
+    "follow_up_amount": 500,
 }
 
 

@@ -33,7 +33,11 @@ from jobwarden.models.concurrency import ConcurrencyTable
 from jobwarden.models.contracts.command import CommandTable
 from jobwarden.models.contracts.contract import Convention, FollowUpSpec, ProviderContract
 from jobwarden.models.contracts.fields import literal_secret, toml_type
-from jobwarden.models.contracts.follow_ups import FollowUpTable, check_names
+from jobwarden.models.contracts.follow_ups import (
+    FollowUpTable,
+    check_follow_up_targets,
+    check_names,
+)
 from jobwarden.models.contracts.job import CreateTable, StatesTable, StatusTable
 from jobwarden.models.contracts.result import ResultTable
 from jobwarden.models.contracts.sections import (
@@ -124,6 +128,12 @@ def check_contracts(
         errors.extend(file_errors)
         if contract is not None:
             contracts[contract.name] = contract
+    # What no file can tell alone: each follow-up names a contract of this directory.
+    for name, contract in sorted(contracts.items()):
+        found = check_follow_up_targets(name, contract.follow_ups, contracts, contract.source_file)
+        if found:
+            errors.extend(found)
+            del contracts[name]
     return contracts, errors
 
 
