@@ -14,6 +14,7 @@ from rich.console import Console
 
 from jobwarden.cli import output
 from jobwarden.cli.app import CliTyper
+from jobwarden.cli.follow_ups import follow_up_command
 from jobwarden.cli.history import archive_command, partitions_command
 from jobwarden.cli.identity import Approver, BreakGlass, TokenFile, decision_author, submitter
 from jobwarden.cli.keys import keys_app
@@ -48,8 +49,9 @@ EXIT_CODES: dict[int, str] = {
     2: "a mistake in the command line, a JOBWARDEN_ setting or a decision, named in one "
     "line on stderr (nothing was changed)",
     3: "submit: conflict, the idempotency key was used for a different request (nothing "
-    "was touched)",
-    4: "submit: in progress, the key's first request is still being recorded: retry later",
+    "was touched); follow-up: the same instruction with another command",
+    4: "submit, follow-up: in progress, the key's first request is still being recorded: "
+    "retry later",
 }
 """The exit codes of every `jobwarden` command, stable for scripts (issue 36, point 7).
 
@@ -89,6 +91,7 @@ app.command("result")(result_command)
 app.command("archive")(archive_command)
 app.command("partitions")(partitions_command)
 app.command("receipt")(receipt_command)
+app.command("follow-up")(follow_up_command)
 console = Console(soft_wrap=True)
 # soft_wrap: an error is one line whatever the terminal width (scripts grep for it).
 err = Console(stderr=True, soft_wrap=True)

@@ -27,7 +27,7 @@ from jobwarden.models.actions import Decided, Record
 from jobwarden.models.contracts.contract import FollowUpSpec, ParentField, Source
 from jobwarden.models.errors import JobwardenError, LostRaceError, RefusedInputError
 from jobwarden.models.history.chain import EventKind
-from jobwarden.models.humans.identity import HUMAN, Author, as_author
+from jobwarden.models.humans.identity import HUMAN, Author, AuthorKind, as_author
 from jobwarden.models.intake.follow_ups import (
     RELEASED_STATES,
     Link,
@@ -42,6 +42,7 @@ from jobwarden.models.intake.follow_ups import (
     rule_actor,
     spec_for,
 )
+from jobwarden.models.intake.submission import ACTOR_PREFIX
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import follow_up_store, result_rows, store
 from jobwarden.models.persistence.db import snapshot
@@ -107,22 +108,31 @@ def start_follow_up(  # noqa: PLR0913 - the door's words, each named at the call
     (the same instruction with another command: nothing touched).
     """
     rt = runtime or current()
-    author = as_author(requested_by, "requested_by")
+    if caller is None:
+        # The Python door: a person's Author, or a typed name as jobwarden.submit takes it.
+        author = as_author(requested_by, "requested_by")
+        by = author.actor
+        who = Caller(
+            actor=None if author.kind is AuthorKind.named else f"{HUMAN}{by}",
+            token_id=author.token_id,
+            break_glass=author.reason,
+        )
+    else:
+        # A door that authenticated its caller says who it is (the intake log's actor).
+        by = requested_by.actor if isinstance(requested_by, Author) else requested_by
+        who = caller
     parent = _parent(rt, parent_id, tenant)
     spec = spec_for(rt.contract_for(parent), kind)
     check_parent_state(spec, parent)
     if not isinstance(command, Mapping):
         raise RefusedInputError("command must be a JSON object")
     instruction = check_instruction_id(spec, instruction_id)
-    who = caller or Caller(
-        actor=f"{HUMAN}{author.actor}", token_id=author.token_id, break_glass=author.reason
-    )
     return _start(
         rt,
         parent,
         spec,
         command,
-        requested_by=author.actor,
+        requested_by=by,
         instruction=instruction,
         door=door,
         who=who,
@@ -171,7 +181,8 @@ def _start(  # noqa: PLR0913 - one start, each part named at the two calls
     child = uuid.UUID(answer.operation_id)
     _refuse_unlinked(rt, parent, spec.name, child)
     if answer.outcome in (SubmitOutcome.created, SubmitOutcome.replayed):
-        _record_on_parent(rt, parent.operation_id, child, link, who.actor)
+        actor = who.actor or f"{ACTOR_PREFIX}{requested_by}"
+        _record_on_parent(rt, parent.operation_id, child, link, actor)
     return result
 
 
@@ -224,7 +235,7 @@ def _refuse_unlinked(rt: Runtime, parent: Operation, kind: str, found: uuid.UUID
 
 
 def _record_on_parent(
-    rt: Runtime, parent: uuid.UUID, child: uuid.UUID, link: Link, actor: str | None
+    rt: Runtime, parent: uuid.UUID, child: uuid.UUID, link: Link, actor: str
 ) -> None:
     """The parent's history names the follow-up (once: a replay after a crash between
     the two writes records it then). A parent that stays busy past the attempts leaves
