@@ -342,3 +342,37 @@ def family(rt: Runtime, op: Operation) -> dict[str, Any]:
         "follow_ups": [m.as_dict() for m in members],
         "amounts": amounts,
     }
+
+
+# The Celery message's fields: start_follow_up's keywords a caller may send.
+MESSAGE_FIELDS: Final = frozenset(
+    {"parent_id", "kind", "command", "requested_by", "instruction_id", "tenant"}
+)
+REQUIRED_FIELDS: Final = frozenset({"parent_id", "kind", "command", "requested_by"})
+
+
+def follow_up_from_message(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The Celery door's answer: the follow-up's outcome, or why it is invalid (nothing
+    recorded but the intake log's refusal); only infrastructure failures raise."""
+    unknown = sorted(str(k) for k in kwargs if k not in MESSAGE_FIELDS)
+    if unknown:
+        return {"outcome": "invalid", "error": f"unknown keyword arguments: {', '.join(unknown)}"}
+    missing = sorted(REQUIRED_FIELDS - set(kwargs))
+    if missing:
+        return {"outcome": "invalid", "error": f"missing keyword arguments: {', '.join(missing)}"}
+    requested_by = kwargs["requested_by"]
+    if not isinstance(requested_by, str):
+        return {"outcome": "invalid", "error": "requested_by must be a string"}
+    try:
+        answer = start_follow_up(
+            str(kwargs["parent_id"]),
+            str(kwargs["kind"]),
+            kwargs["command"],
+            requested_by,
+            instruction_id=kwargs.get("instruction_id"),
+            tenant=kwargs.get("tenant"),
+            door="celery",
+        )
+    except RefusedInputError as exc:
+        return {"outcome": "invalid", "error": str(exc)}
+    return answer.as_dict()
