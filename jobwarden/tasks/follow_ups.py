@@ -293,7 +293,9 @@ def start_automatic(rt: Runtime, op: Operation) -> None:
                 command,
                 requested_by=actor,
                 instruction=None,
-                door="rule",
+                # The intake log's door is how it came in (a schedule's slot says python
+                # too); its actor, rule:<kind>, says it was the rule, never a person.
+                door="python",
                 who=Caller(actor=actor),
                 rule=actor,
             )
