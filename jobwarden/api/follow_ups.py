@@ -143,7 +143,8 @@ def start_operation_follow_up(
             row.operation_id,
             body.kind,
             body.command,
-            principal.author,
+            # As POST /v1/operations names its submitter: the token's name.
+            principal.name,
             instruction_id=body.instruction_id,
             tenant=principal.tenant,
             runtime=runtime_of(request),

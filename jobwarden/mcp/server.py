@@ -269,7 +269,7 @@ def _follow_up(
             row.operation_id,
             kind,
             command,
-            principal.author,
+            principal.name,
             instruction_id=instruction_id,
             tenant=principal.tenant,
             runtime=backend.runtime(),
