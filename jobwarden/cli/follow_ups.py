@@ -12,7 +12,7 @@ Imported by jobwarden/cli/main.py at start-up, so only typer and rich at module 
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -71,3 +71,26 @@ def follow_up_command(
     for warning in answer.submitted.warnings:
         err.print(f"warning: {warning.detail}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(FOLLOW_UP_EXIT_CODES.get(answer.outcome.value, 0))
+
+
+def family_lines(family: dict[str, Any]) -> list[str]:
+    """What `show` prints of an operation's family: what it follows, its follow-ups with
+    kind and state, and per amount rule what was requested so far against the limit."""
+    lines = []
+    follows = family["follows"]
+    if follows is not None:
+        lines.append(f"follows          {follows['operation_id']} as {follows['kind']}")
+    for member in family["follow_ups"]:
+        amount = f"  amount {member['amount']}" if member["amount"] is not None else ""
+        lines.append(
+            f"follow-up        {member['kind']:<9} {member['operation_id']}  "
+            f"{member['state']}{amount}"
+        )
+    for kind, sums in family["amounts"].items():
+        limit = "unknown" if sums["limit"] is None else sums["limit"]
+        remaining = "" if sums["remaining"] is None else f", remaining {sums['remaining']}"
+        lines.append(
+            f"{kind + ' so far':<16} {sums['requested']} of {limit} "
+            f"({sums['limit_field']}){remaining}"
+        )
+    return lines

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from jobwarden.cli import output
 from jobwarden.cli.app import CliTyper
-from jobwarden.cli.follow_ups import follow_up_command
+from jobwarden.cli.follow_ups import family_lines, follow_up_command
 from jobwarden.cli.history import archive_command, partitions_command
 from jobwarden.cli.identity import Approver, BreakGlass, TokenFile, decision_author, submitter
 from jobwarden.cli.keys import keys_app
@@ -233,18 +233,23 @@ def show(
     from jobwarden.cli.deadlines import deadline_lines, deadline_views
     from jobwarden.models.states import OFFERS_OPTIONS, OperationState
     from jobwarden.observability.story import summary_lines
+    from jobwarden.tasks.follow_ups import family
     from jobwarden.tasks.humans.interventions import escalation_options
+    from jobwarden.tasks.runtime import current
 
     row, _ = _row_and_events(operation_id)
     deadlines = deadline_views(row, datetime.now(UTC))
+    # The family (issue 40): what it follows, its follow-ups, the amounts so far.
+    kin = family(current(), row)
     # A stopped operation shows what a human may do next, as `jobwarden decide` takes it.
     offered = (
         escalation_options(operation_id) if OperationState(row.state) in OFFERS_OPTIONS else []
     )
     if as_json:
-        output.emit_json(show_record(row, deadlines, offered))
+        output.emit_json(show_record(row, deadlines, offered) | kin)
         return
-    for line in [*summary_lines(row, deadline_lines(deadlines)), *show_lines(row)]:
+    lines = [*summary_lines(row, deadline_lines(deadlines)), *show_lines(row), *family_lines(kin)]
+    for line in lines:
         console.print(line, highlight=False, markup=False)
     for option in offered:
         console.print(

@@ -14,10 +14,10 @@ import uuid
 import pytest
 
 import jobwarden
-from jobwarden.demo.harness import Stack
+from jobwarden.demo.harness import Stack, wait_for
 from jobwarden.models.intake.follow_ups import AmountLimitError
 from jobwarden.tasks.intake import SubmitOutcome
-from tests.acceptance.conftest import Pipeline, wait_for
+from tests.acceptance.conftest import Pipeline
 
 HEAD = "1" * 40
 PREVIOUS = "2" * 40
@@ -99,13 +99,13 @@ def test_a_deploy_that_fails_validation_is_rolled_back_by_its_rule_as_an_operati
     )
     assert pipeline.wait_state(deploy).state == "result_validation_failed"
 
-    def rollback_started() -> str | None:
+    def rollback_started() -> str:
         for event in pipeline.events(deploy):
             if event.draft.kind.value == "follow_up_started":
                 return str(event.draft.excerpt["follow_up"])
-        return None
+        return ""
 
-    rollback = wait_for(rollback_started, timeout=30, what="the rollback rule's start")
+    rollback: str = wait_for(rollback_started, timeout=30, what="the rollback rule's start")
     pipeline.created.append(rollback)
     # Its own operation, waiting for its own approval, started by the rule, never a person.
     row = pipeline.wait_state(rollback, "awaiting_approval")

@@ -153,7 +153,7 @@ def test_refunds_never_exceed_what_the_capture_took(database_url: str) -> None:
     with transaction(database_url) as session:
         row = store.load(session, failed)
         assert row is not None
-        refused = EventDraft(
+        ended = EventDraft(
             kind=EventKind.create_refused,
             actor="worker",
             at=row.updated_at,
@@ -162,7 +162,7 @@ def test_refunds_never_exceed_what_the_capture_took(database_url: str) -> None:
             cause="the provider refused the refund",
         )
         store.fenced_update(
-            session, row, changes={"state": S.failed}, drafts=[refused], now=row.updated_at
+            session, row, changes={"state": S.failed}, drafts=[ended], now=row.updated_at
         )
     fits = jobwarden.follow_up(capture, "refund", _refund(400), "alice", instruction_id="r5")
     assert fits.outcome is SubmitOutcome.created
@@ -340,3 +340,27 @@ def test_http_starts_follow_ups_and_answers_refusals_as_problems(
         headers=stranger,
     )
     assert hidden.status_code == 404, hidden.text
+
+
+def test_the_cli_starts_a_refund_and_show_tells_the_family(database_url: str) -> None:
+    from tests.integration.test_cli import _cli
+
+    tenant = tenant_name()
+    capture = _capture(database_url, tenant, captured=800)
+    started = _cli(
+        "follow-up", str(capture), "refund", json.dumps(_refund(300)), "--instruction-id", "c1"
+    )
+    assert started.returncode == 0, started.stderr
+    answer = json.loads(started.stdout)
+    assert (answer["outcome"], answer["follows"]) == ("created", str(capture))
+    over = _cli(
+        "follow-up", str(capture), "refund", json.dumps(_refund(600)), "--instruction-id", "c2"
+    )
+    assert over.returncode == 2
+    assert "remaining 500" in over.stderr
+    shown = _cli("show", str(capture))
+    assert shown.returncode == 0, shown.stderr
+    assert f"follow-up        refund    {answer['operation_id']}" in shown.stdout
+    assert "refund so far    300 of 800 (result.amount), remaining 500" in shown.stdout
+    child = _cli("show", answer["operation_id"], "--json")
+    assert json.loads(child.stdout)["follows"] == {"operation_id": str(capture), "kind": "refund"}
