@@ -364,3 +364,46 @@ def test_the_cli_starts_a_refund_and_show_tells_the_family(database_url: str) ->
     assert "refund so far    300 of 800 (result.amount), remaining 500" in shown.stdout
     child = _cli("show", answer["operation_id"], "--json")
     assert json.loads(child.stdout)["follows"] == {"operation_id": str(capture), "kind": "refund"}
+
+
+def test_the_console_shows_the_family_and_starts_a_refund(database_url: str) -> None:
+    from jobwarden.console.app import create_app
+    from tests.integration.matrix.doors import csrf
+
+    tenant = tenant_name()
+    capture = _capture(database_url, tenant, captured=700)
+    secret = make_token(database_url, tenant, "ops", ["submit", "read"])["Authorization"]
+    with serving(create_app()) as url, httpx.Client(base_url=url, timeout=30) as http:
+        form = http.get("/console/login")
+        token = secret.removeprefix("Bearer ")
+        login = http.post("/console/login", data={"csrf": csrf(form.text), "token": token})
+        assert login.status_code == 303, login.text
+        page = http.get(f"/console/operations/{capture}")
+        assert 'id="start-follow-up"' in page.text
+        started = http.post(
+            f"/console/operations/{capture}/follow-ups",
+            data={
+                "csrf": csrf(page.text),
+                "kind": "refund",
+                "instruction_id": "console-1",
+                "command": json.dumps(_refund(250)),
+            },
+        )
+        assert started.status_code == 303, started.text
+        child = started.headers["location"].split("/")[-1].split("?")[0]
+        child_page = http.get(f"/console/operations/{child}")
+        assert f'href="/console/operations/{capture}">{capture}</a> as refund' in child_page.text
+        family = http.get(f"/console/operations/{capture}")
+        assert f'data-follow-up="{child}"' in family.text
+        assert "refund so far: 250 of 700 (result.amount), remaining 450" in family.text
+        over = http.post(
+            f"/console/operations/{capture}/follow-ups",
+            data={
+                "csrf": csrf(family.text),
+                "kind": "refund",
+                "instruction_id": "console-2",
+                "command": json.dumps(_refund(500)),
+            },
+        )
+        assert over.status_code == 409
+        assert "remaining 450" in over.text
