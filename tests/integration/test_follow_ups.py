@@ -407,3 +407,40 @@ def test_the_console_shows_the_family_and_starts_a_refund(database_url: str) -> 
         )
         assert over.status_code == 409
         assert "remaining 450" in over.text
+
+
+def test_receipts_carry_the_link_both_ways_and_an_edited_link_is_named(
+    database_url: str,
+) -> None:
+    from datetime import UTC, datetime
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding,
+        NoEncryption,
+        PrivateFormat,
+    )
+    from pydantic import SecretStr
+
+    from jobwarden.config.settings import Settings
+    from jobwarden.models.history.receipts import signed, verify_receipt
+    from jobwarden.tasks.receipts import receipt_of
+
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
+    settings = Settings(receipt_signing_key=SecretStr(pem))
+    parent = _intent(database_url, tenant_name())
+    child = jobwarden.follow_up(parent, "capture", CAPTURE, "alice").operation_id
+    assert child is not None
+    now = datetime.now(UTC)
+    theirs = receipt_of(settings, None, parent, now=now)
+    ours = receipt_of(settings, None, uuid.UUID(child), now=now)
+    assert theirs is not None and ours is not None
+    assert ours["facts"]["follows"] == {"operation_id": str(parent), "kind": "capture"}
+    (listed,) = theirs["facts"]["follow_ups"]
+    assert (listed["operation_id"], listed["kind"]) == (child, "capture")
+    assert verify_receipt(ours, key.public_key()) == []
+    assert verify_receipt(theirs, key.public_key()) == []
+    ours["facts"]["follows"]["kind"] = "refund"
+    problems = [p.line() for p in verify_receipt(signed(ours, key), key.public_key())]
+    assert any("fact follows.kind" in line for line in problems), problems
