@@ -444,3 +444,43 @@ def test_receipts_carry_the_link_both_ways_and_an_edited_link_is_named(
     ours["facts"]["follows"]["kind"] = "refund"
     problems = [p.line() for p in verify_receipt(signed(ours, key), key.public_key())]
     assert any("fact follows.kind" in line for line in problems), problems
+
+
+def test_the_mcp_tool_starts_a_refund_and_names_what_remains(database_url: str) -> None:
+    import anyio
+    from mcp import Client
+
+    from jobwarden.config.settings import Settings
+    from jobwarden.mcp.server import build_server
+    from tests.integration.matrix.doors import tool_answer, tool_error
+
+    tenant = tenant_name()
+    capture = _capture(database_url, tenant, captured=300)
+    secret = make_token(database_url, tenant, "agent", ["submit", "read"])["Authorization"]
+    settings = Settings(database_url=database_url)
+
+    def call(amount: int, instruction: str) -> Any:
+        arguments = {
+            "operation_id": str(capture),
+            "kind": "refund",
+            "command": _refund(amount),
+            "instruction_id": instruction,
+        }
+
+        async def session() -> Any:
+            with anyio.fail_after(30):
+                server = build_server(settings, stdio_token=secret.removeprefix("Bearer "))
+                async with Client(server) as client:
+                    return await client.call_tool("start_follow_up_operation", arguments)
+
+        return anyio.run(session)
+
+    made = tool_answer(call(200, "m1"))
+    assert (made["outcome"], made["follows"], made["follow_up_kind"]) == (
+        "created",
+        str(capture),
+        "refund",
+    )
+    refused = tool_error(call(200, "m2"))
+    assert "amount_limit_exceeded: amount: 200 exceeds" in refused
+    assert "remaining 100" in refused
