@@ -28,6 +28,8 @@ if TYPE_CHECKING:
         StaleVersionError,
     )
     from jobwarden.models.humans.escalation import Option, OptionKind
+    from jobwarden.tasks.follow_ups import FollowUpResult
+    from jobwarden.tasks.follow_ups import start_follow_up as follow_up
     from jobwarden.tasks.humans.interventions import Decision, approve
     from jobwarden.tasks.humans.interventions import decide_escalation as decide
     from jobwarden.tasks.humans.interventions import escalation_options as options
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Decision",
+    "FollowUpResult",
     "GiveUpError",
     "InvalidSubmissionError",
     "JobwardenError",
@@ -53,6 +56,7 @@ __all__ = [
     "approve",
     "cancel",
     "decide",
+    "follow_up",
     "options",
     "submit",
 ]
@@ -68,6 +72,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "decide": ("jobwarden.tasks.humans.interventions", "decide_escalation"),
     "options": ("jobwarden.tasks.humans.interventions", "escalation_options"),
     "Decision": ("jobwarden.tasks.humans.interventions", "Decision"),
+    "follow_up": ("jobwarden.tasks.follow_ups", "start_follow_up"),
+    "FollowUpResult": ("jobwarden.tasks.follow_ups", "FollowUpResult"),
     "Option": ("jobwarden.models.humans.escalation", "Option"),
     "OptionKind": ("jobwarden.models.humans.escalation", "OptionKind"),
     "JobwardenError": ("jobwarden.models.errors", "JobwardenError"),

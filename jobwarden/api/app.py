@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from jobwarden.api import (
     actions,
     docs_ui,
+    follow_ups,
     intake,
     pauses,
     queries,
@@ -132,7 +133,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = registry_for(PostgresCollector(resolved.database_url), refusals)
     weakref.finalize(app, _close_clients, built, refusals)
     app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
-    for module in (intake, queries, results, actions, pauses, webhooks, schedules, receipts):
+    for module in (
+        intake,
+        queries,
+        results,
+        actions,
+        pauses,
+        follow_ups,
+        webhooks,
+        schedules,
+        receipts,
+    ):
         app.include_router(module.router)
     # Tracing only when the OTEL_* variables ask for it (jobwarden.observability.telemetry).
     telemetry.setup("jobwarden-api")

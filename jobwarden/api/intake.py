@@ -297,7 +297,7 @@ def links(operation_id: str) -> dict[str, str]:
     }
 
 
-def _answer(result: SubmitResult, *, outcome: str, state: str) -> dict[str, Any]:
+def submission_answer(result: SubmitResult, *, outcome: str, state: str) -> dict[str, Any]:
     assert result.operation_id is not None and result.trace_id is not None
     return {
         "outcome": outcome,
@@ -310,7 +310,7 @@ def _answer(result: SubmitResult, *, outcome: str, state: str) -> dict[str, Any]
     }
 
 
-def _trace_headers(trace_id: str | None) -> dict[str, str]:
+def trace_headers(trace_id: str | None) -> dict[str, str]:
     if trace_id is None:
         return {}
     # Tracing on: the request's own span, when it is in the operation's trace.
@@ -341,15 +341,15 @@ def _respond(result: SubmitResult) -> JSONResponse:
             retry_after_seconds=IN_PROGRESS_RETRY_SECONDS,
         )
     status = HTTP_STATUSES[outcome.value]
-    headers = _trace_headers(result.trace_id)
+    headers = trace_headers(result.trace_id)
     if outcome is SubmitOutcome.created:
-        body = _answer(result, outcome=outcome.value, state=str(result.state))
+        body = submission_answer(result, outcome=outcome.value, state=str(result.state))
     elif outcome is SubmitOutcome.replayed:
         created = SubmitOutcome.created.value
-        body = _answer(result, outcome=created, state=str(result.created_state))
+        body = submission_answer(result, outcome=created, state=str(result.created_state))
         headers[REPLAY_HEADER] = "true"
     else:  # duplicate_event: another key already holds this source event's operation
-        body = _answer(result, outcome=outcome.value, state=str(result.state))
+        body = submission_answer(result, outcome=outcome.value, state=str(result.state))
     if status == 201:
         headers["Location"] = body["links"]["self"]
     if result.warnings:

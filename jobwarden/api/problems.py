@@ -59,6 +59,8 @@ TITLES: dict[str, str] = {
     "approval_window_closed": "The operation's approval window has closed",
     "business_deadline_passed": "The operation's business deadline has passed",
     "option_not_offered": "The option is not offered for this operation now",
+    "follow_up_not_allowed": "The operation does not allow this follow-up (now)",
+    "amount_limit_exceeded": "The follow-up's amount exceeds what remains of its limit",
     "no_result": "The operation has no result to download",
     "result_missing": "The result's stored bytes are gone from the result store",
     "range_not_satisfiable": "No byte of the requested range is in the result",

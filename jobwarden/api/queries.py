@@ -34,6 +34,9 @@ from jobwarden.api.views import (
     EscalationCounts,
     EscalationList,
     EventView,
+    Follows,
+    FollowUp,
+    FollowUpAmounts,
     HoldView,
     IntakeAttempt,
     OfferedOption,
@@ -58,6 +61,7 @@ from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.persistence.result_rows import StoredResultRow
 from jobwarden.models.results.access import validated
 from jobwarden.models.states import OFFERS_OPTIONS, OperationState
+from jobwarden.tasks import follow_ups
 from jobwarden.tasks.history_archive import archived_events
 from jobwarden.tasks.humans.interventions import escalation_options
 from jobwarden.tasks.provider.edge import shown_create_request
@@ -166,6 +170,12 @@ def operation_view(rt: Runtime, row: Operation, result: StoredResultRow | None) 
         if row.cancel_requested_by is not None
         else None
     )
+    family = follow_ups.family(rt, row)
+    follows = None
+    if row.follows is not None and row.follow_up_kind is not None:
+        follows = Follows(
+            operation_id=row.follows, kind=row.follow_up_kind, amount=row.follow_up_amount
+        )
     return OperationView(
         operation_id=row.operation_id,
         tenant=row.tenant,
@@ -185,6 +195,11 @@ def operation_view(rt: Runtime, row: Operation, result: StoredResultRow | None) 
         resubmit_of=row.resubmit_of,
         resubmitted_as=row.resubmitted_as,
         priority=row.priority,
+        follows=follows,
+        follow_ups=[FollowUp.model_validate(m) for m in family["follow_ups"]],
+        follow_up_amounts={
+            kind: FollowUpAmounts.model_validate(a) for kind, a in family["amounts"].items()
+        },
         deadlines=Deadlines(
             create=row.create_deadline,
             result=row.result_deadline,

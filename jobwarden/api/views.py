@@ -148,6 +148,34 @@ class ResultView(BaseModel):
     download: str
 
 
+class Follows(BaseModel):
+    """The operation a follow-up follows, and as what (its parent contract's follow-up)."""
+
+    operation_id: uuid.UUID
+    kind: str
+    amount: int | None = Field(None, description="what it requests under the amount rule")
+
+
+class FollowUp(BaseModel):
+    """One follow-up of an operation (a capture, a refund, a rollback ...)."""
+
+    operation_id: uuid.UUID
+    kind: str
+    state: OperationState
+    amount: int | None = Field(None, description="whole minor units, under an amount rule")
+    requested_by: str
+    created_at: datetime
+
+
+class FollowUpAmounts(BaseModel):
+    """Per follow-up kind under an amount rule: the live follow-ups' sum and the limit."""
+
+    requested: int = Field(description="what pending or succeeded follow-ups requested")
+    limit: int | None = Field(description="the parent's limit; null until it has one")
+    limit_field: str = Field(description="where the limit is read: command.<f> or result.<f>")
+    remaining: int | None
+
+
 class OperationView(BaseModel):
     operation_id: uuid.UUID
     tenant: str
@@ -183,6 +211,10 @@ class OperationView(BaseModel):
     resubmitted_as: uuid.UUID | None = None
     # -10..10: its turn among its tenant's requests waiting for the provider's rate limit.
     priority: int = 0
+    # A follow-up operation's parent; an operation's follow-ups and their amounts so far.
+    follows: Follows | None = None
+    follow_ups: list[FollowUp] = Field(default_factory=list)
+    follow_up_amounts: dict[str, FollowUpAmounts] = Field(default_factory=dict)
     # The collected result, when there is one (GET .../result streams it).
     result: ResultView | None = None
     links: OperationLinks

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from jobwarden.cli import output
 from jobwarden.cli.app import CliTyper
+from jobwarden.cli.follow_ups import family_lines, follow_up_command
 from jobwarden.cli.history import archive_command, partitions_command
 from jobwarden.cli.identity import Approver, BreakGlass, TokenFile, decision_author, submitter
 from jobwarden.cli.keys import keys_app
@@ -49,8 +50,9 @@ EXIT_CODES: dict[int, str] = {
     2: "a mistake in the command line, a JOBWARDEN_ setting or a decision, named in one "
     "line on stderr (nothing was changed)",
     3: "submit: conflict, the idempotency key was used for a different request (nothing "
-    "was touched)",
-    4: "submit: in progress, the key's first request is still being recorded: retry later",
+    "was touched); follow-up: the same instruction with another command",
+    4: "submit, follow-up: in progress, the key's first request is still being recorded: "
+    "retry later",
 }
 """The exit codes of every `jobwarden` command, stable for scripts (issue 36, point 7).
 
@@ -93,6 +95,7 @@ app.command("result")(result_command)
 app.command("archive")(archive_command)
 app.command("partitions")(partitions_command)
 app.command("receipt")(receipt_command)
+app.command("follow-up")(follow_up_command)
 console = Console(soft_wrap=True)
 # soft_wrap: an error is one line whatever the terminal width (scripts grep for it).
 err = Console(stderr=True, soft_wrap=True)
@@ -234,18 +237,23 @@ def show(
     from jobwarden.cli.deadlines import deadline_lines, deadline_views
     from jobwarden.models.states import OFFERS_OPTIONS, OperationState
     from jobwarden.observability.story import summary_lines
+    from jobwarden.tasks.follow_ups import family
     from jobwarden.tasks.humans.interventions import escalation_options
+    from jobwarden.tasks.runtime import current
 
     row, _ = _row_and_events(operation_id)
     deadlines = deadline_views(row, datetime.now(UTC))
+    # The family (issue 40): what it follows, its follow-ups, the amounts so far.
+    kin = family(current(), row)
     # A stopped operation shows what a human may do next, as `jobwarden decide` takes it.
     offered = (
         escalation_options(operation_id) if OperationState(row.state) in OFFERS_OPTIONS else []
     )
     if as_json:
-        output.emit_json(show_record(row, deadlines, offered))
+        output.emit_json(show_record(row, deadlines, offered) | kin)
         return
-    for line in [*summary_lines(row, deadline_lines(deadlines)), *show_lines(row)]:
+    lines = [*summary_lines(row, deadline_lines(deadlines)), *show_lines(row), *family_lines(kin)]
+    for line in lines:
         console.print(line, highlight=False, markup=False)
     for option in offered:
         console.print(

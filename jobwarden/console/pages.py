@@ -36,6 +36,7 @@ from jobwarden.models.results.access import validated
 from jobwarden.models.states import AUTOMATION_STOPPED, OFFERS_OPTIONS, TERMINAL
 from jobwarden.models.states import OperationState as S
 from jobwarden.observability.story import event_line
+from jobwarden.tasks.follow_ups import family
 from jobwarden.tasks.history_archive import archived_events
 from jobwarden.tasks.humans.interventions import escalation_options
 from jobwarden.tasks.provider.edge import secret_forms, shown_create_request
@@ -147,6 +148,10 @@ class OperationPage:
     # The create's body indented for reading (JSON only; None: shown as sent). The page
     # shows the exact bytes too: the approval binds those, not this rendering.
     create_body_readable: str | None
+    # The family (issue 40): what it follows, its follow-ups, the amounts so far
+    # (tasks/follow_ups.family), and the follow-ups its state allows starting now.
+    family: dict[str, Any]
+    follow_up_kinds: list[str]
 
 
 def readable_body(body: str | None) -> str | None:
@@ -268,7 +273,10 @@ def operation_page(
         if row.state is S.awaiting_approval
         else []
     )
+    startable = contract.follow_ups.items() if contract is not None else ()
     return OperationPage(
+        family=family(rt, row),
+        follow_up_kinds=sorted(k for k, spec in startable if row.state in spec.parent_states),
         row=row,
         running=row.state not in TERMINAL | AUTOMATION_STOPPED | {S.awaiting_approval},
         counters=[

@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from jobwarden.api import results
 from jobwarden.api.auth import Principal, Scope, secret_hash
 from jobwarden.api.context import runtime_of, settings_of
+from jobwarden.api.intake import caller_of
 from jobwarden.api.problems import ProblemError
 from jobwarden.api.queries import decode_cursor, encode_cursor, parse_operation_id
 from jobwarden.console import session as sessions
@@ -42,6 +43,7 @@ from jobwarden.models.persistence import query_store, store
 from jobwarden.models.persistence.db import snapshot
 from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL
 from jobwarden.models.states import OperationState as S
+from jobwarden.tasks.follow_ups import start_follow_up
 from jobwarden.tasks.heartbeat import no_worker
 from jobwarden.tasks.humans import interventions
 from jobwarden.tasks.runtime import utcnow
@@ -411,6 +413,37 @@ def approve(request: Request, operation_id: str, current: Session, form: Form) -
     except (RefusedInputError, LostRaceError) as exc:
         raise _moved(exc) from None
     return see_other(f"/console/operations/{row.operation_id}?done=approved")
+
+
+@router.post("/operations/{operation_id}/follow-ups")
+def follow_up(request: Request, operation_id: str, current: Session, form: Form) -> Response:
+    """Start a follow-up, as POST /v1/operations/{id}/follow-ups does (same scope, same
+    call); the page of the new operation follows, or the refusal naming what to fix."""
+    principal = checked(current, form, Scope.submit)
+    found = _owned_page(request, current, operation_id)
+    try:
+        command = json.loads(form.get("command", ""))
+    except ValueError:
+        raise ConsoleError(422, "command: not a JSON object") from None
+    try:
+        answer = start_follow_up(
+            found.row.operation_id,
+            form.get("kind", ""),
+            command,
+            principal.name,
+            instruction_id=form.get("instruction_id", "").strip() or None,
+            tenant=principal.tenant,
+            runtime=runtime_of(request),
+            door="http",
+            caller=caller_of(principal),
+        )
+    except RefusedInputError as exc:
+        raise ConsoleError(409 if "remaining" in str(exc) else 422, str(exc)) from None
+    except LostRaceError as exc:
+        raise _moved(exc) from None
+    if answer.operation_id is None or answer.outcome.value == "conflict":
+        raise ConsoleError(409, "this instruction was started with another command")
+    return see_other(f"/console/operations/{answer.operation_id}?done=follow-up")
 
 
 @router.post("/operations/{operation_id}/cancel")

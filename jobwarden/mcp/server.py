@@ -49,12 +49,14 @@ from jobwarden.api.views import EscalationCounts, OperationView, WaitingOperatio
 from jobwarden.config.settings import Settings
 from jobwarden.mcp import pauses as pause_tools
 from jobwarden.models.errors import LostRaceError, RefusedInputError, SettingsError
+from jobwarden.models.intake.follow_ups import AmountLimitError, FollowUpNotAllowedError
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import query_store
 from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.models.states import TERMINAL
 from jobwarden.observability import telemetry
 from jobwarden.observability.logs import uvicorn_log_config
+from jobwarden.tasks.follow_ups import start_follow_up
 from jobwarden.tasks.humans import interventions
 from jobwarden.tasks.intake import SubmitOutcome, submit_request
 from jobwarden.tasks.receipts import ReceiptUnavailableError, receipt_of
@@ -248,6 +250,57 @@ def _start(
     )
 
 
+class FollowUpAnswer(StartAnswer):
+    """start_follow_up's answer: start_operation's, for the new operation, with its link."""
+
+    follows: str = Field(description="the operation it follows (the parent)")
+    follow_up_kind: str
+
+
+def _follow_up(
+    backend: Backend,
+    ctx: Context,
+    operation_id: str,
+    kind: str,
+    command: dict[str, Any],
+    instruction_id: str | None,
+) -> FollowUpAnswer:
+    principal = _principal(backend, ctx, TokenScope.submit)
+    row = _owned(backend, principal, operation_id)
+    try:
+        answer = start_follow_up(
+            row.operation_id,
+            kind,
+            command,
+            principal.name,
+            instruction_id=instruction_id,
+            tenant=principal.tenant,
+            runtime=backend.runtime(),
+            door="mcp",
+            caller=caller_of(principal),
+        )
+    except AmountLimitError as exc:
+        raise ToolError(f"amount_limit_exceeded: {exc}") from None
+    except FollowUpNotAllowedError as exc:
+        raise ToolError(f"follow_up_not_allowed: {exc}") from None
+    except RefusedInputError as exc:
+        raise _refusal(exc) from None
+    except LostRaceError:
+        raise ToolError("conflict: the operation is busy; call again") from None
+    result = answer.submitted
+    return FollowUpAnswer(
+        outcome=result.outcome.value,
+        operation_id=result.operation_id,
+        state=result.state,
+        fingerprint=result.fingerprint,
+        trace_id=result.trace_id,
+        next_step=NEXT_STEP[result.outcome],
+        warnings=[f"{w.code}: {w.detail}" for w in result.warnings],
+        follows=answer.follows,
+        follow_up_kind=answer.follow_up_kind,
+    )
+
+
 def _cancel(backend: Backend, ctx: Context, operation_id: str, reason: str) -> CancelAnswer:
     principal = _principal(backend, ctx, TokenScope.cancel)
     row = _owned(backend, principal, operation_id)
@@ -419,6 +472,27 @@ def build_server(settings: Settings, *, stdio_token: str | None = None) -> MCPSe
         principal = _principal(backend, ctx, TokenScope.read)
         row = _owned(backend, principal, operation_id)
         return _receipt(settings, runtime(), row.operation_id)
+
+    @server.tool(
+        description=(
+            "Start a follow-up of an operation its contract declares (a capture after a payment "
+            "intent, a refund of a capture, a rollback of a deploy): a new operation with its "
+            "own id and approval, linked to this one. A kind that may be many (a refund) needs "
+            "an instruction_id of its own per instruction; the same instruction_id again is the "
+            "same operation. Refused naming the parent's state, or what remains of an amount."
+        ),
+        annotations=ToolAnnotations(idempotent_hint=True, open_world_hint=True),
+    )
+    def start_follow_up_operation(
+        operation_id: OperationIdArg,
+        kind: Annotated[str, Field(max_length=40, description="capture, refund, rollback ...")],
+        command: Annotated[dict[str, Any], Field(description="the follow-up contract's command")],
+        ctx: Context,
+        instruction_id: Annotated[
+            str | None, Field(max_length=100, description="this instruction's own id")
+        ] = None,
+    ) -> FollowUpAnswer:
+        return _follow_up(backend, ctx, operation_id, kind, command, instruction_id)
 
     @server.tool(
         description=(

@@ -94,6 +94,12 @@ class Operation:
     held_by: uuid.UUID | None = None
     # Who allowed a cancel requested during a pause to leave before the resume (0030).
     cancel_during_pause_by: str | None = None
+    # A follow-up operation (0029): the operation it follows and as what (capture, refund,
+    # rollback: its parent contract's [follow_ups.<kind>]), and the amount it requests
+    # under that kind's amount rule. None for every other operation.
+    follows: uuid.UUID | None = None
+    follow_up_kind: str | None = None
+    follow_up_amount: int | None = None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None
@@ -195,6 +201,9 @@ class RowChanges(TypedDict, total=False):
     priority: int
     held_by: uuid.UUID | None
     cancel_during_pause_by: str | None
+    follows: uuid.UUID | None
+    follow_up_kind: str | None
+    follow_up_amount: int | None
     last_remote_state: str | None
     last_http_status: int | None
     progress: float | None

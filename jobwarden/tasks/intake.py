@@ -21,6 +21,7 @@ from jobwarden.models.contracts.contract import ProviderContract
 from jobwarden.models.errors import RefusedInputError, SubmissionInProgressError
 from jobwarden.models.intake.attendance import NoWorkerWarning
 from jobwarden.models.intake.fingerprint import request_fingerprint, show_key
+from jobwarden.models.intake.follow_ups import Link, check_amount, check_parent_state_now
 from jobwarden.models.intake.intent import Intake, initial_state, open_operation
 from jobwarden.models.intake.submission import (
     ACTOR_PREFIX,
@@ -29,7 +30,13 @@ from jobwarden.models.intake.submission import (
     SubmissionRequest,
 )
 from jobwarden.models.intake.trace_context import trace_id_from
-from jobwarden.models.persistence import api_store, concurrency_store, intake_store, store
+from jobwarden.models.persistence import (
+    api_store,
+    concurrency_store,
+    follow_up_store,
+    intake_store,
+    store,
+)
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.db import claim_session, transaction
 from jobwarden.models.persistence.tables import Base, EventRow, OperationRow
@@ -137,6 +144,7 @@ def submit_request(
     runtime: Runtime | None = None,
     resubmit_of: uuid.UUID | None = None,
     derived_key: bool = False,
+    follow_up: Link | None = None,
 ) -> SubmitResult:
     """Record an operation's intent and hand it to the workers: every door's one call.
 
@@ -148,6 +156,8 @@ def submit_request(
     person's resubmission (tasks/humans/interventions.py), never by a caller's request;
     ``derived_key`` only by jobwarden's own key derivations (resubmission, schedule slots),
     the one way into a reserved key namespace (models/intake/reserved_keys.py, invariant 17).
+    ``follow_up``: set only by tasks/follow_ups.py; the parent's lock, state and amount
+    rule are checked in the claim's transaction (AmountLimitError, ParentStateError).
     """
     rt = runtime or current()
     who = caller or Caller()
@@ -167,7 +177,13 @@ def submit_request(
         recorded = traced
         if recorded is None and caller_trace is not None and request.trace_parent is not None:
             recorded = request.trace_parent.strip(" \t")
-        return _advised(rt, _submit(rt, sub, door, who, caller_trace, resubmit_of, recorded))
+        try:
+            submitted = _submit(rt, sub, door, who, caller_trace, resubmit_of, recorded, follow_up)
+        except RefusedInputError as exc:
+            # Refused under the parent's lock (a follow-up's state or amount): on the record.
+            _log_invalid(rt, door, who, sub.tenant, sub.idempotency_key, sub.requested_by, str(exc))
+            raise
+        return _advised(rt, submitted)
 
 
 # How long a claim waits for a concurrent submission of the same key to commit before
@@ -244,10 +260,14 @@ def _submit(
     caller_trace: str | None,
     resubmit_of: uuid.UUID | None = None,
     traced: str | None = None,
+    follow_up: Link | None = None,
 ) -> SubmitResult:
     # The version new operations pin (invariant 16): this process's current contract.
     version = rt.version(sub.provider)
     contract = version.contract
+    if follow_up is not None and follow_up.requires_approval:
+        # The parent's declaration demands the follow-up's own approval (a rollback).
+        contract = replace(contract, requires_approval=True)
     fingerprint = request_fingerprint(
         method=sub.method,
         route=sub.route,
@@ -267,6 +287,7 @@ def _submit(
         traceparent=traced,
         on_behalf_of=who.on_behalf_of,
         break_glass=who.break_glass,
+        follow_up=follow_up,
     )
     url = rt.settings.database_url
     # Without a concurrency key the claim is one statement, its own transaction, on a
@@ -284,6 +305,8 @@ def _submit(
                 # in (see concurrency_store.lock_key for the race).
                 concurrency_store.lock_key(session, sub.tenant, sub.concurrency_key)
                 occupancy = concurrency_store.occupancy(session, sub.tenant, sub.concurrency_key)
+            if follow_up is not None:
+                _check_follow_up(session, sub, follow_up)
             op, intent = open_operation(sub, contract, occupancy, utcnow(), intake=intake)
             created = SubmitResult(
                 outcome=SubmitOutcome.created,
@@ -323,6 +346,17 @@ def _submit(
     if stored is not None and stored.state is S.create_pending:
         enqueue(rt, stored.operation_id, stored.state)
     return result
+
+
+def _check_follow_up(session: Session, sub: Submission, link: Link) -> None:
+    """Under the parent's row lock, held until this transaction ends: the parent still
+    allows the follow-up, and its amount fits what remains (a key already taken is the
+    same instruction again: its answer is a replay or a conflict, never a second charge
+    against the limit)."""
+    check_parent_state_now(link, follow_up_store.lock_parent(session, link.parent))
+    if link.amount is None or store.find_by_key(session, sub.tenant, sub.idempotency_key):
+        return
+    check_amount(link, follow_up_store.requested_so_far(session, link.parent, link.kind))
 
 
 def _logged(door: str, who: Caller, actor: str, sub: Submission, r: SubmitResult) -> IntakeEntry:

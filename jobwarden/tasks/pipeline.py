@@ -39,6 +39,7 @@ from jobwarden.observability.logs import bind, bound, get_logger
 from jobwarden.tasks import faults
 from jobwarden.tasks.concurrency import admit_stranded, after_end
 from jobwarden.tasks.dispatch import enqueue_many, republish, schedule
+from jobwarden.tasks.follow_ups import follow_up_from_message, start_automatic
 from jobwarden.tasks.intake import submit_from_message
 from jobwarden.tasks.leases import step_lease
 from jobwarden.tasks.outcomes import AutomationStoppedError, task_answer
@@ -122,6 +123,8 @@ def _run_step(operation_id: str, step: StepKind) -> str | None:
     schedule(rt, op_id, op.state, next_at)
     # Lease and session released: the hand-over locks the key, never the operation.
     after_end(rt, op)
+    # An end a contract's rule follows up (a failed deploy's rollback): started as the rule.
+    start_automatic(rt, op)
     return op.state.value
 
 
@@ -246,6 +249,14 @@ def sweep_once(
 @app.task(name="jobwarden.sweep", base=JobwardenTask)
 def sweep() -> int:
     return sweep_once(current())
+
+
+@app.task(name="jobwarden.follow_up", base=JobwardenTask, ignore_result=False)
+def follow_up(**kwargs: Any) -> dict[str, Any]:
+    """Start a follow-up operation (tasks/follow_ups.py) for a service with a Celery client:
+    parent_id, kind, command, requested_by and, for a kind that may be many, instruction_id.
+    A refusal answers {"outcome": "invalid", "error": ...} naming what to fix."""
+    return follow_up_from_message(kwargs)
 
 
 @app.task(name="jobwarden.submit", base=JobwardenTask, ignore_result=False)

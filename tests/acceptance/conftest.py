@@ -184,7 +184,22 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             _variant(base, name).replace("[result]\n", "[result]\n" + extra, 1)
         )
     _spector_contracts(out)
+    # Issue 40's follow-ups (test_follow_ups.py): the sandbox's payments and deploy shapes.
+    shipped = REPO / "config" / "providers"
+    for name in FOLLOW_UP_CONTRACTS:
+        (out / f"{name}.toml").write_text(_fast_polls((shipped / f"{name}.toml").read_text()))
+        schema = f"{name}.command.schema.json"
+        (out / schema).write_text((shipped / schema).read_text())
     return out
+
+
+FOLLOW_UP_CONTRACTS = (
+    "sandbox_payments",
+    "sandbox_capture",
+    "sandbox_refund",
+    "sandbox_deploy",
+    "sandbox_rollback",
+)
 
 
 def _fast_polls(text: str) -> str:

@@ -19,7 +19,17 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
-from jobwarden.api import actions, intake, pauses, queries, receipts, results, schedules, webhooks
+from jobwarden.api import (
+    actions,
+    follow_ups,
+    intake,
+    pauses,
+    queries,
+    receipts,
+    results,
+    schedules,
+    webhooks,
+)
 from jobwarden.api.app import create_app
 from jobwarden.models.states import OperationState as S
 from tests.api_server import serving
@@ -30,7 +40,17 @@ TYPE = "tag:jobwarden.dev,2026:problem/"
 SCOPES = ["submit", "read", "cancel", "approve", "decide", "pause"]
 ROUTES = {
     f"{method} {route.path}": route
-    for module in (intake, queries, results, actions, pauses, webhooks, schedules, receipts)
+    for module in (
+        intake,
+        queries,
+        results,
+        actions,
+        pauses,
+        follow_ups,
+        webhooks,
+        schedules,
+        receipts,
+    )
     for route in module.router.routes
     # /v1/ only: the receipt key at /.well-known/ is public on purpose (test_receipts.py).
     if isinstance(route, APIRoute) and route.path.startswith("/v1/")
@@ -45,6 +65,7 @@ BODIES: dict[str, Any] = {
     "POST /v1/operations/{operation_id}/decisions": {"option": "abandon"},
     "POST /v1/operations/{operation_id}/pause": {"reason": "incident"},
     "POST /v1/providers/{provider}/pause": {"reason": "incident"},
+    "POST /v1/operations/{operation_id}/follow-ups": {"kind": "capture", "command": {}},
     "PUT /v1/schedules/{name}": {
         "cron": "0 3 * * *",
         "provider": "sandbox",

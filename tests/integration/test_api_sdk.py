@@ -42,6 +42,7 @@ OPERATION_IDS = {
     "POST /v1/operations/{operation_id}/cancel": "cancel_operation",
     "POST /v1/operations/{operation_id}/approvals": "approve_operation",
     "POST /v1/operations/{operation_id}/decisions": "decide_operation",
+    "POST /v1/operations/{operation_id}/follow-ups": "start_follow_up",
     "GET /v1/operations/{operation_id}/receipt": "get_operation_receipt",
     "POST /v1/operations/{operation_id}/pause": "pause_operation",
     "POST /v1/providers/{provider}/pause": "pause_provider",

@@ -35,6 +35,7 @@ from tests.integration.api_helpers import tenant_name
 from tests.integration.matrix import (
     attended,
     binding,
+    follow_ups,
     hostile,
     identity,
     intake_log,
@@ -66,6 +67,7 @@ DOORS = (
     "resubmit",  # a person's resubmission of a failed operation
     "webhooks",  # a provider's signed delivery
     "pauses",  # pause and resume (Python, HTTP, CLI): a decision over many operations
+    "follow_up",  # a capture, refund or rollback started from an operation (issue 40)
 )
 PROMISES = (
     "tenant",  # one tenant never sees or touches another's operations (invariant 12)
@@ -238,6 +240,21 @@ CELLS: dict[tuple[str, str], Cell] = {
     ("pauses", "no_silent_wait"): NotApplicable(
         "a pause submits nothing; what a resume wakes, the sweeper relays"
     ),
+    # -- the follow-up door (issue 40) ---------------------------------------------------
+    ("follow_up", "tenant"): follow_ups.tenant,
+    ("follow_up", "identity"): follow_ups.identity,
+    ("follow_up", "two_person"): NotApplicable(
+        "a follow-up is started, never approved, here: its own approval goes through the "
+        "approving doors, which hold the two-person rule (their cells)"
+    ),
+    ("follow_up", "binding"): NotApplicable(
+        "a follow-up never approves: its own approval binds its create through the "
+        "approving doors (their cells)"
+    ),
+    ("follow_up", "reserved_keys"): follow_ups.reserved_keys,
+    ("follow_up", "intake_log"): follow_ups.intake_log,
+    ("follow_up", "no_500"): follow_ups.no_500,
+    ("follow_up", "no_silent_wait"): follow_ups.no_silent_wait,
 }
 
 

@@ -19,12 +19,13 @@ def test_workers_send_no_task_events_unless_a_monitor_enables_them() -> None:
     assert app.conf.task_send_sent_event is False
 
 
-def test_every_pipeline_task_ignores_its_result_and_only_submit_keeps_one() -> None:
+def test_every_pipeline_task_ignores_its_result_and_only_the_intake_tasks_keep_one() -> None:
     import jobwarden.tasks.pipeline  # noqa: F401 - registers the tasks on the app
 
     ours = {name: task for name, task in app.tasks.items() if name.startswith("jobwarden.")}
     keeping = sorted(name for name, task in ours.items() if not task.ignore_result)
-    assert keeping == ["jobwarden.submit"]
+    # A submission's and a follow-up's answer is the task's result (created, conflict ...).
+    assert keeping == ["jobwarden.follow_up", "jobwarden.submit"]
     assert {"jobwarden.poll", "jobwarden.sweep", "jobwarden.create"} <= set(ours)
 
 

@@ -340,6 +340,9 @@ EDITS: dict[str, Any] = {
     "contract_digest": "ab" * 32,
     "held_by": "2d8b5e7a-0b2c-4f5a-9c73-8e3b3c4d5e6f",
     "cancel_during_pause_by": "mallory",
+    "follows": "5d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6",
+    "follow_up_kind": "refund",
+    "follow_up_amount": 500,
 }
 
 

@@ -28,6 +28,8 @@ PUBLIC = {
     "decide": ("jobwarden.tasks.humans.interventions", "decide_escalation"),
     "options": ("jobwarden.tasks.humans.interventions", "escalation_options"),
     "Decision": ("jobwarden.tasks.humans.interventions", "Decision"),
+    "follow_up": ("jobwarden.tasks.follow_ups", "start_follow_up"),
+    "FollowUpResult": ("jobwarden.tasks.follow_ups", "FollowUpResult"),
     "Option": ("jobwarden.models.humans.escalation", "Option"),
     "OptionKind": ("jobwarden.models.humans.escalation", "OptionKind"),
     "JobwardenError": ("jobwarden.models.errors", "JobwardenError"),
@@ -58,6 +60,7 @@ def _fresh(code: str) -> str:
 def test_all_lists_exactly_the_public_names() -> None:
     assert jobwarden.__all__ == [
         "Decision",
+        "FollowUpResult",
         "GiveUpError",
         "InvalidSubmissionError",
         "JobwardenError",
@@ -72,6 +75,7 @@ def test_all_lists_exactly_the_public_names() -> None:
         "approve",
         "cancel",
         "decide",
+        "follow_up",
         "options",
         "submit",
     ]

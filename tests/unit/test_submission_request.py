@@ -23,8 +23,9 @@ DOORS = {
     "cli/main.py": "python",
     "tasks/intake.py": "python and celery",
 }
-# resubmission (intake/resubmission.py) builds a person's resubmission from the old operation.
-BUILDERS = {"SubmissionRequest", "submission_request", "resubmission"}
+# resubmission (intake/resubmission.py) builds a person's resubmission from the old operation;
+# request_for (intake/follow_ups.py) a follow-up's from its parent.
+BUILDERS = {"SubmissionRequest", "submission_request", "resubmission", "request_for"}
 
 
 def test_a_submission_request_is_frozen() -> None:

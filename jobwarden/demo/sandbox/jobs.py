@@ -150,15 +150,16 @@ def result_document(job_id: str, behaviour: Behaviour) -> dict[str, Any]:
     return {"record_count": total, "items": items, "failed_items": failed}
 
 
-def build_result(job_id: str, behaviour: Behaviour) -> bytes:
-    """The result bytes, held by the job; empty for a result_lines result (never held)."""
+def build_result(job_id: str, behaviour: Behaviour, shape: dict[str, Any] | None = None) -> bytes:
+    """The result bytes, held by the job; empty for a result_lines result (never held).
+    ``shape``: a payment's or a deploy's facts (sandbox/shapes.py), beside the records."""
     b = behaviour
     if b.result_lines is not None:
         return b""
     shaped = conventions.result_body(b.result_shape, job_id, b.result_items, b.result_failed_items)
     if shaped is not None:
         return shaped[0]
-    document = result_document(job_id, behaviour)
+    document = {**(shape or {}), **result_document(job_id, behaviour)}
     if behaviour.hostile_result == "deep_json":
         return hostile.dumps_with_deep(document, "nested", behaviour.deep_json_depth)
     if behaviour.hostile_result == "drip":

@@ -40,6 +40,7 @@ from jobwarden.demo.sandbox.replies import (
     retry_after_value,
     transport_mode,
 )
+from jobwarden.demo.sandbox.shapes import shape_fields
 from jobwarden.demo.sandbox.webhooks import WebhookSender
 
 
@@ -254,7 +255,7 @@ class SandboxState:
         body: dict[str, Any] = {"id": job_id, "status": "queued", "created_at": iso_utc(created)}
         if behaviour.hostile_create == "big_numbers":
             body.update(hostile.BIG_NUMBERS)
-        result = build_result(job_id, behaviour)
+        result = build_result(job_id, behaviour, shape_fields(command))
         stream, length, digest = streamed or (None, 0, hashlib.sha256(result).hexdigest())
         job = Job(
             id=job_id,

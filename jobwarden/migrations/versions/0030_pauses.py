@@ -25,7 +25,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0030"
-down_revision = "0028"
+down_revision = "0029"
 branch_labels = None
 depends_on = None
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from jobwarden.models.contracts.command_schema import CommandSchema
+from jobwarden.models.states import OperationState
 
 
 class RemoteStatus(StrEnum):
@@ -446,6 +447,48 @@ class ConcurrencySpec:
     limit: int = 1  # 1 is a lock: one deploy at a time per target
 
 
+# [follow_ups.<name>] (models/contracts/follow_ups.py): the operations that may follow one.
+
+
+class Source(StrEnum):
+    command = "command"  # the parent's command, as stored (defaults filled in)
+    result = "result"  # the parent's collected result (a JSON object)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParentField:
+    """A top-level field of the parent's command or collected result: ``result.amount``."""
+
+    source: Source
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.source.value}.{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AmountRule:
+    """The follow-up command's ``amount_field`` (whole minor units) summed over the
+    parent's live follow-ups of this name never exceeds the parent's ``limit`` field."""
+
+    amount_field: str
+    limit: ParentField
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FollowUpSpec:
+    name: str  # the follow-up's kind, as the table names it: capture, refund, rollback
+    provider: str  # the provider contract that performs it
+    parent_states: frozenset[OperationState]  # the parent must be in one of these
+    requires_approval: bool = False  # its own approval, whatever its contract says
+    at_most_one: bool = False  # one per parent: its key is derived from parent and name
+    amount: AmountRule | None = None
+    # The parent's ends after which the worker starts it on its own (author rule:<name>).
+    automatic_after: frozenset[OperationState] = frozenset()
+    # The automatic start's command: follow-up field -> the parent's field it copies.
+    command_from_parent: Mapping[str, ParentField] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderContract:
     name: str
@@ -473,3 +516,5 @@ class ProviderContract:
     convention: Convention = (
         Convention.plain
     )  # the polling strategy (models/conventions/strategies.py)
+    # The follow-up operations an operation of this contract allows, by name.
+    follow_ups: Mapping[str, FollowUpSpec] = field(default_factory=dict)

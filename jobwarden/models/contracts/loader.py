@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import tomllib
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final, TypeVar, get_args, get_origin
 from urllib.parse import urlsplit
@@ -30,8 +31,13 @@ from pydantic_core import ErrorDetails, core_schema
 
 from jobwarden.models.concurrency import ConcurrencyTable
 from jobwarden.models.contracts.command import CommandTable
-from jobwarden.models.contracts.contract import Convention, ProviderContract
+from jobwarden.models.contracts.contract import Convention, FollowUpSpec, ProviderContract
 from jobwarden.models.contracts.fields import literal_secret, toml_type
+from jobwarden.models.contracts.follow_ups import (
+    FollowUpTable,
+    check_follow_up_targets,
+    check_names,
+)
 from jobwarden.models.contracts.job import CreateTable, StatesTable, StatusTable
 from jobwarden.models.contracts.result import ResultTable
 from jobwarden.models.contracts.sections import (
@@ -122,6 +128,12 @@ def check_contracts(
         errors.extend(file_errors)
         if contract is not None:
             contracts[contract.name] = contract
+    # What no file can tell alone: each follow-up names a contract of this directory.
+    for name, contract in sorted(contracts.items()):
+        found = check_follow_up_targets(name, contract.follow_ups, contracts, contract.source_file)
+        if found:
+            errors.extend(found)
+            del contracts[name]
     return contracts, errors
 
 
@@ -162,6 +174,9 @@ def effective_base_url(contract: ProviderContract, environ: Mapping[str, str]) -
         )
     return override.rstrip("/")
 
+
+# [follow_ups.<name>]: keyed by the follow-up's name, each one a FollowUpTable.
+FOLLOW_UPS: Final = "follow_ups"
 
 # --- one file -----------------------------------------------------------------
 
@@ -205,7 +220,9 @@ def _check_file(
     except OSError as exc:
         return None, [ContractError(file, FILE_FIELD, f"cannot be read: {exc.strerror}")]
 
-    top_keys = {key: value for key, value in data.items() if key not in SECTIONS}
+    top_keys = {
+        key: value for key, value in data.items() if key not in SECTIONS and key != FOLLOW_UPS
+    }
     top, errors = _validate(file, "", TopLevel, top_keys, {"stem": path.stem})
     # What the convention supplies is merged in first and then judged like the file's own
     # keys (models/conventions/tables.py); the file's own keys and whole tables win.
@@ -234,6 +251,8 @@ def _check_file(
         errors.extend(problems)
         if table is not None:
             built[key] = table.spec()
+    follow_ups, problems = _follow_ups(file, data.get(FOLLOW_UPS))
+    errors.extend(problems)
     if top is not None:
         try:
             check_extra_headers(file, top, built.get("create"), built.get("auth"))
@@ -254,9 +273,30 @@ def _check_file(
         plugin=top.plugin,
         extra_headers=top.extra_headers,
         convention=top.convention,
+        follow_ups=follow_ups,
         **built,
     )
     return contract, []
+
+
+def _follow_ups(file: str, raw: object) -> tuple[dict[str, FollowUpSpec], list[ContractError]]:
+    """``[follow_ups.<name>]``, each validated as a table of its own (one problem each)."""
+    if raw is None:
+        return {}, []
+    if not isinstance(raw, dict):
+        return {}, [ContractError(file, FOLLOW_UPS, f"must be a table, got {toml_type(raw)}")]
+    errors = check_names(file, raw)
+    specs: dict[str, FollowUpSpec] = {}
+    for name, table in raw.items():
+        prefix = f"{FOLLOW_UPS}.{name}"
+        if not isinstance(table, dict):
+            errors.append(ContractError(file, prefix, f"must be a table, got {toml_type(table)}"))
+            continue
+        model, problems = _validate(file, prefix, FollowUpTable, table, {})
+        errors.extend(problems)
+        if model is not None:
+            specs[name] = replace(model.spec(), name=name)
+    return specs, errors
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -309,7 +349,7 @@ def _contract_error(
     if kind == "extra_forbidden":
         allowed = _keys_at(model, loc[:-1])
         if not prefix and not loc[:-1]:
-            allowed = (*allowed, *SECTIONS)
+            allowed = (*allowed, *SECTIONS, FOLLOW_UPS)
         return kind, loc, ContractError(file, field, _unknown_key(loc[-1], allowed))
     if kind == "missing":
         return kind, loc, ContractError(file, field, "required")
@@ -377,6 +417,7 @@ ContractFile: Final = create_model(
         key: (model, ...) if needed and key != "states" else (model | None, None)
         for key, (model, needed) in SECTIONS.items()
     },
+    follow_ups=(dict[str, FollowUpTable] | None, None),
 )
 
 

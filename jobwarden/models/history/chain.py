@@ -62,6 +62,7 @@ class EventKind(StrEnum):
     key_handed_over = "key_handed_over"  # an ended holder's concurrency key went to the next
     paused = "paused"  # a pause parked it: nothing is sent until the pause is resumed
     resumed = "resumed"  # its pause was resumed: the next request's time, spread by the rate
+    follow_up_started = "follow_up_started"  # a follow-up operation of it was started
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -151,6 +151,7 @@ def derived_facts(
     """
     approvals = []
     observations = []
+    follow_ups = []
     result: dict[str, Any] | None = None
     for ev in events:
         fields = ev.fields
@@ -179,11 +180,28 @@ def derived_facts(
                     "job_id": excerpt.get("job_id"),
                 }
             )
+        if kind == EventKind.follow_up_started.value:
+            follow_ups.append(
+                {
+                    "seq": ev.seq,
+                    "operation_id": excerpt.get("follow_up"),
+                    "kind": excerpt.get("follow_up_kind"),
+                    "by": fields.get("actor"),
+                    "amount": excerpt.get("amount"),
+                }
+            )
         if isinstance(excerpt.get("sha256"), str) and (
             kind == EventKind.result_collected.value or excerpt.get("kept") is True
         ):
             result = {"seq": ev.seq, **{name: excerpt.get(name) for name in RESULT_FACTS}}
-    return {
+    # A follow-up's link both ways (issue 40), only where there is one: a receipt of an
+    # operation without follow-ups derives the same facts as before they existed.
+    family: dict[str, Any] = {}
+    if row.get("follows") is not None:
+        family["follows"] = {"operation_id": row.get("follows"), "kind": row.get("follow_up_kind")}
+    if follow_ups:
+        family["follow_ups"] = follow_ups
+    return family | {
         "operation_id": operation_id,
         "tenant": row.get("tenant"),
         "provider": row.get("provider"),

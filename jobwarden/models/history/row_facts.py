@@ -78,6 +78,10 @@ ROW_FACTS: Final[Mapping[str, str]] = {
     # a pause (0030): the pause that parked it, and who let a cancel leave during one
     "held_by": "text",
     "cancel_during_pause_by": "text",
+    # a follow-up operation (0029): its parent, its kind, the amount it requests
+    "follows": "text",
+    "follow_up_kind": "text",
+    "follow_up_amount": "int",
 }
 # Facts added after rows were first digested: left out of the digest while unset, so a
 # row written before its column existed still digests as its history recorded it (and
@@ -96,6 +100,9 @@ LATER_FACTS: Final = frozenset(
         "contract_digest",
         "held_by",
         "cancel_during_pause_by",
+        "follows",
+        "follow_up_kind",
+        "follow_up_amount",
     }
 )
 # Columns deliberately outside the digest, each for a reason:

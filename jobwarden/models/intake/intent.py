@@ -21,6 +21,7 @@ from jobwarden.models.contracts.contract import ProviderContract
 from jobwarden.models.effects import plan
 from jobwarden.models.history.chain import GENESIS_HASH
 from jobwarden.models.humans.approvals import window_end
+from jobwarden.models.intake.follow_ups import Link
 from jobwarden.models.intake.submission import Submission
 from jobwarden.models.operation import COLUMNS, Operation
 from jobwarden.models.plan import Plan
@@ -51,6 +52,8 @@ class Intake:
     on_behalf_of: str | None = None
     # A break-glass submitter's reason, marked on the intent event as on every decision.
     break_glass: str | None = None
+    # A follow-up's link to its parent (models/intake/follow_ups.py); None otherwise.
+    follow_up: Link | None = None
 
 
 def initial_state(contract: ProviderContract, occupancy: Occupancy | None) -> S:
@@ -133,6 +136,9 @@ def _opened(
         ),
         resubmit_of=intake.resubmit_of,
         contract_digest=intake.contract_digest,
+        follows=intake.follow_up.parent if intake.follow_up else None,
+        follow_up_kind=intake.follow_up.kind if intake.follow_up else None,
+        follow_up_amount=intake.follow_up.amount if intake.follow_up else None,
         last_event_hash=GENESIS_HASH,
         updated_at=now,
         state_since=now,
@@ -188,6 +194,14 @@ def _intent(op: Operation, intake: Intake) -> Plan:
         excerpt["on_behalf_of"] = intake.on_behalf_of
     if intake.break_glass is not None:
         excerpt |= {"principal": "break-glass", "break_glass": intake.break_glass}
+    link = intake.follow_up
+    if link is not None:
+        # The chain proves what it follows and as what; the parent's names it back.
+        excerpt |= {"follows": str(link.parent), "follow_up_kind": link.kind}
+        if link.amount is not None:
+            excerpt |= {"amount": link.amount, "limit": link.limit, "limit_field": link.limit_field}
+        if link.rule is not None:
+            excerpt["started_by_rule"] = link.rule
     # queued: the wait for the concurrency key starts here (admitted ends it).
     cause = "queued behind the holders of its concurrency key" if op.state is S.queued else None
     return plan(

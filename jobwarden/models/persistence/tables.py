@@ -163,6 +163,19 @@ class OperationRow(Base):
         *QUERY_INDEXES,
         # The operations a pause parked: what its resume wakes (0030).
         Index("ix_operations_held_by", "held_by", postgresql_where=text("held_by IS NOT NULL")),
+        # A parent's follow-ups (0029): the family view and the amount rule's sum under the
+        # parent's lock; the column never changes, so a poll's update stays HOT.
+        Index(
+            "ix_operations_follows",
+            "follows",
+            "follow_up_kind",
+            postgresql_where=text("follows IS NOT NULL"),
+        ),
+        CheckConstraint(
+            "(follows IS NULL AND follow_up_kind IS NULL AND follow_up_amount IS NULL) "
+            "OR (follows IS NOT NULL AND follow_up_kind IS NOT NULL)",
+            name="follow_up_kind_with_parent",
+        ),
         # Room on each page for the row's next version: a poll's update stays on its page
         # (HOT), so old versions are pruned without touching any index (0021).
         {"postgresql_with": {"fillfactor": OPERATIONS_FILLFACTOR}},
@@ -238,6 +251,13 @@ class OperationRow(Base):
     estimated_finish: Mapped[datetime | None] = mapped_column(TZ)
     # Its turn among its tenant's requests waiting for the rate limit, -10..10 (0031).
     priority: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
+    # A follow-up operation (0029): its parent, as what it follows it, and the amount it
+    # requests under the kind's amount rule (whole minor units). Fixed at intake.
+    follows: Mapped[uuid.UUID | None] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("operations.operation_id")
+    )
+    follow_up_kind: Mapped[str | None] = mapped_column(String(40))
+    follow_up_amount: Mapped[int | None] = mapped_column(BigInteger)
     last_remote_state: Mapped[str | None] = mapped_column(String(200))
     last_http_status: Mapped[int | None] = mapped_column(Integer)
     progress: Mapped[float | None] = mapped_column(Float)
