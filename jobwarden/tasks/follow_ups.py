@@ -122,7 +122,16 @@ def start_follow_up(  # noqa: PLR0913 - the door's words, each named at the call
         by = requested_by.actor if isinstance(requested_by, Author) else requested_by
         who = caller
     parent = _parent(rt, parent_id, tenant)
-    spec = spec_for(rt.contract_for(parent), kind)
+    try:
+        contract = rt.contract_for(parent)
+    except KeyError:
+        # A parent from before contracts were pinned, whose provider is no longer
+        # configured: nothing declares its follow-ups (a refusal, not a crash).
+        raise RefusedInputError(
+            f"the parent's provider {parent.provider!r} is not configured: "
+            "no follow-up of it can be started"
+        ) from None
+    spec = spec_for(contract, kind)
     check_parent_state(spec, parent)
     if not isinstance(command, Mapping):
         raise RefusedInputError("command must be a JSON object")

@@ -290,11 +290,14 @@ def _submit(
         follow_up=follow_up,
     )
     url = rt.settings.database_url
-    # Without a concurrency key the claim is one statement, its own transaction, on a
-    # connection that carries the lock timeout (db.claim_session): no BEGIN, SET LOCAL or
-    # COMMIT around it. A concurrency key's lock must be held until the row is in, so
-    # that claim runs in a transaction of its own.
-    keyed = sub.concurrency_key is not None
+    # Without a concurrency key or a parent the claim is one statement, its own
+    # transaction, on a connection that carries the lock timeout (db.claim_session): no
+    # BEGIN, SET LOCAL or COMMIT around it. A concurrency key's lock, and a follow-up's
+    # lock on its parent (the amounts so far are summed under it), must be held until
+    # the row is in: in autocommit each would be released by its own statement, and two
+    # refunds racing for the remainder would both be accepted. Those claims run in a
+    # transaction of their own.
+    keyed = sub.concurrency_key is not None or follow_up is not None
     try:
         with (
             transaction(url) if keyed else claim_session(url, lock_timeout=LOCK_TIMEOUT)

@@ -255,6 +255,13 @@ CELLS: dict[tuple[str, str], Cell] = {
     ("follow_up", "intake_log"): follow_ups.intake_log,
     ("follow_up", "no_500"): follow_ups.no_500,
     ("follow_up", "no_silent_wait"): follow_ups.no_silent_wait,
+    ("follow_up", "immutable_refs"): follow_ups.immutable_refs,
+    ("follow_up", "priority"): NotApplicable(
+        "a follow-up is submitted at the default priority: its doors take no priority yet "
+        "(a capture or refund waits behind its tenant's higher priorities)"
+    ),
+    ("pauses", "immutable_refs"): NotApplicable("a pause submits no command"),
+    ("pauses", "priority"): NotApplicable("a pause submits nothing: it parks whatever it covers"),
 }
 
 

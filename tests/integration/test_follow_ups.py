@@ -342,6 +342,22 @@ def test_http_starts_follow_ups_and_answers_refusals_as_problems(
     assert hidden.status_code == 404, hidden.text
 
 
+def test_a_parent_whose_provider_is_gone_is_a_refusal_not_a_500(
+    database_url: str, client: httpx.Client
+) -> None:
+    # An operation from before contracts were pinned, whose provider is no longer
+    # configured: nothing declares its follow-ups, and the answer says so.
+    tenant = tenant_name()
+    orphan = insert_operation(database_url, tenant, S.succeeded, provider="retired_provider")
+    answer = client.post(
+        f"/v1/operations/{orphan}/follow-ups",
+        json={"kind": "capture", "command": CAPTURE},
+        headers=_auth(database_url, tenant, "submit", "read"),
+    )
+    assert answer.status_code == 422, answer.text
+    assert "'retired_provider' is not configured" in answer.json()["detail"]
+
+
 def test_the_cli_starts_a_refund_and_show_tells_the_family(database_url: str) -> None:
     from tests.integration.test_cli import _cli
 

@@ -99,9 +99,15 @@ def write_providers(folder: Path) -> Path:
     }
     for name, text in variants.items():
         (folder / f"{name}.toml").write_text(text.replace('name = "sandbox"', f'name = "{name}"'))
-    # The follow-up door's (issue 40): the payments shape as shipped, schemas beside it.
+    # The follow-up door's (issue 40): the payments and deploy shapes as shipped.
     shipped = REPO / "config" / "providers"
-    for name in ("sandbox_payments", "sandbox_capture", "sandbox_refund"):
+    for name in (
+        "sandbox_payments",
+        "sandbox_capture",
+        "sandbox_refund",
+        "sandbox_deploy",
+        "sandbox_rollback",
+    ):
         for file in (f"{name}.toml", f"{name}.command.schema.json"):
             (folder / file).write_text((shipped / file).read_text())
     return folder

@@ -141,3 +141,25 @@ def no_silent_wait(d: Doors) -> None:
     parent = _intent(d, tenant_name())
     answer = start_follow_up(parent, "capture", CAPTURE, "dana", runtime=d.rt)
     assert [w.code for w in answer.submitted.warnings] == ["no_worker"]
+
+
+DEPLOY = {"kind": "deploy", "service": "web", "ref": "a" * 40, "previous_ref": "b" * 40}
+
+
+def immutable_refs(d: Doors) -> None:
+    # A person's rollback names the commit to go back to: a branch is refused at the
+    # follow-up door as at every other, naming the field, and nothing is started.
+    tenant = tenant_name()
+    parent = insert_operation(d.url, tenant, S.succeeded, provider="sandbox_deploy", command=DEPLOY)
+    with d.http(d.token(tenant, "oncall", ("submit", "read"))) as client:
+        answer = client.post(
+            f"/v1/operations/{parent}/follow-ups",
+            json={"kind": "rollback", "command": {"service": "web", "ref": "main"}},
+        )
+    assert answer.status_code == 422, answer.text
+    problem = answer.json()
+    assert problem["type"].endswith("/invalid_submission"), problem
+    assert [e["path"] for e in problem["errors"]] == ["/command/ref"], problem
+    assert "immutable reference" in problem["detail"], problem
+    assert d.find(tenant, f"follow-up:{parent}:rollback") is None
+    assert _started(d, parent) == []
