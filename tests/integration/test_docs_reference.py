@@ -26,11 +26,13 @@ finally:
 def test_the_metrics_reference_is_every_family_the_collectors_build(database_url: str) -> None:
     from jobwarden.config.settings import get_settings
     from jobwarden.observability.metrics import WebhookRefusalCollector, collect_families
+    from jobwarden.tasks.provider.rate_limits import share_counts
     from jobwarden.tasks.provider.webhooks import refusal_counts
 
     settings = get_settings()
+    # Built as the API builds it (api/app.py): with the rate limiter's fair-share counts.
     refusals = WebhookRefusalCollector(
-        settings.redis_url, settings.key_prefix, counts=refusal_counts
+        settings.redis_url, settings.key_prefix, counts=refusal_counts, shares=share_counts
     )
     try:
         served = [*collect_families(database_url, datetime.now(UTC)), *refusals.collect()]

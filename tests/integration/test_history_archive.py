@@ -123,7 +123,7 @@ def _archived_now(url: str, partition: str) -> None:
 
 
 # Columns of the live model that revision 0021's table did not have yet.
-AFTER_0021 = frozenset({"contract_digest"})  # 0026
+AFTER_0021 = frozenset({"contract_digest", "priority"})  # 0026, 0031
 
 
 def _insert_at_0021(url: str, created: datetime) -> uuid.UUID:

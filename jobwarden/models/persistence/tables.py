@@ -250,7 +250,7 @@ class OperationRow(Base):
     # The finish the last status reading implied (0027); not indexed, so a poll stays HOT.
     estimated_finish: Mapped[datetime | None] = mapped_column(TZ)
     # Its turn among its tenant's requests waiting for the rate limit, -10..10 (0031).
-    priority: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
+    priority: Mapped[int] = mapped_column(SmallInteger, server_default="0")
     # A follow-up operation (0029): its parent, as what it follows it, and the amount it
     # requests under the kind's amount rule (whole minor units). Fixed at intake.
     follows: Mapped[uuid.UUID | None] = mapped_column(
