@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
+from typing import Final
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -53,6 +54,23 @@ from jobwarden.tasks.provider.rate_limits import share_counts
 from jobwarden.tasks.provider.webhooks import refusal_counts
 from jobwarden.tasks.runtime import Runtime, build_runtime, current
 from jobwarden.tasks.runtime import close as close_runtime
+
+# The API's routers, in the order their routes are matched: one list, which the route
+# tests walk too (tests/integration/test_api_routes.py), so a new router is in both.
+ROUTERS: Final = tuple(
+    module.router
+    for module in (
+        intake,
+        queries,
+        results,
+        actions,
+        pauses,
+        follow_ups,
+        webhooks,
+        schedules,
+        receipts,
+    )
+)
 
 
 def _runtime_provider(settings: Settings | None, built: list[Runtime]) -> Callable[[], Runtime]:
@@ -133,18 +151,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = registry_for(PostgresCollector(resolved.database_url), refusals)
     weakref.finalize(app, _close_clients, built, refusals)
     app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
-    for module in (
-        intake,
-        queries,
-        results,
-        actions,
-        pauses,
-        follow_ups,
-        webhooks,
-        schedules,
-        receipts,
-    ):
-        app.include_router(module.router)
+    for router in ROUTERS:
+        app.include_router(router)
     # Tracing only when the OTEL_* variables ask for it (jobwarden.observability.telemetry).
     telemetry.setup("jobwarden-api")
     telemetry.instrument_app(app)

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from jobwarden.cli.identity import BreakGlass, TokenFile, submitter
+from jobwarden.cli.output import command_argument
 
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -48,12 +49,7 @@ def follow_up_command(
     """Start a follow-up operation of OP (its own id, token, fingerprint and approval)."""
     from jobwarden.tasks.follow_ups import start_follow_up
 
-    try:
-        parsed = json.loads(command)
-    except (ValueError, RecursionError) as exc:
-        problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        err.print(f"error: command is not usable JSON: {problem}", highlight=False)
-        raise typer.Exit(2) from None
+    parsed = command_argument(command, err)
     who = submitter(token_file=token_file, glass=glass, tenant=None, typed=requested_by)
     # A token is one tenant's: another tenant's operation is "no operation" to it.
     tenant = who.tenant if who.caller is not None and who.caller.token_id is not None else None

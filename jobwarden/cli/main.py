@@ -567,13 +567,7 @@ def submit(
     from jobwarden.models.intake.submission import SubmissionRequest
     from jobwarden.tasks.intake import submit_request
 
-    try:
-        parsed = json.loads(command)
-    except (ValueError, RecursionError) as exc:
-        # A very deep array exhausts the parser's recursion: as much "not JSON" as a typo.
-        problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        err.print(f"error: command is not usable JSON: {problem}", highlight=False)
-        raise typer.Exit(2) from None
+    parsed = output.command_argument(command, err)
     who = submitter(token_file=token_file, glass=glass, tenant=tenant, typed=requested_by)
     wanted = SubmissionRequest(
         tenant=who.tenant,

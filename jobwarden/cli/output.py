@@ -54,3 +54,17 @@ def emit_json(value: Any) -> None:
     """``value`` as one line of JSON on stdout (dates and ids as strings)."""
     # Plain print: rich would colour and wrap it, and scripts read it as is.
     print(json.dumps(value, default=str, ensure_ascii=False), flush=True)
+
+
+def command_argument(text: str, err: Console) -> Any:
+    """The COMMAND argument parsed as JSON, or exit 2 saying why (a user's mistake: one
+    line naming it, no traceback). A very deep array exhausts the parser's recursion: as
+    much "not JSON" as a typo."""
+    import typer
+
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        err.print(f"error: command is not usable JSON: {problem}", highlight=False)
+        raise typer.Exit(2) from None

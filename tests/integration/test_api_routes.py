@@ -19,18 +19,7 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
-from jobwarden.api import (
-    actions,
-    follow_ups,
-    intake,
-    pauses,
-    queries,
-    receipts,
-    results,
-    schedules,
-    webhooks,
-)
-from jobwarden.api.app import create_app
+from jobwarden.api.app import ROUTERS, create_app
 from jobwarden.models.states import OperationState as S
 from tests.api_server import serving
 from tests.integration.api_helpers import insert_operation, load, make_token, tenant_name
@@ -40,18 +29,8 @@ TYPE = "tag:jobwarden.dev,2026:problem/"
 SCOPES = ["submit", "read", "cancel", "approve", "decide", "pause"]
 ROUTES = {
     f"{method} {route.path}": route
-    for module in (
-        intake,
-        queries,
-        results,
-        actions,
-        pauses,
-        follow_ups,
-        webhooks,
-        schedules,
-        receipts,
-    )
-    for route in module.router.routes
+    for router in ROUTERS
+    for route in router.routes
     # /v1/ only: the receipt key at /.well-known/ is public on purpose (test_receipts.py).
     if isinstance(route, APIRoute) and route.path.startswith("/v1/")
     for method in sorted(route.methods or ())
