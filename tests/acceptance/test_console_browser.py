@@ -45,7 +45,7 @@ SETTLE_MS = 30_000
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (scripts/test does, as root)")
     with sync_playwright() as p:
         launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield launched
