@@ -215,6 +215,11 @@ def _taken(rt: Runtime) -> list[str]:
     raise AssertionError("more wake-ups than published")
 
 
+def _count(value: bytes | str | None) -> int:
+    assert value is not None
+    return int(value)
+
+
 def test_a_tenants_waiting_wake_ups_go_further_back_and_a_small_tenants_go_first(
     limited: Runtime,
 ) -> None:
@@ -236,7 +241,9 @@ def test_a_tenants_waiting_wake_ups_go_further_back_and_a_small_tenants_go_first
     ]
     # Every one counted until a worker starts it.
     prefix = limited.settings.key_prefix
-    assert int(limited.redis.get(counter_key(prefix, Owner(provider="sandbox", tenant=big)))) == 8
+    assert (
+        _count(limited.redis.get(counter_key(prefix, Owner(provider="sandbox", tenant=big)))) == 8
+    )
 
 
 def test_weight_and_priority_move_a_wake_up_within_its_tenants_levels(rt: Runtime) -> None:
@@ -278,7 +285,7 @@ def test_a_started_wake_up_is_uncounted_by_its_header_and_never_below_zero(
     (message,) = _messages(limited)
     key = counter_key(limited.settings.key_prefix, owner)
     assert message["headers"][HEADER] == key
-    assert int(limited.redis.get(key)) == 1
+    assert _count(limited.redis.get(key)) == 1
     # The worker's side: the task uncounts what its message's header names, before it runs.
     task = app.tasks["jobwarden.poll"]
     task.push_request(**{HEADER: key})
@@ -286,10 +293,10 @@ def test_a_started_wake_up_is_uncounted_by_its_header_and_never_below_zero(
         task.before_start("id", [str(op)], {})
     finally:
         task.pop_request()
-    assert int(limited.redis.get(key)) == 0
+    assert _count(limited.redis.get(key)) == 0
     # A redelivered message is started twice: the count stops at zero.
     started(limited, key)
-    assert int(limited.redis.get(key)) == 0
+    assert _count(limited.redis.get(key)) == 0
     assert limited.redis.ttl(key) > 0
     # A header that names no counter of ours is ignored.
     started(limited, "elsewhere:key")
