@@ -23,6 +23,7 @@ from celery.utils.log import get_multiprocessing_logger
 
 from jobwarden.config.broker import transport_for
 from jobwarden.config.settings import Settings, get_settings
+from jobwarden.models.provider.wakeup_levels import LEVELS
 from jobwarden.observability import telemetry
 from jobwarden.observability.logs import install_formatter
 
@@ -64,7 +65,12 @@ def make_celery(settings: Settings) -> Celery:
             "jobwarden.deliver_notifications": {"queue": settings.notifications_queue},
         },
         broker_transport=transport_for(settings.broker_url),
-        broker_transport_options=transport,
+        # Ten priority levels, 0 taken first (kombu's Redis transport keeps a list per
+        # level and BRPOPs them in order): wake-ups at a rate-limited provider are published
+        # at their tenant's fair level (models/provider/wakeup_levels.py), so a tenant's
+        # long queue does not stand in front of another's few. Everything else stays at 0.
+        # The separator stays kombu's default, so queues and bindings keep their keys.
+        broker_transport_options={**transport, "priority_steps": list(range(LEVELS))},
         result_backend_transport_options=transport,
         result_expires=3600,
         broker_connection_retry_on_startup=True,

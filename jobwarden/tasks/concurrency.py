@@ -32,6 +32,7 @@ from jobwarden.tasks import faults
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.runtime import Runtime, utcnow
 from jobwarden.tasks.steps import planned
+from jobwarden.tasks.wakeup_backlog import Owner, owner_of
 
 log = logging.getLogger("jobwarden.tasks")
 
@@ -52,7 +53,7 @@ def hand_over(
     of the same rows (a person cancelling a queued operation) makes this give up
     (StaleVersionError, rolled back); the sweeper's pass tries again.
     """
-    admitted: list[tuple[uuid.UUID, OperationState]] = []
+    admitted: list[tuple[uuid.UUID, OperationState, Owner]] = []
     with transaction(rt.settings.database_url) as session:
         concurrency_store.lock_key(session, tenant, key)
         now = utcnow()  # after the wait for the lock: the events follow the holder's end
@@ -80,15 +81,15 @@ def hand_over(
             window = timedelta(seconds=rt.contract_for(queued).limits.approval_window_seconds)
             decided = admission(queued, to=to, after=after, now=now, approval_window=window)
             _write(rt, session, queued, decided, now)
-            admitted.append((w.operation_id, to))
+            admitted.append((w.operation_id, to, owner_of(queued)))
         if holder is not None:
-            _write(rt, session, holder, handed_over(holder, [a for a, _ in admitted]), now)
-    for op_id, state in admitted:
+            _write(rt, session, holder, handed_over(holder, [a for a, _, _ in admitted]), now)
+    for op_id, state, owner in admitted:
         log.info("key_handed_over key=%s operation_id=%s after=%s", key, op_id, after)
         if state is OperationState.create_pending:
             # An approval's wait is parked until its window ends; only a create is due now.
-            enqueue(rt, op_id, state)
-    return [op_id for op_id, _ in admitted]
+            enqueue(rt, op_id, state, owner=owner)
+    return [op_id for op_id, _, _ in admitted]
 
 
 def _write(rt: Runtime, session: Session, op: Operation, decided: Decided, now: datetime) -> None:

@@ -2,7 +2,9 @@
 
 Messages carry only an operation id and are published after the commit that
 made them due; a lost one is re-sent by the sweeper, so publishing never fails
-a caller. Intake, interventions and the tasks all publish through here.
+a caller. Intake, interventions and the tasks all publish through here. A wake-up whose
+owner (provider, tenant, priority) is given goes out at its tenant's fair priority level
+in the broker (tasks/wakeup_backlog.py); without one, at level 0.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from jobwarden.config.celery_app import app
 from jobwarden.models.states import OperationState as S
 from jobwarden.observability.logs import get_logger
 from jobwarden.tasks.runtime import Runtime, utcnow
+from jobwarden.tasks.wakeup_backlog import FRONT, Owner, placed, uncounted
 
 log = get_logger("jobwarden.tasks")
 
@@ -34,12 +37,21 @@ TASK_FOR_STATE: Mapping[S, str] = {
 }
 
 
-def enqueue(rt: Runtime, operation_id: uuid.UUID, state: S, countdown: float = 0.0) -> bool:
-    """Publish a wake-up; on broker failure the sweeper re-sends it later (returns False)."""
+def enqueue(
+    rt: Runtime,
+    operation_id: uuid.UUID,
+    state: S,
+    countdown: float = 0.0,
+    owner: Owner | None = None,
+) -> bool:
+    """Publish a wake-up; on broker failure the sweeper re-sends it later (returns False).
+
+    ``owner``: whose it is, which places it in the broker (None: level 0, uncounted)."""
     name = TASK_FOR_STATE.get(state)
     if name is None:
         return False
     args = [str(operation_id)]
+    (place,) = placed(rt, [owner]) if owner is not None else (FRONT,)
     try:
         app.send_task(
             name,
@@ -52,11 +64,14 @@ def enqueue(rt: Runtime, operation_id: uuid.UUID, state: S, countdown: float = 0
             # The header repr of an id list is what Celery's saferepr would build.
             argsrepr=repr(args),
             kwargsrepr="{}",
+            priority=place.level,
+            headers=place.headers(),
         )
     except Exception as exc:
         log.warning(
             "enqueue_failed", operation_id=str(operation_id), task=name, error=type(exc).__name__
         )
+        uncounted(rt, [place])
         return False
     return True
 
@@ -66,9 +81,14 @@ def enqueue(rt: Runtime, operation_id: uuid.UUID, state: S, countdown: float = 0
 PUBLISH_PIPELINE_SIZE = 1000
 
 
-def enqueue_many(rt: Runtime, due: Sequence[tuple[uuid.UUID, S]]) -> bool:
+def enqueue_many(
+    rt: Runtime,
+    due: Sequence[tuple[uuid.UUID, S]],
+    owners: Mapping[uuid.UUID, Owner] | None = None,
+) -> bool:
     """Publish one wake-up per (operation, state) in one connection checkout and one Redis
-    pipeline (kombu's Producer.batch); False when the broker failed.
+    pipeline (kombu's Producer.batch); False when the broker failed. ``owners``: whose
+    each operation is, which places its wake-up in the broker (missing: level 0).
 
     The messages are the same Celery task messages ``enqueue`` sends. On a broker
     failure delivery is uncertain, so this returns False and logs; the rows stay marked
@@ -78,9 +98,12 @@ def enqueue_many(rt: Runtime, due: Sequence[tuple[uuid.UUID, S]]) -> bool:
     wakeups = [(op_id, TASK_FOR_STATE[state]) for op_id, state in due if state in TASK_FOR_STATE]
     if not wakeups:
         return True
+    known = owners or {}
+    places = placed(rt, [known.get(op_id) for op_id, _ in wakeups]) if known else None
     try:
         with app.producer_or_acquire() as producer, producer.batch(max_size=PUBLISH_PIPELINE_SIZE):
             for n, (op_id, name) in enumerate(wakeups):
+                place = places[n] if places is not None else FRONT
                 args = [str(op_id)]
                 app.send_task(
                     name,
@@ -97,9 +120,12 @@ def enqueue_many(rt: Runtime, due: Sequence[tuple[uuid.UUID, S]]) -> bool:
                     declare=None if n == 0 else [],
                     argsrepr=repr(args),
                     kwargsrepr="{}",
+                    priority=place.level,
+                    headers=place.headers(),
                 )
     except Exception as exc:
         log.warning("enqueue_batch_failed", wakeups=len(wakeups), error=type(exc).__name__)
+        # Delivery is uncertain: the counts stay (too high at worst, until the keys expire).
         return False
     return True
 
@@ -127,10 +153,12 @@ def republish(rt: Runtime, task_name: str, operation_id: uuid.UUID) -> bool:
     return True
 
 
-def schedule(rt: Runtime, operation_id: uuid.UUID, state: S, at: datetime | None) -> None:
+def schedule(
+    rt: Runtime, operation_id: uuid.UUID, state: S, at: datetime | None, owner: Owner | None = None
+) -> None:
     """A short wait becomes a countdown message; a long one stays parked in next_poll_at."""
     if at is None:
         return
     countdown = (at - utcnow()).total_seconds()
     if countdown <= rt.settings.max_countdown_seconds:
-        enqueue(rt, operation_id, state, countdown)
+        enqueue(rt, operation_id, state, countdown, owner)

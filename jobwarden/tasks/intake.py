@@ -46,6 +46,7 @@ from jobwarden.observability import telemetry
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.heartbeat import no_worker
 from jobwarden.tasks.runtime import Runtime, current, utcnow
+from jobwarden.tasks.wakeup_backlog import owner_of
 
 
 def _length(row: type[Base], name: str) -> int:
@@ -347,7 +348,7 @@ def _submit(
             api_store.append_intake(session, _logged(door, who, actor, sub, result))
         return result
     if stored is not None and stored.state is S.create_pending:
-        enqueue(rt, stored.operation_id, stored.state)
+        enqueue(rt, stored.operation_id, stored.state, owner=owner_of(stored))
     return result
 
 

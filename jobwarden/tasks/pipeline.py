@@ -46,6 +46,8 @@ from jobwarden.tasks.outcomes import AutomationStoppedError, task_answer
 from jobwarden.tasks.reservations import marker_ttl
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 from jobwarden.tasks.steps import record_step_failure, run, stop_automation
+from jobwarden.tasks.wakeup_backlog import HEADER as BACKLOG_HEADER
+from jobwarden.tasks.wakeup_backlog import Owner, owner_of, started
 
 log = get_logger("jobwarden.tasks")
 
@@ -120,7 +122,7 @@ def _run_step(operation_id: str, step: StepKind) -> str | None:
         _count_failure(rt, op_id, step, exc)
         raise
     faults.fault_point(rt.redis, rt.settings.key_prefix, "before_schedule", op.idempotency_key)
-    schedule(rt, op_id, op.state, next_at)
+    schedule(rt, op_id, op.state, next_at, owner_of(op))
     # Lease and session released: the hand-over locks the key, never the operation.
     after_end(rt, op)
     # An end a contract's rule follows up (a failed deploy's rollback): started as the rule.
@@ -174,6 +176,13 @@ class JobwardenTask(Task):  # type: ignore[misc]
     # A stop is a failure in Flower, not a plain success (jobwarden.tasks.outcomes); as an
     # expected error it is logged without a traceback and, like every failure, not retried.
     throws = (AutomationStoppedError,)
+
+    def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
+        # Before anything can end the task (a busy lease, a gone row): a wake-up counted in
+        # its tenant's backlog is uncounted once it starts (tasks/wakeup_backlog.py).
+        counter = getattr(self.request, BACKLOG_HEADER, None)
+        if counter is not None:
+            started(current(), counter)
 
 
 @app.task(name="jobwarden.create", base=JobwardenTask)
@@ -235,8 +244,16 @@ def sweep_once(
         # dispatched_at mark could still roll back.
         with transaction(rt.settings.database_url) as session:
             due = store.claim_due(session, now=clock(), redispatch_after=grace, limit=limit)
+            owners = store.wakeup_owners(session, [op_id for op_id, _ in due])
         claimed += len(due)
-        sent = enqueue_many(rt, due)
+        sent = enqueue_many(
+            rt,
+            due,
+            {
+                op_id: Owner(provider=provider, tenant=tenant, priority=priority)
+                for op_id, (provider, tenant, priority) in owners.items()
+            },
+        )
         if len(due) < limit or not sent or timer() - started >= budget:
             # A worker that died between a holder's end and its hand-over left a queue
             # waiting on a key with room; admitted operations are published as they move.

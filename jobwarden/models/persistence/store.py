@@ -398,6 +398,22 @@ def claim_due(
     return rows
 
 
+def wakeup_owners(
+    session: Session, operation_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, tuple[str, str, int]]:
+    """Per operation: (provider, tenant, priority), what places its wake-up in the broker
+    (tasks/wakeup_backlog.py). One read by primary key for a sweep's whole batch."""
+    if not operation_ids:
+        return {}
+    c = OPERATIONS.c
+    rows = session.execute(
+        select(c.operation_id, c.provider, c.tenant, c.priority).where(
+            c.operation_id.in_(list(operation_ids))
+        )
+    )
+    return {op_id: (provider, tenant, priority) for op_id, provider, tenant, priority in rows}
+
+
 def own_partition(operation_id: uuid.UUID) -> Any:
     """The condition that keeps a read of one operation's events in its partition (0023):
     the partition key from its row, so Postgres prunes the other partitions as it runs."""
