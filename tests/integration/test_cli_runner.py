@@ -65,6 +65,7 @@ def test_a_command_line_answers_the_same_in_this_process_and_in_its_own(
 
 
 def test_an_invalid_setting_is_read_afresh_and_named_the_same_way() -> None:
+    assert get_settings().lease_ttl_seconds  # this process's settings, cached and valid
     done = _same("providers", "schema", env={"JOBWARDEN_LEASE_TTL_SECONDS": "soon"})
     assert done.returncode == 2 and "JOBWARDEN_LEASE_TTL_SECONDS" in done.stderr
 
