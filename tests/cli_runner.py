@@ -2,13 +2,13 @@
 
 Starting ``python -m jobwarden.cli.main`` costs a test about two seconds of one core
 (imports, settings, a runtime, engines) for a command that then works for milliseconds:
-hundreds of such runs were most of the suite's time. :func:`run_cli` runs the same
+the suite ran hundreds of them. :func:`run_cli` runs the same
 ``main()`` inside the test process instead, given what the process would have had:
 
 - the environment: ``os.environ`` plus ``env`` (click's test runner sets and restores it),
   the repository as working directory, an empty stdin, ``sys.argv``;
 - fresh process-wide state: the settings cache (read from that environment), no runtime,
-  no tracing, and afterwards the engines and runtime it made are closed, as a process exit
+  and afterwards the engines and runtime it made are closed, as a process exit
   would, and the test process's own are back untouched;
 - what reaches stderr: a warning logged with no handler configured (logging's last resort,
   which ``observability/logs.py`` formats), an unexpected exception's traceback with exit
@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,9 +93,9 @@ def run_cli(*args: str, env: Environment | None = None) -> CliResult:
         return CliResult(tuple(args), code, out.getvalue(), err.getvalue())
 
 
-def _exit_code(main: object) -> int:
+def _exit_code(main: Callable[[], None]) -> int:
     try:
-        main()  # type: ignore[operator]
+        main()
     except SystemExit as exc:
         if exc.code is None:
             return 0
