@@ -15,8 +15,9 @@ the suite ran hundreds of them. :func:`run_cli` runs the same
   code 1, ``main()``'s one ``error:`` line and exit code 2 for a JobwardenError.
 
 :func:`run_cli_process` is the real process, for the tests where the process is the point:
-the entry point, exit codes through ``sys.exit``, settings read at startup, signals, bytes
-that are not UTF-8 in argv. Both answer a :class:`CliResult`.
+the entry point, settings read at startup, signals, bytes that are not UTF-8 in argv, and
+a fault point armed to kill (it kills the process that reaches it: in process, the test
+run). Both answer a :class:`CliResult`.
 """
 
 from __future__ import annotations
