@@ -48,20 +48,22 @@ def broken_providers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+# Each command line with the exit code it ends with.
 COMMAND_LINES = {
-    "a check that finds a problem (exit 1)": ("providers", "check", "--no-running"),
-    "a refused argument (exit 2)": ("verify", "not-a-uuid"),
-    "a usage error's panel": ("verify", "--no-such-flag"),
-    "the help": ("schedules", "--help"),
-    "the version": ("--version",),
+    "a check that finds a problem": (("providers", "check", "--no-running"), 1),
+    "a refused argument": (("verify", "not-a-uuid"), 2),
+    "a usage error's panel": (("verify", "--no-such-flag"), 2),
+    "the help": (("schedules", "--help"), 0),
+    "the version": (("--version",), 0),
 }
 
 
-@pytest.mark.parametrize("args", COMMAND_LINES.values(), ids=COMMAND_LINES.keys())
+@pytest.mark.parametrize(("args", "code"), COMMAND_LINES.values(), ids=COMMAND_LINES.keys())
 def test_a_command_line_answers_the_same_in_this_process_and_in_its_own(
-    args: tuple[str, ...], broken_providers: Path
+    args: tuple[str, ...], code: int, broken_providers: Path
 ) -> None:
-    _same(*args, env={"JOBWARDEN_PROVIDERS_DIR": str(broken_providers)})
+    done = _same(*args, env={"JOBWARDEN_PROVIDERS_DIR": str(broken_providers)})
+    assert done.returncode == code, done.stderr
 
 
 def test_an_invalid_setting_is_read_afresh_and_named_the_same_way() -> None:
