@@ -21,11 +21,18 @@ from jobwarden.models.persistence import history_store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import OperationState as S
 from tests.acceptance.conftest import Pipeline
+from tests.cli_runner import CliResult, run_cli_process
 from tests.integration.test_history_archive import _cli_on, _month, _operation
 
-# Each test starts up to seven `jobwarden` processes (archive, verify); on a busy machine a
+# Each test starts up to seven `jobwarden` runs (archive, verify); on a busy machine a
 # CLI's start alone took over ten seconds, so 120 s was not a bound on the work but a race.
 pytestmark = pytest.mark.timeout(360)
+
+
+def _killable_on(url: str, *args: str) -> CliResult:
+    """A real `jobwarden` process on ``url``: an armed "kill" fault point kills the process
+    that reaches it, which in process would be the test run itself."""
+    return run_cli_process(*args, env={"JOBWARDEN_DATABASE_URL": url})
 
 
 def _archived_rows(url: str, partition: str) -> int:
@@ -90,13 +97,13 @@ def test_an_archiving_run_killed_midway_leaves_the_month_attached_and_the_next_c
     old = [_operation(database_url, _month(2012, 7)) for _ in range(3)]
     # Killed once the first history's segment is recorded.
     arm("archive_after_segment", partition, "kill")
-    first = _cli_on(database_url, "archive", "--retention-days", "0")
+    first = _killable_on(database_url, "archive", "--retention-days", "0")
     assert first.returncode == -9, first.stderr
     assert _archived_rows(database_url, partition) == 1
     assert _attached(database_url, partition)
     # Killed again with every segment recorded, just before the drop.
     arm("archive_before_drop", partition, "kill")
-    second = _cli_on(database_url, "archive", "--retention-days", "0")
+    second = _killable_on(database_url, "archive", "--retention-days", "0")
     assert second.returncode == -9, second.stderr
     assert _archived_rows(database_url, partition) == 3
     with transaction(database_url) as session:

@@ -6,13 +6,13 @@ reads the object back and names one that was deleted or replaced."""
 from __future__ import annotations
 
 import hashlib
-import subprocess
 import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from jobwarden.demo.harness import Stack
 from tests.acceptance.conftest import Pipeline
+from tests.cli_runner import CliResult
 from tests.integration.test_cli import _cli
 
 
@@ -26,7 +26,7 @@ def _row(pipeline: Pipeline, op: str) -> tuple[bytes | None, str | None, str, in
     return found.content, found.location, found.sha256, found.size_bytes
 
 
-def _verify(op: str) -> subprocess.CompletedProcess[str]:
+def _verify(op: str) -> CliResult:
     return _cli("verify", op)
 
 

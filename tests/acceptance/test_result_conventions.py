@@ -11,14 +11,13 @@ lines carry ``error``, and the OpenAI Batch output file with the batch object's
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
-from jobwarden.demo.harness import REPO, Stack
+from jobwarden.demo.harness import Stack
 from tests.acceptance.conftest import Pipeline
+from tests.cli_runner import run_cli
 
 pytestmark = pytest.mark.usefixtures("stack")
 
@@ -122,15 +121,9 @@ def test_azure_style_item_status_records_498_succeeded_and_2_failed_with_referen
     assert (summary["succeeded_items"], summary["failed_item_count"]) == (498, 2)
     assert summary["failed_item_refs"] == ["item-499", "item-500"]
     # The operator's view: `jobwarden history` says how the items ended.
-    out = subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli.main", "history", op],
-        env={**stack.env, **worker_env},
-        cwd=str(REPO),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
+    told = run_cli("history", op, env={**stack.env, **worker_env})
+    assert told.returncode == 0, told.stderr
+    out = told.stdout
     (line,) = [ln for ln in out.splitlines() if "result collected" in ln]
     assert line.endswith(
         "result collected, 498 items ok, 2 failed (item-499, item-500) -> succeeded"

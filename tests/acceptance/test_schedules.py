@@ -14,7 +14,6 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, select
 
-from jobwarden.demo.harness import REPO, Stack, wait_for
+from jobwarden.demo.harness import Stack, wait_for
 from jobwarden.models.persistence import schedule_store
 from jobwarden.models.persistence.api_tables import IntakeLogRow
 from jobwarden.models.persistence.db import transaction
@@ -31,6 +30,7 @@ from jobwarden.models.persistence.schedule_tables import ScheduleRow
 from jobwarden.models.persistence.tables import OperationRow
 from jobwarden.models.schedules.slots import parse_spec, rfc3339, slot_key
 from tests.acceptance.conftest import Pipeline, logged
+from tests.cli_runner import CliResult, run_cli
 
 pytestmark = pytest.mark.usefixtures("stack")
 
@@ -256,17 +256,9 @@ def test_each_overlap_policy_against_a_long_running_job(pipeline: Pipeline) -> N
             pipeline.wait_state(str(op.operation_id), timeout=60)
 
 
-def _cli(*args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
-    acting = {"JOBWARDEN_TOKEN": token} if token is not None else {}
-    return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli.main", *args],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), **acting},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def _cli(*args: str, token: str | None = None) -> CliResult:
+    """``jobwarden ARGS`` in this process (tests/cli_runner.py), as ``token``'s principal."""
+    return run_cli(*args, env={"JOBWARDEN_TOKEN": token} if token is not None else {})
 
 
 def test_backfill_run_twice_creates_nothing_new(pipeline: Pipeline) -> None:

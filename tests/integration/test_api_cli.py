@@ -17,7 +17,8 @@ from sqlalchemy import text
 from jobwarden.api.auth import secret_hash
 from jobwarden.models.persistence import api_store
 from jobwarden.models.persistence.db import transaction
-from tests.integration.test_cli import REPO, _cli
+from tests.cli_runner import REPO, run_cli_process
+from tests.integration.test_cli import _cli
 
 
 def _create(tenant: str, *scopes: str) -> tuple[str, str]:
@@ -33,7 +34,8 @@ def test_tokens_create_prints_the_token_once_and_stores_only_its_hash(database_u
     tenant = f"cli-{secrets.token_hex(4)}"
     token_id, token = _create(tenant, "submit", "read")
     assert token.startswith("jw_") and len(token) > 40
-    listed = _cli("tokens", "list", "--json")
+    # A real process for the tokens group (the others here run in this one).
+    listed = run_cli_process("tokens", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     mine = [t for t in json.loads(listed.stdout) if t["id"] == token_id]
     assert mine and mine[0]["tenant"] == tenant and mine[0]["scopes"] == ["read", "submit"]
@@ -78,7 +80,7 @@ def _free_port() -> int:
 
 
 def test_jobwarden_api_serves_the_app_and_history_shows_each_intake_attempt(
-    tmp_path: Path,
+    database_url: str, tmp_path: Path
 ) -> None:
     port = _free_port()
     tenant = f"cli-{secrets.token_hex(4)}"

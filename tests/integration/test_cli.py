@@ -1,12 +1,14 @@
-"""The `jobwarden` command as operators run it: a subprocess with the environment."""
+"""The `jobwarden` command as operators run it, with the environment.
+
+Most tests run the command in this process (tests/cli_runner.py: the same main(), the
+environment the process would have had); the ones about the process itself (settings read
+at startup, the entry point) start it for real.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -15,25 +17,18 @@ from sqlalchemy import select
 from jobwarden.models.contracts.loader import contract_json_schema
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.tables import OperationRow
+from tests.cli_runner import REPO, CliResult, run_cli, run_cli_process
 from tests.integration.test_store import _insert, _new_row
 
-REPO = Path(__file__).resolve().parents[2]
 
-
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli.main", *args],
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def _cli(*args: str, env: dict[str, str] | None = None) -> CliResult:
+    """``jobwarden ARGS`` in this process (tests/cli_runner.py), with ``env`` on top."""
+    return run_cli(*args, env=env)
 
 
 def test_providers_check_accepts_the_four_shipped_contracts() -> None:
-    done = _cli("providers", "check", "--dir", str(REPO / "config" / "providers"))
+    # A real process: the entry point `python -m jobwarden.cli.main` itself.
+    done = run_cli_process("providers", "check", "--dir", str(REPO / "config" / "providers"))
     assert done.returncode == 0, done.stderr
     for name in ("sandbox", "azure_lro", "google_aip151", "openai_batch"):
         assert f"ok      {name}" in done.stdout
@@ -75,7 +70,8 @@ def test_a_bad_field_is_one_error_line_naming_file_and_field(tmp_path: Path) -> 
 
 def test_show_history_and_verify_tell_an_operations_story(database_url: str) -> None:
     op = _insert(database_url, _new_row())
-    shown = _cli("show", str(op))
+    # A real process for the operation commands: the runtime and engines a process builds.
+    shown = run_cli_process("show", str(op))
     assert shown.returncode == 0, shown.stderr
     assert "create_pending" in shown.stdout and "0/10" in shown.stdout
     told = _cli("history", str(op))
@@ -85,7 +81,8 @@ def test_show_history_and_verify_tell_an_operations_story(database_url: str) -> 
 
 
 def test_an_invalid_setting_is_one_clear_error_naming_the_variable() -> None:
-    done = _cli("providers", "check", env={"JOBWARDEN_LEASE_TTL_SECONDS": "soon"})
+    # A real process: settings are read once at startup, before any command.
+    done = run_cli_process("providers", "check", env={"JOBWARDEN_LEASE_TTL_SECONDS": "soon"})
     assert done.returncode != 0
     assert "JOBWARDEN_LEASE_TTL_SECONDS" in done.stderr
     assert "Traceback" not in done.stderr

@@ -1,11 +1,11 @@
 """`jobwarden watch`, `list`, and what `show` and `history` tell an operator, run as
-operators run them: a subprocess — under a real pseudo-terminal for the live view."""
+operators run them: in this process (tests/cli_runner.py), and a real process under a
+pseudo-terminal for the live view."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import uuid
 from datetime import timedelta
@@ -20,22 +20,16 @@ from jobwarden.models.operation import RowChanges
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import OperationState as S
+from tests.cli_runner import CliResult, run_cli
 from tests.integration.api_helpers import NOW, insert_operation, load, tenant_name
 
 # A credential the sandbox contract reads (secret_env): `show` must never print it.
 CREDENTIAL = "sk-watch-credential-0123456789"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli.main", *args],
-        cwd=REPO,
-        env={**os.environ, "JOBWARDEN_SANDBOX_TOKEN": CREDENTIAL},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def _cli(*args: str) -> CliResult:
+    """``jobwarden ARGS`` in this process (tests/cli_runner.py), with the sandbox's token."""
+    return run_cli(*args, env={"JOBWARDEN_SANDBOX_TOKEN": CREDENTIAL})
 
 
 def _advance(

@@ -91,9 +91,6 @@ def _intent_excerpt(database_url: str, op: uuid.UUID) -> dict[str, object]:
     return dict(first.draft.excerpt or {})
 
 
-# Thirteen CLI processes, each importing the package afresh: past the default two minutes
-# on a machine loaded by other work (seen at load 16), never a wait on a condition.
-@pytest.mark.timeout(360)
 def test_the_two_person_rule_cannot_be_met_from_one_shell_with_typed_names(
     database_url: str, providers: Path
 ) -> None:

@@ -34,6 +34,7 @@ from jobwarden.tasks.intake import (
 )
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from jobwarden.tasks.runtime import close as close_runtime
+from tests.cli_runner import CliResult, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 FUZZ_QUEUE_SUFFIX = "intake-fuzz"
@@ -395,19 +396,27 @@ def test_the_celery_door_never_raises_whatever_the_message_holds(message: dict[s
 # The CLI door: one line on stderr and exit 2, never a traceback.
 
 
-def _cli(*args: str | bytes) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli.main", *args],
-        cwd=REPO,
-        env=os.environ.copy(),
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+def _cli(*args: str | bytes) -> CliResult:
+    """In this process (tests/cli_runner.py), unless an argument is bytes: a byte that is not
+    UTF-8 reaches Python's argv only through a real process (surrogateescape)."""
+    if any(isinstance(arg, bytes) for arg in args):
+        done = subprocess.run(
+            [sys.executable, "-m", "jobwarden.cli.main", *args],
+            cwd=REPO,
+            env=os.environ.copy(),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        shown = tuple(
+            a if isinstance(a, str) else a.decode("utf-8", "surrogateescape") for a in args
+        )
+        return CliResult(shown, done.returncode, done.stdout, done.stderr)
+    return run_cli(*(str(arg) for arg in args))
 
 
-def _one_line_exit_2(done: subprocess.CompletedProcess[bytes], needle: str) -> None:
-    stderr = done.stderr.decode("utf-8", "replace")
+def _one_line_exit_2(done: CliResult, needle: str) -> None:
+    stderr = done.stderr
     assert done.returncode == 2, stderr
     assert "Traceback" not in stderr
     assert len(stderr.strip().splitlines()) == 1, stderr

@@ -38,8 +38,9 @@ from jobwarden.mcp.server import RETRY_RULE, build_server
 from jobwarden.models.persistence import api_store, store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import OperationState as S
+from tests.cli_runner import REPO
 from tests.integration.api_helpers import NOW, insert_operation, tenant_name
-from tests.integration.test_cli import REPO, _cli
+from tests.integration.test_cli import _cli
 
 # The agents' how-to guide of the docs site carries the snippet (it was the README's).
 GUIDE = REPO / "docs" / "how-to" / "agents.md"

@@ -15,8 +15,6 @@ import json
 import os
 import re
 import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +27,7 @@ from mcp import Client
 
 from jobwarden.config.settings import Settings
 from jobwarden.console.app import create_app
-from jobwarden.demo.harness import REPO, Stack, wait_for
+from jobwarden.demo.harness import Stack, wait_for
 from jobwarden.mcp.server import build_server
 from jobwarden.models.intake.submission import SubmissionRequest
 from jobwarden.tasks.heartbeat import heartbeat_key, no_worker
@@ -37,6 +35,7 @@ from jobwarden.tasks.intake import submit_request
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from jobwarden.tasks.runtime import close as close_runtime
 from tests.api_server import serving
+from tests.cli_runner import run_cli
 from tests.integration.api_helpers import make_token, tenant_name
 
 COMMAND: dict[str, Any] = {"kind": "export", "behaviour": {"polls_to_finish": 1}}
@@ -140,17 +139,10 @@ def mcp_door(d: Doors) -> bool:
 
 
 def cli_door(d: Doors) -> bool:
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "jobwarden.cli.main", "submit", "sandbox"),
-            *(json.dumps(COMMAND), "--key", _key(), "--tenant", d.tenant, "--requested-by", "svc"),
-        ],
-        cwd=REPO,
-        env={**os.environ, **d.env},
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-        check=False,
+    done = run_cli(
+        *("submit", "sandbox", json.dumps(COMMAND), "--key", _key()),
+        *("--tenant", d.tenant, "--requested-by", "svc"),
+        env=d.env,
     )
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)  # stdout stays the JSON a script reads

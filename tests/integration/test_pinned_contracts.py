@@ -14,10 +14,7 @@ running operation's status URL is on an origin the contract no longer allows.
 
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -44,6 +41,7 @@ from jobwarden.tasks.intake import submit_operation
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from jobwarden.tasks.runtime import close as close_runtime
 from jobwarden.tasks.steps import run
+from tests.cli_runner import CliResult, run_cli
 from tests.integration.api_helpers import insert_operation, load, tenant_name
 
 SHIPPED = (REPO / "config" / "providers" / "sandbox.toml").read_text()
@@ -154,21 +152,10 @@ def _events(database_url: str, op_id: uuid.UUID) -> list[tuple[str, str, dict[st
     return [(e.draft.kind.value, e.draft.actor, dict(e.draft.excerpt or {})) for e in events]
 
 
-def _cli(*args: str, folder: Path, token: str | None = None) -> subprocess.CompletedProcess[str]:
-    """The CLI as an operator runs it; it acts as ``token``'s principal when one is given."""
-    env = {**os.environ, "JOBWARDEN_PROVIDERS_DIR": str(folder)}
-    env.pop("JOBWARDEN_TOKEN", None)
-    if token is not None:
-        env["JOBWARDEN_TOKEN"] = token
-    return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli.main", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def _cli(*args: str, folder: Path, token: str | None = None) -> CliResult:
+    """The CLI as an operator runs it (in this process, tests/cli_runner.py); it acts as
+    ``token``'s principal when one is given, else has no token at all."""
+    return run_cli(*args, env={"JOBWARDEN_PROVIDERS_DIR": str(folder), "JOBWARDEN_TOKEN": token})
 
 
 def test_a_running_operation_is_polled_and_collected_under_the_contract_it_was_created_under(

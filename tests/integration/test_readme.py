@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_runner import run_cli
+
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 PAGES = [
@@ -83,19 +85,15 @@ def test_the_readme_has_shell_examples() -> None:
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_readme_shell_example_runs_as_written(database_url: str, command: str) -> None:
     argv = shlex.split(command)
-    done = subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli.main", *argv[1:]],
+    # The command's main() in this process (tests/cli_runner.py; the entry point itself is
+    # test_cli.py's and test_install.py's): the same environment, a process start less.
+    done = run_cli(
+        *argv[1:],
         env={
-            **os.environ,
             "JOBWARDEN_DATABASE_URL": database_url,
             "JOBWARDEN_PROVIDERS_DIR": str(REPO / "config" / "providers"),
             "JOBWARDEN_LEASE_TTL_SECONDS": "150",
         },
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
     )
     # A key already used by an earlier run answers replayed (0); a conflict would be 3.
     assert done.returncode == 0, done.stderr[-2000:]

@@ -8,27 +8,17 @@ same files and writes nothing, where 2^31 used to pass the check and fail in Pos
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from jobwarden.demo.harness import REPO
 from jobwarden.models.persistence import schedule_store
 from jobwarden.models.persistence.db import transaction
+from tests.cli_runner import CliResult, run_cli
 from tests.integration.api_helpers import tenant_name
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli.main", *args],
-        cwd=REPO,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def _cli(*args: str) -> CliResult:
+    """``jobwarden ARGS`` in this process (tests/cli_runner.py)."""
+    return run_cli(*args)
 
 
 def _schedule(name: str, extra: str, command: str = '{ kind = "export" }') -> str:

@@ -1,12 +1,10 @@
-"""Schedules through their doors: `jobwarden schedules` as operators run it (a subprocess),
-/v1/schedules with the API's tokens and scopes, and the figures on /metrics."""
+"""Schedules through their doors: `jobwarden schedules` as operators run it (in this
+process, tests/cli_runner.py; one real process), /v1/schedules with the API's tokens and
+scopes, and the figures on /metrics."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +14,6 @@ import httpx
 import pytest
 from sqlalchemy import delete, select
 
-from jobwarden.demo.harness import REPO
 from jobwarden.models.persistence import schedule_store
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.schedule_tables import ScheduleActionRow, ScheduleRow
@@ -25,6 +22,7 @@ from jobwarden.observability.metrics import collect_families
 from jobwarden.tasks.runtime import current
 from jobwarden.tasks.schedules import tick_once
 from tests.api_server import serving
+from tests.cli_runner import CliResult, run_cli, run_cli_process
 from tests.integration.api_helpers import make_token, tenant_name
 
 TYPE = "tag:jobwarden.dev,2026:problem/"
@@ -38,16 +36,9 @@ def tenant(database_url: str) -> Iterator[str]:
         session.execute(delete(ScheduleRow).where(ScheduleRow.tenant == name))
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli.main", *args],
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def _cli(*args: str, env: dict[str, str] | None = None) -> CliResult:
+    """``jobwarden ARGS`` in this process (tests/cli_runner.py), with ``env`` on top."""
+    return run_cli(*args, env=env)
 
 
 def _token_env(database_url: str, tenant: str, name: str) -> dict[str, str]:
@@ -80,7 +71,8 @@ def test_check_names_file_and_field_and_sync_declares_only_valid_files(
         f'tenant = "{tenant}"\n\n[schedules.hourly]\ninterval_seconds = 3600\n'
         'provider = "sandbx"\ncommand = { kind = "export" }\n'
     )
-    checked = _cli("schedules", "check", "--dir", str(tmp_path))
+    # A real process for the schedules group: the entry point as operators start it.
+    checked = run_cli_process("schedules", "check", "--dir", str(tmp_path))
     assert checked.returncode == 1
     lines = checked.stderr.splitlines()
     assert lines[0].startswith(

@@ -9,10 +9,7 @@ append-only triggers disabled inside one transaction of the test's own database.
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -37,6 +34,7 @@ from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.intake import submit_operation
 from jobwarden.tasks.runtime import Runtime, build_runtime
 from jobwarden.tasks.runtime import close as close_runtime
+from tests.cli_runner import CliResult, run_cli
 from tests.integration.factories import insert_legacy_row
 from tests.integration.test_store import _new_row
 
@@ -57,16 +55,9 @@ FORGED = b'{"items": [6, 6, 6]}'
 SEQ_ACCEPTED, SEQ_POLL, SEQ_OBSERVED, SEQ_DECISION, SEQ_COLLECTED = 3, 4, 5, 6, 7
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobwarden.cli.main", *args],
-        cwd=REPO,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def _cli(*args: str) -> CliResult:
+    """``jobwarden ARGS`` in this process (tests/cli_runner.py)."""
+    return run_cli(*args)
 
 
 @pytest.fixture(scope="module")

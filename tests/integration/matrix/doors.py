@@ -4,7 +4,8 @@ One ``Doors`` holds the scratch database, a runtime and the HTTP API (console an
 receiver included) on a real uvicorn server, all with the matrix's own contracts: the
 shipped sandbox, one that needs one approval, one that needs two (the two-person rule)
 and one that receives signed webhooks. MCP is the in-process SDK client of the real
-server; the CLI is the ``jobwarden`` command as a subprocess; Celery's door is the
+server; the CLI is the ``jobwarden`` command's main() run in this process
+(tests/cli_runner.py: the environment a process would have); Celery's door is the
 intake task's function given a message as the broker carries it (JSON), since no
 worker runs in integration tests.
 """
@@ -13,10 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,6 +39,7 @@ from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.api_tables import IntakeLogRow
 from jobwarden.models.persistence.db import transaction
 from jobwarden.tasks.runtime import Runtime, utcnow
+from tests.cli_runner import CliResult, run_cli
 
 ONE = "matrix_one"  # requires_approval = true: one approver other than the submitter
 TWO = "matrix_two"  # approvals_required = 2: the two-person rule
@@ -199,19 +198,10 @@ class Doors:
         return anyio.run(session)
 
     # -- the CLI -------------------------------------------------------------------------
-    def cli(
-        self, *args: str, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        """``jobwarden ARGS`` as an operator runs it, against this run's servers."""
-        return subprocess.run(
-            [sys.executable, "-m", "jobwarden.cli.main", *args],
-            cwd=REPO,
-            env={**os.environ, "JOBWARDEN_PROVIDERS_DIR": str(self.providers), **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+    def cli(self, *args: str, env: dict[str, str] | None = None) -> CliResult:
+        """``jobwarden ARGS`` as an operator runs it, against this run's servers: in this
+        process (tests/cli_runner.py; the CLI's own tests start real ones)."""
+        return run_cli(*args, env={"JOBWARDEN_PROVIDERS_DIR": str(self.providers), **(env or {})})
 
     # -- what the database says --------------------------------------------------------
     def load(self, op: uuid.UUID | str) -> Operation:
