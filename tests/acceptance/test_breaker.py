@@ -1,0 +1,146 @@
+"""The provider breaker through real workers and the sandbox (issue 39).
+
+A thousand operations at a provider whose every status read fails (a scripted outage of
+503s): the breaker opens on the window's answers as one pause by ``rule:breaker`` and one
+incident, parks them all, and no operation escalates on its own or spends its budget of
+two transport failures (which each would exhaust alone). The provider sees no more 503s
+than the breaker's minimum count, the requests in flight when it tripped and its probes;
+failing probes re-arm the cool-down. When the outage ends, one half-open probe succeeds
+and the resume wakes the rest, spread by the rate limit: the sandbox's own log shows no
+second with more requests than the limit allows, and every operation succeeds.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from jobwarden.demo.harness import wait_for
+from jobwarden.models.persistence import breaker_store
+from jobwarden.models.persistence.breaker_tables import BreakerIncidentRow
+from jobwarden.models.persistence.db import transaction
+from jobwarden.models.persistence.pause_tables import PauseRow
+from jobwarden.models.persistence.tables import EventRow, OperationRow
+from tests.acceptance.conftest import Pipeline
+
+pytestmark = pytest.mark.usefixtures("stack")
+
+PROVIDER = "sandbox_breaker"
+RATE, BURST = 100, 1  # its [rate_limit] (tests/acceptance/conftest.py)
+MINIMUM_COUNT = 30  # its [breaker]
+MAX_TRANSPORT_FAILURES = 2  # its [limits]
+OPERATIONS = 1000
+# Steps that may be under way at once (two workers of two processes, test_breaker's
+# stack): each may have loaded its snapshot before the pause committed, and send one.
+IN_FLIGHT = 4
+
+
+def _max_in_one_second(times: list[float]) -> int:
+    times = sorted(times)
+    return max((sum(1 for t in times if s <= t < s + 1.0) for s in times), default=0)
+
+
+def _count(database_url: str, query: Any) -> int:
+    with transaction(database_url) as session:
+        return int(session.scalar(query) or 0)
+
+
+def _incident(database_url: str) -> breaker_store.Incident | None:
+    with transaction(database_url) as session:
+        return breaker_store.active(session, PROVIDER)
+
+
+def test_an_outage_opens_the_breaker_once_and_a_probe_resumes_everything_without_a_burst(
+    pipeline: Pipeline, database_url: str
+) -> None:
+    tenant = f"breaker-{secrets.token_hex(3)}"
+    since = time.monotonic()
+    pipeline.sandbox.outage(503)
+    try:
+        ops = [
+            uuid.UUID(pipeline.submit({"polls_to_finish": 1}, provider=PROVIDER, tenant=tenant))
+            for _ in range(OPERATIONS)
+        ]
+        incident = wait_for(
+            lambda: _incident(database_url), timeout=60, interval=0.2, what="the breaker open"
+        )
+        mine = OperationRow.operation_id.in_(ops)
+        wait_for(
+            lambda: (
+                _count(
+                    database_url,
+                    select(func.count())
+                    .select_from(OperationRow)
+                    .where(mine, OperationRow.held_by == incident.pause_id),
+                )
+                == OPERATIONS
+            ),
+            timeout=120,
+            interval=0.5,
+            what="every operation parked by the breaker's pause",
+        )
+        # Half-open while the provider is still down: the probe fails and re-arms.
+        wait_for(
+            lambda: (found := _incident(database_url)) is not None and found.probes >= 2,
+            timeout=60,
+            interval=0.2,
+            what="a second probe after a failed one",
+        )
+        during = [
+            r for r in pipeline.sandbox.requests() if r["status"] == 503 and r["monotonic"] >= since
+        ]
+    finally:
+        pipeline.sandbox.outage(None)
+    recovered = time.monotonic()
+
+    wait_for(
+        lambda: (
+            _count(
+                database_url,
+                select(func.count())
+                .select_from(OperationRow)
+                .where(mine, OperationRow.state == "succeeded"),
+            )
+            == OPERATIONS
+        ),
+        timeout=240,
+        interval=1.0,
+        what="every operation succeeded after the recovery",
+    )
+    with transaction(database_url) as session:
+        incidents = session.execute(
+            select(BreakerIncidentRow).where(BreakerIncidentRow.provider == PROVIDER)
+        ).all()
+        pauses = session.execute(select(PauseRow).where(PauseRow.provider == PROVIDER)).all()
+        escalations = session.scalar(
+            select(func.count())
+            .select_from(EventRow)
+            .where(EventRow.operation_id.in_(ops), EventRow.kind == "escalated")
+        )
+        spent = session.scalar(select(func.max(OperationRow.transport_failures_used)).where(mine))
+    # Exactly one escalation: one incident, one pause by the rule, closed by its probe.
+    assert len(incidents) == 1 and len(pauses) == 1
+    row = incidents[0][0]
+    assert row.state == "closed" and row.closed_by == "rule:breaker"
+    assert pauses[0][0].author == "rule:breaker" and pauses[0][0].resumed_by == "rule:breaker"
+    evidence = row.evidence
+    assert evidence["counts"]["server_error"] >= MINIMUM_COUNT * 0.5
+    assert evidence["first_failing_operation"] and evidence["samples"]
+    # No operation escalated on its own, none spent its transport budget.
+    assert escalations == 0
+    assert spent is not None and spent <= MAX_TRANSPORT_FAILURES
+    # At most the threshold's requests reached the provider in the outage: the minimum
+    # count, the steps in flight when it tripped, and the probes.
+    assert len(during) <= MINIMUM_COUNT + IN_FLIGHT + row.probes, (len(during), row.probes)
+    # No burst on recovery: the provider saw no second with more than the limit allows.
+    after = [r["monotonic"] for r in pipeline.sandbox.requests() if r["monotonic"] >= recovered]
+    print(
+        f"{len(during)} failing answers in the outage ({row.probes} probes); "
+        f"{len(after)} requests after it, at most {_max_in_one_second(after)} in one second"
+    )
+    assert _max_in_one_second(after) <= RATE + BURST
