@@ -142,15 +142,15 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "[limits]", "[rate_limit]\nrequests_per_second = 4\nburst = 1\n\n[limits]", 1
         )
     )
-    # The provider breaker (test_breaker.py): a breaker on a short window, a budget of two
+    # The provider breaker (test_breaker.py): a breaker on a short window, a budget of four
     # transport failures that an operation alone would exhaust in the outage, no result
     # document (so a recovered operation costs two requests), 100 requests/s one at a time.
     breaker = _variant(
-        base, "sandbox_breaker", max_transport_failures="2", create_deadline_seconds="600"
+        base, "sandbox_breaker", max_transport_failures="4", create_deadline_seconds="600"
     ).replace(
         "[limits]",
-        "[rate_limit]\nrequests_per_second = 100\nburst = 1\n\n"
-        "[breaker]\nwindow_seconds = 5\nminimum_count = 30\ncooldown_seconds = 1\n\n"
+        "[rate_limit]\nrequests_per_second = 40\nburst = 1\n\n"
+        "[breaker]\nwindow_seconds = 5\nminimum_count = 20\ncooldown_seconds = 1\n\n"
         "[limits]",
         1,
     )
