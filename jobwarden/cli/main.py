@@ -14,6 +14,7 @@ from rich.console import Console
 
 from jobwarden.cli import output
 from jobwarden.cli.app import CliTyper
+from jobwarden.cli.breaker import breaker_app
 from jobwarden.cli.follow_ups import family_lines, follow_up_command
 from jobwarden.cli.history import archive_command, partitions_command
 from jobwarden.cli.identity import Approver, BreakGlass, TokenFile, decision_author, submitter
@@ -86,6 +87,7 @@ app.add_typer(tenants_app, name="tenants")
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(keys_app, name="keys")
 app.add_typer(pause_app, name="pause")
+app.add_typer(breaker_app, name="breaker")
 app.command("resume")(resume_command)
 app.command("pauses")(pauses_command)
 providers_app.command("migrate")(migrate_command)

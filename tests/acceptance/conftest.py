@@ -144,7 +144,7 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     # The provider breaker (test_breaker.py): a breaker on a short window, a budget of four
     # transport failures that an operation alone would exhaust in the outage, no result
-    # document (so a recovered operation costs two requests), 100 requests/s one at a time.
+    # document (so a recovered operation costs two requests), 40 requests/s one at a time.
     breaker = _variant(
         base, "sandbox_breaker", max_transport_failures="4", create_deadline_seconds="600"
     ).replace(

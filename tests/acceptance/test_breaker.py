@@ -71,6 +71,7 @@ def test_an_outage_opens_the_breaker_once_and_a_probe_resumes_everything_without
         incident = wait_for(
             lambda: _incident(database_url), timeout=60, interval=0.2, what="the breaker open"
         )
+        assert incident is not None
         print(f"open after {time.monotonic() - since:.1f}s")
         mine = OperationRow.operation_id.in_(ops)
         wait_for(
