@@ -14,12 +14,11 @@ from rich.console import Console
 
 from jobwarden.cli import output
 from jobwarden.cli.app import CliTyper
-from jobwarden.cli.breaker import breaker_app
 from jobwarden.cli.follow_ups import family_lines, follow_up_command
 from jobwarden.cli.history import archive_command, partitions_command
 from jobwarden.cli.identity import Approver, BreakGlass, TokenFile, decision_author, submitter
 from jobwarden.cli.keys import keys_app
-from jobwarden.cli.pauses import pause_app, pauses_command, resume_command
+from jobwarden.cli.pauses import breaker_app, pause_app, pauses_command, resume_command
 from jobwarden.cli.providers import contract_versions, migrate_command, running_report
 from jobwarden.cli.receipts import receipt_command
 from jobwarden.cli.result import result_command

@@ -12,6 +12,7 @@ second with more requests than the limit allows, and every operation succeeds.
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 import uuid
@@ -21,14 +22,15 @@ import pytest
 from sqlalchemy import func, select
 
 from jobwarden.demo.harness import wait_for
+from jobwarden.demo.sandbox.server import SandboxServer
 from jobwarden.models.persistence import breaker_store
 from jobwarden.models.persistence.breaker_tables import BreakerIncidentRow
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.pause_tables import PauseRow
 from jobwarden.models.persistence.tables import EventRow, OperationRow
 from tests.acceptance.conftest import Pipeline
-
-pytestmark = pytest.mark.usefixtures("stack")
+from tests.acceptance.test_postgres_restart import _accepting
+from tests.private_servers import machine_servers_untouched, private_run
 
 PROVIDER = "sandbox_breaker"
 RATE, BURST = 40, 1  # its [rate_limit] (tests/acceptance/conftest.py)
@@ -56,6 +58,7 @@ def _incident(database_url: str) -> breaker_store.Incident | None:
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.usefixtures("stack")
 def test_an_outage_opens_the_breaker_once_and_a_probe_resumes_everything_without_a_burst(
     pipeline: Pipeline, database_url: str
 ) -> None:
@@ -150,3 +153,76 @@ def test_an_outage_opens_the_breaker_once_and_a_probe_resumes_everything_without
         f"{len(after)} requests after it, at most {_max_in_one_second(after)} in one second"
     )
     assert _max_in_one_second(after) <= RATE + BURST
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_kill_and_a_postgres_restart_while_open_lose_nothing(
+    worker_env: dict[str, str], sandbox: SandboxServer, database_url: str
+) -> None:
+    """On private servers (tests/private_servers.py): the incident and its pause live in
+    Postgres, so after a worker is killed and Postgres restarts the breaker is still open
+    once, its probes go on, and the recovery resumes every operation."""
+    with private_run(worker_env) as private:
+        pipeline = Pipeline(sandbox, private.database_url)
+        sandbox.outage(503)
+        try:
+            ops = [
+                uuid.UUID(pipeline.submit({"polls_to_finish": 1}, provider=PROVIDER))
+                for _ in range(40)
+            ]
+            opened = wait_for(
+                lambda: _incident(private.database_url),
+                timeout=60,
+                interval=0.2,
+                what="the breaker open",
+            )
+            assert opened is not None
+            with machine_servers_untouched(database_url, os.environ["JOBWARDEN_TEST_REDIS_URL"]):
+                private.stack.kill_worker("private-w1")
+                private.postgres.restart()
+                wait_for(
+                    lambda: _accepting(private.database_url), timeout=30, what="Postgres again"
+                )
+                private.stack.start_worker("private-w1")
+                private.stack.wait_ready("private-w1")
+                # Still the one incident, and it still probes (and re-arms: still down).
+                wait_for(
+                    lambda: (
+                        (found := _incident(private.database_url)) is not None
+                        and found.probes >= opened.probes + 2
+                    ),
+                    timeout=60,
+                    interval=0.2,
+                    what="probes after the restart",
+                )
+        finally:
+            sandbox.outage(None)
+        mine = OperationRow.operation_id.in_(ops)
+        wait_for(
+            lambda: (
+                _count(
+                    private.database_url,
+                    select(func.count())
+                    .select_from(OperationRow)
+                    .where(mine, OperationRow.state == "succeeded"),
+                )
+                == len(ops)
+            ),
+            timeout=120,
+            interval=0.5,
+            what="every operation succeeded after the recovery",
+        )
+        with transaction(private.database_url) as session:
+            incidents = session.scalars(
+                select(BreakerIncidentRow).where(BreakerIncidentRow.provider == PROVIDER)
+            ).all()
+            escalations = session.scalar(
+                select(func.count())
+                .select_from(EventRow)
+                .where(EventRow.operation_id.in_(ops), EventRow.kind == "escalated")
+            )
+        assert [(i.incident_id, i.state, i.closed_by) for i in incidents] == [
+            (opened.incident_id, "closed", "rule:breaker")
+        ]
+        assert escalations == 0
+        pipeline.verify_all()
