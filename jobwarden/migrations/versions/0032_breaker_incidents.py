@@ -1,4 +1,4 @@
-"""breaker_incidents: each opening of a provider breaker (issue 39)
+"""breaker_incidents: each opening of a provider breaker; a pause's notification (issue 39)
 
 A provider breaker pauses a provider as one incident when its answers fail across
 operations (models/provider/breaker.py). The row names the pause it holds the provider
@@ -6,6 +6,10 @@ by, why it opened and the evidence, and its half-open probing: at most one probe
 operation at a time (``state = 'probing'``, set by a compare-and-set), the next probe
 due at ``probe_due_at``. At most one incident per provider is not closed (partial unique
 index): two workers tripping the same breaker open it once.
+
+A pause (a person's, or a breaker's opening) is told to each tenant whose operations it
+holds once, as a ``provider.paused`` notification keyed by the pause: such a notice names
+a provider, not one operation, so ``notifications.operation_id`` becomes nullable.
 
 Revision ID: 0032
 Revises: 0031
@@ -26,9 +30,19 @@ depends_on = None
 TZ = sa.DateTime(timezone=True)
 # As this migration knows them (never the live enum).
 STATES = "'open', 'probing', 'held', 'closed'"
+OLD_KINDS = "'operation.escalated', 'operation.awaiting_approval', 'operation.approval_expiring'"
+NEW_KINDS = f"{OLD_KINDS}, 'provider.paused'"
+
+
+def _kinds(known: str) -> None:
+    name = op.f("ck_notifications_kind_known")
+    op.drop_constraint(name, "notifications", type_="check")
+    op.create_check_constraint(name, "notifications", f"kind IN ({known})")
 
 
 def upgrade() -> None:
+    _kinds(NEW_KINDS)
+    op.alter_column("notifications", "operation_id", nullable=True)
     op.create_table(
         "breaker_incidents",
         sa.Column("incident_id", postgresql.UUID(as_uuid=True), nullable=False),
@@ -69,5 +83,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("DELETE FROM notifications WHERE operation_id IS NULL")
+    op.alter_column("notifications", "operation_id", nullable=False)
+    op.execute("DELETE FROM notifications WHERE kind = 'provider.paused'")
+    _kinds(OLD_KINDS)
     op.drop_index("uq_breaker_incidents_active_provider", table_name="breaker_incidents")
     op.drop_table("breaker_incidents")

@@ -151,6 +151,21 @@ def parked_by(
     return list(session.scalars(query))
 
 
+def tenants_covered(session: Session, pause: Pause, *, limit: int = 1000) -> list[str]:
+    """The tenants whose operations in a state that sends ``pause`` covers (who is told)."""
+    if pause.tenant is not None:
+        return [pause.tenant]
+    query = (
+        select(OPERATIONS.c.tenant)
+        .where(OPERATIONS.c.provider == pause.provider)
+        .where(OPERATIONS.c.state.in_([s.value for s in SENDING]))
+        .distinct()
+        .order_by(OPERATIONS.c.tenant)
+        .limit(limit)
+    )
+    return list(session.scalars(query))
+
+
 def parked_counts(session: Session) -> dict[str, int]:
     """Operations parked by a pause, in a state that sends, per provider (the gauge)."""
     rows = session.execute(

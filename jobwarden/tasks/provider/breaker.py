@@ -212,6 +212,8 @@ def open_breaker(
     """Pause ``provider`` by ``rule:breaker`` and record the incident, in one transaction;
     then ask for everything it covers to be parked. None when an incident is already open
     or a person's pause already holds the provider (then it is theirs to resume)."""
+    from jobwarden.tasks.humans.pauses import tell  # noqa: PLC0415 - pauses imports the steps
+
     first, last, samples = _evidence_parts(rt, provider)
     seen = pure.evidence(
         policy, why, counts, first_failing=first, last_failing=last, samples=samples
@@ -231,6 +233,9 @@ def open_breaker(
         )
         if not started and pause.author != RULE.actor:
             return None
+        if started:
+            # One notification per incident (per tenant it holds), never per operation.
+            tell(tx, pause)
         incident = breaker_store.open_incident(
             tx,
             provider=provider,
