@@ -92,6 +92,12 @@ def active(session: Session, provider: str) -> Incident | None:
     return _incident(found._mapping) if found is not None else None
 
 
+def all_active(session: Session) -> list[Incident]:
+    """Every incident not closed (at most one per provider)."""
+    rows = session.execute(select(INCIDENTS).where(INCIDENTS.c.state != IncidentState.closed.value))
+    return [_incident(r._mapping) for r in rows]
+
+
 def latest(session: Session, provider: str) -> Incident | None:
     """The provider's newest incident, active or closed."""
     found = session.execute(

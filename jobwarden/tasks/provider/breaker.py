@@ -410,6 +410,13 @@ def show(provider: str, *, runtime: Runtime | None = None) -> BreakerView:
     )
 
 
+def open_incidents(*, runtime: Runtime | None = None) -> dict[str, Incident]:
+    """The open incidents by provider (the console's providers page)."""
+    rt = runtime or current()
+    with snapshot(rt.settings.database_url) as session:
+        return {i.provider: i for i in breaker_store.all_active(session)}
+
+
 def _active(rt: Runtime, provider: str) -> Incident:
     if provider not in rt.contracts:
         raise RefusedInputError(f"provider: no provider {provider!r}")
