@@ -11,7 +11,7 @@ jobwarden/cli/main.py at start-up, so only typer is imported at module level.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -242,35 +242,9 @@ breaker_app = CliTyper(no_args_is_help=True, help="A provider's breaker: show, h
 BreakerJson = Annotated[bool, typer.Option("--json", envvar="JOBWARDEN_BREAKER_JSON")]
 
 
-def shown(view: BreakerView) -> dict[str, Any]:
-    """The breaker as every door shows it (the HTTP answer has the same fields)."""
-    found = view.incident
-    return {
-        "provider": view.provider,
-        "enabled": view.enabled,
-        "state": view.state,
-        "incident": None
-        if found is None
-        else {
-            "incident_id": str(found.incident_id),
-            "pause_id": str(found.pause_id),
-            "state": found.state.value,
-            "reason": found.reason,
-            "evidence": dict(found.evidence),
-            "opened_at": found.opened_at.isoformat(),
-            "probe_due_at": found.probe_due_at.isoformat(),
-            "probe_operation_id": str(found.probe_operation_id)
-            if found.probe_operation_id
-            else None,
-            "probes": found.probes,
-            "held_by": found.held_by,
-            "closed_at": found.closed_at.isoformat() if found.closed_at else None,
-            "closed_by": found.closed_by,
-        },
-    }
-
-
 def _print(view: BreakerView, as_json: bool) -> None:
+    from jobwarden.tasks.provider.breaker import shown
+
     if as_json:
         output.emit_json(shown(view))
         return

@@ -397,6 +397,34 @@ class BreakerView:
     incident: Incident | None  # the active one, else the newest closed one
 
 
+def shown(view: BreakerView) -> dict[str, Any]:
+    """The breaker as every door shows it (the HTTP answer has the same fields)."""
+    found = view.incident
+    return {
+        "provider": view.provider,
+        "enabled": view.enabled,
+        "state": view.state,
+        "incident": None
+        if found is None
+        else {
+            "incident_id": str(found.incident_id),
+            "pause_id": str(found.pause_id),
+            "state": found.state.value,
+            "reason": found.reason,
+            "evidence": dict(found.evidence),
+            "opened_at": found.opened_at.isoformat(),
+            "probe_due_at": found.probe_due_at.isoformat(),
+            "probe_operation_id": str(found.probe_operation_id)
+            if found.probe_operation_id
+            else None,
+            "probes": found.probes,
+            "held_by": found.held_by,
+            "closed_at": found.closed_at.isoformat() if found.closed_at else None,
+            "closed_by": found.closed_by,
+        },
+    }
+
+
 def show(provider: str, *, runtime: Runtime | None = None) -> BreakerView:
     rt = runtime or current()
     contract = rt.contracts.get(provider)
