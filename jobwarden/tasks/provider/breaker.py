@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from redis.commands.core import Script
+
 from jobwarden.config.celery_app import app
 from jobwarden.models.actions import Decided, ProviderRequest, RequestPurpose
 from jobwarden.models.contracts.contract import Breaker, ProviderContract
@@ -73,6 +75,7 @@ end
 return {sums.answers, sums.server_error, sums.transport, sums.unknown_state, sums.denied,
         sums.rate_limited, redis.call('GET', KEYS[5]) or ''}
 """
+_scripts: dict[int, Script] = {}
 _FIELDS: Final = ("answers", "server_error", "transport", "unknown_state", "denied", "rate_limited")
 
 
@@ -104,7 +107,10 @@ def record(  # noqa: PLR0913 - one answer's facts, each named at the one call
     index = int(utcnow().timestamp() // size)
     prefix = rt.settings.key_prefix
     buckets = _key(prefix, provider, "b:")
-    script = rt.redis.register_script(_RECORD)
+    script = _scripts.get(id(rt.redis))
+    if script is None:
+        # Registered once per client: the SHA is computed once, EVALSHA thereafter.
+        script = _scripts[id(rt.redis)] = rt.redis.register_script(_RECORD)
     got = script(
         keys=[
             f"{buckets}{index}",
@@ -113,6 +119,7 @@ def record(  # noqa: PLR0913 - one answer's facts, each named at the one call
             _key(prefix, provider, "samples"),
             _key(prefix, provider, "opening"),
         ],
+        client=rt.redis,
         args=[
             cls.value,
             _ttl(policy),
