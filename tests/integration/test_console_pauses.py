@@ -122,6 +122,10 @@ def test_an_open_breaker_shows_its_evidence_and_an_operator_closes_it(
             assert f'data-incident="{incident.incident_id}"' in page
             assert "breaker open" in page and "server_error 7" in page
             assert "Close breaker" not in page  # a tenant's session never closes it
+            # The needs-a-human queue shows the incident once, naming what it holds.
+            queue = client.get("/console/").text
+            assert queue.count(f'data-incident="{incident.incident_id}"') == 1
+            assert f"/console/operations/{op}" in queue
             refused = client.post(
                 "/console/providers/sandbox/breaker/close", data={"csrf": csrf(page)}
             )

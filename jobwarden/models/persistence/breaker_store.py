@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -96,6 +96,21 @@ def all_active(session: Session) -> list[Incident]:
     """Every incident not closed (at most one per provider)."""
     rows = session.execute(select(INCIDENTS).where(INCIDENTS.c.state != IncidentState.closed.value))
     return [_incident(r._mapping) for r in rows]
+
+
+def held(
+    session: Session, pause_id: uuid.UUID, tenant: str, *, limit: int
+) -> tuple[int, list[uuid.UUID]]:
+    """How many of ``tenant``'s operations the incident's pause holds, and the first few."""
+    where = (OPERATIONS.c.held_by == pause_id) & (OPERATIONS.c.tenant == tenant)
+    count = session.scalar(select(func.count()).select_from(OPERATIONS).where(where))
+    first = session.scalars(
+        select(OPERATIONS.c.operation_id)
+        .where(where)
+        .order_by(OPERATIONS.c.operation_id)
+        .limit(limit)
+    )
+    return int(count or 0), list(first)
 
 
 def latest(session: Session, provider: str) -> Incident | None:
