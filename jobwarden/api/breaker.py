@@ -23,8 +23,8 @@ from jobwarden.api.problems import ProblemError
 from jobwarden.api.responses import problem_responses
 from jobwarden.api.views import storable
 from jobwarden.models.errors import LostRaceError, RefusedInputError
-from jobwarden.tasks.provider import breaker
-from jobwarden.tasks.provider.breaker import BreakerView
+from jobwarden.tasks.humans import breakers
+from jobwarden.tasks.humans.breakers import BreakerView
 
 router = APIRouter(tags=["breaker"])
 NO_PROVIDER = "no such provider"
@@ -115,7 +115,7 @@ def show_breaker(
 ) -> BreakerAnswer:
     """The provider's breaker: closed, or open since when, why, and the evidence it saw."""
     _known(request, provider)
-    return _answer(breaker.show(provider, runtime=runtime_of(request)))
+    return _answer(breakers.show(provider, runtime=runtime_of(request)))
 
 
 @router.post(
@@ -136,10 +136,10 @@ def hold_breaker(
     _known(request, provider)
     rt = runtime_of(request)
     try:
-        breaker.hold(provider, principal.author, runtime=rt)
+        breakers.hold(provider, principal.author, runtime=rt)
     except (RefusedInputError, LostRaceError) as exc:
         raise ProblemError(409, "conflict", str(exc)) from None
-    return _answer(breaker.show(provider, runtime=rt))
+    return _answer(breakers.show(provider, runtime=rt))
 
 
 @router.post(
@@ -162,7 +162,7 @@ def close_breaker(
     _known(request, provider)
     rt = runtime_of(request)
     try:
-        breaker.close(provider, principal.author, body.note, runtime=rt)
+        breakers.close(provider, principal.author, body.note, runtime=rt)
     except (RefusedInputError, LostRaceError) as exc:
         raise ProblemError(409, "conflict", str(exc)) from None
-    return _answer(breaker.show(provider, runtime=rt))
+    return _answer(breakers.show(provider, runtime=rt))

@@ -23,7 +23,7 @@ from jobwarden.cli.identity import BreakGlass, TokenFile, cli_author, decision_a
 if TYPE_CHECKING:
     from jobwarden.models.humans.identity import Author
     from jobwarden.models.humans.pauses import Pause
-    from jobwarden.tasks.provider.breaker import BreakerView
+    from jobwarden.tasks.humans.breakers import BreakerView
 
 pause_app = CliTyper(no_args_is_help=True, help="Pause a provider or one operation.")
 console = Console(soft_wrap=True)
@@ -243,7 +243,7 @@ BreakerJson = Annotated[bool, typer.Option("--json", envvar="JOBWARDEN_BREAKER_J
 
 
 def _print(view: BreakerView, as_json: bool) -> None:
-    from jobwarden.tasks.provider.breaker import shown
+    from jobwarden.tasks.humans.breakers import shown
 
     if as_json:
         output.emit_json(shown(view))
@@ -272,7 +272,7 @@ def _print(view: BreakerView, as_json: bool) -> None:
 def breaker_show(provider: str, as_json: BreakerJson = False) -> None:
     """The provider's breaker: closed, open (with its evidence), probing, or held."""
     from jobwarden.models.errors import RefusedInputError
-    from jobwarden.tasks.provider.breaker import show
+    from jobwarden.tasks.humans.breakers import show
 
     try:
         view = show(provider)
@@ -290,7 +290,7 @@ def breaker_hold(
 ) -> None:
     """Hold the open breaker: no half-open probe until someone closes it."""
     from jobwarden.models.errors import RefusedInputError
-    from jobwarden.tasks.provider.breaker import hold, show
+    from jobwarden.tasks.humans.breakers import hold, show
 
     author = cli_author(scope="operate", token_file=token_file, glass=glass)
     try:
@@ -313,7 +313,7 @@ def breaker_close(
     """Close the breaker: its pause is resumed, the operations it parked woken spread by the
     provider's rate limit (never a burst)."""
     from jobwarden.models.errors import RefusedInputError
-    from jobwarden.tasks.provider.breaker import close, show
+    from jobwarden.tasks.humans.breakers import close, show
 
     author = cli_author(scope="operate", token_file=token_file, glass=glass)
     try:

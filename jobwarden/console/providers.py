@@ -23,8 +23,7 @@ from jobwarden.console.routes import ConsoleError, Form, Session, checked, page,
 from jobwarden.models.errors import LostRaceError, RefusedInputError
 from jobwarden.models.humans.pauses import Pause
 from jobwarden.models.persistence.breaker_store import Incident
-from jobwarden.tasks.humans import pauses
-from jobwarden.tasks.provider import breaker
+from jobwarden.tasks.humans import breakers, pauses
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,7 +41,7 @@ class ProviderState:
 def providers(request: Request, current: Session) -> HTMLResponse:
     rt = runtime_of(request)
     active = pauses.pauses(tenant=current.principal.tenant, runtime=rt)
-    incidents = breaker.open_incidents(runtime=rt)
+    incidents = breakers.open_incidents(runtime=rt)
     states = [
         ProviderState(
             name=name,
@@ -93,9 +92,9 @@ def breaker_action(
         raise ConsoleError(404, f"no breaker action {action!r} at {provider!r}")
     try:
         if action == "hold":
-            breaker.hold(provider, principal.author, runtime=rt)
+            breakers.hold(provider, principal.author, runtime=rt)
         else:
-            breaker.close(provider, principal.author, form.get("note", ""), runtime=rt)
+            breakers.close(provider, principal.author, form.get("note", ""), runtime=rt)
     except (RefusedInputError, LostRaceError) as exc:
         raise ConsoleError(409, str(exc)) from None
     return see_other(f"/console/providers?done=breaker_{action}")

@@ -28,8 +28,7 @@ from jobwarden.api.auth import Scope as TokenScope
 from jobwarden.models.errors import LostRaceError, RefusedInputError
 from jobwarden.models.humans.pauses import Pause
 from jobwarden.models.operation import Operation
-from jobwarden.tasks.humans import pauses
-from jobwarden.tasks.provider import breaker
+from jobwarden.tasks.humans import breakers, pauses
 
 PauseIdArg = Annotated[str, Field(min_length=1, max_length=64, description="the pause's id")]
 ProviderArg = Annotated[str, Field(min_length=1, max_length=200, description="the provider")]
@@ -155,7 +154,7 @@ def _breaker_tools(
     def show_breaker(provider: ProviderArg, ctx: Context) -> dict[str, Any]:
         principal_for(backend, ctx, TokenScope.read)
         try:
-            return breaker.shown(breaker.show(provider, runtime=backend.runtime()))
+            return breakers.shown(breakers.show(provider, runtime=backend.runtime()))
         except RefusedInputError as exc:
             raise ToolError(f"not_found: {exc}") from None
 
@@ -170,10 +169,10 @@ def _breaker_tools(
         principal = _operator(ctx)
         rt = backend.runtime()
         try:
-            breaker.hold(provider, principal.author, runtime=rt)
+            breakers.hold(provider, principal.author, runtime=rt)
         except (RefusedInputError, LostRaceError) as exc:
             raise ToolError(f"conflict: {exc}") from None
-        return breaker.shown(breaker.show(provider, runtime=rt))
+        return breakers.shown(breakers.show(provider, runtime=rt))
 
     @server.tool(
         description=(
@@ -190,7 +189,7 @@ def _breaker_tools(
         principal = _operator(ctx)
         rt = backend.runtime()
         try:
-            breaker.close(provider, principal.author, note, runtime=rt)
+            breakers.close(provider, principal.author, note, runtime=rt)
         except (RefusedInputError, LostRaceError) as exc:
             raise ToolError(f"conflict: {exc}") from None
-        return breaker.shown(breaker.show(provider, runtime=rt))
+        return breakers.shown(breakers.show(provider, runtime=rt))

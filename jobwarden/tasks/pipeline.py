@@ -40,11 +40,11 @@ from jobwarden.tasks import faults
 from jobwarden.tasks.concurrency import admit_stranded, after_end
 from jobwarden.tasks.dispatch import enqueue_many, republish, schedule
 from jobwarden.tasks.follow_ups import follow_up_from_message, start_automatic
+from jobwarden.tasks.humans import breakers
+from jobwarden.tasks.humans.breakers import probe_due
 from jobwarden.tasks.intake import submit_from_message
 from jobwarden.tasks.leases import step_lease
 from jobwarden.tasks.outcomes import AutomationStoppedError, task_answer
-from jobwarden.tasks.provider import breaker
-from jobwarden.tasks.provider.breaker import probe_due
 from jobwarden.tasks.reservations import marker_ttl
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 from jobwarden.tasks.steps import record_step_failure, run, stop_automation
@@ -258,13 +258,13 @@ def sweep() -> int:
 @app.task(name="jobwarden.breaker_park", base=JobwardenTask)
 def breaker_park(provider: str) -> int:
     """Park every operation an opened provider breaker's pause covers."""
-    return breaker.park_all(current(), provider)
+    return breakers.park_all(current(), provider)
 
 
 @app.task(name="jobwarden.breaker_probed", base=JobwardenTask)
 def breaker_probed(provider: str, operation_id: str, ok: bool) -> str:
     """A half-open probe's answer: close the breaker and resume, or re-arm the cool-down."""
-    return breaker.probed(current(), provider, uuid.UUID(operation_id), ok)
+    return breakers.probed(current(), provider, uuid.UUID(operation_id), ok)
 
 
 @app.task(name="jobwarden.follow_up", base=JobwardenTask, ignore_result=False)

@@ -35,7 +35,7 @@ from jobwarden.models.persistence.notification_tables import NotificationRow
 from jobwarden.models.persistence.pause_tables import PauseRow
 from jobwarden.models.provider.signals import HttpObservation, RawResponse
 from jobwarden.models.states import OperationState as S
-from jobwarden.tasks.humans import pauses
+from jobwarden.tasks.humans import breakers, pauses
 from jobwarden.tasks.provider import breaker
 from jobwarden.tasks.runtime import Runtime, current
 from tests.integration.api_helpers import insert_operation, load, tenant_name
@@ -142,9 +142,9 @@ def test_the_answer_that_crosses_the_threshold_opens_the_breaker_once(
     mine = [n for n in notices if n.payload["data"]["pause_id"] == str(pause.pause_id)]
     assert sorted({n.tenant for n in mine}) == sorted(tenants) and len(mine) == 4
     # Parking everything it covers (the breaker_park task, run here in-process).
-    assert breaker.park_all(rt, provider) == len(ops)
+    assert breakers.park_all(rt, provider) == len(ops)
     assert all(load(database_url, op).held_by == pause.pause_id for op in ops)
-    breaker.close(provider, token_author("ops"), runtime=rt)
+    breakers.close(provider, token_author("ops"), runtime=rt)
 
 
 def test_exactly_one_probe_is_claimed_and_its_success_resumes_the_rest(
@@ -155,7 +155,7 @@ def test_exactly_one_probe_is_claimed_and_its_success_resumes_the_rest(
     ops += [insert_operation(database_url, tenant_name(), S.observing, provider=provider)]
     for _ in range(POLICY.minimum_count):
         _observe(rt, provider, ops[0], 503)
-    breaker.park_all(rt, provider)
+    breakers.park_all(rt, provider)
     (incident,) = _incidents(database_url, provider)
     with transaction(database_url) as session:
         session.execute(
@@ -179,7 +179,7 @@ def test_exactly_one_probe_is_claimed_and_its_success_resumes_the_rest(
     # A failed probe re-arms the cool-down and parks the probe again, uncounted.
     failed = _observe(rt, provider, ops[0], 503)
     assert isinstance(failed.action, Move) and failed.action.wake_at is None
-    assert breaker.probed(rt, provider, ops[0], False) == "reopened"
+    assert breakers.probed(rt, provider, ops[0], False) == "reopened"
     (again,) = _incidents(database_url, provider)
     assert again.state == "open" and again.probe_operation_id is None
     assert load(database_url, ops[0]).hold.probe is None  # type: ignore[union-attr]
@@ -189,11 +189,11 @@ def test_exactly_one_probe_is_claimed_and_its_success_resumes_the_rest(
             session, found, ops[1], now=now + timedelta(hours=1), stale_before=now
         )
     assert _observe(rt, provider, ops[1], 200) is WAIT
-    assert breaker.probed(rt, provider, ops[1], True) == "closed"
+    assert breakers.probed(rt, provider, ops[1], True) == "closed"
     (closed,) = _incidents(database_url, provider)
     assert closed.state == "closed" and closed.closed_by == "rule:breaker"
     assert all(load(database_url, op).held_by is None for op in ops)
-    assert breaker.probed(rt, provider, ops[1], True) == "not_the_probe"  # a duplicate
+    assert breakers.probed(rt, provider, ops[1], True) == "not_the_probe"  # a duplicate
 
 
 def test_a_held_breaker_is_never_probed_until_a_person_closes_it(
@@ -203,8 +203,8 @@ def test_a_held_breaker_is_never_probed_until_a_person_closes_it(
     op = insert_operation(database_url, tenant_name(), S.observing, provider=provider)
     for _ in range(POLICY.minimum_count):
         _observe(rt, provider, op, 503)
-    breaker.park_all(rt, provider)
-    held = breaker.hold(provider, token_author("alice"), runtime=rt)
+    breakers.park_all(rt, provider)
+    held = breakers.hold(provider, token_author("alice"), runtime=rt)
     assert held.state.value == "held" and held.held_by == "token:alice"
     with transaction(database_url) as session:
         session.execute(
@@ -212,8 +212,8 @@ def test_a_held_breaker_is_never_probed_until_a_person_closes_it(
             .where(BreakerIncidentRow.incident_id == held.incident_id)
             .values(probe_due_at=datetime.now(UTC) - timedelta(seconds=1))
         )
-    assert breaker.probe_due(rt) == 0
-    done = breaker.close(provider, token_author("bob"), "fixed", runtime=rt)
+    assert breakers.probe_due(rt) == 0
+    done = breakers.close(provider, token_author("bob"), "fixed", runtime=rt)
     assert done.closed_by == "token:bob" and load(database_url, op).held_by is None
 
 

@@ -102,6 +102,7 @@ def test_an_open_breaker_shows_its_evidence_and_an_operator_closes_it(
     from jobwarden.models.actions import EscalationReason
     from jobwarden.models.contracts.contract import Breaker
     from jobwarden.models.provider.breaker import AnswerClass, Tripped, WindowCounts
+    from jobwarden.tasks.humans import breakers
     from jobwarden.tasks.provider import breaker
 
     tenant = tenant_name()
@@ -116,7 +117,7 @@ def test_an_open_breaker_shows_its_evidence_and_an_operator_closes_it(
     incident = breaker.open_breaker(current(), "sandbox", Breaker(), why, counts)
     assert incident is not None
     try:
-        breaker.park_all(current(), "sandbox")
+        breakers.park_all(current(), "sandbox")
         with _session(base, database_url, tenant, ["read", "pause"]) as client:
             page = client.get("/console/providers").text
             assert f'data-incident="{incident.incident_id}"' in page
@@ -137,10 +138,10 @@ def test_an_open_breaker_shows_its_evidence_and_an_operator_closes_it(
                 data={"csrf": csrf(page), "note": "provider fixed"},
             )
             assert closed.status_code == 303, closed.text
-        view = breaker.show("sandbox")
+        view = breakers.show("sandbox")
         assert view.state == "closed" and view.incident is not None
         assert view.incident.closed_by == "token:alice"
         assert load(database_url, op).held_by is None
     finally:
-        if breaker.show("sandbox").state != "closed":
-            breaker.close("sandbox", "cleanup")
+        if breakers.show("sandbox").state != "closed":
+            breakers.close("sandbox", "cleanup")

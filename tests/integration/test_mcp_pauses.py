@@ -71,6 +71,7 @@ def test_an_agent_reads_a_breaker_and_holds_or_closes_it_only_as_an_operator(
     from jobwarden.models.actions import EscalationReason
     from jobwarden.models.contracts.contract import Breaker
     from jobwarden.models.provider.breaker import AnswerClass, Tripped, WindowCounts
+    from jobwarden.tasks.humans import breakers
     from jobwarden.tasks.provider import breaker
     from jobwarden.tasks.runtime import current
 
@@ -87,7 +88,7 @@ def test_an_agent_reads_a_breaker_and_holds_or_closes_it_only_as_an_operator(
     )
     assert opened is not None
     try:
-        breaker.park_all(current(), "sandbox")
+        breakers.park_all(current(), "sandbox")
         agent = _token(database_url, tenant, ("read", "pause"), name="agent")
         shown, refused = _call(
             database_url,
@@ -110,5 +111,5 @@ def test_an_agent_reads_a_breaker_and_holds_or_closes_it_only_as_an_operator(
         assert _answer(closed)["incident"]["closed_by"] == "token:ops"
         assert load(database_url, op).held_by is None
     finally:
-        if breaker.show("sandbox").state != "closed":
-            breaker.close("sandbox", "cleanup")
+        if breakers.show("sandbox").state != "closed":
+            breakers.close("sandbox", "cleanup")

@@ -16,7 +16,9 @@ from sqlalchemy import RowMapping, Table, and_, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from jobwarden.models.humans.notifications import paused_notice
 from jobwarden.models.humans.pauses import SENDING, Pause
+from jobwarden.models.persistence import notification_store
 from jobwarden.models.persistence.pause_tables import PauseRow
 from jobwarden.models.persistence.tables import OperationRow
 
@@ -164,6 +166,24 @@ def tenants_covered(session: Session, pause: Pause, *, limit: int = 1000) -> lis
         .limit(limit)
     )
     return list(session.scalars(query))
+
+
+def tell(session: Session, pause: Pause) -> int:
+    """The pause's notifications, in the transaction that starts it: one per tenant whose
+    operations it holds, keyed by the pause (never one per operation it parks)."""
+    notices = [
+        paused_notice(
+            pause_id=str(pause.pause_id),
+            provider=pause.provider,
+            tenant=tenant,
+            operation_id=str(pause.operation_id) if pause.operation_id else None,
+            reason=pause.reason,
+            paused_by=pause.author,
+            at=pause.started_at,
+        )
+        for tenant in tenants_covered(session, pause)
+    ]
+    return notification_store.add(session, notices)
 
 
 def parked_counts(session: Session) -> dict[str, int]:

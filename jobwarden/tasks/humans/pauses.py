@@ -22,12 +22,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from jobwarden.models.actions import Decided
 from jobwarden.models.errors import LostRaceError, RefusedInputError
 from jobwarden.models.humans.identity import HUMAN, Author, AuthorKind, as_author
-from jobwarden.models.humans.notifications import paused_notice
 from jobwarden.models.humans.pauses import (
     Pause,
     Rule,
@@ -37,7 +34,7 @@ from jobwarden.models.humans.pauses import (
     resumed,
 )
 from jobwarden.models.operation import Operation
-from jobwarden.models.persistence import notification_store, pause_store, store
+from jobwarden.models.persistence import pause_store, store
 from jobwarden.models.persistence.db import snapshot, transaction
 from jobwarden.observability.logs import get_logger
 from jobwarden.tasks.runtime import Runtime, current, utcnow
@@ -174,7 +171,7 @@ def _pause(  # noqa: PLR0913 - the pause's own facts, each named at the two call
             now=utcnow(),
         )
         if started:
-            tell(tx, pause)
+            pause_store.tell(tx, pause)
     parked = park_covered(rt, pause, _writer(rt, actor, author))
     log.warning(
         "pause_started" if started else "pause_already_active",
@@ -187,24 +184,6 @@ def _pause(  # noqa: PLR0913 - the pause's own facts, each named at the two call
         parked=parked,
     )
     return Paused(pause=pause, started=started, parked=parked)
-
-
-def tell(session: Session, pause: Pause) -> int:
-    """The pause's notifications, in the transaction that starts it: one per tenant whose
-    operations it holds, keyed by the pause (never one per operation it parks)."""
-    notices = [
-        paused_notice(
-            pause_id=str(pause.pause_id),
-            provider=pause.provider,
-            tenant=tenant,
-            operation_id=str(pause.operation_id) if pause.operation_id else None,
-            reason=pause.reason,
-            paused_by=pause.author,
-            at=pause.started_at,
-        )
-        for tenant in pause_store.tenants_covered(session, pause)
-    ]
-    return notification_store.add(session, notices)
 
 
 def park_covered(rt: Runtime, pause: Pause, writer: Writer) -> int:

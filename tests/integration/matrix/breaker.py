@@ -15,6 +15,7 @@ from jobwarden.models.contracts.contract import Breaker
 from jobwarden.models.errors import RefusedInputError
 from jobwarden.models.provider.breaker import AnswerClass, Tripped, WindowCounts
 from jobwarden.models.states import OperationState as S
+from jobwarden.tasks.humans import breakers
 from jobwarden.tasks.provider import breaker
 from tests.integration.api_helpers import insert_operation, tenant_name
 from tests.integration.matrix.doors import HOOKS, Doors
@@ -41,7 +42,7 @@ def _opened(d: Doors) -> uuid.UUID:
 
 def _closed(d: Doors) -> None:
     with contextlib.suppress(RefusedInputError):  # already closed by the cell
-        breaker.close(HOOKS, "matrix", runtime=d.rt)
+        breakers.close(HOOKS, "matrix", runtime=d.rt)
 
 
 def tenant(d: Doors) -> None:
@@ -60,7 +61,7 @@ def tenant(d: Doors) -> None:
             "breaker", "close", HOOKS, env={"JOBWARDEN_TOKEN": d.token(mine, "mallory", PAUSING)}
         )
         assert cli.returncode != 0, cli.stdout
-        assert breaker.show(HOOKS, runtime=d.rt).state == "open"
+        assert breakers.show(HOOKS, runtime=d.rt).state == "open"
     finally:
         _closed(d)
 
@@ -77,19 +78,19 @@ def identity(d: Doors) -> None:
         assert held.json()["incident"]["held_by"] == "token:bob"
         # A name spelt as a principal is text, not a credential.
         with pytest.raises(RefusedInputError, match="closed_by"):
-            breaker.close(HOOKS, "token:carol", runtime=d.rt)
+            breakers.close(HOOKS, "token:carol", runtime=d.rt)
         done = d.cli(
             "breaker", "close", HOOKS, env={"JOBWARDEN_TOKEN": d.token(mine, "carol", OPERATING)}
         )
         assert done.returncode == 0, done.stderr
-        view = breaker.show(HOOKS, runtime=d.rt)
+        view = breakers.show(HOOKS, runtime=d.rt)
         assert view.state == "closed" and view.incident is not None
         assert view.incident.closed_by == "token:carol"
         # Break-glass, recorded as such.
         _opened(d)
         glass = d.cli("breaker", "close", HOOKS, "--break-glass", "pager")
         assert glass.returncode == 0, glass.stderr
-        closer = breaker.show(HOOKS, runtime=d.rt).incident
+        closer = breakers.show(HOOKS, runtime=d.rt).incident
         assert closer is not None and (closer.closed_by or "").startswith("break-glass:")
     finally:
         _closed(d)
