@@ -232,3 +232,23 @@ def test_a_persons_pause_is_told_once_per_tenant_never_per_operation(database_ur
         assert notices[0].payload["data"]["paused_by"] == "token:alice"
     finally:
         pauses.resume(str(paused.pause.pause_id), "cleanup")
+
+
+def test_resuming_the_breakers_pause_itself_ends_the_incident(
+    database_url: str, provider: str
+) -> None:
+    rt = current()
+    op = insert_operation(database_url, tenant_name(), S.observing, provider=provider)
+    for _ in range(POLICY.minimum_count):
+        _observe(rt, provider, op, 503)
+    (incident,) = _incidents(database_url, provider)
+    pauses.resume(str(incident.pause_id), token_author("alice"))
+    with transaction(database_url) as session:
+        session.execute(
+            update(BreakerIncidentRow)
+            .where(BreakerIncidentRow.incident_id == incident.incident_id)
+            .values(probe_due_at=datetime.now(UTC) - timedelta(seconds=1))
+        )
+    assert breakers.probe_due(rt) == 0
+    (ended,) = _incidents(database_url, provider)
+    assert ended.state == "closed" and ended.closed_by == "token:alice"

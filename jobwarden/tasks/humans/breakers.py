@@ -63,6 +63,15 @@ def _stale(rt: Runtime) -> timedelta:
 
 def _probe(rt: Runtime, incident: Incident, now: datetime) -> bool:
     with transaction(rt.settings.database_url) as tx:
+        pause = pause_store.get(tx, incident.pause_id)
+        if pause is not None and not pause.active:
+            # A person resumed the breaker's pause itself (`jobwarden resume`): the incident
+            # ends with it, so the provider's next outage opens a new one.
+            assert pause.resumed_by is not None
+            breaker_store.close(
+                tx, incident.incident_id, closed_by=pause.resumed_by, note="pause resumed", now=now
+            )
+            return False
         candidate = breaker_store.probe_candidate(tx, incident.pause_id)
         if candidate is None or not breaker_store.start_probe(
             tx, incident, candidate, now=now, stale_before=now - _stale(rt)
