@@ -16,6 +16,7 @@ import os
 import secrets
 import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -50,6 +51,19 @@ def _max_in_one_second(times: list[float]) -> int:
 def _count(database_url: str, query: Any) -> int:
     with transaction(database_url) as session:
         return int(session.scalar(query) or 0)
+
+
+def _grants(database_url: str, ops: list[uuid.UUID], *, since: Any) -> list[float]:
+    """The rate limiter's grant times (Unix seconds) of the requests sent for ``ops``."""
+    with transaction(database_url) as session:
+        excerpts = session.scalars(
+            select(EventRow.excerpt).where(EventRow.operation_id.in_(ops), EventRow.at >= since)
+        ).all()
+    return sorted(
+        datetime.fromisoformat(e["rate_limit_granted_at"]).timestamp()
+        for e in excerpts
+        if e and "rate_limit_granted_at" in e
+    )
 
 
 def _incident(database_url: str) -> breaker_store.Incident | None:
@@ -149,13 +163,20 @@ def test_an_outage_opens_the_breaker_once_and_a_probe_resumes_everything_without
     # At most the threshold's requests reached the provider in the outage: the minimum
     # count, the steps in flight when it tripped, and the probes.
     assert len(during) <= MINIMUM_COUNT + IN_FLIGHT + row.probes, (len(during), row.probes)
-    # No burst on recovery: the provider saw no second with more than the limit allows.
+    # No burst on recovery. The limiter's grants (each request's event records its grant
+    # time) keep the rate exactly; the sandbox's log stamps arrivals, which the network
+    # and a loaded machine shift by a few milliseconds, so a request granted at the end of
+    # one second may arrive in the next: two more than the limit, no burst.
     after = [r["monotonic"] for r in pipeline.sandbox.requests() if r["monotonic"] >= recovered]
+    granted = _grants(database_url, ops, since=row.closed_at)
     print(
         f"{len(during)} failing answers in the outage ({row.probes} probes); "
-        f"{len(after)} requests after it, at most {_max_in_one_second(after)} in one second"
+        f"{len(after)} requests after it, at most {_max_in_one_second(after)} arriving and "
+        f"{_max_in_one_second(granted)} granted in one second"
     )
-    assert _max_in_one_second(after) <= RATE + BURST
+    assert len(granted) >= OPERATIONS
+    assert _max_in_one_second(granted) <= RATE + BURST
+    assert _max_in_one_second(after) <= RATE + BURST + 2
 
 
 @pytest.mark.timeout(300)
