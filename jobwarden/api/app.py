@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 
 from jobwarden.api import (
     actions,
+    breaker,
     docs_ui,
     follow_ups,
     intake,
@@ -65,6 +66,7 @@ ROUTERS: Final = tuple(
         results,
         actions,
         pauses,
+        breaker,
         follow_ups,
         webhooks,
         schedules,

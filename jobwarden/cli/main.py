@@ -18,7 +18,7 @@ from jobwarden.cli.follow_ups import family_lines, follow_up_command
 from jobwarden.cli.history import archive_command, partitions_command
 from jobwarden.cli.identity import Approver, BreakGlass, TokenFile, decision_author, submitter
 from jobwarden.cli.keys import keys_app
-from jobwarden.cli.pauses import pause_app, pauses_command, resume_command
+from jobwarden.cli.pauses import breaker_app, pause_app, pauses_command, resume_command
 from jobwarden.cli.providers import contract_versions, migrate_command, running_report
 from jobwarden.cli.receipts import receipt_command
 from jobwarden.cli.result import result_command
@@ -86,6 +86,7 @@ app.add_typer(tenants_app, name="tenants")
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(keys_app, name="keys")
 app.add_typer(pause_app, name="pause")
+app.add_typer(breaker_app, name="breaker")
 app.command("resume")(resume_command)
 app.command("pauses")(pauses_command)
 providers_app.command("migrate")(migrate_command)

@@ -1,9 +1,11 @@
-"""`jobwarden pause provider|operation`, `jobwarden resume`, `jobwarden pauses` (issue 39).
+"""`jobwarden pause provider|operation`, `jobwarden resume`, `jobwarden pauses`, and
+`jobwarden breaker show|hold|close PROVIDER` (issue 39).
 
 Each acts as the token's principal (JOBWARDEN_TOKEN, --token-file) or --break-glass, as
 every decision does. A token with the ``pause`` scope pauses its own tenant's operations
 and its own tenant's share of a provider; pausing (or resuming) a provider for every
-tenant needs the ``operate`` scope, or break-glass (a database operator). Imported by
+tenant needs the ``operate`` scope, or break-glass (a database operator); so does holding or
+closing a provider breaker, which pauses a provider over every tenant. Imported by
 jobwarden/cli/main.py at start-up, so only typer is imported at module level.
 """
 
@@ -21,6 +23,7 @@ from jobwarden.cli.identity import BreakGlass, TokenFile, cli_author, decision_a
 if TYPE_CHECKING:
     from jobwarden.models.humans.identity import Author
     from jobwarden.models.humans.pauses import Pause
+    from jobwarden.tasks.humans.breakers import BreakerView
 
 pause_app = CliTyper(no_args_is_help=True, help="Pause a provider or one operation.")
 console = Console(soft_wrap=True)
@@ -231,3 +234,90 @@ def pauses_command(
             for p in found
         ],
     )
+
+
+# --- the provider breaker ------------------------------------------------------------
+
+breaker_app = CliTyper(no_args_is_help=True, help="A provider's breaker: show, hold, close.")
+BreakerJson = Annotated[bool, typer.Option("--json", envvar="JOBWARDEN_BREAKER_JSON")]
+
+
+def _print(view: BreakerView, as_json: bool) -> None:
+    from jobwarden.tasks.humans.breakers import shown
+
+    if as_json:
+        output.emit_json(shown(view))
+        return
+    found = view.incident
+    if found is None or view.state == "closed":
+        line = f"{view.provider}: closed" + ("" if view.enabled else " (no [breaker] table)")
+        if found is not None:
+            line += f"; last opened {found.opened_at.isoformat(timespec='seconds')} "
+            line += f"({found.reason}), closed by {found.closed_by}"
+        console.print(line, markup=False, highlight=False)
+        return
+    counts = found.evidence.get("counts", {})
+    console.print(
+        f"{view.provider}: {view.state} since {found.opened_at.isoformat(timespec='seconds')} "
+        f"({found.reason}); {counts.get('answers', 0)} answers in the window, "
+        f"first failing {found.evidence.get('first_failing_operation')}, last "
+        f"{found.evidence.get('last_failing_operation')}; {found.probes} probes"
+        + (f"; held by {found.held_by}" if found.held_by else ""),
+        markup=False,
+        highlight=False,
+    )
+
+
+@breaker_app.command("show")
+def breaker_show(provider: str, as_json: BreakerJson = False) -> None:
+    """The provider's breaker: closed, open (with its evidence), probing, or held."""
+    from jobwarden.models.errors import RefusedInputError
+    from jobwarden.tasks.humans.breakers import show
+
+    try:
+        view = show(provider)
+    except RefusedInputError as exc:
+        raise _fail(str(exc)) from None
+    _print(view, as_json)
+
+
+@breaker_app.command("hold")
+def breaker_hold(
+    provider: str,
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
+    as_json: BreakerJson = False,
+) -> None:
+    """Hold the open breaker: no half-open probe until someone closes it."""
+    from jobwarden.models.errors import RefusedInputError
+    from jobwarden.tasks.humans.breakers import hold, show
+
+    author = cli_author(scope="operate", token_file=token_file, glass=glass)
+    try:
+        hold(provider, author)
+    except RefusedInputError as exc:
+        raise _fail(str(exc), 1) from None
+    _print(show(provider), as_json)
+
+
+@breaker_app.command("close")
+def breaker_close(
+    provider: str,
+    note: Annotated[
+        str, typer.Option(envvar="JOBWARDEN_BREAKER_NOTE", help="What changed (recorded).")
+    ] = "",
+    token_file: TokenFile = None,
+    glass: BreakGlass = None,
+    as_json: BreakerJson = False,
+) -> None:
+    """Close the breaker: its pause is resumed, the operations it parked woken spread by the
+    provider's rate limit (never a burst)."""
+    from jobwarden.models.errors import RefusedInputError
+    from jobwarden.tasks.humans.breakers import close, show
+
+    author = cli_author(scope="operate", token_file=token_file, glass=glass)
+    try:
+        close(provider, author, note)
+    except RefusedInputError as exc:
+        raise _fail(str(exc), 1) from None
+    _print(show(provider), as_json)

@@ -28,7 +28,8 @@ from jobwarden.models.humans.approvals import (
 from jobwarden.models.humans.escalation import Option
 from jobwarden.models.humans.identity import same_principal
 from jobwarden.models.operation import Operation
-from jobwarden.models.persistence import query_store, result_rows, store
+from jobwarden.models.persistence import breaker_store, query_store, result_rows, store
+from jobwarden.models.persistence.breaker_store import Incident
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.result_rows import StoredResultRow
 from jobwarden.models.provider.outgoing import ShownRequest
@@ -82,6 +83,32 @@ class QueueGroup:
     reason: str
     count: int
     rows: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IncidentEntry:
+    """A provider breaker's escalation as the queue shows it: once, with what it holds."""
+
+    incident: Incident
+    held: int  # the tenant's operations its pause holds
+    first: list[uuid.UUID]  # the first few of them, by id
+
+
+# The operations a breaker's entry names; the count says how many more it holds.
+INCIDENT_NAMES = 10
+
+
+def breaker_incidents(database_url: str, principal: Principal) -> list[IncidentEntry]:
+    """The open provider breakers holding the tenant's operations: one entry each."""
+    with transaction(database_url) as session:
+        entries = []
+        for incident in breaker_store.all_active(session):
+            count, first = breaker_store.held(
+                session, incident.pause_id, principal.tenant, limit=INCIDENT_NAMES
+            )
+            if count:
+                entries.append(IncidentEntry(incident=incident, held=count, first=first))
+    return entries
 
 
 def needs_a_human(

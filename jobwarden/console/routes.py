@@ -34,6 +34,7 @@ from jobwarden.console import session as sessions
 from jobwarden.console.live import LiveHub, Marker
 from jobwarden.console.pages import (
     APPROVAL_SECONDS,
+    breaker_incidents,
     needs_a_human,
     operation_page,
 )
@@ -212,11 +213,13 @@ def queue(request: Request, current: Session, cursor: str | None = None) -> HTML
     groups, total, nxt = needs_a_human(
         settings_of(request).database_url, current.principal, limit=100, after=after
     )
+    incidents = breaker_incidents(settings_of(request).database_url, current.principal)
     return page(
         request,
         "queue.html",
         {
             "session": current,
+            "incidents": incidents,
             "groups": groups,
             "total": total,
             "next": f"/console/?cursor={encode_cursor(nxt)}" if nxt else None,

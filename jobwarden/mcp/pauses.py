@@ -5,6 +5,10 @@
 function every door calls (tasks/humans/pauses.py) as the token's principal. An agent
 never pauses a provider for every tenant: that is an operator's (``operate``) decision,
 taken at the CLI, the HTTP API or the console.
+
+``show_breaker`` needs ``read``: a provider breaker's state and evidence. ``hold_breaker``
+and ``close_breaker`` need the ``pause`` scope and, as at every other door, ``operate``
+(a breaker holds every tenant's operations): an agent with only ``pause`` is refused.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from jobwarden.api.auth import Scope as TokenScope
 from jobwarden.models.errors import LostRaceError, RefusedInputError
 from jobwarden.models.humans.pauses import Pause
 from jobwarden.models.operation import Operation
-from jobwarden.tasks.humans import pauses
+from jobwarden.tasks.humans import breakers, pauses
 
 PauseIdArg = Annotated[str, Field(min_length=1, max_length=64, description="the pause's id")]
+ProviderArg = Annotated[str, Field(min_length=1, max_length=200, description="the provider")]
 
 
 def shown(p: Pause) -> dict[str, Any]:
@@ -123,3 +128,68 @@ def register(
         except (RefusedInputError, LostRaceError) as exc:
             raise ToolError(f"conflict: {exc}") from None
         return {**shown(done.pause), "woken": done.woken}
+
+    _breaker_tools(server, backend, principal_for=principal_for)
+
+
+def _breaker_tools(
+    server: MCPServer,
+    backend: Any,
+    *,
+    principal_for: Callable[[Any, Context, TokenScope], Principal],
+) -> None:
+    def _operator(ctx: Context) -> Principal:
+        principal = principal_for(backend, ctx, TokenScope.pause)
+        if TokenScope.operate not in principal.scopes:
+            raise ToolError("insufficient_scope: a breaker holds every tenant's work: operate")
+        return principal
+
+    @server.tool(
+        description=(
+            "A provider's breaker: closed, or open (or probing, or held) since when, why, "
+            "and the evidence it saw (counts, first and last failing operations, samples)."
+        ),
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
+    def show_breaker(provider: ProviderArg, ctx: Context) -> dict[str, Any]:
+        principal_for(backend, ctx, TokenScope.read)
+        try:
+            return breakers.shown(breakers.show(provider, runtime=backend.runtime()))
+        except RefusedInputError as exc:
+            raise ToolError(f"not_found: {exc}") from None
+
+    @server.tool(
+        description=(
+            "Hold a provider's open breaker: no half-open probe until it is closed. Needs the "
+            "pause and operate scopes."
+        ),
+        annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False),
+    )
+    def hold_breaker(provider: ProviderArg, ctx: Context) -> dict[str, Any]:
+        principal = _operator(ctx)
+        rt = backend.runtime()
+        try:
+            breakers.hold(provider, principal.author, runtime=rt)
+        except (RefusedInputError, LostRaceError) as exc:
+            raise ToolError(f"conflict: {exc}") from None
+        return breakers.shown(breakers.show(provider, runtime=rt))
+
+    @server.tool(
+        description=(
+            "Close a provider's breaker: its pause ends and what it held wakes spread by the "
+            "provider's rate limit. Needs the pause and operate scopes."
+        ),
+        annotations=ToolAnnotations(destructive_hint=False, open_world_hint=True),
+    )
+    def close_breaker(
+        provider: ProviderArg,
+        ctx: Context,
+        note: Annotated[str, Field(max_length=2000)] = "",
+    ) -> dict[str, Any]:
+        principal = _operator(ctx)
+        rt = backend.runtime()
+        try:
+            breakers.close(provider, principal.author, note, runtime=rt)
+        except (RefusedInputError, LostRaceError) as exc:
+            raise ToolError(f"conflict: {exc}") from None
+        return breakers.shown(breakers.show(provider, runtime=rt))

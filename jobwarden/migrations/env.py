@@ -9,6 +9,7 @@ from jobwarden.config.settings import get_settings
 
 # Every module that declares tables, so autogenerate and `alembic check` see them all.
 from jobwarden.models.persistence import (  # noqa: F401
+    breaker_tables,
     metrics_tables,
     notification_tables,
     pause_tables,

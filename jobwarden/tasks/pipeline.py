@@ -40,6 +40,8 @@ from jobwarden.tasks import faults
 from jobwarden.tasks.concurrency import admit_stranded, after_end
 from jobwarden.tasks.dispatch import enqueue_many, republish, schedule
 from jobwarden.tasks.follow_ups import follow_up_from_message, start_automatic
+from jobwarden.tasks.humans import breakers
+from jobwarden.tasks.humans.breakers import probe_due
 from jobwarden.tasks.intake import submit_from_message
 from jobwarden.tasks.leases import step_lease
 from jobwarden.tasks.outcomes import AutomationStoppedError, task_answer
@@ -258,6 +260,8 @@ def sweep_once(
             # A worker that died between a holder's end and its hand-over left a queue
             # waiting on a key with room; admitted operations are published as they move.
             admit_stranded(rt)
+            # A provider breaker whose cool-down ended probes the provider half-open.
+            probe_due(rt)
             if claimed:
                 log.info("sweep_done", claimed=claimed, seconds=round(timer() - started, 3))
             return claimed
@@ -266,6 +270,18 @@ def sweep_once(
 @app.task(name="jobwarden.sweep", base=JobwardenTask)
 def sweep() -> int:
     return sweep_once(current())
+
+
+@app.task(name="jobwarden.breaker_park", base=JobwardenTask)
+def breaker_park(provider: str) -> int:
+    """Park every operation an opened provider breaker's pause covers."""
+    return breakers.park_all(current(), provider)
+
+
+@app.task(name="jobwarden.breaker_probed", base=JobwardenTask)
+def breaker_probed(provider: str, operation_id: str, ok: bool) -> str:
+    """A half-open probe's answer: close the breaker and resume, or re-arm the cool-down."""
+    return breakers.probed(current(), provider, uuid.UUID(operation_id), ok)
 
 
 @app.task(name="jobwarden.follow_up", base=JobwardenTask, ignore_result=False)

@@ -47,6 +47,7 @@ from jobwarden.models.states import AUTOMATION_STOPPED, TERMINAL, OperationState
 from jobwarden.models.steps import StepKind, unsent
 from jobwarden.tasks import faults
 from jobwarden.tasks.leases import operation_lease
+from jobwarden.tasks.provider import breaker
 from jobwarden.tasks.provider.edge import (
     MAX_REQUESTS_PER_LEASE,
     secret_forms,
@@ -153,6 +154,9 @@ def run(
         faults.fault_point(rt.redis, rt.settings.key_prefix, step.response_point, fault_scope)
         now = utcnow()
         decided = step.after(op, ctx, send.request, answer, now, rt.jitter())
+        # The provider's breaker counts the answer; while it is open a failure is the
+        # incident's, not this operation's (no budget spent, nothing escalated).
+        decided = breaker.observe(rt, ctx.contract, op, send.request, answer, decided)
     else:
         if isinstance(decided.action, Send):
             detail = f"{step.name} asked for more than {MAX_SENDS_PER_STEP} requests in one step"

@@ -142,6 +142,21 @@ def providers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "[limits]", "[rate_limit]\nrequests_per_second = 4\nburst = 1\n\n[limits]", 1
         )
     )
+    # The provider breaker (test_breaker.py): a breaker on a short window, a budget of four
+    # transport failures that an operation alone would exhaust in the outage, no result
+    # document (so a recovered operation costs two requests), 40 requests/s one at a time.
+    breaker = _variant(
+        base, "sandbox_breaker", max_transport_failures="4", create_deadline_seconds="600"
+    ).replace(
+        "[limits]",
+        "[rate_limit]\nrequests_per_second = 40\nburst = 1\n\n"
+        "[breaker]\nwindow_seconds = 5\nminimum_count = 20\ncooldown_seconds = 1\n\n"
+        "[limits]",
+        1,
+    )
+    breaker = re.sub(r"(?ms)^\[result\]\n.*?\n\n", "", breaker, count=1)
+    breaker = breaker.replace('result_ref_pointer = "/result/url"\n', "")
+    (out / "sandbox_breaker.toml").write_text(breaker)
     unreachable = _variant(
         base, "sandbox_unreachable", base_url=f'"http://127.0.0.1:{_free_port()}"'
     )

@@ -94,3 +94,54 @@ def test_a_session_without_the_pause_scope_sees_the_state_but_no_button(
             "/console/providers/sandbox/pause", data={"reason": "x", "csrf": csrf(page)}
         )
         assert refused.status_code == 403
+
+
+def test_an_open_breaker_shows_its_evidence_and_an_operator_closes_it(
+    base: str, database_url: str
+) -> None:
+    from jobwarden.models.actions import EscalationReason
+    from jobwarden.models.contracts.contract import Breaker
+    from jobwarden.models.provider.breaker import AnswerClass, Tripped, WindowCounts
+    from jobwarden.tasks.humans import breakers
+    from jobwarden.tasks.provider import breaker
+
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.observing, next_poll_at=None)
+    why = Tripped(
+        reason=EscalationReason.provider_failure,
+        kind=AnswerClass.server_error,
+        observed=1.0,
+        threshold=0.5,
+    )
+    counts = WindowCounts(answers=7, server_error=7)
+    incident = breaker.open_breaker(current(), "sandbox", Breaker(), why, counts)
+    assert incident is not None
+    try:
+        breakers.park_all(current(), "sandbox")
+        with _session(base, database_url, tenant, ["read", "pause"]) as client:
+            page = client.get("/console/providers").text
+            assert f'data-incident="{incident.incident_id}"' in page
+            assert "breaker open" in page and "server_error 7" in page
+            assert "Close breaker" not in page  # a tenant's session never closes it
+            # The needs-a-human queue shows the incident once, naming what it holds.
+            queue = client.get("/console/").text
+            assert queue.count(f'data-incident="{incident.incident_id}"') == 1
+            assert f"/console/operations/{op}" in queue
+            refused = client.post(
+                "/console/providers/sandbox/breaker/close", data={"csrf": csrf(page)}
+            )
+            assert refused.status_code == 403
+        with _session(base, database_url, tenant, ["read", "pause", "operate"]) as client:
+            page = client.get("/console/providers").text
+            closed = client.post(
+                "/console/providers/sandbox/breaker/close",
+                data={"csrf": csrf(page), "note": "provider fixed"},
+            )
+            assert closed.status_code == 303, closed.text
+        view = breakers.show("sandbox")
+        assert view.state == "closed" and view.incident is not None
+        assert view.incident.closed_by == "token:alice"
+        assert load(database_url, op).held_by is None
+    finally:
+        if breakers.show("sandbox").state != "closed":
+            breakers.close("sandbox", "cleanup")

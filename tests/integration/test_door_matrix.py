@@ -35,6 +35,7 @@ from tests.integration.api_helpers import tenant_name
 from tests.integration.matrix import (
     attended,
     binding,
+    breaker,
     follow_ups,
     hostile,
     identity,
@@ -67,6 +68,7 @@ DOORS = (
     "resubmit",  # a person's resubmission of a failed operation
     "webhooks",  # a provider's signed delivery
     "pauses",  # pause and resume (Python, HTTP, CLI): a decision over many operations
+    "breaker",  # a provider breaker's show, hold and close (Python, HTTP, CLI)
     "follow_up",  # a capture, refund or rollback started from an operation (issue 40)
 )
 PROMISES = (
@@ -240,6 +242,23 @@ CELLS: dict[tuple[str, str], Cell] = {
     ("pauses", "no_silent_wait"): NotApplicable(
         "a pause submits nothing; what a resume wakes, the sweeper relays"
     ),
+    # -- the provider breaker (issue 39) -------------------------------------------------
+    ("breaker", "tenant"): breaker.tenant,
+    ("breaker", "identity"): breaker.identity,
+    ("breaker", "two_person"): NotApplicable(
+        "holding or closing a breaker sends nothing itself: the resume is spread by the rate"
+    ),
+    ("breaker", "binding"): NotApplicable("a breaker approves no request: it holds them all"),
+    ("breaker", "reserved_keys"): NotApplicable("a breaker takes no idempotency key"),
+    ("breaker", "intake_log"): NotApplicable(
+        "a breaker submits nothing: its record is the incident row and its pause row"
+    ),
+    ("breaker", "no_500"): breaker.hostile,
+    ("breaker", "no_silent_wait"): NotApplicable(
+        "a breaker submits nothing; what its close wakes, the sweeper relays"
+    ),
+    ("breaker", "immutable_refs"): NotApplicable("a breaker submits no command"),
+    ("breaker", "priority"): NotApplicable("a breaker submits nothing: it parks what it covers"),
     # -- the follow-up door (issue 40) ---------------------------------------------------
     ("follow_up", "tenant"): follow_ups.tenant,
     ("follow_up", "identity"): follow_ups.identity,

@@ -63,3 +63,53 @@ def test_an_agent_reads_pauses_and_pauses_only_with_the_pause_scope(database_url
     (resumed,) = _call(database_url, agent, ("resume_pause", {"pause_id": pause["pause_id"]}))
     assert _answer(resumed)["woken"] == 1
     assert load(database_url, op).hold is None
+
+
+def test_an_agent_reads_a_breaker_and_holds_or_closes_it_only_as_an_operator(
+    database_url: str,
+) -> None:
+    from jobwarden.models.actions import EscalationReason
+    from jobwarden.models.contracts.contract import Breaker
+    from jobwarden.models.provider.breaker import AnswerClass, Tripped, WindowCounts
+    from jobwarden.tasks.humans import breakers
+    from jobwarden.tasks.provider import breaker
+    from jobwarden.tasks.runtime import current
+
+    tenant = tenant_name()
+    op = insert_operation(database_url, tenant, S.observing, next_poll_at=None)
+    why = Tripped(
+        reason=EscalationReason.provider_failure,
+        kind=AnswerClass.transport,
+        observed=1.0,
+        threshold=0.5,
+    )
+    opened = breaker.open_breaker(
+        current(), "sandbox", Breaker(), why, WindowCounts(answers=9, transport=9)
+    )
+    assert opened is not None
+    try:
+        breakers.park_all(current(), "sandbox")
+        agent = _token(database_url, tenant, ("read", "pause"), name="agent")
+        shown, refused = _call(
+            database_url,
+            agent,
+            ("show_breaker", {"provider": "sandbox"}),
+            ("close_breaker", {"provider": "sandbox"}),
+        )
+        assert _answer(shown)["state"] == "open"
+        assert _answer(shown)["incident"]["evidence"]["counts"]["transport"] == 9
+        assert "insufficient_scope" in _error(refused)
+        operator = _token(database_url, tenant, ("read", "pause", "operate"), name="ops")
+        held, closed = _call(
+            database_url,
+            operator,
+            ("hold_breaker", {"provider": "sandbox"}),
+            ("close_breaker", {"provider": "sandbox", "note": "fixed"}),
+        )
+        assert _answer(held)["incident"]["held_by"] == "token:ops"
+        assert _answer(closed)["state"] == "closed"
+        assert _answer(closed)["incident"]["closed_by"] == "token:ops"
+        assert load(database_url, op).held_by is None
+    finally:
+        if breakers.show("sandbox").state != "closed":
+            breakers.close("sandbox", "cleanup")

@@ -269,6 +269,7 @@ def test_models_and_migrations_are_in_step(database_url: str) -> None:
     # Every module that declares tables, so the metadata holds the whole schema.
     from jobwarden.models.persistence import (  # noqa: F401
         api_tables,
+        breaker_tables,
         metrics_tables,
         notification_tables,
         pause_tables,

@@ -12,6 +12,7 @@ import pytest
 from jobwarden.models.contracts import loader as contract_loader
 from jobwarden.models.contracts.contract import (
     AuthSpec,
+    Breaker,
     CancelSpec,
     CleanupSpec,
     ConcurrencySpec,
@@ -731,6 +732,7 @@ SPECS = {
     "limits": Limits,
     "concurrency": ConcurrencySpec,
     "rate_limit": RateLimit,
+    "breaker": Breaker,
 }
 
 

@@ -19,6 +19,9 @@ Routes::
     GET  /_sandbox/webhooks?job=        webhook deliveries sent and their answers (JSON list)
     POST /_sandbox/reset                forget all jobs and the log
 
+A scripted outage (``SandboxServer.outage(503)``) answers every status read with that
+status, logged as always, until it is ended (``outage(None)``).
+
 The ``/_sandbox`` endpoints never need the bearer token and are not logged.
 """
 
@@ -367,6 +370,8 @@ class _Handler(BaseHTTPRequestHandler):
         if kind == "error_file":
             return state.error_file(seq, job_id)
         if job_id is not None:
+            if kind == "status" and state.outage is not None:
+                return error_reply(state.outage, "outage", "the provider is down (scripted)")
             if kind == "status":
                 return state.status(
                     seq, job_id, authorization=self._authorization, origin=self._origin
@@ -480,6 +485,10 @@ class SandboxServer:
 
     def reset(self) -> None:
         self._state.reset()
+
+    def outage(self, status: int | None) -> None:
+        """Answer every status read with ``status`` (say 503) from now; None ends it."""
+        self._state.outage = status
 
     def __enter__(self) -> SandboxServer:
         self.start()

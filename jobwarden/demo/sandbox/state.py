@@ -55,6 +55,9 @@ class SandboxState:
         self._by_key: dict[str, Job] = {}
         self._log: dict[int, dict[str, Any]] = {}
         self._seq = 0  # never reset, so an in-flight request cannot touch a new entry
+        # A scripted outage: every status read answers this status (503), logged as always,
+        # until it is set back to None (the provider breaker's test, test_breaker.py).
+        self.outage: int | None = None
         self._url_secret = secrets.token_bytes(32)  # signs presigned result URLs
 
     # ----------------------------------------------------------------- log

@@ -414,6 +414,24 @@ class RateLimit:
     tenant_weights: Mapping[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Breaker:
+    """``[breaker]``: when a provider's answers across operations say it is down, pause it
+    as one incident (models/provider/breaker.py). Shares are of the answers counted in the
+    sliding window; none opens the breaker before ``minimum_count`` answers are in it."""
+
+    window_seconds: float = 60.0
+    minimum_count: int = 20
+    server_error_share: float = 0.5  # 5xx answers
+    transport_share: float = 0.5  # no usable HTTP answer (timeouts, resets, refused)
+    unknown_state_share: float = 0.5  # states the contract's table does not name
+    denied_share: float = 0.2  # 401/403: a revoked credential fails every operation at once
+    # 429s feed the shared rate limiter, not the breaker, unless more than this many arrive
+    # in one window: then the provider is rate limiting beyond what waiting fixes.
+    max_rate_limited: int = 100
+    cooldown_seconds: float = 60.0  # open, before one operation probes the provider
+
+
 # A day: long enough for a person to see and weigh a request, short enough that nothing
 # approved next week is sent under this week's view of it.
 DEFAULT_APPROVAL_WINDOW_SECONDS = 86400.0
@@ -507,6 +525,7 @@ class ProviderContract:
     webhook: WebhookSpec | None = None
     command: CommandSpec | None = None  # None: any JSON object, fingerprinted as written
     rate_limit: RateLimit | None = None  # None: no limit of ours, only the provider's 429s
+    breaker: Breaker | None = None  # None: no breaker; failures stop each operation alone
     requires_approval: bool = False
     approvals_required: int = 1  # 2: two distinct approvers, neither the submitter
     concurrency: ConcurrencySpec | None = None  # None: a named key admits one at a time

@@ -54,6 +54,7 @@ from jobwarden.models.contracts.sections import (
 )
 from jobwarden.models.conventions.tables import with_convention_tables
 from jobwarden.models.errors import ContractError
+from jobwarden.models.provider.breaker import BreakerTable
 from jobwarden.models.provider.rate_limits import RateLimitTable
 
 __all__ = [
@@ -198,6 +199,7 @@ SECTIONS: Final[dict[str, tuple[type[ContractTable], bool]]] = {
     "limits": (LimitsTable, True),
     "concurrency": (ConcurrencyTable, False),
     "rate_limit": (RateLimitTable, False),
+    "breaker": (BreakerTable, False),
 }
 
 

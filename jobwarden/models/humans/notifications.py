@@ -29,6 +29,9 @@ class NotificationKind(StrEnum):
     escalated = "operation.escalated"  # automation stopped: escalated, result_timed_out, …
     awaiting_approval = "operation.awaiting_approval"  # a create waits for a human's approval
     approval_expiring = "operation.approval_expiring"  # the approval window ends soon
+    # A provider (a tenant's share, or one operation) was paused by a person or a breaker:
+    # once per pause and tenant, never once per operation it parks (issue 39).
+    provider_paused = "provider.paused"
 
 
 class Channel(StrEnum):
@@ -76,7 +79,7 @@ class Notice:
 
     event_id: str
     kind: NotificationKind
-    operation_id: str
+    operation_id: str | None  # None: a notice about a provider, not one operation
     tenant: str
     payload: dict[str, Any]
     created_at: datetime
@@ -180,6 +183,43 @@ def reminder(op: Operation, *, now: datetime) -> Notice:
         raise ValueError("only an operation awaiting approval, with its window, is reminded")
     window_end = int(op.next_poll_at.timestamp())
     return notice(NotificationKind.approval_expiring, Subject.of(op), mark=window_end, at=now)
+
+
+def paused_notice(  # noqa: PLR0913 - the pause's facts, each named at the one call
+    *,
+    pause_id: str,
+    provider: str,
+    tenant: str,
+    operation_id: str | None,
+    reason: str,
+    paused_by: str,
+    at: datetime,
+) -> Notice:
+    """A pause told to one tenant whose operations it holds: keyed by the pause and the
+    tenant, so a pause is told once per tenant however many operations it parks, and a
+    breaker's opening (one pause) is one notification per incident."""
+    data = {
+        "pause_id": pause_id,
+        "provider": provider,
+        "tenant": tenant,
+        "operation_id": operation_id,
+        "reason": reason[:MAX_DETAIL_CHARS],
+        "paused_by": paused_by,
+        "console_path": "/console/providers",
+    }
+    return Notice(
+        # No ``.`` in the id (it is part of the signed content); a tenant name has none.
+        event_id=f"paused:{pause_id}:{tenant.replace('.', '_')}",
+        kind=NotificationKind.provider_paused,
+        operation_id=operation_id,
+        tenant=tenant,
+        payload={
+            "type": NotificationKind.provider_paused.value,
+            "timestamp": at.isoformat(),
+            "data": data,
+        },
+        created_at=at,
+    )
 
 
 # -- retries -------------------------------------------------------------------------

@@ -170,6 +170,9 @@ def held(op: Operation, decided: Decided, now: datetime) -> Decided:
         return decided
     if may_send_during_pause(op, decided.action):
         return decided
+    if hold.probe == op.operation_id:
+        # A provider breaker's half-open probe: this one operation tests the provider.
+        return decided
     if op.held_by == hold.pause_id and (op.next_poll_at is None or now < op.next_poll_at):
         return Decided(action=NotYet(until=None))
     return _parked(op, hold, now, decided.action.request.purpose.value)

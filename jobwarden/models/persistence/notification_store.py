@@ -172,7 +172,7 @@ def add(session: Session, notices: list[Notice]) -> int:
             "channel": channel.value,
             "kind": n.kind.value,
             "tenant": n.tenant,
-            "operation_id": uuid.UUID(n.operation_id),
+            "operation_id": uuid.UUID(n.operation_id) if n.operation_id else None,
             "payload": n.payload,
             "status": _PENDING,
             "created_at": n.created_at,

@@ -60,7 +60,8 @@ class NotificationRow(Base):
     channel: Mapped[str] = mapped_column(String(20))
     kind: Mapped[str] = mapped_column(String(40))
     tenant: Mapped[str] = mapped_column(String(200))
-    operation_id: Mapped[uuid.UUID] = mapped_column(
+    # NULL: a notice about a provider, not one operation (a pause's, 0032).
+    operation_id: Mapped[uuid.UUID | None] = mapped_column(
         UUID(as_uuid=True), ForeignKey("operations.operation_id")
     )
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB)

@@ -16,7 +16,9 @@ from sqlalchemy import RowMapping, Table, and_, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from jobwarden.models.humans.notifications import paused_notice
 from jobwarden.models.humans.pauses import SENDING, Pause
+from jobwarden.models.persistence import notification_store
 from jobwarden.models.persistence.pause_tables import PauseRow
 from jobwarden.models.persistence.tables import OperationRow
 
@@ -149,6 +151,39 @@ def parked_by(
     if after is not None:
         query = query.where(OPERATIONS.c.operation_id > after)
     return list(session.scalars(query))
+
+
+def tenants_covered(session: Session, pause: Pause, *, limit: int = 1000) -> list[str]:
+    """The tenants whose operations in a state that sends ``pause`` covers (who is told)."""
+    if pause.tenant is not None:
+        return [pause.tenant]
+    query = (
+        select(OPERATIONS.c.tenant)
+        .where(OPERATIONS.c.provider == pause.provider)
+        .where(OPERATIONS.c.state.in_([s.value for s in SENDING]))
+        .distinct()
+        .order_by(OPERATIONS.c.tenant)
+        .limit(limit)
+    )
+    return list(session.scalars(query))
+
+
+def tell(session: Session, pause: Pause) -> int:
+    """The pause's notifications, in the transaction that starts it: one per tenant whose
+    operations it holds, keyed by the pause (never one per operation it parks)."""
+    notices = [
+        paused_notice(
+            pause_id=str(pause.pause_id),
+            provider=pause.provider,
+            tenant=tenant,
+            operation_id=str(pause.operation_id) if pause.operation_id else None,
+            reason=pause.reason,
+            paused_by=pause.author,
+            at=pause.started_at,
+        )
+        for tenant in tenants_covered(session, pause)
+    ]
+    return notification_store.add(session, notices)
 
 
 def parked_counts(session: Session) -> dict[str, int]:

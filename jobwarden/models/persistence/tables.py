@@ -405,7 +405,11 @@ _TIMERS = TimerRow.__table__
 # SELECT: a probe of the partial index of active pauses, which is empty but in an incident.
 HOLD: Any = literal_column(
     "(SELECT jsonb_build_object('pause_id', p.pause_id, 'author', p.author, "
-    "'reason', p.reason, 'started_at', p.started_at) FROM pauses p "
+    "'reason', p.reason, 'started_at', p.started_at, "
+    # A breaker's half-open probe (0032): read only when a pause is found, so it costs
+    # nothing outside an incident.
+    "'probe', (SELECT b.probe_operation_id FROM breaker_incidents b "
+    "WHERE b.pause_id = p.pause_id AND b.state = 'probing')) FROM pauses p "
     "WHERE p.resumed_at IS NULL AND p.provider = operations.provider "
     "AND (p.tenant IS NULL OR p.tenant = operations.tenant) "
     "AND (p.operation_id IS NULL OR p.operation_id = operations.operation_id) "

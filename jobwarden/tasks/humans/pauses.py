@@ -170,6 +170,8 @@ def _pause(  # noqa: PLR0913 - the pause's own facts, each named at the two call
             author_kind=kind,
             now=utcnow(),
         )
+        if started:
+            pause_store.tell(tx, pause)
     parked = park_covered(rt, pause, _writer(rt, actor, author))
     log.warning(
         "pause_started" if started else "pause_already_active",
