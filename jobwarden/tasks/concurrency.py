@@ -30,9 +30,9 @@ from jobwarden.models.persistence.db import transaction
 from jobwarden.models.states import TERMINAL, OperationState
 from jobwarden.tasks import faults
 from jobwarden.tasks.dispatch import enqueue
+from jobwarden.tasks.provider.wakeup_backlog import Owner, owner_of
 from jobwarden.tasks.runtime import Runtime, utcnow
 from jobwarden.tasks.steps import planned
-from jobwarden.tasks.wakeup_backlog import Owner, owner_of
 
 log = logging.getLogger("jobwarden.tasks")
 

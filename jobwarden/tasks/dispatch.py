@@ -4,7 +4,7 @@ Messages carry only an operation id and are published after the commit that
 made them due; a lost one is re-sent by the sweeper, so publishing never fails
 a caller. Intake, interventions and the tasks all publish through here. A wake-up whose
 owner (provider, tenant, priority) is given goes out at its tenant's fair priority level
-in the broker (tasks/wakeup_backlog.py); without one, at level 0.
+in the broker (tasks/provider/wakeup_backlog.py); without one, at level 0.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from datetime import datetime
 from jobwarden.config.celery_app import app
 from jobwarden.models.states import OperationState as S
 from jobwarden.observability.logs import get_logger
+from jobwarden.tasks.provider.wakeup_backlog import FRONT, Owner, placed, uncounted
 from jobwarden.tasks.runtime import Runtime, utcnow
-from jobwarden.tasks.wakeup_backlog import FRONT, Owner, placed, uncounted
 
 log = get_logger("jobwarden.tasks")
 

@@ -45,8 +45,8 @@ from jobwarden.models.states import OperationState as S
 from jobwarden.observability import telemetry
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.heartbeat import no_worker
+from jobwarden.tasks.provider.wakeup_backlog import owner_of
 from jobwarden.tasks.runtime import Runtime, current, utcnow
-from jobwarden.tasks.wakeup_backlog import owner_of
 
 
 def _length(row: type[Base], name: str) -> int:

@@ -45,11 +45,11 @@ from jobwarden.tasks.humans.breakers import probe_due
 from jobwarden.tasks.intake import submit_from_message
 from jobwarden.tasks.leases import step_lease
 from jobwarden.tasks.outcomes import AutomationStoppedError, task_answer
+from jobwarden.tasks.provider.wakeup_backlog import HEADER as BACKLOG_HEADER
+from jobwarden.tasks.provider.wakeup_backlog import Owner, owner_of, started
 from jobwarden.tasks.reservations import marker_ttl
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 from jobwarden.tasks.steps import record_step_failure, run, stop_automation
-from jobwarden.tasks.wakeup_backlog import HEADER as BACKLOG_HEADER
-from jobwarden.tasks.wakeup_backlog import Owner, owner_of, started
 
 log = get_logger("jobwarden.tasks")
 
@@ -181,7 +181,7 @@ class JobwardenTask(Task):  # type: ignore[misc]
 
     def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
         # Before anything can end the task (a busy lease, a gone row): a wake-up counted in
-        # its tenant's backlog is uncounted once it starts (tasks/wakeup_backlog.py).
+        # its tenant's backlog is uncounted once it starts (tasks/provider/wakeup_backlog.py).
         counter = getattr(self.request, BACKLOG_HEADER, None)
         if counter is not None:
             started(current(), counter)

@@ -31,8 +31,8 @@ from jobwarden.models.provider.wakeup_levels import LEVELS
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.dispatch import enqueue
 from jobwarden.tasks.pipeline import sweep_once
+from jobwarden.tasks.provider.wakeup_backlog import HEADER, Owner, counter_key, started
 from jobwarden.tasks.runtime import Runtime, current
-from jobwarden.tasks.wakeup_backlog import HEADER, Owner, counter_key, started
 from tests.integration.test_store import _insert, _new_row
 
 PARKED_AT = datetime(2000, 1, 1, tzinfo=UTC)

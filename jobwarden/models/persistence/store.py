@@ -402,7 +402,7 @@ def wakeup_owners(
     session: Session, operation_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, tuple[str, str, int]]:
     """Per operation: (provider, tenant, priority), what places its wake-up in the broker
-    (tasks/wakeup_backlog.py). One read by primary key for a sweep's whole batch."""
+    (tasks/provider/wakeup_backlog.py). One read by primary key for a sweep's whole batch."""
     if not operation_ids:
         return {}
     c = OPERATIONS.c

@@ -27,7 +27,7 @@ system's level-0 messages (the sweep) and what workers already took (prefetch), 
 long the other tenants' queues are. Messages without a counted owner (a provider without
 ``[rate_limit]``, a lease-busy retry) are published at level 0 as before.
 
-Pure: the count is kept in Redis by ``tasks/wakeup_backlog.py``.
+Pure: the count is kept in Redis by ``tasks/provider/wakeup_backlog.py``.
 """
 
 from __future__ import annotations
