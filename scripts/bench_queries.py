@@ -90,10 +90,10 @@ def _indexes(plan: Any) -> set[str]:
     return found
 
 
-# What a poll's fenced write changes on the operations row (tasks/steps.py); the timer is
-# in operation_timers (0021), so no indexed column moves and the update may be HOT.
+# What a poll's fenced write changes: its hot row (operation_timers, 0033), not the
+# operations row the queries read.
 POLL_WRITE = """
-UPDATE operations SET status_requests_used = status_requests_used,
+UPDATE operation_timers SET status_requests_used = status_requests_used,
     version = version + 1, updated_at = now()
 WHERE operation_id = md5('op' || :i)::uuid
 """

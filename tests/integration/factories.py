@@ -32,7 +32,7 @@ from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import intake_store
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.db import transaction
-from jobwarden.models.persistence.tables import TIMER_COLUMNS, OperationRow, TimerRow
+from jobwarden.models.persistence.tables import HOT_COLUMNS, OperationRow, TimerRow
 from jobwarden.models.plan import Plan
 from jobwarden.models.states import OperationState as S
 from tests.unit.factories import SHIPPED
@@ -160,15 +160,12 @@ def insert_legacy_row(
     """
     operations = cast(Table, OperationRow.__table__)
     values = {c.name: getattr(op, c.name) for c in operations.c if c.name not in absent}
-    values |= {
-        "state": op.state.value,
-        "version": 1,
-        "event_count": 0,
-        "last_event_hash": GENESIS_HASH,
-        "state_since": op.updated_at,
-    }
+    values |= {"state": op.state.value, "state_since": op.updated_at}
     session.execute(insert(operations).values({k: v for k, v in values.items() if v is not None}))
-    timer = {name: getattr(op, name) for name in TIMER_COLUMNS}
+    hot = {name: getattr(op, name) for name in HOT_COLUMNS if name not in absent}
+    hot |= {"version": 1, "event_count": 0, "last_event_hash": GENESIS_HASH}
     session.execute(
-        insert(cast(Table, TimerRow.__table__)).values(operation_id=op.operation_id, **timer)
+        insert(cast(Table, TimerRow.__table__)).values(
+            operation_id=op.operation_id, **{k: v for k, v in hot.items() if v is not None}
+        )
     )

@@ -325,7 +325,7 @@ def test_0028_gives_every_existing_row_the_kind_of_its_newest_event() -> None:
         assert kinds() == written
         with transaction(url) as session:
             empty = session.scalar(
-                text("SELECT count(*) FROM operations WHERE last_event_kind IS NULL")
+                text("SELECT count(*) FROM operation_timers WHERE last_event_kind IS NULL")
             )
         assert empty == 0
         dispose_all()

@@ -468,7 +468,7 @@ def _rewrite_consistently(url: str, op_id: uuid.UUID) -> None:
         conn.execute(text("DELETE FROM operation_events WHERE operation_id = :id"), {"id": op_id})
         conn.execute(insert(store.EVENTS), store._event_rows(forged, op.created_at))
         conn.execute(
-            text("UPDATE operations SET last_event_hash = :h WHERE operation_id = :id"),
+            text("UPDATE operation_timers SET last_event_hash = :h WHERE operation_id = :id"),
             {"h": forged[-1].hash, "id": op_id},
         )
         conn.execute(text("ALTER TABLE operation_events ENABLE TRIGGER USER"))
