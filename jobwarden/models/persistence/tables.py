@@ -81,7 +81,8 @@ HOT_COLUMNS: frozenset[str] = frozenset(
 )
 
 # Percent of each operations page filled by inserts: a 1-2 KiB row leaves room for the
-# new version a poll writes, so it lands on the same page (a HOT update).
+# new version a colder write (a state change, a stop) makes, so it lands on the same page
+# (a HOT update). A poll that waits writes only the hot row (TimerRow, 0033).
 OPERATIONS_FILLFACTOR = 70
 
 # What the escalations list shows: stopped automation, and operations awaiting approval.
