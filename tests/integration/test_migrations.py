@@ -339,6 +339,7 @@ def test_0033_moves_what_a_poll_changes_to_the_hot_row_and_back() -> None:
     from alembic import command
 
     from jobwarden.models.history.chain import EventDraft, EventKind
+    from jobwarden.models.operation import RowChanges
     from jobwarden.models.persistence import store
     from jobwarden.models.persistence.db import dispose_all, step_session, transaction
     from jobwarden.models.persistence.migrate import alembic_config, upgrade
@@ -356,7 +357,7 @@ def test_0033_moves_what_a_poll_changes_to_the_hot_row_and_back() -> None:
             op = store.load(session, polled)
             assert op is not None
             seen = EventDraft(kind=EventKind.polled, actor="w", at=NOW)
-            reading = {
+            reading: RowChanges = {
                 "status_requests_used": 3,
                 "reserved_request": 3,
                 "poll_attempt": 2,
@@ -374,7 +375,11 @@ def test_0033_moves_what_a_poll_changes_to_the_hot_row_and_back() -> None:
                 from_state="observing",
                 to_state="failed",
             )
-            changes = {"state": S.failed, "status_requests_used": 4, "next_poll_at": None}
+            changes: RowChanges = {
+                "state": S.failed,
+                "status_requests_used": 4,
+                "next_poll_at": None,
+            }
             store.fenced_update(session, op, changes=changes, drafts=[failed], now=NOW)
 
         def snapshots() -> dict[uuid.UUID, object]:

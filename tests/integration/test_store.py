@@ -481,7 +481,7 @@ def test_a_write_that_changes_a_colder_column_updates_both_rows_under_one_fence(
     with transaction(database_url) as session:
         row = store.load(session, op_id)
         assert row is not None
-    stop = {
+    stop: RowChanges = {
         "state": S.escalated,
         "escalation_reason": EscalationReason.unknown_state,
         "poll_attempt": 7,
