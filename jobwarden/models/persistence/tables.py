@@ -1,5 +1,6 @@
-"""Postgres tables: operations (one row per operation, fenced by version) and
-operation_events (append-only, hash-chained per operation)."""
+"""Postgres tables: operations (one wide row per operation) beside its narrow hot row
+(operation_timers: the timer, the counters and the version every write is fenced by),
+and operation_events (append-only, hash-chained per operation)."""
 
 from __future__ import annotations
 
