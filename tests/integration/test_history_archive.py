@@ -151,7 +151,7 @@ def _insert_at_0021(url: str, created: datetime) -> uuid.UUID:
             )
         session.execute(
             text(
-                "UPDATE operation_timers SET event_count = 3, last_event_hash = :h "
+                "UPDATE operations SET event_count = 3, last_event_hash = :h "
                 "WHERE operation_id = :id"
             ),
             {"h": chained[-1].hash, "id": row.operation_id},
