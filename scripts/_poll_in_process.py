@@ -90,7 +90,8 @@ def in_process_mode(args: argparse.Namespace) -> int:
         with engine.begin() as conn:
             conn.execute(
                 sql(
-                    "UPDATE operations SET poll_attempt = poll_attempt + 1 WHERE operation_id = :id"
+                    "UPDATE operation_timers SET poll_attempt = poll_attempt + 1"
+                    " WHERE operation_id = :id"
                 ),
                 {"id": op},
             )

@@ -36,7 +36,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import Table
 
-from jobwarden.models.persistence.tables import EventRow, OperationRow, TimerRow
+from jobwarden.models.persistence.tables import HOT_COLUMNS, EventRow, OperationRow, TimerRow
 from jobwarden.models.states import OperationState as S
 
 FILLER_TENANT = "filler"
@@ -152,6 +152,8 @@ TIMER_FILLERS: dict[str, Callable[[FillerOp], str]] = {
     "next_poll_at": lambda op: (
         (PARKED_UNTIL + timedelta(seconds=op.n)).isoformat() if op.active else NULL
     ),
+    # What a poll changes lives in the hot row (0033): filled as the operation row was.
+    **{name: fill for name, fill in OPERATION_FILLERS.items() if name in HOT_COLUMNS},
 }
 
 # Per event: (operation, seq) to its text value in COPY's text format.

@@ -118,8 +118,10 @@ def _write_cost(url: str, writes: int) -> None:
         # The fill leaves event_count at 1; a write chains after the last event.
         conn.execute(
             text(
-                "UPDATE operations o SET event_count = (SELECT max(seq) FROM operation_events e"
-                " WHERE e.operation_id = o.operation_id) WHERE state = 'observing'"
+                "UPDATE operation_timers t SET event_count ="
+                " (SELECT max(seq) FROM operation_events e WHERE e.operation_id = t.operation_id)"
+                " WHERE t.operation_id IN"
+                " (SELECT operation_id FROM operations WHERE state = 'observing')"
             )
         )
         ids = list(

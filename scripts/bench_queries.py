@@ -33,14 +33,13 @@ BIG = "tenant-0"
 
 # Row i's columns, as SQL over the series value i (deterministic, so runs compare).
 FILL = """
+WITH inserted AS (
 INSERT INTO operations (
     operation_id, tenant, provider, idempotency_key, provider_token, request_fingerprint,
-    method, route, command, remote_job_id, status_url, state, version, trace_id,
+    method, route, command, remote_job_id, status_url, state, trace_id,
     requested_by, authorized_by, created_at, create_deadline, result_deadline,
-    create_attempts, status_requests_used, max_status_requests, transport_failures_used,
-    max_transport_failures, consecutive_rate_limited, poll_attempt, extensions_used,
-    step_failures, result_fetch_attempts, escalation_reason, event_count, last_event_hash,
-    updated_at, state_since)
+    create_attempts, max_transport_failures, extensions_used,
+    step_failures, result_fetch_attempts, escalation_reason, state_since)
 SELECT
     md5('op' || i)::uuid,
     CASE WHEN i % 10 < 6 THEN 'tenant-0' ELSE 'tenant-' || (1 + i % 9) END,
@@ -50,15 +49,14 @@ SELECT
     md5('fp' || i) || md5('fp2' || i),
     'POST', '/v1/jobs', '{"n": 1}'::jsonb,
     'job_' || i, '/v1/jobs/job_' || i,
-    s.state, 1, substr(md5('tr' || i), 1, 32),
+    s.state, substr(md5('tr' || i), 1, 32),
     'submitter', 'submitter',
     t.created, t.created + interval '5 minutes', t.created + interval '1 hour',
-    1, 3, 200, 0, 10, 0, 3, 0, 0, 0,
+    1, 10, 0, 0, 0,
     CASE WHEN s.state IN ('escalated', 'result_timed_out', 'cancellation_unconfirmed')
          THEN (ARRAY['unknown_state', 'request_budget_exhausted', 'rate_limited',
                      'deadline_exceeded'])[1 + (i / 3) % 4] END,
-    1, md5('head' || i) || md5('head2' || i),
-    t.created + interval '10 minutes', t.created + interval '10 minutes'
+    t.created + interval '10 minutes'
 FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS i,
 LATERAL (SELECT timestamptz '2026-01-01 00:00+00' + (i * interval '2 seconds') AS created) t,
 LATERAL (SELECT CASE
@@ -68,6 +66,16 @@ LATERAL (SELECT CASE
     WHEN i % 100 < 5 THEN 'observing'
     WHEN i % 100 < 8 THEN 'failed'
     ELSE 'succeeded' END AS state) s
+RETURNING operation_id, created_at)
+-- What a poll changes, in the hot row (0033).
+INSERT INTO operation_timers (
+    operation_id, version, status_requests_used, max_status_requests,
+    transport_failures_used, consecutive_rate_limited, poll_attempt, event_count,
+    last_event_hash, updated_at)
+SELECT operation_id, 1, 3, 200, 0, 0, 3, 1,
+    md5('head' || operation_id) || md5('head2' || operation_id),
+    created_at + interval '10 minutes'
+FROM inserted
 """
 
 
@@ -90,10 +98,10 @@ def _indexes(plan: Any) -> set[str]:
     return found
 
 
-# What a poll's fenced write changes on the operations row (tasks/steps.py); the timer is
-# in operation_timers (0021), so no indexed column moves and the update may be HOT.
+# What a poll's fenced write changes: its hot row (operation_timers, 0033), not the
+# operations row the queries read.
 POLL_WRITE = """
-UPDATE operations SET status_requests_used = status_requests_used,
+UPDATE operation_timers SET status_requests_used = status_requests_used,
     version = version + 1, updated_at = now()
 WHERE operation_id = md5('op' || :i)::uuid
 """

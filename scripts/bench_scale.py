@@ -98,8 +98,8 @@ def _explain(label: str, plans: dict[str, list[str]]) -> Callable[[str, list[str
         out: list[str] = []
         with psycopg.connect(_dsn(database_url), row_factory=dict_row) as conn:
             row = conn.execute(
-                "SELECT o.*, t.next_poll_at, t.dispatched_at FROM operations o"
-                " LEFT JOIN operation_timers t USING (operation_id) WHERE operation_id = %s",
+                "SELECT o.*, t.* FROM operations o"
+                " JOIN operation_timers t USING (operation_id) WHERE operation_id = %s",
                 (op_id,),
             ).fetchone()
             last = conn.execute(

@@ -79,14 +79,29 @@ def _clone(database_url: str, prototype: str, count: int, due: bool) -> None:
         names = ", ".join(columns)
         values = ", ".join(override.get(c, c) for c in columns)
         timer = "now() - interval '1 hour'" if due else "now() + interval '1 day'"
-        # Each copy with its timer row (operation_timers, 0021), in the same statement.
+        # The hot row's columns other than the timer (0033), copied from the prototype's.
+        hot = [
+            c
+            for (c,) in session.execute(
+                text(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_name = 'operation_timers' AND column_name NOT IN "
+                    "('operation_id', 'next_poll_at', 'dispatched_at') ORDER BY ordinal_position"
+                )
+            ).all()
+        ]
+        hot_names = "".join(f", {c}" for c in hot)
+        hot_values = "".join(f", p.{c}" for c in hot)
+        # Each copy with its hot row (operation_timers, 0021 and 0033), in the same statement.
         session.execute(
             text(
                 f"WITH copies AS (INSERT INTO operations ({names}) SELECT {values} "
                 "FROM operations, generate_series(1, :n) AS g WHERE operation_id = :proto "
                 "RETURNING operation_id) "
-                "INSERT INTO operation_timers (operation_id, next_poll_at, dispatched_at) "
-                f"SELECT operation_id, {timer}, NULL FROM copies"
+                "INSERT INTO operation_timers (operation_id, next_poll_at, dispatched_at"
+                f"{hot_names}) "
+                f"SELECT c.operation_id, {timer}, NULL{hot_values} FROM copies c "
+                "JOIN operation_timers p ON p.operation_id = :proto"
             ),
             {"n": count, "proto": prototype, "tag": secrets.token_hex(4)},
         )

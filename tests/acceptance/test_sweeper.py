@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import update
 
 from jobwarden.models.persistence.db import transaction
-from jobwarden.models.persistence.tables import OperationRow, TimerRow
+from jobwarden.models.persistence.tables import TimerRow
 from tests.acceptance.conftest import Pipeline
 
 pytestmark = pytest.mark.usefixtures("stack")
@@ -35,16 +35,15 @@ def test_every_parked_operation_that_comes_due_is_woken_by_the_sweeper_and_run(
     # wake-up was ever handed to the broker.
     ids = [uuid.UUID(op) for op in ops]
     with transaction(pipeline.database_url) as session:
-        session.execute(
-            update(OperationRow)
-            .where(OperationRow.operation_id.in_(ids))
-            .values(poll_not_before=OperationRow.created_at)
-        )
-        # The timer lives in operation_timers (0021).
+        # The timer and the provider's hint live in the hot row, operation_timers (0033).
         session.execute(
             update(TimerRow)
             .where(TimerRow.operation_id.in_(ids))
-            .values(next_poll_at=datetime.now(UTC) - timedelta(hours=1), dispatched_at=None)
+            .values(
+                next_poll_at=datetime.now(UTC) - timedelta(hours=1),
+                dispatched_at=None,
+                poll_not_before=datetime.now(UTC) - timedelta(hours=1),
+            )
         )
     for op in ops:
         assert pipeline.wait_state(op, timeout=60).state == "succeeded"

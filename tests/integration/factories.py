@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import fields, replace
 from datetime import datetime
 from functools import cache
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
-from sqlalchemy import Table, insert
+from sqlalchemy import column, insert, table
 from sqlalchemy.orm import Session
 
 from jobwarden.models.contracts.contract import ProviderContract
@@ -32,7 +32,7 @@ from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import intake_store
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.db import transaction
-from jobwarden.models.persistence.tables import TIMER_COLUMNS, OperationRow, TimerRow
+from jobwarden.models.persistence.tables import HOT_COLUMNS, OperationRow, TimerRow
 from jobwarden.models.plan import Plan
 from jobwarden.models.states import OperationState as S
 from tests.unit.factories import SHIPPED
@@ -150,16 +150,23 @@ def insert_in(
 
 
 def insert_legacy_row(
-    session: Session, op: Operation, *, absent: frozenset[str] = frozenset()
+    session: Session,
+    op: Operation,
+    *,
+    absent: frozenset[str] = frozenset(),
+    before_0033: bool = False,
 ) -> None:
     """``op``'s row and timer as code before today's wrote them, without any event: for
     tests of what older revisions left behind (no row digests, an older table).
 
     ``absent``: columns that revision's table did not have yet (NULL here, so the row
-    digest is the same). Plain INSERTs: the row's history is the test's to write.
+    digest is the same). ``before_0033``: the timer row holds only the timer and the
+    operations row everything else, as before the hot row. Plain INSERTs: the row's
+    history is the test's to write.
     """
-    operations = cast(Table, OperationRow.__table__)
-    values = {c.name: getattr(op, c.name) for c in operations.c if c.name not in absent}
+    hot = ("next_poll_at", "dispatched_at") if before_0033 else tuple(sorted(HOT_COLUMNS))
+    types = {c.name: c.type for t in (OperationRow.__table__, TimerRow.__table__) for c in t.c}
+    values = {c: getattr(op, c) for c in types if c not in absent}
     values |= {
         "state": op.state.value,
         "version": 1,
@@ -167,8 +174,9 @@ def insert_legacy_row(
         "last_event_hash": GENESIS_HASH,
         "state_since": op.updated_at,
     }
-    session.execute(insert(operations).values({k: v for k, v in values.items() if v is not None}))
-    timer = {name: getattr(op, name) for name in TIMER_COLUMNS}
-    session.execute(
-        insert(cast(Table, TimerRow.__table__)).values(operation_id=op.operation_id, **timer)
-    )
+    written = {k: v for k, v in values.items() if v is not None and k not in hot}
+    operations = table("operations", *(column(k, types[k]) for k in written))
+    session.execute(insert(operations).values(written))
+    timer = {k: v for k, v in values.items() if v is not None and k in hot}
+    timers = table("operation_timers", *(column(k, types[k]) for k in ("operation_id", *timer)))
+    session.execute(insert(timers).values(operation_id=op.operation_id, **timer))

@@ -131,7 +131,7 @@ def _insert_at_0021(url: str, created: datetime) -> uuid.UUID:
     row, _ = _new_row(S.failed, created_at=created, updated_at=created, next_poll_at=None)
     with transaction(url) as session:
         # The row only: 0021's events differ.
-        insert_legacy_row(session, row, absent=AFTER_0021)
+        insert_legacy_row(session, row, absent=AFTER_0021, before_0033=True)
         digest = row_digest({name: getattr(row, name) for name in ROW_FACTS})
         chained = chain(
             str(row.operation_id),

@@ -25,7 +25,7 @@ from jobwarden.config.settings import get_settings
 from jobwarden.models.errors import InvalidSubmissionError
 from jobwarden.models.intake.fingerprint import EXACT_INTEGER, canonical_command
 from jobwarden.models.persistence.db import transaction
-from jobwarden.models.persistence.tables import EventRow, OperationRow
+from jobwarden.models.persistence.tables import EventRow, OperationRow, TimerRow
 from jobwarden.tasks.intake import (
     SubmitOutcome,
     SubmitResult,
@@ -299,7 +299,10 @@ def test_limits_at_the_column_lengths_are_accepted_and_stored_as_given(
     rows, kinds = _written(database_url, prefix)
     assert kinds == ["intent_recorded"]
     (row,) = rows
-    assert (row.method, row.max_status_requests, row.cancel_window_seconds) == ("PATCH", 10**6, 0.5)
+    assert (row.method, row.cancel_window_seconds) == ("PATCH", 0.5)
+    with transaction(database_url) as session:
+        hot = session.get(TimerRow, row.operation_id)  # the budget's row (0033)
+        assert hot is not None and hot.max_status_requests == 10**6
     assert row.command == request["command"]
 
 

@@ -146,7 +146,8 @@ def _recount(url: str, provider: str) -> dict[str, Any]:
         status, creates = session.execute(
             text(
                 "SELECT coalesce(sum(status_requests_used), 0) - count(reserved_request), "
-                "coalesce(sum(create_attempts), 0) FROM operations WHERE provider = :p"
+                "coalesce(sum(create_attempts), 0) "
+                "FROM operations JOIN operation_timers USING (operation_id) WHERE provider = :p"
             ),
             {"p": provider},
         ).one()

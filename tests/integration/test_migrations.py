@@ -325,7 +325,90 @@ def test_0028_gives_every_existing_row_the_kind_of_its_newest_event() -> None:
         assert kinds() == written
         with transaction(url) as session:
             empty = session.scalar(
-                text("SELECT count(*) FROM operations WHERE last_event_kind IS NULL")
+                text("SELECT count(*) FROM operation_timers WHERE last_event_kind IS NULL")
             )
         assert empty == 0
+        dispose_all()
+
+
+def test_0033_moves_what_a_poll_changes_to_the_hot_row_and_back() -> None:
+    # Its own database: a polled operation and an ended one, written by today's code (the
+    # counters, the chain head, the last reading in the hot row), migrated back to 0031
+    # (all of it on the operations row, with its checks and the ended tally's trigger)
+    # and up again: every snapshot reads as it did, and the tallies still count.
+    from alembic import command
+
+    from jobwarden.models.history.chain import EventDraft, EventKind
+    from jobwarden.models.operation import RowChanges
+    from jobwarden.models.persistence import store
+    from jobwarden.models.persistence.db import dispose_all, step_session, transaction
+    from jobwarden.models.persistence.migrate import alembic_config, upgrade
+    from jobwarden.models.states import OperationState as S
+    from tests.conftest import scratch_database
+    from tests.integration.api_helpers import NOW, tenant_name
+    from tests.integration.notify_helpers import insert_operation
+
+    with scratch_database("jobwarden_m33") as url:
+        upgrade(url)
+        tenant = tenant_name()
+        polled = insert_operation(url, tenant, S.observing, NOW)
+        ended = insert_operation(url, tenant, S.observing, NOW)
+        with step_session(url) as session:
+            op = store.load(session, polled)
+            assert op is not None
+            seen = EventDraft(kind=EventKind.polled, actor="w", at=NOW)
+            reading: RowChanges = {
+                "status_requests_used": 3,
+                "reserved_request": 3,
+                "poll_attempt": 2,
+                "last_remote_state": "running",
+                "progress": 0.25,
+                "last_http_status": 200,
+            }
+            store.fenced_update(session, op, changes=reading, drafts=[seen], now=NOW)
+            op = store.load(session, ended)
+            assert op is not None
+            failed = EventDraft(
+                kind=EventKind.decision,
+                actor="w",
+                at=NOW,
+                from_state="observing",
+                to_state="failed",
+            )
+            changes: RowChanges = {
+                "state": S.failed,
+                "status_requests_used": 4,
+                "next_poll_at": None,
+            }
+            store.fenced_update(session, op, changes=changes, drafts=[failed], now=NOW)
+
+        def snapshots() -> dict[uuid.UUID, object]:
+            with transaction(url) as session:
+                return {op_id: store.load(session, op_id) for op_id in (polled, ended)}
+
+        def spent_on_ended() -> object:
+            with transaction(url) as session:
+                return session.scalar(
+                    text(
+                        "SELECT sum(status_requests) FROM ended_operation_deltas "
+                        "WHERE state = 'failed'"
+                    )
+                )
+
+        written = snapshots()
+        assert spent_on_ended() == 4  # the trigger read the counters from the hot row
+        dispose_all()
+        command.downgrade(alembic_config(url), "0031")
+        with transaction(url) as session:
+            back = session.execute(
+                text(
+                    "SELECT status_requests_used, reserved_request, poll_attempt, version, "
+                    "last_remote_state FROM operations WHERE operation_id = :id"
+                ),
+                {"id": polled},
+            ).one()
+        assert tuple(back) == (3, 3, 2, 2, "running")
+        dispose_all()
+        upgrade(url)
+        assert snapshots() == written
         dispose_all()

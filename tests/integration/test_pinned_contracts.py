@@ -127,7 +127,7 @@ def _due_now(database_url: str, op_id: uuid.UUID) -> None:
             {"id": op_id},
         )
         session.execute(
-            text("UPDATE operations SET poll_not_before = NULL WHERE operation_id = :id"),
+            text("UPDATE operation_timers SET poll_not_before = NULL WHERE operation_id = :id"),
             {"id": op_id},
         )
 

@@ -27,7 +27,7 @@ from jobwarden.models.history.row_facts import ROW_FACTS, row_digest
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence import store
 from jobwarden.models.persistence.db import engine_for, transaction
-from jobwarden.models.persistence.tables import EventRow
+from jobwarden.models.persistence.tables import HOT_COLUMNS, EventRow
 from jobwarden.models.plan import Plan, StoredResult
 from jobwarden.models.results.validation import ResultVerdict
 from jobwarden.models.states import OperationState as S
@@ -269,7 +269,7 @@ def test_a_history_written_before_row_digests_verifies_and_says_the_row_is_unbou
             },
         )
         conn.execute(
-            text(ROW.format("event_count = 1, last_event_hash = :h")),
+            text(HOT.format("event_count = 1, last_event_hash = :h")),
             {"h": old_hash, "id": row.operation_id},
         )
     done = _cli("verify", str(row.operation_id))
@@ -282,6 +282,8 @@ def test_a_history_written_before_row_digests_verifies_and_says_the_row_is_unbou
 
 EVENTS = "UPDATE operation_events SET {} WHERE operation_id = :id AND seq = {}"
 ROW = "UPDATE operations SET {} WHERE operation_id = :id"
+# What a poll changes, the chain head among it, is in the hot row (0033).
+HOT = "UPDATE operation_timers SET {} WHERE operation_id = :id"
 THIS_EVENT = "this event recorded"
 SINCE = "a bound field was changed since"
 ROW_DIFFERS = f"event {SEQ_COLLECTED}: operations row differs from the row this event recorded"
@@ -324,7 +326,7 @@ TAMPERS: list[tuple[str, list[str], list[str]]] = [
         "delete_the_last_event_and_set_the_head_back",
         [
             f"DELETE FROM operation_events WHERE operation_id = :id AND seq = {SEQ_COLLECTED}",
-            ROW.format(
+            HOT.format(
                 f"event_count = {SEQ_DECISION}, last_event_hash = (SELECT hash FROM "
                 f"operation_events WHERE operation_id = :id AND seq = {SEQ_DECISION})"
             ),
@@ -339,7 +341,7 @@ TAMPERS: list[tuple[str, list[str], list[str]]] = [
         "delete_all_events_and_reset_the_head",
         [
             "DELETE FROM operation_events WHERE operation_id = :id",
-            ROW.format("event_count = 0, last_event_hash = repeat('0', 64)"),
+            HOT.format("event_count = 0, last_event_hash = repeat('0', 64)"),
         ],
         [
             "no events: the history is empty",
@@ -357,7 +359,11 @@ TAMPERS: list[tuple[str, list[str], list[str]]] = [
         [f"{ROW_DIFFERS} (request_fingerprint differs from the one the intent recorded)"],
     ),
     *(
-        (f"row_{name}", [ROW.format(f"{name} = {value}")], [f"{ROW_DIFFERS} ({SINCE})"])
+        (
+            f"row_{name}",
+            [(HOT if name in HOT_COLUMNS else ROW).format(f"{name} = {value}")],
+            [f"{ROW_DIFFERS} ({SINCE})"],
+        )
         for name, value in [
             ("remote_job_id", "'job_2'"),
             ("provider_token", "'jw-' || md5(random()::text)"),
@@ -459,7 +465,7 @@ def _rewrite_consistently(url: str, op_id: uuid.UUID) -> None:
         conn.execute(text("DELETE FROM operation_events WHERE operation_id = :id"), {"id": op_id})
         conn.execute(insert(store.EVENTS), store._event_rows(forged, op.created_at))
         conn.execute(
-            text("UPDATE operations SET last_event_hash = :h WHERE operation_id = :id"),
+            text("UPDATE operation_timers SET last_event_hash = :h WHERE operation_id = :id"),
             {"h": forged[-1].hash, "id": op_id},
         )
         conn.execute(text("ALTER TABLE operation_events ENABLE TRIGGER USER"))

@@ -400,7 +400,7 @@ def test_a_burst_of_deliveries_wakes_one_status_read_per_interval_not_one_each(
             if timer.next_poll_at is not None and timer.next_poll_at <= utcnow():
                 reads += 1
                 timer.next_poll_at = utcnow() + timedelta(minutes=10)
-                row.version += 1
+                timer.version += 1
     interval = timedelta(seconds=10)  # the [webhook] default
     assert utcnow() - started < interval, "the burst must fit one interval for this count"
     assert reads == 1

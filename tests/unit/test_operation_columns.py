@@ -21,7 +21,7 @@ from sqlalchemy import Table
 from jobwarden.api import queries
 from jobwarden.models.intake.intent import Intake, open_operation
 from jobwarden.models.operation import COLUMNS, Operation
-from jobwarden.models.persistence.tables import TIMER_COLUMNS, OperationRow, TimerRow
+from jobwarden.models.persistence.tables import HOT_COLUMNS, OperationRow, TimerRow
 from tests.unit.factories import NOW, contract, submission
 
 # Columns the operation view does not show, each with why: a new column must be shown
@@ -60,8 +60,8 @@ KEPT_BACK = {
 def test_the_table_holds_the_snapshots_columns_and_no_other() -> None:
     operations = cast(Table, OperationRow.__table__)
     timers = cast(Table, TimerRow.__table__)
-    assert set(operations.c.keys()) | TIMER_COLUMNS == COLUMNS
-    assert set(timers.c.keys()) == TIMER_COLUMNS | {"operation_id"}
+    assert set(operations.c.keys()) | HOT_COLUMNS == COLUMNS
+    assert set(timers.c.keys()) == HOT_COLUMNS | {"operation_id"}
     assert {f.name for f in fields(Operation)} - {"hold"} == COLUMNS
 
 

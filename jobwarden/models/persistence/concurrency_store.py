@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from jobwarden.models.concurrency import Occupancy
 from jobwarden.models.operation import Operation
-from jobwarden.models.persistence.tables import OPERATION_WITH_TIMER, OperationRow
+from jobwarden.models.persistence.tables import OPERATION_WITH_TIMER, OperationRow, TimerRow
 from jobwarden.models.states import TERMINAL, WAITING_FOR_ROOM, OperationState
 
 OPERATIONS = OperationRow.__table__
@@ -75,7 +75,7 @@ def last_ended(session: Session, tenant: str, key: str) -> Operation | None:
     found = session.execute(
         OPERATION_WITH_TIMER.where(_of_key(tenant, key))
         .where(OPERATIONS.c.state.in_(_TERMINAL))
-        .order_by(OPERATIONS.c.updated_at.desc())
+        .order_by(TimerRow.updated_at.desc())
         .limit(1)
     ).first()
     return Operation.from_mapping(dict(found._mapping)) if found is not None else None

@@ -103,8 +103,9 @@ def held_operations(session: Session, partition: str) -> list[HeldOperation]:
     """The operations whose events ``partition`` holds, as their rows say now."""
     rows = session.execute(
         text(
-            "SELECT o.operation_id, o.state, o.updated_at, o.event_count, o.last_event_hash "
-            "FROM operations o WHERE o.operation_id IN "
+            "SELECT o.operation_id, o.state, t.updated_at, t.event_count, t.last_event_hash "
+            "FROM operations o JOIN operation_timers t USING (operation_id) "
+            "WHERE o.operation_id IN "
             f"(SELECT DISTINCT operation_id FROM {_qualified(partition)}) "
             "ORDER BY o.operation_id"
         )

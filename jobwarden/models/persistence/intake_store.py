@@ -46,7 +46,7 @@ from jobwarden.models.persistence import answer_tallies, outbox
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.api_tables import IntakeLogRow
 from jobwarden.models.persistence.db import driver_execute, raw_execute, wrap_exceptions
-from jobwarden.models.persistence.tables import TIMER_COLUMNS, EventRow, OperationRow
+from jobwarden.models.persistence.tables import HOT_COLUMNS, EventRow, OperationRow, TimerRow
 from jobwarden.models.plan import Plan
 
 # Postgres's lock_not_available: the lock timeout ran out while a concurrent, still
@@ -54,6 +54,7 @@ from jobwarden.models.plan import Plan
 LOCK_NOT_AVAILABLE: Final = "55P03"
 
 OPERATIONS = cast(Table, OperationRow.__table__)
+TIMERS = cast(Table, TimerRow.__table__)
 EVENTS = cast(Table, EventRow.__table__)
 INTAKE_LOG = cast(Table, IntakeLogRow.__table__)
 _PG = postgresql.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it untyped
@@ -70,11 +71,12 @@ def _casts(table: Table, generated: str) -> dict[str, str]:
 
 
 _OPERATION_CASTS: Final = _casts(OPERATIONS, "")
+_HOT_CASTS: Final = _casts(TIMERS, "operation_id")
 _EVENT_CASTS: Final = _casts(EVENTS, "event_id")
 _ENTRY_CASTS: Final = _casts(INTAKE_LOG, "entry_id")
 _JSON: Final = frozenset(
     f"{prefix}{c.name}"
-    for prefix, table in (("o_", OPERATIONS), ("e_", EVENTS), ("l_", INTAKE_LOG))
+    for prefix, table in (("o_", OPERATIONS), ("t_", TIMERS), ("e_", EVENTS), ("l_", INTAKE_LOG))
     for c in table.c
     if isinstance(c.type, JSONB)
 )
@@ -143,15 +145,13 @@ def _claim_sql(
     pinned: bool = False,
     answers: int = 0,
 ) -> str:
-    unknown = set(columns) - set(_OPERATION_CASTS) - TIMER_COLUMNS
+    unknown = set(columns) - set(_OPERATION_CASTS) - HOT_COLUMNS
     if unknown:
         raise ValueError(f"not operation columns: {', '.join(sorted(unknown))}")
-    row = [c for c in columns if c not in TIMER_COLUMNS]
+    row = [c for c in columns if c not in HOT_COLUMNS]
     op_names = ", ".join(f'"{c}"' for c in row)
     op_values = ", ".join(f"%(o_{c})s::{_OPERATION_CASTS[c]}" for c in row)
-    timer = sorted(TIMER_COLUMNS)
-    timer_names = ", ".join(f'"{c}"' for c in timer)
-    timer_values = ", ".join(f"%(t_{c})s::timestamptz" for c in timer)
+    timer_names, timer_values = _select("t_", _HOT_CASTS)
     event_names = ", ".join(f'"{c}"' for c in _EVENT_CASTS)
     event_rows = " UNION ALL ".join(
         "SELECT " + _select(f"e{i}_", _EVENT_CASTS)[1] + " FROM claimed" for i in range(events)
@@ -160,7 +160,7 @@ def _claim_sql(
     return (
         f"WITH claimed AS (INSERT INTO operations ({op_names}) VALUES ({op_values}) "
         "ON CONFLICT DO NOTHING RETURNING operation_id), "
-        # Every operation has its timer row from the start (tables.TimerRow).
+        # Every operation has its hot row from the start (tables.TimerRow).
         f"timer AS (INSERT INTO operation_timers (operation_id, {timer_names}) "
         f"SELECT operation_id, {timer_values} FROM claimed), "
         f"first_event AS (INSERT INTO operation_events ({event_names}) {event_rows}), "
@@ -175,8 +175,14 @@ def _claim_sql(
 
 def _default(name: str) -> Any:
     """What the column holds when an insert leaves it out (its scalar default, else NULL)."""
-    default = OPERATIONS.c[name].default
+    table = TIMERS if name in HOT_COLUMNS else OPERATIONS
+    default = table.c[name].default
     return default.arg if default is not None and default.is_scalar else None  # type: ignore[attr-defined]
+
+
+def _hot_value(name: str, columns: Mapping[str, Any]) -> Any:
+    """The hot row's column as the insert writes it: the operation's value, else its default."""
+    return columns[name] if name in columns else _default(name)
 
 
 def _bound(name: str, value: Any) -> Any:
@@ -267,8 +273,8 @@ def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the
     # The newest event's kind is held as its enum; its column holds the text (0028).
     columns = {**values, **row, **head, "last_event_kind": chained[-1].draft.kind.value}
     entry = {name: getattr(created, name) for name in _ENTRY_CASTS}
-    params = {f"o_{c}": _bound(f"o_{c}", v) for c, v in columns.items() if c not in TIMER_COLUMNS}
-    params.update({f"t_{c}": columns.get(c) for c in TIMER_COLUMNS})
+    params = {f"o_{c}": _bound(f"o_{c}", v) for c, v in columns.items() if c not in HOT_COLUMNS}
+    params.update({f"t_{c}": _hot_value(c, columns) for c in _HOT_CASTS})
     for i, event in enumerate(chained):
         fields = _event_row(event, columns["created_at"])
         params.update({f"e{i}_{c}": _bound(f"e_{c}", fields[c]) for c in _EVENT_CASTS})

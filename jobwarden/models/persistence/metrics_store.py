@@ -109,7 +109,8 @@ SELECT provider, state, sum(operations), sum(status_requests), sum(create_attemp
     SELECT provider, state, count(*) AS operations,
         coalesce(sum(status_requests_used), 0) - count(reserved_request) AS status_requests,
         coalesce(sum(create_attempts), 0) AS create_attempts
-    FROM operations WHERE state NOT IN ({ENDED_STATE_VALUES}) GROUP BY provider, state
+    FROM operations JOIN operation_timers USING (operation_id)
+    WHERE state NOT IN ({ENDED_STATE_VALUES}) GROUP BY provider, state
     UNION ALL
     SELECT provider, state, operations, status_requests, create_attempts
     FROM ended_operation_tallies
@@ -140,7 +141,8 @@ def waiting_escalations(session: Session) -> list[WaitingEscalations]:
     rows = session.execute(
         text(
             "SELECT provider, coalesce(escalation_reason, state), count(*), min(updated_at)"
-            f" FROM operations WHERE state IN ({stopped})"
+            " FROM operations JOIN operation_timers USING (operation_id)"
+            f" WHERE state IN ({stopped})"
             " GROUP BY 1, 2 ORDER BY 1, 2"
         )
     )

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from jobwarden.models.humans.notifications import CHANNELS, DeliveryStatus, Notice, NotificationKind
 from jobwarden.models.operation import Operation
 from jobwarden.models.persistence.notification_tables import NotificationRow
-from jobwarden.models.persistence.tables import OperationRow, TimerRow
+from jobwarden.models.persistence.tables import HOT_SELECTED, OperationRow, TimerRow
 from jobwarden.models.states import OperationState
 
 NOTIFICATIONS = cast(Table, NotificationRow.__table__)
@@ -150,7 +150,7 @@ def expiring(session: Session, *, now: datetime, lead: timedelta, limit: int) ->
     )
     # The window's end is the operation's timer (operation_timers, beside the row).
     rows = session.execute(
-        select(OPERATIONS, TIMERS.c.next_poll_at, TIMERS.c.dispatched_at)
+        select(OPERATIONS, *HOT_SELECTED)
         .join(TIMERS, TIMERS.c.operation_id == OPERATIONS.c.operation_id)
         .where(OPERATIONS.c.state == OperationState.awaiting_approval.value)
         .where(TIMERS.c.next_poll_at > now)
@@ -159,7 +159,7 @@ def expiring(session: Session, *, now: datetime, lead: timedelta, limit: int) ->
         .order_by(TIMERS.c.next_poll_at)
         .limit(limit)
     ).all()
-    return [Operation.from_mapping({**r._mapping, "last_event_kind": None}) for r in rows]
+    return [Operation.from_mapping(dict(r._mapping)) for r in rows]
 
 
 def add(session: Session, notices: list[Notice]) -> int:

@@ -50,7 +50,9 @@ from jobwarden.models.persistence.db import driver_execute
 from jobwarden.models.persistence.tables import (
     ACTIVE_STATES,
     HOLD,
-    TIMER_COLUMNS,
+    HOT_COLUMNS,
+    HOT_JOIN,
+    HOT_SELECTED,
     EventRow,
     OperationRow,
     ResultRow,
@@ -66,15 +68,13 @@ RESULTS = cast(Table, ResultRow.__table__)
 TIMERS = cast(Table, TimerRow.__table__)
 _PG = psycopg_dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it untyped
 
-# The timer lives in its own narrow row (tables.TimerRow: polls stay HOT updates); a
-# snapshot reads it with the row, and a row without one (none yet) reads as no timer.
-# The newest event's kind is a column of the row (0028): a create_sent with nothing after
-# it is how a lost send is recognised, and reading it from the partitioned history cost
-# every load a third of its Postgres time (the subquery's partitions opened each time).
+# What a poll changes lives in the operation's narrow hot row (tables.TimerRow, 0033: the
+# timer, the version, the chain head, the counters); a snapshot reads it joined to the
+# wide row, one statement. The newest event's kind is a column of the hot row (0028): a
+# create_sent with nothing after it is how a lost send is recognised, and reading it
+# from the partitioned history cost every load a third of its Postgres time.
 # The active pause covering the operation rides on the same SELECT (HOLD, 0030).
-_LOAD = select(OPERATIONS, TIMERS.c.next_poll_at, TIMERS.c.dispatched_at, HOLD).select_from(
-    OPERATIONS.outerjoin(TIMERS, TIMERS.c.operation_id == OPERATIONS.c.operation_id)
-)
+_LOAD = select(OPERATIONS, *HOT_SELECTED, HOLD).select_from(HOT_JOIN)
 
 
 def _event_rows(events: Sequence[ChainedEvent], created_at: datetime) -> list[dict[str, Any]]:
@@ -114,46 +114,34 @@ _JSON_COLUMNS: Final = frozenset(
 )
 
 
-def _timer_upsert(columns: tuple[str, ...]) -> str:
-    """The timer row's write, for the operation the fenced update matched (none: nothing).
-
-    An upsert, so an operation inserted before it had a timer row still gets one.
-    """
-    names = ", ".join(f'"{c}"' for c in columns)
-    values = ", ".join(f"%(set_{c})s::timestamptz" for c in columns)
-    sets = ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in columns)
-    return (
-        f"INSERT INTO operation_timers (operation_id, {names}) "
-        f"SELECT operation_id, {values} FROM fenced "
-        f"ON CONFLICT (operation_id) DO UPDATE SET {sets}"
-    )
-
-
 @lru_cache(maxsize=512)
 def _fenced_sql(
     columns: tuple[str, ...], events: int, notifications: int = 0, answers: int = 0
 ) -> str:
     """The fenced write as one statement, per shape (which columns, how many events).
 
-    ``WITH fenced AS (UPDATE ... RETURNING) INSERT events SELECT ... WHERE EXISTS (fenced)``:
-    the events land only if the version matched. The timer columns go to operation_timers
-    in one more CTE of the same statement, so the operations row changes no indexed
-    column on a poll (a HOT update). Built as text once per shape, because composing and
-    compiling it per poll cost more CPU than the rest of the write.
+    ``WITH fenced AS (UPDATE operation_timers ... WHERE version = :v RETURNING)``: the
+    compare-and-set is on the hot row, whose version is the operation's (0033). The
+    columns of the wide operations row, when the write changes any (a poll that waits
+    changes none), are updated by one more CTE ``WHERE EXISTS (fenced)``, and the events
+    are inserted ``WHERE EXISTS (fenced)``: nothing lands unless the version matched.
+    Built as text once per shape, because composing and compiling it per poll cost more
+    CPU than the rest of the write.
     """
-    timer = tuple(c for c in columns if c in TIMER_COLUMNS)
-    sets = ", ".join(f'"{c}" = %(set_{c})s' for c in columns if c not in TIMER_COLUMNS)
+    hot = ", ".join(f'"{c}" = %(set_{c})s' for c in columns if c in HOT_COLUMNS)
+    cold = ", ".join(f'"{c}" = %(set_{c})s' for c in columns if c not in HOT_COLUMNS)
     fenced = (
-        f"UPDATE operations SET {sets} "
+        f"UPDATE operation_timers SET {hot} "
         "WHERE operation_id = %(fenced_id)s AND version = %(fenced_version)s"
     )
+    cold_update = (
+        f"UPDATE operations SET {cold} "
+        "WHERE operation_id = %(fenced_id)s AND EXISTS (SELECT 1 FROM fenced)"
+    )
     if not events:
-        # Its row count says whether the version matched: the upsert's, else the update's.
-        return (
-            f"WITH fenced AS ({fenced} RETURNING operation_id) {_timer_upsert(timer)}"
-            if timer
-            else fenced
-        )
+        # Its row count says whether the version matched: the wide row's update, else the
+        # hot row's.
+        return f"WITH fenced AS ({fenced} RETURNING operation_id) {cold_update}" if cold else fenced
     names = ", ".join(f'"{c}"' for c in _EVENT_CASTS)
     rows = " UNION ALL ".join(
         "SELECT "
@@ -162,8 +150,8 @@ def _fenced_sql(
         for i in range(events)
     )
     ctes = [f"fenced AS ({fenced} RETURNING operation_id)"]
-    if timer:
-        ctes.append(f"timed AS ({_timer_upsert(timer)})")
+    if cold:
+        ctes.append(f"cold AS ({cold_update})")
     if notifications:
         # A write that needs a human adds its outbox rows as one more CTE of the same
         # statement (Postgres runs every data-modifying CTE, read or not); a poll's
@@ -391,9 +379,7 @@ def claim_due(
         lost = [op_id for op_id, _, dispatched in found if dispatched is not None]
         if lost:
             session.execute(
-                update(OPERATIONS)
-                .where(OPERATIONS.c.operation_id.in_(lost))
-                .values(reserved_request=None)
+                update(TIMERS).where(TIMERS.c.operation_id.in_(lost)).values(reserved_request=None)
             )
     return rows
 
@@ -515,7 +501,7 @@ def verify(
             ).where(RESULTS.c.operation_id == operation_id)
         ).first()
         version = session.scalar(
-            select(OPERATIONS.c.version).where(OPERATIONS.c.operation_id == operation_id)
+            select(TIMERS.c.version).where(TIMERS.c.operation_id == operation_id)
         )
         if version == row["version"]:
             break
@@ -541,8 +527,8 @@ def verify(
 def heads(session: Session) -> Iterator[tuple[uuid.UUID, int, str]]:
     """Every operation's (id, event count, head hash) as its row holds them, streamed by id."""
     rows = session.execute(
-        select(OPERATIONS.c.operation_id, OPERATIONS.c.event_count, OPERATIONS.c.last_event_hash)
-        .order_by(OPERATIONS.c.operation_id)
+        select(TIMERS.c.operation_id, TIMERS.c.event_count, TIMERS.c.last_event_hash)
+        .order_by(TIMERS.c.operation_id)
         .execution_options(yield_per=1000)
     )
     yield from ((op_id, count, head) for op_id, count, head in rows)

@@ -1,5 +1,6 @@
-"""Postgres tables: operations (one row per operation, fenced by version) and
-operation_events (append-only, hash-chained per operation)."""
+"""Postgres tables: operations (one wide row per operation) beside its narrow hot row
+(operation_timers: the timer, the counters and the version every write is fenced by),
+and operation_events (append-only, hash-chained per operation)."""
 
 from __future__ import annotations
 
@@ -55,11 +56,34 @@ ACTIVE_STATE_VALUES = ", ".join(f"'{s.value}'" for s in ACTIVE_STATES)
 TERMINAL_STATE_VALUES = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 
 
-# The operation's columns that live in operation_timers, read and written with the row.
-TIMER_COLUMNS: frozenset[str] = frozenset({"next_poll_at", "dispatched_at"})
+# The operation's columns that live in its hot row (operation_timers, tables.TimerRow):
+# the timer (0021) and everything an ordinary poll changes (0033), read with the row.
+HOT_COLUMNS: frozenset[str] = frozenset(
+    {
+        "next_poll_at",
+        "dispatched_at",
+        "version",
+        "updated_at",
+        "event_count",
+        "last_event_hash",
+        "last_event_kind",
+        "status_requests_used",
+        "max_status_requests",
+        "reserved_request",
+        "transport_failures_used",
+        "consecutive_rate_limited",
+        "poll_attempt",
+        "poll_not_before",
+        "last_remote_state",
+        "last_http_status",
+        "progress",
+        "estimated_finish",
+    }
+)
 
 # Percent of each operations page filled by inserts: a 1-2 KiB row leaves room for the
-# new version a poll writes, so it lands on the same page (a HOT update).
+# new version a colder write (a state change, a stop) makes, so it lands on the same page
+# (a HOT update). A poll that waits writes only the hot row (TimerRow, 0033).
 OPERATIONS_FILLFACTOR = 70
 
 # What the escalations list shows: stopped automation, and operations awaiting approval.
@@ -106,16 +130,7 @@ class OperationRow(Base):
     __tablename__ = "operations"
     __table_args__ = (
         CheckConstraint(f"state IN ({STATE_VALUES})", name="state_known"),
-        CheckConstraint("status_requests_used >= 0", name="status_requests_used_nonneg"),
-        CheckConstraint(
-            "status_requests_used <= max_status_requests", name="status_requests_within_budget"
-        ),
-        CheckConstraint("version >= 1", name="version_positive"),
         CheckConstraint("priority BETWEEN -10 AND 10", name="priority_bounded"),
-        CheckConstraint(
-            "reserved_request IS NULL OR reserved_request BETWEEN 1 AND status_requests_used",
-            name="reserved_request_counted",
-        ),
         # Invariant 1 at the database: past approval, every operation names who authorized it.
         CheckConstraint(
             "authorized_by IS NOT NULL "
@@ -194,7 +209,6 @@ class OperationRow(Base):
     remote_job_id: Mapped[str | None] = mapped_column(String(500))
     status_url: Mapped[str | None] = mapped_column(Text)
     state: Mapped[str] = mapped_column(String(40))
-    version: Mapped[int] = mapped_column(BigInteger, default=1)
     trace_id: Mapped[str] = mapped_column(String(32))
     requested_by: Mapped[str] = mapped_column(String(200))
     authorized_by: Mapped[str | None] = mapped_column(String(200))
@@ -207,17 +221,10 @@ class OperationRow(Base):
     # How long a cancel may take to be confirmed, when the submission overrides the contract.
     cancel_window_seconds: Mapped[float | None] = mapped_column(Float)
     create_attempts: Mapped[int] = mapped_column(Integer, default=0)
-    status_requests_used: Mapped[int] = mapped_column(Integer, default=0)
-    max_status_requests: Mapped[int] = mapped_column(Integer)
-    transport_failures_used: Mapped[int] = mapped_column(Integer, default=0)
     max_transport_failures: Mapped[int] = mapped_column(Integer)
-    consecutive_rate_limited: Mapped[int] = mapped_column(Integer, default=0)
-    poll_attempt: Mapped[int] = mapped_column(Integer, default=0)
     extensions_used: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Steps that crashed on this operation (committed): bounds a step that keeps failing.
     step_failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    # The provider asked not to be polled before this (Retry-After or a poll hint).
-    poll_not_before: Mapped[datetime | None] = mapped_column(TZ)
     # Result collection's own bounds: downloads sent, and when collection must be done.
     result_fetch_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     collect_deadline: Mapped[datetime | None] = mapped_column(TZ)
@@ -226,9 +233,6 @@ class OperationRow(Base):
     first_sent_at: Mapped[datetime | None] = mapped_column(TZ)
     # The business's own deadline (0012), separate from the provider job's: NULL for none.
     business_deadline: Mapped[datetime | None] = mapped_column(TZ)
-    # The status request the last decision reserved (already in status_requests_used): the
-    # next poll sends it without a claim commit of its own. NULL when none is reserved.
-    reserved_request: Mapped[int | None] = mapped_column(Integer)
     # What the operation must not share with more than concurrency_limit others (0011).
     concurrency_key: Mapped[str | None] = mapped_column(String(200))
     concurrency_limit: Mapped[int | None] = mapped_column(Integer)
@@ -247,8 +251,6 @@ class OperationRow(Base):
     cleanup_deadline: Mapped[datetime | None] = mapped_column(TZ)
     # The digest of the create request the approval bound (0025): sent only while equal.
     approved_request_digest: Mapped[str | None] = mapped_column(String(64))
-    # The finish the last status reading implied (0027); not indexed, so a poll stays HOT.
-    estimated_finish: Mapped[datetime | None] = mapped_column(TZ)
     # Its turn among its tenant's requests waiting for the rate limit, -10..10 (0031).
     priority: Mapped[int] = mapped_column(SmallInteger, server_default="0")
     # A follow-up operation (0029): its parent, as what it follows it, and the amount it
@@ -258,21 +260,12 @@ class OperationRow(Base):
     )
     follow_up_kind: Mapped[str | None] = mapped_column(String(40))
     follow_up_amount: Mapped[int | None] = mapped_column(BigInteger)
-    last_remote_state: Mapped[str | None] = mapped_column(String(200))
-    last_http_status: Mapped[int | None] = mapped_column(Integer)
-    progress: Mapped[float | None] = mapped_column(Float)
     escalation_reason: Mapped[str | None] = mapped_column(String(60))
     escalation_detail: Mapped[str | None] = mapped_column(Text)
     cancel_requested_by: Mapped[str | None] = mapped_column(String(200))
     cancel_reason: Mapped[str | None] = mapped_column(Text)
     result_reference: Mapped[str | None] = mapped_column(Text)
     validation_summary: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
-    event_count: Mapped[int] = mapped_column(Integer, default=0)
-    last_event_hash: Mapped[str] = mapped_column(String(64))
-    # The newest event's kind, written with it (0028): a load reads it from the row, not
-    # from the partitioned history. Not indexed, so a poll that writes it stays HOT.
-    last_event_kind: Mapped[str | None] = mapped_column(String(40))
-    updated_at: Mapped[datetime] = mapped_column(TZ)
     # When the row entered its state (0021): the escalations list's order. Unlike
     # updated_at it does not move on a poll, so indexing it keeps polls HOT updates.
     state_since: Mapped[datetime | None] = mapped_column(TZ)
@@ -342,14 +335,21 @@ class EventRow(Base):
 
 
 class TimerRow(Base):
-    """When each operation is next due, and when its wake-up was handed to the broker (0021).
+    """The operation's hot row: its timer and every column an ordinary poll changes (0033).
 
-    Apart from the operations row so that a poll, which moves only these, the counters and
-    the chain head, changes no indexed column of that wide row: its update is HOT (no new
-    entry in any of its indexes). This narrow row and its two indexes take the churn.
-    The due claim reads it (FOR UPDATE SKIP LOCKED) joined to the operation's state; the
-    fenced write updates it in the same statement as the operation (models/persistence/
-    store.py), so one write is still one round trip.
+    0021 moved the timer here so that a poll changed no indexed column of the wide
+    operations row; a poll still rewrote that whole row (1.5 KB of tuple). Now what a
+    poll changes lives here: the version, the chain head, the counters and the last
+    reading. A poll writes this narrow row and its events and leaves the operations row
+    alone; a write that changes a colder column (a state, a stop's reason, a remote job
+    id) updates that row too, in the same statement.
+
+    ``version`` here is THE version: every writer compares-and-sets it (models/
+    persistence/store.py), so the fence is one row whichever rows a write touches.
+    The budget's checks live here with the counters they bound (a CHECK sees one row),
+    which is why ``max_status_requests``, changed only by an extension, moved too.
+    The due claim reads it (FOR UPDATE SKIP LOCKED) joined to the operation's state.
+    Every operation has its hot row from the start (intake inserts both).
     """
 
     __tablename__ = "operation_timers"
@@ -360,6 +360,15 @@ class TimerRow(Base):
             "ix_operation_timers_due",
             "next_poll_at",
             postgresql_where=text("next_poll_at IS NOT NULL"),
+        ),
+        CheckConstraint("version >= 1", name="version_positive"),
+        CheckConstraint("status_requests_used >= 0", name="status_requests_used_nonneg"),
+        CheckConstraint(
+            "status_requests_used <= max_status_requests", name="status_requests_within_budget"
+        ),
+        CheckConstraint(
+            "reserved_request IS NULL OR reserved_request BETWEEN 1 AND status_requests_used",
+            name="reserved_request_counted",
         ),
     )
 
@@ -372,6 +381,28 @@ class TimerRow(Base):
     # When a wake-up message for next_poll_at was last handed to the broker; the sweeper
     # re-sends only when that message is overdue, so a lost message is recovered.
     dispatched_at: Mapped[datetime | None] = mapped_column(TZ)
+    version: Mapped[int] = mapped_column(BigInteger, default=1)
+    updated_at: Mapped[datetime] = mapped_column(TZ)
+    # The chain head, and the newest event's kind (0028: a load reads it here, not from
+    # the partitioned history).
+    event_count: Mapped[int] = mapped_column(Integer, default=0)
+    last_event_hash: Mapped[str] = mapped_column(String(64))
+    last_event_kind: Mapped[str | None] = mapped_column(String(40))
+    status_requests_used: Mapped[int] = mapped_column(Integer, default=0)
+    max_status_requests: Mapped[int] = mapped_column(Integer)
+    # The status request the last decision reserved (already in status_requests_used): the
+    # next poll sends it without a claim commit of its own. NULL when none is reserved.
+    reserved_request: Mapped[int | None] = mapped_column(Integer)
+    transport_failures_used: Mapped[int] = mapped_column(Integer, default=0)
+    consecutive_rate_limited: Mapped[int] = mapped_column(Integer, default=0)
+    poll_attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # The provider asked not to be polled before this (Retry-After or a poll hint).
+    poll_not_before: Mapped[datetime | None] = mapped_column(TZ)
+    last_remote_state: Mapped[str | None] = mapped_column(String(200))
+    last_http_status: Mapped[int | None] = mapped_column(Integer)
+    progress: Mapped[float | None] = mapped_column(Float)
+    # The finish the last status reading implied (0027).
+    estimated_finish: Mapped[datetime | None] = mapped_column(TZ)
 
 
 class ResultRow(Base):
@@ -397,10 +428,12 @@ class ResultRow(Base):
     collected_at: Mapped[datetime] = mapped_column(TZ)
 
 
-# An operation as a snapshot reads it: the row and its timer (operation_timers, 0021); a
-# row without a timer row reads as one without a timer.
+# An operation as a snapshot reads it: the row and its hot row (operation_timers, 0021
+# and 0033), which every operation has.
 _OPERATIONS = OperationRow.__table__
 _TIMERS = TimerRow.__table__
+HOT_SELECTED: Any = tuple(_TIMERS.c[name] for name in sorted(HOT_COLUMNS))
+HOT_JOIN: Any = _OPERATIONS.join(_TIMERS, _TIMERS.c.operation_id == _OPERATIONS.c.operation_id)
 # The active pause covering the operation (models/humans/holds.py) rides on the same
 # SELECT: a probe of the partial index of active pauses, which is empty but in an incident.
 HOLD: Any = literal_column(
@@ -415,9 +448,7 @@ HOLD: Any = literal_column(
     "AND (p.operation_id IS NULL OR p.operation_id = operations.operation_id) "
     "ORDER BY p.started_at, p.pause_id LIMIT 1)"
 ).label("hold")
-OPERATION_WITH_TIMER = select(
-    _OPERATIONS, _TIMERS.c.next_poll_at, _TIMERS.c.dispatched_at
-).select_from(_OPERATIONS.outerjoin(_TIMERS, _TIMERS.c.operation_id == _OPERATIONS.c.operation_id))
+OPERATION_WITH_TIMER = select(_OPERATIONS, *HOT_SELECTED).select_from(HOT_JOIN)
 
 
 class ArchivedHistoryRow(Base):
