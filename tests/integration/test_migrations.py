@@ -333,7 +333,7 @@ def test_0028_gives_every_existing_row_the_kind_of_its_newest_event() -> None:
 
 def test_0033_moves_what_a_poll_changes_to_the_hot_row_and_back() -> None:
     # Its own database: a polled operation and an ended one, written by today's code (the
-    # counters, the chain head, the last reading in the hot row), migrated back to 0031
+    # counters, the chain head, the last reading in the hot row), migrated back to 0032
     # (all of it on the operations row, with its checks and the ended tally's trigger)
     # and up again: every snapshot reads as it did, and the tallies still count.
     from alembic import command
@@ -398,7 +398,7 @@ def test_0033_moves_what_a_poll_changes_to_the_hot_row_and_back() -> None:
         written = snapshots()
         assert spent_on_ended() == 4  # the trigger read the counters from the hot row
         dispose_all()
-        command.downgrade(alembic_config(url), "0031")
+        command.downgrade(alembic_config(url), "0032")
         with transaction(url) as session:
             back = session.execute(
                 text(

@@ -22,7 +22,7 @@ this revision adds any still missing). Downgrade moves the columns, checks and t
 trigger back, with their values.
 
 Revision ID: 0033
-Revises: 0031
+Revises: 0032
 Create Date: 2026-12-07
 """
 
@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0033"
-down_revision = "0031"
+down_revision = "0032"
 branch_labels = None
 depends_on = None
 
