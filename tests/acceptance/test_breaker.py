@@ -28,7 +28,7 @@ from jobwarden.models.persistence import breaker_store
 from jobwarden.models.persistence.breaker_tables import BreakerIncidentRow
 from jobwarden.models.persistence.db import transaction
 from jobwarden.models.persistence.pause_tables import PauseRow
-from jobwarden.models.persistence.tables import EventRow, OperationRow
+from jobwarden.models.persistence.tables import EventRow, OperationRow, TimerRow
 from tests.acceptance.conftest import Pipeline
 from tests.acceptance.test_postgres_restart import _accepting
 from tests.private_servers import machine_servers_untouched, private_run
@@ -145,7 +145,10 @@ def test_an_outage_opens_the_breaker_once_and_a_probe_resumes_everything_without
             .select_from(EventRow)
             .where(EventRow.operation_id.in_(ops), EventRow.kind == "escalated")
         )
-        spent = session.scalar(select(func.max(OperationRow.transport_failures_used)).where(mine))
+        # The counters live in the hot row (0033).
+        spent = session.scalar(
+            select(func.max(TimerRow.transport_failures_used)).where(TimerRow.operation_id.in_(ops))
+        )
     # Exactly one escalation: one incident, one pause by the rule, closed by its probe.
     assert len(incidents) == 1 and len(pauses) == 1
     row = incidents[0][0]
