@@ -226,7 +226,9 @@ def test_a_persons_pause_is_told_once_per_tenant_never_per_operation(database_ur
         again = pauses.pause_provider("sandbox", "again", token_author("bob"), tenant=tenant)
         assert not again.started
         notices = _notices(database_url, tenant=tenant, kind="provider.paused")
-        assert {n.event_id for n in notices} == {f"paused:{paused.pause.pause_id}:{tenant}"}
+        assert {n.event_id for n in notices} == {
+            f"paused:{paused.pause.pause_id}:{uuid.uuid5(paused.pause.pause_id, tenant)}"
+        }
         assert len(notices) == 2  # one row per channel
         assert notices[0].operation_id is None
         assert notices[0].payload["data"]["paused_by"] == "token:alice"

@@ -20,6 +20,7 @@ from jobwarden.models.humans.notifications import (
     event_id,
     kind_for,
     notice,
+    paused_notice,
     retry_delay,
 )
 from jobwarden.models.states import OperationState as S
@@ -196,3 +197,25 @@ def test_every_mistake_in_the_targets_file_names_the_file_and_the_field(
         parse_targets(text, file="notify.toml")
     assert names in str(caught.value)
     assert str(caught.value).startswith("notify.toml")
+
+
+def test_a_pause_notice_id_fits_its_column_and_tells_every_tenant_name_apart() -> None:
+    # The id is the receiver's dedup key and a 200-character column: a tenant name of 200
+    # characters fits, and names that differ only by a full stop are two notices, not one.
+    pause = str(uuid.UUID(int=7))
+
+    def notice_id(tenant: str) -> str:
+        return paused_notice(
+            pause_id=pause,
+            provider="sandbox",
+            tenant=tenant,
+            operation_id=None,
+            reason="provider review",
+            paused_by="token:alice",
+            at=datetime(2026, 1, 1, tzinfo=UTC),
+        ).event_id
+
+    longest = notice_id("t" * 200)
+    assert len(longest) <= 200 and "." not in longest
+    assert notice_id("acme.eu") != notice_id("acme_eu")
+    assert notice_id("acme") == notice_id("acme")

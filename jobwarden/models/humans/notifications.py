@@ -14,6 +14,7 @@ the same write can never produce two ids, and never contains a ``.`` (the spec's
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -208,8 +209,10 @@ def paused_notice(  # noqa: PLR0913 - the pause's facts, each named at the one c
         "console_path": "/console/providers",
     }
     return Notice(
-        # No ``.`` in the id (it is part of the signed content); a tenant name has none.
-        event_id=f"paused:{pause_id}:{tenant.replace('.', '_')}",
+        # The tenant as a name-based UUID (RFC 9562 section 5.5) under the pause's: the id
+        # stays within the column's 200 characters for a tenant name of up to 200, holds
+        # no ``.`` (it is part of the signed content), and two tenant names never share one.
+        event_id=f"paused:{pause_id}:{uuid.uuid5(uuid.UUID(pause_id), tenant)}",
         kind=NotificationKind.provider_paused,
         operation_id=operation_id,
         tenant=tenant,
