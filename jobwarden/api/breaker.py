@@ -11,6 +11,7 @@ the authenticated principal (invariant 15), through the one function every door 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -25,6 +26,7 @@ from jobwarden.api.views import storable
 from jobwarden.models.errors import LostRaceError, RefusedInputError
 from jobwarden.tasks.humans import breakers
 from jobwarden.tasks.humans.breakers import BreakerView
+from jobwarden.tasks.runtime import Runtime
 
 router = APIRouter(tags=["breaker"])
 NO_PROVIDER = "no such provider"
@@ -132,14 +134,12 @@ def hold_breaker(
     principal: Annotated[Principal, Depends(require(Scope.pause))],
 ) -> BreakerAnswer:
     """Hold the open breaker: no half-open probe until someone closes it."""
-    _operator(principal)
-    _known(request, provider)
-    rt = runtime_of(request)
-    try:
-        breakers.hold(provider, principal.author, runtime=rt)
-    except (RefusedInputError, LostRaceError) as exc:
-        raise ProblemError(409, "conflict", str(exc)) from None
-    return _answer(breakers.show(provider, runtime=rt))
+    return _decided(
+        request,
+        provider,
+        principal,
+        lambda rt: breakers.hold(provider, principal.author, runtime=rt),
+    )
 
 
 @router.post(
@@ -158,11 +158,24 @@ def close_breaker(
 ) -> BreakerAnswer:
     """Close the breaker: its pause is resumed and the operations it parked wake spread by
     the provider's rate limit (never a burst)."""
+    return _decided(
+        request,
+        provider,
+        principal,
+        lambda rt: breakers.close(provider, principal.author, body.note, runtime=rt),
+    )
+
+
+def _decided(
+    request: Request, provider: str, principal: Principal, decide: Callable[[Runtime], object]
+) -> BreakerAnswer:
+    """An operator's decision on the breaker (hold or close), then the breaker as it is now:
+    409 when there is nothing to decide on (not open, or another decision won the race)."""
     _operator(principal)
     _known(request, provider)
     rt = runtime_of(request)
     try:
-        breakers.close(provider, principal.author, body.note, runtime=rt)
+        decide(rt)
     except (RefusedInputError, LostRaceError) as exc:
         raise ProblemError(409, "conflict", str(exc)) from None
     return _answer(breakers.show(provider, runtime=rt))

@@ -144,6 +144,15 @@ def _breaker_tools(
             raise ToolError("insufficient_scope: a breaker holds every tenant's work: operate")
         return principal
 
+    def _decided(provider: str, decide: Callable[[Any], object]) -> dict[str, Any]:
+        """An operator's hold or close, then the breaker as it is now."""
+        rt = backend.runtime()
+        try:
+            decide(rt)
+        except (RefusedInputError, LostRaceError) as exc:
+            raise ToolError(f"conflict: {exc}") from None
+        return breakers.shown(breakers.show(provider, runtime=rt))
+
     @server.tool(
         description=(
             "A provider's breaker: closed, or open (or probing, or held) since when, why, "
@@ -167,12 +176,7 @@ def _breaker_tools(
     )
     def hold_breaker(provider: ProviderArg, ctx: Context) -> dict[str, Any]:
         principal = _operator(ctx)
-        rt = backend.runtime()
-        try:
-            breakers.hold(provider, principal.author, runtime=rt)
-        except (RefusedInputError, LostRaceError) as exc:
-            raise ToolError(f"conflict: {exc}") from None
-        return breakers.shown(breakers.show(provider, runtime=rt))
+        return _decided(provider, lambda rt: breakers.hold(provider, principal.author, runtime=rt))
 
     @server.tool(
         description=(
@@ -187,9 +191,6 @@ def _breaker_tools(
         note: Annotated[str, Field(max_length=2000)] = "",
     ) -> dict[str, Any]:
         principal = _operator(ctx)
-        rt = backend.runtime()
-        try:
-            breakers.close(provider, principal.author, note, runtime=rt)
-        except (RefusedInputError, LostRaceError) as exc:
-            raise ToolError(f"conflict: {exc}") from None
-        return breakers.shown(breakers.show(provider, runtime=rt))
+        return _decided(
+            provider, lambda rt: breakers.close(provider, principal.author, note, runtime=rt)
+        )
