@@ -35,6 +35,36 @@ def wait_for(
         time.sleep(interval)
 
 
+def wait_for_progress(
+    measure: Callable[[], tuple[int, str]],
+    *,
+    target: int,
+    stall: float,
+    timeout: float,
+    what: str = "progress",
+) -> None:
+    """Poll ``measure`` (a count and a description of where things stand) until the count
+    reaches ``target``. A loaded machine may be slow but not stuck: this fails when the
+    count has not risen for ``stall`` seconds, or at the latest after ``timeout``, and the
+    error says where things stood, not merely that time ran out. It looks five times per
+    ``stall`` (at most every two seconds): often enough to see a rise, cheap on the database."""
+    interval = min(2.0, stall / 5)
+    started = time.monotonic()
+    best, seen = measure()
+    moved = started
+    while best < target:
+        now = time.monotonic()
+        if now - moved > stall or now - started > timeout:
+            raise TimeoutError(
+                f"{what}: {best} of {target} after {now - started:.0f}s, "
+                f"none more in the last {now - moved:.0f}s ({seen})"
+            )
+        time.sleep(interval)
+        count, seen = measure()
+        if count > best:
+            best, moved = count, time.monotonic()
+
+
 class Stack:
     """Celery workers and a beat process sharing one environment."""
 
