@@ -442,6 +442,35 @@ def result_bytes(row: Any) -> bytes:
     return b"".join(current().result_store.read(row.location))
 
 
+def max_in_one_second(times: list[float]) -> int:
+    """The most of ``times`` (seconds) inside any one-second window."""
+    times = sorted(times)
+    return max((sum(1 for t in times if s <= t < s + 1.0) for s in times), default=0)
+
+
+def limiter_grants(database_url: str, op_ids: list[Any], *, since: Any) -> list[float]:
+    """The rate limiter's grant times (Unix seconds) of the requests sent for ``op_ids``
+    since ``since``: each request's event records when the limiter let it go. A loaded
+    machine shifts arrivals at the provider by milliseconds or more; the grants are what
+    the limiter promised, exactly."""
+    from datetime import datetime
+
+    from sqlalchemy import select
+
+    from jobwarden.models.persistence.db import transaction
+    from jobwarden.models.persistence.tables import EventRow
+
+    with transaction(database_url) as session:
+        excerpts = session.scalars(
+            select(EventRow.excerpt).where(EventRow.operation_id.in_(op_ids), EventRow.at >= since)
+        ).all()
+    return sorted(
+        datetime.fromisoformat(e["rate_limit_granted_at"]).timestamp()
+        for e in excerpts
+        if e and "rate_limit_granted_at" in e
+    )
+
+
 class Pipeline:
     """What a test needs to drive operations and read their outcome."""
 

@@ -302,7 +302,7 @@ def test_a_service_with_its_own_tasks_models_and_config_runs_the_packaged_worker
                 raise AssertionError(f"worker exited {worker.returncode}:\n{log.read_text()}")
             return " ready." in log.read_text(errors="replace")
 
-        wait_for(ready, timeout=30, interval=0.1, what="the packaged worker to be ready")
+        wait_for(ready, timeout=90, interval=0.1, what="the packaged worker to be ready")
         key = secrets.token_hex(8)
         answer = json.loads(_run([venv_python, "-c", SUBMIT, key], cwd=service, env=packaged_env))
         assert Path(answer["jobwarden"]).is_relative_to(venv_python.parent.parent)

@@ -250,6 +250,7 @@ def test_a_python_submission_that_does_not_trace_still_parents_the_steps_on_the_
         ),
     ],
 )
+@pytest.mark.timeout(180)
 def test_a_worker_refuses_a_bad_otel_setting_in_one_line_with_exit_status_2(
     database_url: str, variable: dict[str, str], line: str
 ) -> None:
@@ -267,7 +268,7 @@ def test_a_worker_refuses_a_bad_otel_setting_in_one_line_with_exit_status_2(
         env={**os.environ, "JOBWARDEN_QUEUE": queue, **variable},  # this run's servers
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,  # a loaded machine takes tens of seconds to start Celery
         check=False,
     )
     assert (done.returncode, done.stderr.strip().splitlines()[-1:]) == (2, [line])
