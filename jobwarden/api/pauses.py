@@ -41,25 +41,25 @@ ProviderName = Annotated[
 ]
 
 
-class PauseBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reason: Reason
-    all_tenants: bool = Field(
-        False, description="every tenant's operations at the provider (the operate scope)"
-    )
+EXTEND = "also the bounded extend option, once per operation: +15 min, +4 checks"
 
 
 class OperationPauseBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: Reason
+    extend: bool = Field(False, description=EXTEND)
+
+
+class PauseBody(OperationPauseBody):
+    all_tenants: bool = Field(
+        False, description="every tenant's operations at the provider (the operate scope)"
+    )
 
 
 class ResumeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     note: Annotated[str, StringConstraints(max_length=2000), AfterValidator(storable)] = ""
-    extend: bool = Field(
-        False, description="also the bounded extend option, once per operation: +15 min, +4 checks"
-    )
+    extend: bool = Field(False, description=EXTEND)
 
 
 class PauseView(BaseModel):
@@ -149,6 +149,7 @@ def pause_provider(
             body.reason,
             principal.author,
             tenant=None if body.all_tenants else principal.tenant,
+            extend=body.extend,
             runtime=rt,
         )
     except (RefusedInputError, LostRaceError) as exc:
@@ -177,6 +178,7 @@ def pause_operation(
             body.reason,
             principal.author,
             tenant=principal.tenant,
+            extend=body.extend,
             runtime=runtime_of(request),
         )
     except (RefusedInputError, LostRaceError) as exc:

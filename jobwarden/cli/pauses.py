@@ -34,6 +34,14 @@ Reason = Annotated[
         "--reason", envvar="JOBWARDEN_PAUSE_REASON", help="Why (recorded, shown to everyone)."
     ),
 ]
+Extend = Annotated[
+    bool,
+    typer.Option(
+        "--extend",
+        envvar="JOBWARDEN_PAUSE_EXTEND",
+        help="Also extend each observing operation once: +15 min, +4 checks.",
+    ),
+]
 
 
 def _fail(line: str, code: int = 2) -> typer.Exit:
@@ -93,18 +101,20 @@ def pause_provider_command(
             help="Every tenant's operations (the operate scope, or break-glass).",
         ),
     ] = False,
+    extend: Extend = False,
     token_file: TokenFile = None,
     glass: BreakGlass = None,
     as_json: Annotated[bool, typer.Option("--json", envvar="JOBWARDEN_PAUSE_JSON")] = False,
 ) -> None:
     """Pause every operation at a provider (a token's own tenant's, unless --all-tenants):
-    nothing is sent, no budget is spent, deadlines keep running, until `jobwarden resume`."""
+    nothing is sent, no budget is spent, deadlines keep running (unless --extend gives each
+    the bounded extension once), until `jobwarden resume`."""
     from jobwarden.tasks.humans.pauses import pause_provider
 
     author, whose = _provider_author(
         tenant=tenant, all_tenants=all_tenants, token_file=token_file, glass=glass
     )
-    done = pause_provider(name, reason, author, tenant=whose)
+    done = pause_provider(name, reason, author, tenant=whose, extend=extend)
     _answer(done.pause, started=done.started, count=done.parked, as_json=as_json)
 
 
@@ -112,15 +122,17 @@ def pause_provider_command(
 def pause_operation_command(
     operation_id: str,
     reason: Reason,
+    extend: Extend = False,
     token_file: TokenFile = None,
     glass: BreakGlass = None,
     as_json: Annotated[bool, typer.Option("--json", envvar="JOBWARDEN_PAUSE_JSON")] = False,
 ) -> None:
-    """Pause one operation: it sends nothing until `jobwarden resume PAUSE_ID`."""
+    """Pause one operation: it sends nothing until `jobwarden resume PAUSE_ID` (--extend:
+    its deadline and checks get the bounded extension once)."""
     from jobwarden.tasks.humans.pauses import pause_operation
 
     author = decision_author(operation_id, scope="pause", token_file=token_file, glass=glass)
-    done = pause_operation(operation_id, reason, author)
+    done = pause_operation(operation_id, reason, author, extend=extend)
     _answer(done.pause, started=done.started, count=done.parked, as_json=as_json)
 
 

@@ -3,6 +3,7 @@ scopes, the principal as the author, problems (never a 500) for a stranger's inp
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ import pytest
 from jobwarden.models.states import OperationState as S
 from jobwarden.tasks.runtime import current
 from tests.api_server import serving
+from tests.cli_runner import run_cli
 from tests.integration.api_helpers import insert_operation, load, make_token, tenant_name
 
 TYPE = "tag:jobwarden.dev,2026:problem/"
@@ -80,6 +82,40 @@ def test_a_tenants_token_pauses_and_resumes_its_own_share_as_its_principal(
     assert done.status_code == 200, done.text
     assert done.json()["woken"] == 1 and done.json()["resumed_by"] == "token:alice"
     assert load(database_url, op).held_by is None
+
+
+def test_a_pause_over_http_or_the_cli_may_extend_each_operation_once(
+    client: httpx.Client, database_url: str
+) -> None:
+    tenant = tenant_name()
+    alice = make_token(database_url, tenant, "alice", ["read", "pause"])
+    by_http, by_cli = _polling(database_url, tenant), _polling(database_url, tenant)
+    before = {op: load(database_url, op) for op in (by_http, by_cli)}
+    answer = client.post(
+        f"/v1/operations/{by_http}/pause", json={"reason": "r", "extend": True}, headers=alice
+    )
+    assert answer.status_code == 201, answer.text
+    token = alice["Authorization"].split(" ", 1)[1]
+    cli = run_cli(
+        "pause",
+        "operation",
+        str(by_cli),
+        "--reason",
+        "r",
+        "--extend",
+        "--json",
+        env={"JOBWARDEN_TOKEN": token},
+    )
+    assert cli.returncode == 0, cli.stderr
+    pause_ids = [answer.json()["pause_id"], json.loads(cli.stdout)["pause_id"]]
+    for op in (by_http, by_cli):
+        row = load(database_url, op)
+        assert row.extensions_used == before[op].extensions_used + 1
+        assert row.max_status_requests == before[op].max_status_requests + 4
+    for pause_id in pause_ids:
+        done = client.post(f"/v1/pauses/{pause_id}/resume", json={"extend": True}, headers=alice)
+        assert done.status_code == 200, done.text
+    assert load(database_url, by_http).extensions_used == before[by_http].extensions_used + 1
 
 
 def test_a_pause_over_every_tenant_needs_the_operate_scope(

@@ -89,6 +89,33 @@ def test_a_tenants_pause_parks_its_operations_at_once_and_only_its_own(
     assert again.pause.reason == "provider incident 42" and again.parked == 0
 
 
+def test_a_person_pausing_may_extend_each_operation_once(
+    database_url: str, provider_pause: list[str]
+) -> None:
+    tenant = tenant_name()
+    op = _polling(database_url, tenant)
+    before = load(database_url, op)
+    paused = pauses.pause_provider("sandbox", "incident", ALICE, tenant=tenant, extend=True)
+    provider_pause.append(str(paused.pause.pause_id))
+    row = load(database_url, op)
+    assert row.held_by == paused.pause.pause_id
+    assert before.result_deadline is not None and row.result_deadline is not None
+    assert row.result_deadline >= before.result_deadline + timedelta(minutes=15)
+    assert row.max_status_requests == before.max_status_requests + 4
+    assert row.extensions_used == before.extensions_used + 1
+    assert row.business_deadline == before.business_deadline  # the business's own
+    assert row.next_poll_at == row.result_deadline  # the timer is the extended deadline
+    (event,) = _events(database_url, op, EventKind.paused)
+    assert event.actor == "human:token:alice" and "new_bounds" in event.excerpt
+    # The option is used: the resume's extend adds nothing more.
+    pauses.resume(str(paused.pause.pause_id), BOB, extend=True)
+    after = load(database_url, op)
+    assert (after.result_deadline, after.extensions_used) == (
+        row.result_deadline,
+        row.extensions_used,
+    )
+
+
 def test_a_step_woken_while_paused_sends_nothing_and_counts_nothing(
     database_url: str, provider_pause: list[str]
 ) -> None:

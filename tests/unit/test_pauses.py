@@ -235,3 +235,26 @@ def test_a_person_resuming_may_extend_once_within_the_bounded_option() -> None:
     assert again is not None and "result_deadline" not in again.changes
     plain = resumed(op, PAUSE, at=NOW, resumed_by="token:bob", now=NOW)
     assert plain is not None and "result_deadline" not in plain.changes
+
+
+def test_a_person_pausing_may_extend_once_within_the_bounded_option() -> None:
+    op = polling(S.observing, result_deadline=NOW + timedelta(minutes=1))
+    op = replace(op, business_deadline=NOW + timedelta(hours=9))
+    out = park(op, HOLD, NOW, extend=True)
+    assert out is not None
+    assert out.changes["result_deadline"] == NOW + timedelta(minutes=16)
+    assert out.changes["max_status_requests"] == op.max_status_requests + 4
+    assert out.changes["extensions_used"] == 1
+    assert "business_deadline" not in out.changes  # the business's word is not ours
+    # The parked timer is the next deadline as extended, not as it was.
+    assert out.changes["next_poll_at"] == NOW + timedelta(minutes=16)
+    assert isinstance(out.action, Record) and "new_bounds" in out.action.excerpt
+    # Parked by its own step as the pause landed: the person's extension still applies, once.
+    parked = replace(op, held_by=PAUSE)
+    again = park(parked, HOLD, NOW, extend=True)
+    assert again is not None and again.changes["extensions_used"] == 1
+    assert park(replace(parked, extensions_used=1), HOLD, NOW, extend=True) is None
+    assert park(parked, HOLD, NOW) is None
+    plain = park(op, HOLD, NOW)
+    assert plain is not None and "result_deadline" not in plain.changes
+    assert plain.changes["next_poll_at"] == NOW + timedelta(minutes=1)

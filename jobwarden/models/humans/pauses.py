@@ -138,16 +138,31 @@ def park_timer(op: Operation, now: datetime) -> datetime | None:
     return min(ahead) if ahead else None
 
 
-def _parked(op: Operation, hold: Hold, now: datetime, held_back: str | None) -> Decided:
-    """The parking write: the ``paused`` event, ``held_by`` and the deadline timer."""
+def _parked(
+    op: Operation,
+    hold: Hold,
+    now: datetime,
+    held_back: str | None,
+    bounds: RowChanges | None = None,
+) -> Decided:
+    """The parking write: the ``paused`` event, ``held_by`` and the deadline timer
+    (``bounds``: the extend option the person pausing chose, in the same write)."""
     cause = f"paused by {hold.author}: {hold.reason}"
     excerpt: dict[str, Any] = {"pause_id": str(hold.pause_id), "paused_by": hold.author}
     if held_back is not None:
         cause = f"{cause} ({held_back} not sent)"
         excerpt["held_back"] = held_back
-    at = park_timer(op, now)
+    if bounds:
+        excerpt["new_bounds"] = shown_bounds(bounds)
+    # The timer is the next deadline as it stands after the extension, if there is one.
+    at = park_timer(op.with_changes(bounds) if bounds else op, now)
     excerpt["next_poll_at"] = at.isoformat() if at is not None else None
-    changes: RowChanges = {"held_by": hold.pause_id, "next_poll_at": at, "dispatched_at": None}
+    changes: RowChanges = {
+        **(bounds or {}),
+        "held_by": hold.pause_id,
+        "next_poll_at": at,
+        "dispatched_at": None,
+    }
     return Decided(
         action=Record(event=EventKind.paused, cause=cause, excerpt=excerpt), changes=changes
     )
@@ -178,17 +193,27 @@ def held(op: Operation, decided: Decided, now: datetime) -> Decided:
     return _parked(op, hold, now, decided.action.request.purpose.value)
 
 
-def park(op: Operation, hold: Hold, now: datetime) -> Decided | None:
+def park(op: Operation, hold: Hold, now: datetime, *, extend: bool = False) -> Decided | None:
     """A pause's own write to an operation it covers (the pause command parks each one at
     once, so nothing in flight outlives it); None when there is nothing to park.
 
-    A cancel a person allowed during the pause is left to leave.
+    A cancel a person allowed during the pause is left to leave. ``extend``: the person
+    pausing also gives it the bounded extend option (once per operation, as at a resume),
+    also when its own step parked it first, as the pause landed.
     """
-    if op.state not in SENDING or op.held_by == hold.pause_id:
+    if op.state not in SENDING:
         return None
     if op.state is S.cancel_requested and op.cancel_during_pause_by is not None:
         return None
-    return _parked(op, hold, now, None)
+    bounds = extension(op, now) if extend else {}
+    if op.held_by == hold.pause_id and not bounds:
+        return None
+    return _parked(op, hold, now, None, bounds)
+
+
+def shown_bounds(bounds: RowChanges) -> dict[str, Any]:
+    """The new bounds in the event, as an escalation's extend records them."""
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in bounds.items()}
 
 
 def extension(op: Operation, now: datetime) -> RowChanges:
@@ -233,10 +258,7 @@ def resumed(  # noqa: PLR0913 - the resume's facts, each named at the one call
     excerpt["next_poll_at"] = wake.isoformat()
     bounds = extension(op, now) if extend else {}
     if bounds:
-        # The new bounds in the event, as an escalation's extend records them.
-        excerpt["new_bounds"] = {
-            k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in bounds.items()
-        }
+        excerpt["new_bounds"] = shown_bounds(bounds)
     record = Record(
         event=EventKind.resumed,
         cause=f"resumed by {resumed_by}; the next request spread by the provider's rate",

@@ -91,12 +91,16 @@ def pause_provider(  # noqa: PLR0913 - every door names these
     *,
     tenant: str | None = None,
     evidence: Mapping[str, Any] | None = None,
+    extend: bool = False,
     runtime: Runtime | None = None,
 ) -> Paused:
     """Pause every operation at ``provider`` (``tenant``: only that tenant's).
 
     RefusedInputError for an unknown provider or an empty reason. Pausing a scope
     already paused returns the pause holding it (``started`` False), unchanged.
+    ``extend``: each observing operation it covers also gets the bounded extend option
+    (once per operation: +15 min on its result deadline, +4 checks), for the time it will
+    be paused; the business deadline is never moved.
     """
     rt = runtime or current()
     if provider not in rt.contracts:
@@ -109,18 +113,21 @@ def pause_provider(  # noqa: PLR0913 - every door names these
         reason=reason,
         paused_by=paused_by,
         evidence=evidence,
+        extend=extend,
     )
 
 
-def pause_operation(
+def pause_operation(  # noqa: PLR0913 - every door names these
     operation_id: str,
     reason: str,
     paused_by: Who,
     *,
     tenant: str | None = None,
+    extend: bool = False,
     runtime: Runtime | None = None,
 ) -> Paused:
-    """Pause one operation. ``tenant``: the caller's (another tenant's is not found)."""
+    """Pause one operation. ``tenant``: the caller's (another tenant's is not found);
+    ``extend``: as for ``pause_provider``."""
     rt = runtime or current()
     op = _owned(rt, operation_id, tenant)
     return _pause(
@@ -131,6 +138,7 @@ def pause_operation(
         reason=reason,
         paused_by=paused_by,
         evidence=None,
+        extend=extend,
     )
 
 
@@ -155,6 +163,7 @@ def _pause(  # noqa: PLR0913 - the pause's own facts, each named at the two call
     reason: str,
     paused_by: Who,
     evidence: Mapping[str, Any] | None,
+    extend: bool,
 ) -> Paused:
     actor, kind, author = _who(paused_by)
     text = checked_reason(reason)
@@ -172,7 +181,7 @@ def _pause(  # noqa: PLR0913 - the pause's own facts, each named at the two call
         )
         if started:
             pause_store.tell(tx, pause)
-    parked = park_covered(rt, pause, _writer(rt, actor, author))
+    parked = park_covered(rt, pause, _writer(rt, actor, author), extend=extend)
     log.warning(
         "pause_started" if started else "pause_already_active",
         pause_id=str(pause.pause_id),
@@ -186,8 +195,9 @@ def _pause(  # noqa: PLR0913 - the pause's own facts, each named at the two call
     return Paused(pause=pause, started=started, parked=parked)
 
 
-def park_covered(rt: Runtime, pause: Pause, writer: Writer) -> int:
-    """Park every operation ``pause`` covers, a batch at a time; returns how many.
+def park_covered(rt: Runtime, pause: Pause, writer: Writer, *, extend: bool = False) -> int:
+    """Park every operation ``pause`` covers, a batch at a time; returns how many
+    (``extend``: each also gets the bounded extend option, see ``pause_provider``).
 
     Each waits for a step in flight to let go of its lease, so none decided before the
     pause is still about to send when this returns. A resume that lands meanwhile stops it.
@@ -204,7 +214,7 @@ def park_covered(rt: Runtime, pause: Pause, writer: Writer) -> int:
         for op_id in batch:
 
             def decide(op: Operation, now: datetime) -> Decided | None:
-                return park(op, hold, now)
+                return park(op, hold, now, extend=extend)
 
             written = _written(rt, op_id, decide, writer)
             parked += int(written)
