@@ -142,8 +142,8 @@ class Operation:
         ``__init__``, one ``object.__setattr__`` per field; with 72 fields that was about
         30 us, twice per poll. Here the values are read in one C call (attrgetter) and set
         through the slots' own descriptors. Operation has no ``__post_init__`` and no
-        default factories, so nothing else ran in ``__init__`` (tests/unit/test_operation_
-        snapshot.py holds the two equal).
+        default factories, so nothing else ran in ``__init__``; the parity with replace is
+        pinned in tests/unit/test_operation_snapshot.py.
         """
         unknown = changes.keys() - _SETTERS.keys()
         if unknown:
