@@ -26,7 +26,13 @@ from jobwarden.models.contracts.plugins import OutboundRequest, load_plugin
 from jobwarden.models.errors import GiveUpError
 from jobwarden.models.provider.requests import resolve_url
 from jobwarden.models.provider.signals import RawResponse, TransportFailure
-from jobwarden.tasks.provider.edge import ProviderClient, json_depth, parse_json, secret_forms
+from jobwarden.tasks.provider.edge import (
+    ProviderClient,
+    auth_headers,
+    json_depth,
+    parse_json,
+    secret_forms,
+)
 from jobwarden.tasks.runtime import step_contexts
 
 
@@ -606,3 +612,25 @@ def test_the_edge_frames_requests_as_httpx_did_and_reads_headers_as_httpx_does()
     assert headers["warning"] == "199 - one, 199 - two"
     assert headers["x-label"] == "caf\u00e9"  # not UTF-8, so all are read as ISO-8859-1
     assert first.observation.body == {"status": "running"}
+
+
+def test_a_rotated_credential_is_scrubbed_by_its_own_forms_from_the_next_plan_on(
+    tmp_path: Path,
+) -> None:
+    # The forms are derived once per value read (every plan asks for them), never kept past
+    # a rotation: the file is read again on every call.
+    secret_file = tmp_path / "token"
+    secret_file.write_text("tok-before-0123456789", encoding="utf-8")
+    contract = _contract(
+        "http://127.0.0.1:9", auth=AuthSpec(scheme="bearer", secret_file=str(secret_file))
+    )
+    before = secret_forms(contract)
+    assert "tok-before-0123456789" in before and secret_forms(contract) == before
+    secret_file.write_text("tok-after-9876543210", encoding="utf-8")
+    after = secret_forms(contract)
+    assert "tok-after-9876543210" in after
+    assert not set(before) & set(after)
+    assert auth_headers(contract) == {"Authorization": "Bearer tok-after-9876543210"}
+    secret_file.write_text("tok-after-\r\n-9876543210", encoding="utf-8")
+    with pytest.raises(GiveUpError, match="control character"):
+        auth_headers(contract)

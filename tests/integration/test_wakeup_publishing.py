@@ -312,3 +312,41 @@ def test_the_sweeper_places_each_due_row_by_its_tenants_backlog(
     levels = _levels(limited)
     assert sorted(levels[str(op)] for op in bigs) == [0, 1, 1, 2]
     assert [levels[str(op)] for op in smalls] == [0]
+
+
+def test_a_process_declares_its_wake_up_queue_once_not_before_every_publish(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kombu.entity import Queue
+    from kombu.messaging import Producer
+
+    declared: list[str] = []
+    declare = Producer.maybe_declare
+
+    def counting(self: Producer, entity: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(entity, Queue):
+            declared.append(entity.name)
+        # kombu is untyped: the original method, called through as the producer would.
+        return declare(self, entity, *args, **kwargs)  # type: ignore[no-untyped-call]
+
+    monkeypatch.setattr(Producer, "maybe_declare", counting)
+    ids = [uuid.uuid4() for _ in range(3)]
+    assert all(enqueue(rt, op, S.observing) for op in ids)
+    assert declared == [rt.settings.queue]
+    assert [m["args"][0] for m in _messages(rt)] == [str(op) for op in ids]
+
+
+def test_wake_ups_still_arrive_after_the_broker_lost_the_queues_declaration(
+    rt: Runtime,
+) -> None:
+    first = uuid.uuid4()
+    assert enqueue(rt, first, S.observing)
+    # As after a Redis restart without persistence: the queue's binding table is gone.
+    binding = f"{rt.settings.key_prefix}:celery:_kombu.binding.{rt.settings.queue}"
+    assert rt.redis.delete(binding) == 1
+    later = [uuid.uuid4() for _ in range(2)]
+    sent = [enqueue(rt, op, S.observing) for op in later]
+    # Delivered, or refused once (the sweeper re-sends it) and declared again by the next.
+    assert sent[-1]
+    delivered = [m["args"][0] for m in _messages(rt)]
+    assert delivered[0] == str(first) and delivered[-1] == str(later[-1])

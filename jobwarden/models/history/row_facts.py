@@ -11,7 +11,7 @@ columns.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from jobwarden.models.history.hash_form import canonical, utc_iso
@@ -156,11 +156,36 @@ def _fact(kind: str, value: Any) -> Any:
 DIGESTED_AS: Final[Mapping[str, str]] = {"authorized_by": "authorised_by"}
 
 
+def _int_fact(value: Any) -> int:
+    return round(value) if isinstance(value, float) else int(value)
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+# ``_fact`` per kind, looked up once: the digest runs on every write, over every fact.
+_NORMALISERS: Final[Mapping[str, Callable[[Any], Any]]] = {
+    "text": str,
+    "time": utc_iso,
+    "int": _int_fact,
+    "float": float,
+    "json": _as_is,
+}
+# (the name it is digested under, the column, its normaliser, whether it is a later fact)
+_DIGEST_PLAN: Final = tuple(
+    (DIGESTED_AS.get(name, name), name, _NORMALISERS[kind], name in LATER_FACTS)
+    for name, kind in ROW_FACTS.items()
+)
+
+
 def row_digest(facts: Mapping[str, Any]) -> str:
     """sha256 over the row's ``ROW_FACTS`` (every one must be present, None when unset)."""
-    material = {
-        DIGESTED_AS.get(name, name): _fact(kind, facts[name])
-        for name, kind in ROW_FACTS.items()
-        if facts[name] is not None or name not in LATER_FACTS
-    }
+    material: dict[str, Any] = {}
+    for digested_as, name, normalise, later in _DIGEST_PLAN:
+        value = facts[name]
+        if value is not None:
+            material[digested_as] = normalise(value)
+        elif not later:
+            material[digested_as] = None
     return hashlib.sha256(canonical(material)).hexdigest()

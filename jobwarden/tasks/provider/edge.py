@@ -113,9 +113,13 @@ def _read_secret(contract: ProviderContract) -> tuple[str, str] | None:
     return None
 
 
+# C0 controls (CR, LF, NUL ...) and DEL: either would split or break a header line.
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _unusable(value: str) -> str | None:
     """Why ``value`` cannot travel in a header, or None. Never quotes the value."""
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+    if _CONTROL.search(value):
         return "it contains a control character (CR, LF, NUL or similar)"
     if not value.isascii():
         return "it contains a non-ASCII character"
@@ -155,7 +159,21 @@ def secret_forms(contract: ProviderContract) -> tuple[str, ...]:
         return ()
     if found is None:
         return ()
+    # Read on every call (a rotated credential is scrubbed from the next plan on); what is
+    # derived from it is kept for the value last read, one per provider, and derived again
+    # when the value read differs: every poll's plan asks, and the credential rarely moves.
     secret = found[0]
+    kept = _FORMS.get(contract.name)
+    if kept is None or kept[0] != secret:
+        kept = _FORMS[contract.name] = (secret, _forms_of(secret))
+    return kept[1]
+
+
+# The credential each provider's forms were last derived from, and those forms.
+_FORMS: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+
+def _forms_of(secret: str) -> tuple[str, ...]:
     raw = secret.encode("utf-8", "surrogatepass")
     forms = {
         secret,
