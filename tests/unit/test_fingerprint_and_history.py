@@ -79,7 +79,7 @@ def test_the_fingerprint_is_sha256_of_the_whole_material_as_rfc8785_writes_it(
 ) -> None:
     # request_fingerprint splices the command's canonical bytes into the material instead
     # of encoding it twice: the bytes must be those of the whole object, by the package.
-    material: dict[str, Any] = {
+    material: dict[str, object] = {
         "method": method.upper(),
         "route": route,
         "tenant": tenant,
