@@ -61,47 +61,6 @@ def test_the_fingerprint_ignores_key_order(command: dict[str, object]) -> None:
     )
 
 
-@given(
-    st.dictionaries(st.text(max_size=6), json_values, max_size=6),
-    st.sampled_from(["POST", "put", "ß"]),
-    st.text(min_size=1, max_size=8),
-    st.text(min_size=1, max_size=8),
-    st.text(min_size=1, max_size=8),
-    st.none() | st.text(max_size=8),
-)
-def test_the_fingerprint_is_sha256_of_the_whole_material_as_rfc8785_writes_it(
-    command: dict[str, object],
-    method: str,
-    route: str,
-    tenant: str,
-    provider: str,
-    concurrency_key: str | None,
-) -> None:
-    # request_fingerprint splices the command's canonical bytes into the material instead
-    # of encoding it twice: the bytes must be those of the whole object, by the package.
-    material: dict[str, object] = {
-        "method": method.upper(),
-        "route": route,
-        "tenant": tenant,
-        "provider": provider,
-        "command": command,
-    }
-    if concurrency_key is not None:
-        material["concurrency_key"] = concurrency_key
-    expected = hashlib.sha256(rfc8785.dumps(material)).hexdigest()
-    assert (
-        request_fingerprint(
-            method=method,
-            route=route,
-            tenant=tenant,
-            provider=provider,
-            command=command,
-            concurrency_key=concurrency_key,
-        )
-        == expected
-    )
-
-
 def test_numbers_are_canonical_so_1_and_1_point_0_are_the_same_request() -> None:
     assert canonical_command({"n": 1.0}) == canonical_command({"n": 1}) == b'{"n":1}'
 

@@ -148,7 +148,7 @@ def request_fingerprint(  # noqa: PLR0913 - every part that defines the request,
     so fingerprints recorded before keys existed still match their replays.
     Raises InvalidSubmissionError if the command or any part cannot be canonicalised.
     """
-    command_bytes = canonical_command(command)
+    canonical_command(command)
     for name, part in (
         ("method", method),
         ("route", route),
@@ -156,50 +156,15 @@ def request_fingerprint(  # noqa: PLR0913 - every part that defines the request,
         ("provider", provider),
     ):
         check_utf8(name, part)
+    material = {
+        "method": method.upper(),
+        "route": route,
+        "tenant": tenant,
+        "provider": provider,
+        "command": command,
+    }
     if concurrency_key is not None:
         check_utf8("concurrency_key", concurrency_key)
-    return hashlib.sha256(
-        _material(
-            method=method.upper(),
-            route=route,
-            tenant=tenant,
-            provider=provider,
-            command_bytes=command_bytes,
-            concurrency_key=concurrency_key,
-        )
-    ).hexdigest()
-
-
-def _material(  # noqa: PLR0913 - every part of the material, named as in request_fingerprint
-    *,
-    method: str,
-    route: str,
-    tenant: str,
-    provider: str,
-    command_bytes: bytes,
-    concurrency_key: str | None,
-) -> bytes:
-    """The RFC 8785 bytes of the material object, the command's canonical bytes spliced in.
-
-    RFC 8785 writes an object's members sorted by key, each value as it would be alone
-    (section 3.2.3), so the command's bytes, already made by canonical_command, need not
-    be walked and encoded a second time inside the whole; the member keys are ASCII,
-    sorted here by hand: command, concurrency_key, method, provider, route, tenant.
-    tests/unit/test_fingerprint_and_history.py holds this equal to canonical_json of the
-    whole material.
-    """
-    parts = [b'{"command":', command_bytes]
-    if concurrency_key is not None:
-        parts += [b',"concurrency_key":', canonical_json(concurrency_key)]
-    parts += [
-        b',"method":',
-        canonical_json(method),
-        b',"provider":',
-        canonical_json(provider),
-        b',"route":',
-        canonical_json(route),
-        b',"tenant":',
-        canonical_json(tenant),
-        b"}",
-    ]
-    return b"".join(parts)
+        material["concurrency_key"] = concurrency_key
+    encoded = canonical_json(material)
+    return hashlib.sha256(encoded).hexdigest()
