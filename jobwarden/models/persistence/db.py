@@ -110,12 +110,16 @@ def claim_session(url: str, *, lock_timeout: str) -> Iterator[Session]:
         )
         _check_on_checkout(engine)
         _claim_engines[key] = engine
-    with Session(engine, expire_on_commit=False) as session:
+    # The connection checked out once and held, as step_session's: the claim's statements
+    # (raw_execute, driver_execute) then run on its psycopg connection without a trip
+    # through the Session's transaction bookkeeping for each.
+    with engine.connect() as connection, Session(connection, expire_on_commit=False) as session:
+        session.info[_DRIVER] = (connection, connection.connection.driver_connection)
         yield session
 
 
 _step_engines: dict[tuple[int, str], Engine] = {}
-_DRIVER = "jobwarden.driver"  # session.info: a step session's connection and its psycopg one
+_DRIVER = "jobwarden.driver"  # session.info: a step or claim session's connection, its psycopg one
 
 
 def dispose_all() -> None:
@@ -187,8 +191,13 @@ def driver_execute(
 def raw_execute(session: Session, statement: str, params: Sequence[Any]) -> psycopg.Cursor[Any]:
     """Run a statement with ``$n`` placeholders on the session's psycopg connection as it is
     (a ``psycopg.RawCursor``: no placeholder conversion), errors as driver_execute's."""
-    connection = session.connection()
-    raw = cast("psycopg.Connection[Any]", connection.connection.driver_connection)
+    held = session.info.get(_DRIVER)
+    if held is not None and not held[0].invalidated:
+        connection, driver = held  # a claim or step session's own connection
+    else:
+        connection = session.connection()
+        driver = connection.connection.driver_connection
+    raw = cast("psycopg.Connection[Any]", driver)
     try:
         return psycopg.RawCursor(raw).execute(statement, params)
     except psycopg.Error as exc:
