@@ -126,12 +126,17 @@ def import_each_alone(names: list[str]) -> list[str]:
     """Import each module in its own freshly forked interpreter; problem descriptions."""
     # From the repository root, where a stray `import tasks` would succeed rather than fail.
     job = json.dumps([THIRD_PARTY, list(FOLDER_NAMES), names])
+    # Bytecode is written (PYTHONDONTWRITEBYTECODE dropped, where the machine sets it): the
+    # venv is installed with --no-compile, so without it every child compiled each jobwarden
+    # module it imports from source again. A cached .pyc changes nothing a child proves.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     done = subprocess.run(
         [sys.executable, "-c", ZYGOTE, job],
         capture_output=True,
         text=True,
         timeout=280,
         cwd=REPO,
+        env=env,
         check=False,
     )
     if done.returncode != 0:
