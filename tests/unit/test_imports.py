@@ -10,12 +10,12 @@ a cycle from the interpreter only until the day someone moves it to the top.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,19 +54,29 @@ def needs_alembic_context(name: str) -> bool:
 
 IMPORTABLE = sorted(name for name in MODULES if not needs_alembic_context(name))
 
-# One interpreter per batch imports every third-party library jobwarden uses (never
-# jobwarden itself), then forks a child per module: the child imports that one module
-# first thing, so an import that works only after another jobwarden module was imported
-# still fails, while FastAPI, Celery and the MCP SDK are imported once per batch rather
-# than 111 times (that took about 40 s idle, and past 120 s on a loaded 2-core machine).
+# One interpreter per batch runs every import statement of jobwarden's that names a
+# third-party library (never jobwarden itself), then forks a child per module: the child
+# imports that one module first thing, so an import that works only after another jobwarden
+# module was imported still fails, while FastAPI, Celery and the MCP SDK are imported once
+# per batch rather than 111 times (that took about 40 s idle, and past 120 s on a loaded
+# 2-core machine). The statements are run as written, `from sqlalchemy.orm import Session`
+# included: importing `sqlalchemy` alone left sqlalchemy.orm, celery's lazily loaded app and
+# kombu to every child (half of the modules the children imported, ~11,500 in all). What a
+# module would have imported anyway proves nothing when it is imported once more.
 ZYGOTE = """
-import importlib, json, os, sys, traceback
+import gc, importlib, json, os, sys, traceback
 preload, folders, names = json.loads(sys.argv[1])
-for module in preload:
+for module, attributes in preload:
     try:
-        importlib.import_module(module)
+        imported = importlib.import_module(module)
+        for attribute in attributes:  # as `from module import attribute` does
+            if not hasattr(imported, attribute):
+                importlib.import_module(f"{module}.{attribute}")
     except Exception:
         pass  # optional or platform-bound: the child imports what it needs anyway
+# The preloaded objects leave the collector's view: a collection in a child would otherwise
+# walk (and so copy, page by page) the whole inherited heap (gc.freeze's documented use).
+gc.freeze()
 results = {}
 for name in names:
     read, write = os.pipe()
@@ -92,30 +102,41 @@ print(json.dumps(results))
 """
 
 
-def third_party_imports() -> list[str]:
-    """Top-level names jobwarden imports that are neither its own nor the standard library."""
+def third_party_imports() -> list[tuple[str, list[str]]]:
+    """Every module jobwarden imports that is neither its own nor the standard library's,
+    with the names its `from … import` statements take from it (sorted, merged)."""
     own = {"jobwarden", *FOLDER_NAMES}
-    found: set[str] = set()
+    found: dict[str, set[str]] = {}
     for path in MODULES.values():
         for node in _import_nodes(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ImportFrom):
-                heads = [node.module] if node.module and node.level == 0 else []
+                if node.module and node.level == 0:
+                    found.setdefault(node.module, set()).update(a.name for a in node.names)
             else:
-                heads = [alias.name for alias in node.names]
-            found |= {h.split(".")[0] for h in heads}
-    return sorted(found - own - set(sys.stdlib_module_names))
+                for alias in node.names:
+                    found.setdefault(alias.name, set())
+    return sorted(
+        (module, sorted(names))
+        for module, names in found.items()
+        if module.split(".")[0] not in own | set(sys.stdlib_module_names)
+    )
 
 
 def import_each_alone(names: list[str]) -> list[str]:
     """Import each module in its own freshly forked interpreter; problem descriptions."""
     # From the repository root, where a stray `import tasks` would succeed rather than fail.
     job = json.dumps([THIRD_PARTY, list(FOLDER_NAMES), names])
+    # Bytecode is written (PYTHONDONTWRITEBYTECODE dropped, where the machine sets it): the
+    # venv is installed with --no-compile, so without it every child compiled each jobwarden
+    # module it imports from source again. A cached .pyc changes nothing a child proves.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     done = subprocess.run(
         [sys.executable, "-c", ZYGOTE, job],
         capture_output=True,
         text=True,
         timeout=280,
         cwd=REPO,
+        env=env,
         check=False,
     )
     if done.returncode != 0:
@@ -148,9 +169,12 @@ def test_discovery_walks_every_folder_of_the_package() -> None:
 
 
 def test_the_preloaded_libraries_are_third_party_only() -> None:
-    preload = THIRD_PARTY
-    assert {"celery", "fastapi", "sqlalchemy"} <= set(preload)
-    assert not {"jobwarden", *FOLDER_NAMES} & set(preload)
+    preload = dict(THIRD_PARTY)
+    assert {"celery", "fastapi", "sqlalchemy", "sqlalchemy.orm"} <= set(preload)
+    assert "Celery" in preload["celery"]
+    heads = {module.split(".")[0] for module in preload}
+    assert not {"jobwarden", *FOLDER_NAMES} & heads
+    assert not heads & set(sys.stdlib_module_names)
 
 
 def test_a_module_that_cannot_be_imported_is_caught_and_the_next_child_is_clean() -> None:
@@ -159,15 +183,97 @@ def test_a_module_that_cannot_be_imported_is_caught_and_the_next_child_is_clean(
     assert len(problems) == 1 and problems[0].startswith("jobwarden.no_such_module:")
 
 
-# About 45 s of CPU in all (the libraries once per batch, then each module's own imports
-# of jobwarden); the bound holds with two busy processes beside the suite on 2 cores.
+# About 40 s of CPU in all on a loaded machine (the libraries once, ~4 s, then each module's
+# own imports of jobwarden); the bound holds with two busy processes beside the suite on 2 cores.
 @pytest.mark.timeout(300)
 def test_every_module_imports_alone_in_a_fresh_interpreter_under_the_one_root() -> None:
-    # Two batches, one per core of the machines the suite runs on.
-    batches = [IMPORTABLE[0::2], IMPORTABLE[1::2]]
-    with ThreadPoolExecutor(max_workers=len(batches)) as pool:
-        problems = [p for found in pool.map(import_each_alone, batches) for p in found]
+    # One batch: a second one on the other core halved the wall time but preloaded the
+    # libraries twice (~4 s of CPU more), and the suite's wall time is its CPU over 2 cores.
+    problems = import_each_alone(IMPORTABLE)
     assert problems == [], "\n\n".join(problems)
+
+
+def unimported_submodules(source: str, is_module: Callable[[str], bool]) -> list[str]:
+    """`X.sub` used after a bare `import X` (or `import X as x`) where X.sub is a module the
+    source never imports: it works only when something else imported X.sub first."""
+    tree = ast.parse(source)
+    bound: dict[str, str] = {}
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                imported.add(alias.name)
+                if "." not in alias.name or alias.asname:
+                    bound[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            imported.add(node.module)
+            imported.update(f"{node.module}.{alias.name}" for alias in node.names)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            module = bound.get(node.value.id)
+            submodule = f"{module}.{node.attr}"
+            if module and submodule not in imported and is_module(submodule):
+                found.append(f"{submodule} (line {node.lineno})")
+    return sorted(set(found))
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def loaded_by_their_packages(submodules: Iterable[str]) -> set[str]:
+    """Those of ``submodules`` that importing their top-level package alone loads, in a
+    fresh interpreter (structlog's __init__ imports structlog.stdlib, say)."""
+    wanted = sorted(set(submodules))
+    code = (
+        "import importlib, json, sys\n"
+        "wanted = json.loads(sys.argv[1])\n"
+        "for name in wanted:\n"
+        "    importlib.import_module(name.split('.')[0])\n"
+        "print(json.dumps([name for name in wanted if name in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(wanted)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        check=True,
+    )
+    return set(json.loads(done.stdout))
+
+
+def test_a_used_third_party_submodule_is_imported_where_it_is_used() -> None:
+    # The preload above imports sqlalchemy.orm once for every child, so the children no
+    # longer catch `import sqlalchemy as sa` followed by `sa.orm.Session` at import time;
+    # this does, and inside functions too. (The standard library is never preloaded.)
+    def outside_the_standard_library(name: str) -> bool:
+        return name.partition(".")[0] not in sys.stdlib_module_names and _is_module(name)
+
+    used = {
+        name: unimported_submodules(path.read_text(encoding="utf-8"), outside_the_standard_library)
+        for name, path in MODULES.items()
+    }
+    loaded = loaded_by_their_packages(f.split()[0] for found in used.values() for f in found)
+    problems = {
+        name: kept
+        for name, found in used.items()
+        if (kept := [f for f in found if f.split()[0] not in loaded])
+    }
+    assert problems == {}
+
+
+def test_a_used_submodule_left_unimported_is_caught() -> None:
+    planted = "import sqlalchemy as sa\nimport json\nSession = sa.orm.Session\nsa.func.now\n"
+    found = unimported_submodules(planted, _is_module)
+    assert found == ["sqlalchemy.orm (line 3)"]
+    assert loaded_by_their_packages(["sqlalchemy.orm", "structlog.stdlib"]) == {"structlog.stdlib"}
+    fixed = "import sqlalchemy as sa\nimport sqlalchemy.orm\nSession = sa.orm.Session\n"
+    assert unimported_submodules(fixed, _is_module) == []
 
 
 # ---- the static import graph -------------------------------------------------------------
