@@ -22,7 +22,10 @@ import json
 import os
 import secrets
 import shutil
+import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,39 @@ from hypothesis import HealthCheck, settings
 from sqlalchemy.engine import make_url
 
 from tests import door_matrix_report, socket_origins
+
+
+class _PatientSettrace:
+    """``sys`` for ``threading``, whose new threads retry installing the tracer.
+
+    CPython 3.11 refuses ``sys.settrace`` while another thread is inside it (a process-wide
+    guard in ``_PyEval_SetTrace``, python/cpython#98257), and under coverage every new
+    thread installs coverage's tracer first thing (``threading._bootstrap_inner``). Threads
+    started together, as a pool of eight is, could die before running a line (seen once
+    in a full run: ``test_sandbox::test_concurrent_creates_with_one_key_make_one_job``).
+    That is the harness failing, not the code under test; 3.12's coverage traces through
+    sys.monitoring, which has no such guard. Everything else is ``sys`` itself.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys, name)
+
+    @staticmethod
+    def settrace(function: Any) -> None:
+        for _ in range(1000):  # bounded: the guard is held for one call's length
+            try:
+                sys.settrace(function)
+                return
+            except RuntimeError as exc:
+                if "another trace function is being installed" not in str(exc):
+                    raise
+            time.sleep(0.001)
+        sys.settrace(function)
+
+
+if sys.version_info < (3, 12):
+    threading._sys = _PatientSettrace()  # type: ignore[attr-defined]  # private, by design
+
 
 # No test is timed (speed is the benchmarks' business, scripts/bench_*): Hypothesis's
 # per-example deadline would fail a property on a loaded machine, not a wrong answer.
