@@ -20,19 +20,20 @@ END = "<!-- /layout -->"
 LINK = REFERENCE.relative_to(REPO).as_posix()
 
 
-def _summary(path: Path) -> str:
+def _summary(path: Path, package: Path) -> str:
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
     if not doc:
         raise SystemExit(
-            f"{path.relative_to(REPO)}: no docstring (every room and module says what it is)"
+            f"{path.relative_to(package.parent)}: no docstring"
+            " (every room and module says what it is)"
         )
     return doc.strip().splitlines()[0].strip()
 
 
-def rooms() -> list[Path]:
+def rooms(package: Path = PACKAGE) -> list[Path]:
     """Every package under jobwarden (migration versions aside), in tree order."""
-    found = [p.parent for p in PACKAGE.rglob("__init__.py") if "versions" not in p.parts]
-    return sorted(found, key=lambda p: p.relative_to(REPO).parts)
+    found = [p.parent for p in package.rglob("__init__.py") if "versions" not in p.parts]
+    return sorted(found, key=lambda p: p.relative_to(package.parent).parts)
 
 
 def readme_section() -> str:
@@ -41,7 +42,7 @@ def readme_section() -> str:
         rel = room.relative_to(REPO).as_posix()
         depth = len(room.relative_to(PACKAGE).parts)
         indent = "  " * max(0, depth - 1)
-        lines.append(f"{indent}- `{rel}/`: {_summary(room / '__init__.py')}")
+        lines.append(f"{indent}- `{rel}/`: {_summary(room / '__init__.py', PACKAGE)}")
     lines += [
         "",
         f"Every module, with what it is: [{LINK}]({LINK}).",
@@ -50,7 +51,9 @@ def readme_section() -> str:
     return "\n".join(lines)
 
 
-def reference_page() -> str:
+def reference_page(package: Path = PACKAGE) -> str:
+    """The reference page for ``package`` (the tests hand it a copy, never the source tree,
+    which other test processes are reading at the same time)."""
     out = [
         "# Layout",
         "",
@@ -58,12 +61,12 @@ def reference_page() -> str:
         "Each room's `__init__` says what lives there and what it may import;",
         "`tests/unit/test_import_rules.py` holds those rules.",
     ]
-    for room in rooms():
-        rel = room.relative_to(REPO).as_posix()
-        out += ["", f"## `{rel}/`", "", _summary(room / "__init__.py"), ""]
+    for room in rooms(package):
+        rel = room.relative_to(package.parent).as_posix()
+        out += ["", f"## `{rel}/`", "", _summary(room / "__init__.py", package), ""]
         for module in sorted(room.glob("*.py")):
             if module.name != "__init__.py":
-                out.append(f"- `{module.name}`: {_summary(module)}")
+                out.append(f"- `{module.name}`: {_summary(module, package)}")
     return "\n".join(out) + "\n"
 
 
