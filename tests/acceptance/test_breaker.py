@@ -159,6 +159,17 @@ def test_an_outage_opens_the_breaker_once_and_a_probe_resumes_everything_without
     # one second may arrive in the next: two more than the limit, no burst.
     after = [r["monotonic"] for r in pipeline.sandbox.requests() if r["monotonic"] >= recovered]
     granted = limiter_grants(database_url, ops, since=row.closed_at)
+    with transaction(database_url) as session:
+        held = session.execute(
+            select(EventRow.kind, func.count())
+            .where(
+                EventRow.operation_id.in_(ops),
+                EventRow.at >= row.closed_at,
+                EventRow.delay_source == "local_rate_limit",
+            )
+            .group_by(EventRow.kind)
+        ).all()
+    print(f"held by the limiter after the recovery: {dict(held)}")
     print(
         f"{len(during)} failing answers in the outage ({row.probes} probes); "
         f"{len(after)} requests after it, at most {max_in_one_second(after)} arriving and "
