@@ -29,7 +29,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from jobwarden.api.auth import Principal, Scope, authorize, bearer
+from jobwarden.api.auth import Principal, Scope, authorize, bearer, read_for_submit
 from jobwarden.api.context import runtime_of, settings_of
 from jobwarden.api.problems import ProblemError
 from jobwarden.api.responses import named_body, problem_answers
@@ -445,14 +445,17 @@ def _submitted(
     read: tuple[str, SubmissionBody] | ProblemError,
     runtime: Runtime,
 ) -> JSONResponse:
-    principal = authorize(request, credentials, Scope.submit)
+    epoch, seen = read_for_submit(request)
+    principal = authorize(request, credentials, Scope.submit, epoch)
     if isinstance(read, ProblemError):
         raise read
     key, body = read
     caller = caller_of(principal, http_statuses=HTTP_STATUSES)
     wanted = submission_request(principal, key, body, request.headers.get("traceparent"))
     try:
-        result = submit_request(wanted, door="http", caller=caller, runtime=runtime)
+        result = submit_request(
+            wanted, door="http", caller=caller, runtime=runtime, attendance=seen
+        )
     except RefusedInputError as exc:
         extensions: dict[str, Any] = {}
         detail = str(exc)

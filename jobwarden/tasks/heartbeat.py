@@ -21,6 +21,7 @@ from typing import Any
 
 from celery import bootsteps
 from redis import Redis
+from redis.client import Pipeline
 from redis.exceptions import RedisError
 
 from jobwarden.config.celery_app import app
@@ -67,27 +68,51 @@ def forget(redis: Redis, key_prefix: str, queues: list[str], worker: str) -> Non
         pipe.execute()
 
 
-def last_beat(redis: Redis, key_prefix: str, queue: str) -> tuple[datetime | None, datetime]:
-    """The newest stamp on ``queue`` (None: none kept) and the server's clock, in one trip."""
-    with redis.pipeline(transaction=False) as pipe:
-        pipe.time()
-        pipe.zrevrange(heartbeat_key(key_prefix, queue), 0, 0, withscores=True)
-        (seconds, micros), newest = pipe.execute()
+# What a door read of a queue's heartbeats: the newest stamp (None: none kept) and the
+# Redis server's clock when it was read.
+Attendance = tuple[datetime | None, datetime]
+
+
+def ask_attendance(pipe: Pipeline, key_prefix: str, queue: str) -> None:
+    """Queue the read of ``queue``'s newest stamp and the server's clock on ``pipe``: two
+    answers, which ``attendance`` turns into what was read. A door that makes a Redis
+    trip of its own anyway (the HTTP door's revocation epoch) asks in the same trip."""
+    pipe.time()
+    pipe.zrevrange(heartbeat_key(key_prefix, queue), 0, 0, withscores=True)
+
+
+def attendance(clock: Any, newest: Any) -> Attendance:
+    """The two answers ``ask_attendance`` queued, read. ValueError (or OverflowError) for a
+    stamp that is no time: none of our workers wrote it."""
+    seconds, micros = clock
     now = datetime.fromtimestamp(seconds + micros / 1_000_000, UTC)
     if not newest:
         return None, now
     return datetime.fromtimestamp(float(newest[0][1]), UTC), now
 
 
-def no_worker(redis: Redis, settings: Settings) -> NoWorkerWarning | None:
+def last_beat(redis: Redis, key_prefix: str, queue: str) -> Attendance:
+    """The newest stamp on ``queue`` (None: none kept) and the server's clock, in one trip."""
+    with redis.pipeline(transaction=False) as pipe:
+        ask_attendance(pipe, key_prefix, queue)
+        clock, newest = pipe.execute()
+    return attendance(clock, newest)
+
+
+def no_worker(
+    redis: Redis, settings: Settings, seen: Attendance | None = None
+) -> NoWorkerWarning | None:
     """The no-worker warning for the operations' queue, or None (a worker beats on it, or
-    Redis did not answer: a door's answer never fails for want of this advice)."""
+    Redis did not answer: a door's answer never fails for want of this advice). ``seen``:
+    what the door already read in a trip of its own (read here otherwise)."""
     queue = settings.queue
-    try:
-        newest, now = last_beat(redis, settings.key_prefix, queue)
-    except RedisError as exc:
-        log.warning("worker_heartbeat_unread", queue=queue, error=type(exc).__name__)
-        return None
+    if seen is None:
+        try:
+            seen = last_beat(redis, settings.key_prefix, queue)
+        except (RedisError, ValueError, OverflowError) as exc:
+            log.warning("worker_heartbeat_unread", queue=queue, error=type(exc).__name__)
+            return None
+    newest, now = seen
     return no_worker_warning(queue, newest, now, settings.worker_silence_seconds)
 
 

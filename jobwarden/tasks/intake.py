@@ -44,7 +44,7 @@ from jobwarden.models.states import TERMINAL
 from jobwarden.models.states import OperationState as S
 from jobwarden.observability import telemetry
 from jobwarden.tasks.dispatch import enqueue
-from jobwarden.tasks.heartbeat import no_worker
+from jobwarden.tasks.heartbeat import Attendance, no_worker
 from jobwarden.tasks.provider.wakeup_backlog import owner_of
 from jobwarden.tasks.runtime import Runtime, current, utcnow
 
@@ -146,6 +146,7 @@ def submit_request(
     resubmit_of: uuid.UUID | None = None,
     derived_key: bool = False,
     follow_up: Link | None = None,
+    attendance: Attendance | None = None,
 ) -> SubmitResult:
     """Record an operation's intent and hand it to the workers: every door's one call.
 
@@ -159,6 +160,8 @@ def submit_request(
     the one way into a reserved key namespace (models/intake/reserved_keys.py, invariant 17).
     ``follow_up``: set only by tasks/follow_ups.py; the parent's lock, state and amount
     rule are checked in the claim's transaction (AmountLimitError, ParentStateError).
+    ``attendance``: the queue's heartbeats as the door already read them in a Redis trip of
+    its own (the HTTP door, with its revocation epoch); read here otherwise.
     """
     rt = runtime or current()
     who = caller or Caller()
@@ -184,7 +187,7 @@ def submit_request(
             # Refused under the parent's lock (a follow-up's state or amount): on the record.
             _log_invalid(rt, door, who, sub.tenant, sub.idempotency_key, sub.requested_by, str(exc))
             raise
-        return _advised(rt, submitted)
+        return _advised(rt, submitted, attendance)
 
 
 # How long a claim waits for a concurrent submission of the same key to commit before
@@ -198,12 +201,13 @@ _WAITING_ANSWERS = frozenset(
 _ENDED = frozenset(s.value for s in TERMINAL)
 
 
-def _advised(rt: Runtime, result: SubmitResult) -> SubmitResult:
+def _advised(rt: Runtime, result: SubmitResult, seen: Attendance | None) -> SubmitResult:
     """``result`` with a no-worker warning when its operation waits on a queue nobody
-    consumes: one Redis round trip (the newest heartbeat), never Celery's broadcast."""
+    consumes: one Redis round trip (the newest heartbeat; none when the door read it
+    already), never Celery's broadcast."""
     if result.outcome not in _WAITING_ANSWERS or result.state in _ENDED:
         return result
-    warning = no_worker(rt.redis, rt.settings)
+    warning = no_worker(rt.redis, rt.settings, seen)
     return result if warning is None else replace(result, warnings=(warning,))
 
 

@@ -44,6 +44,11 @@ def epoch(redis: Redis, prefix: str) -> str | None:
         return None
     if value is None:  # deleted again between the two calls: no epoch to trust
         return None
+    return decoded(value)
+
+
+def decoded(value: bytes | str) -> str:
+    """An epoch as Redis answered it."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
