@@ -182,6 +182,17 @@ def test_a_strangers_input_is_a_problem_never_a_500(
     assert answer.headers["content-type"].startswith("application/problem+json")
 
 
+def test_a_list_filter_postgres_cannot_take_is_a_422_naming_it(
+    client: httpx.Client, database_url: str
+) -> None:
+    # A NUL in ?provider= reached Postgres and answered 500 (schemathesis, under load).
+    headers = make_token(database_url, tenant_name(), "eve", ["read"])
+    found = _problem(
+        client.get("/v1/pauses?provider=a%00b", headers=headers), 422, "invalid_request"
+    )
+    assert found["errors"][0]["path"] == "query/provider", found
+
+
 def test_unknown_providers_and_pauses_are_not_found(
     client: httpx.Client, database_url: str
 ) -> None:
