@@ -8,6 +8,7 @@ are parked in Postgres), which avoids Redis redelivering held ETA tasks.
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
@@ -125,10 +126,21 @@ def make_celery(settings: Settings) -> Celery:
 app = make_celery(get_settings())
 
 
-def _structured_logs(logger: Any, **_: Any) -> None:
+# Celery's own line for each task it receives and each it finishes. A step already says,
+# once, what both would (`step_done`: the operation, its trace, from, to, next), and a
+# task's failure is logged at ERROR still; the two INFO lines cost the worker ~45 µs each
+# through the JSON formatter, on every poll (issue 37). --loglevel=DEBUG shows them again.
+PER_TASK_LOGGERS = ("celery.worker.strategy", "celery.app.trace")
+
+
+def _structured_logs(logger: Any, loglevel: int | str | None = None, **_: Any) -> None:
     # Celery keeps its handlers (stderr or --logfile) and its levels; only the line format
     # changes, to jobwarden's structured one (JOBWARDEN_LOG_FORMAT, jobwarden.observability.logs).
     install_formatter(logger, get_settings().log_format)
+    level = logging.getLevelName(loglevel) if isinstance(loglevel, str) else loglevel
+    if not isinstance(level, int) or level > logging.DEBUG:
+        for name in PER_TASK_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
     # The pool's own logger ("multiprocessing": a child lost to SIGKILL, say) has a handler
     # of its own that Celery configures with the same setup; it speaks JSON too.
     install_formatter(get_multiprocessing_logger(), get_settings().log_format)

@@ -106,6 +106,7 @@ class Stack:
         concurrency: int = 2,
         extra_env: Mapping[str, str] | None = None,
         notifications: bool = True,
+        loglevel: str = "INFO",
     ) -> subprocess.Popen[bytes]:
         """A worker on the stack's queue and, unless ``notifications`` is False, on its
         notifications queue too (``Settings.notifications_queue``). One process for both
@@ -127,7 +128,7 @@ class Stack:
                 f"{name}@%h",
                 "--without-gossip",
                 "--without-mingle",
-                "--loglevel=INFO",
+                f"--loglevel={loglevel}",
             ],
             {"JOBWARDEN_WORKER_NAME": name, **(extra_env or {})},
         )
