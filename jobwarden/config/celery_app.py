@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from celery import Celery
+from celery.app.trace import LOG_RECEIVED, LOG_SUCCESS
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
@@ -126,11 +127,22 @@ def make_celery(settings: Settings) -> Celery:
 app = make_celery(get_settings())
 
 
-# Celery's own line for each task it receives and each it finishes. A step already says,
-# once, what both would (`step_done`: the operation, its trace, from, to, next), and a
-# task's failure is logged at ERROR still; the two INFO lines cost the worker ~45 µs each
-# through the JSON formatter, on every poll (issue 37). --loglevel=DEBUG shows them again.
+# Celery's own line for each task it receives and each it finishes well. A step already
+# says, once, what both would (`step_done`: the operation, its trace, from, to, next); the
+# two INFO lines cost the worker ~45 µs each through the JSON formatter, on every poll
+# (issue 37). Only these two messages are dropped: a task's failure, and a stop Celery
+# logs at INFO as "raised expected" (Flower's FAILURE, without a traceback), still log.
+# --loglevel=DEBUG shows them again.
 PER_TASK_LOGGERS = ("celery.worker.strategy", "celery.app.trace")
+PER_TASK_MESSAGES = frozenset({LOG_RECEIVED, LOG_SUCCESS})
+
+
+class _NoPerTaskLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg not in PER_TASK_MESSAGES
+
+
+_NO_PER_TASK_LINES = _NoPerTaskLines()
 
 
 def _structured_logs(logger: Any, loglevel: int | str | None = None, **_: Any) -> None:
@@ -140,7 +152,7 @@ def _structured_logs(logger: Any, loglevel: int | str | None = None, **_: Any) -
     level = logging.getLevelName(loglevel) if isinstance(loglevel, str) else loglevel
     if not isinstance(level, int) or level > logging.DEBUG:
         for name in PER_TASK_LOGGERS:
-            logging.getLogger(name).setLevel(logging.WARNING)
+            logging.getLogger(name).addFilter(_NO_PER_TASK_LINES)  # once: a set of filters
     # The pool's own logger ("multiprocessing": a child lost to SIGKILL, say) has a handler
     # of its own that Celery configures with the same setup; it speaks JSON too.
     install_formatter(get_multiprocessing_logger(), get_settings().log_format)

@@ -1,7 +1,8 @@
 """A worker at --loglevel=INFO writes no line of Celery's own for each task it receives or
-finishes (issue 37): a step's `step_done` already says it once, and each of Celery's two
-lines cost ~45 µs through the JSON formatter on every poll. A task's failure still logs,
-and --loglevel=DEBUG shows the per-task lines again.
+finishes well (issue 37): a step's `step_done` already says it once, and each of Celery's
+two lines cost ~45 µs through the JSON formatter on every poll. A task's failure still
+logs (a stop's "raised expected" line too: tests/acceptance/test_structured_logs.py), and
+--loglevel=DEBUG shows the per-task lines again.
 
 A real worker (tests run against real servers), sent real tasks on a queue of its own.
 """
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 from celery.result import AsyncResult
 
-from jobwarden.config.celery_app import PER_TASK_LOGGERS, app
-from jobwarden.demo.harness import Stack
+from jobwarden.config.celery_app import PER_TASK_LOGGERS, PER_TASK_MESSAGES, app
+from jobwarden.demo.harness import Stack, wait_for
 
 
 def _stack(database_url: str, tmp_path: Path, level: str) -> Stack:
@@ -48,7 +49,14 @@ def _run_tasks(stack: Stack, name: str, level: str) -> str:
         )
         with pytest.raises(ValueError):
             AsyncResult(failed.id, app=app).get(timeout=60)
-        return (stack.log_dir / f"{name}.log").read_text(errors="replace")
+        log = stack.log_dir / f"{name}.log"
+        # The failure's line may be written just after its result is stored.
+        wait_for(
+            lambda: f"jobwarden.poll[{failed.id}]" in log.read_text(errors="replace"),
+            timeout=30,
+            what="the failure's line",
+        )
+        return log.read_text(errors="replace")
     finally:
         stack.stop()
 
@@ -58,6 +66,7 @@ def test_a_worker_at_info_writes_no_per_task_line_of_celerys_but_its_failures(
     database_url: str, tmp_path: Path
 ) -> None:
     assert PER_TASK_LOGGERS == ("celery.worker.strategy", "celery.app.trace")
+    assert len(PER_TASK_MESSAGES) == 2
     log = _run_tasks(_stack(database_url, tmp_path, "INFO"), "lines-info", "INFO")
     assert " ready." in log
     assert "Task jobwarden.fold_tallies[" not in log, log[-3000:]
