@@ -128,8 +128,8 @@ class EpochRead:
 def read_for_submit(request: Request) -> tuple[EpochRead | None, Attendance | None]:
     """The submit route's one Redis trip: the revocation epoch (when the token cache is
     on) and the operations' queue's heartbeats, which the answer's no-worker advice
-    needs. Read apart they were two trips (each a pipeline of the client, 5-16 % of a
-    submission's instructions when measured apart).
+    needs. Read apart they were two trips: 5 % and 8-16 % of a submission's instructions,
+    measured (docs/scaling.md).
 
     Redis not answering: (None, None), and each is read again on its own path, which says
     what failed; the epoch missing (Redis lost it): read again by ``authenticate``, which
