@@ -48,7 +48,8 @@ work too) and prints its CPU per poll beside the workers' and Postgres's.
 ``--mode in-process`` keeps the older measurement (scripts/_poll_in_process.py).
 ``--explain`` prints EXPLAIN (ANALYZE, BUFFERS, WAL) of one poll's statements on a
 history of --operations x --polls events, and the durable floor's write beside them
-(scripts/_poll_explain.py).
+(scripts/_poll_explain.py). ``--statements`` prints the Postgres CPU of each of those
+statements instead, run --repeat times on one backend (the same script).
 
     .venv/bin/python scripts/bench_poll.py --operations 20 --polls 25 --rounds 3
 """
@@ -681,6 +682,13 @@ def main() -> int:
         help="run a redis-server of the benchmark's own and print its CPU per poll"
         " (the machine's Redis serves others too)",
     )
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="print the Postgres CPU of the poll's two statements, each run --repeat times on"
+        " one backend, against the durable floor's (scripts/_poll_explain.py), then stop",
+    )
+    parser.add_argument("--repeat", type=int, default=3000, help="--statements' runs of each")
     parser.add_argument("--database", default="jobwarden_bench", help="in-process mode's")
     parser.add_argument(
         "--explain",
@@ -689,7 +697,7 @@ def main() -> int:
         " --operations x --polls events (scripts/_poll_explain.py), then stop",
     )
     args = parser.parse_args()
-    if args.explain:
+    if args.explain or args.statements:
         from _poll_explain import explain_mode
 
         return explain_mode(args)

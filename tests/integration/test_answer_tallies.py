@@ -181,3 +181,25 @@ def test_no_trigger_counts_answers_any_more_and_only_two_statements_insert_event
         "jobwarden/models/persistence/intake_store.py",
         "jobwarden/models/persistence/store.py",
     ]
+
+
+def test_a_count_appends_a_bare_heap_row_and_the_fold_still_takes_them_all(
+    database_url: str,
+) -> None:
+    # Issue 37 (0034): every poll appends a delta, and nothing looks one up (the fold
+    # deletes them all), so the table has no key: no sequence step, no index entry per
+    # poll. The fold's total is what test_metrics_plans.py recounts from the history.
+    with transaction(database_url) as session:
+        indexes = session.scalar(
+            text(
+                "SELECT count(*) FROM pg_index WHERE indrelid = 'provider_answer_deltas'::regclass"
+            )
+        )
+        columns = session.scalars(
+            text(
+                "SELECT attname FROM pg_attribute WHERE attrelid = "
+                "'provider_answer_deltas'::regclass AND attnum > 0 AND NOT attisdropped "
+                "ORDER BY attnum"
+            )
+        ).all()
+    assert (indexes, columns) == (0, ["provider", "status_class", "answers"])

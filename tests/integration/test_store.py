@@ -473,6 +473,73 @@ def test_a_poll_that_waits_writes_its_hot_row_and_leaves_the_operations_row_alon
     assert (stored.progress, stored.last_remote_state) == (0.2, "running")
 
 
+def test_a_polls_write_never_waits_on_a_lock_held_on_the_wide_row(database_url: str) -> None:
+    # Issue 37 (0034): the history's foreign key names the hot row, which the poll's own
+    # statement has just updated. Against the wide row, the key's check took FOR KEY
+    # SHARE on a row the poll does not write: a lock bit and a WAL record on every poll,
+    # and a poll stalled behind anyone holding that row FOR UPDATE. Here someone does,
+    # and the poll's write must land without waiting (lock_timeout bounds the old wait).
+    op_id = _insert(database_url, _new_row(S.observing, remote_job_id="job-1"))
+    row = _load(database_url, op_id)
+    dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT 1 FROM operations WHERE operation_id = %s FOR UPDATE", (op_id,))
+        with transaction(database_url) as session:
+            session.execute(text("SET LOCAL lock_timeout = '5s'"))
+            at = NOW + timedelta(seconds=1)
+            store.fenced_update(
+                session,
+                row,
+                changes={"status_requests_used": 1, "next_poll_at": at},
+                drafts=[EventDraft(kind=EventKind.polled, actor="tester", at=at)],
+                now=at,
+            )
+        holder.rollback()
+    assert _load(database_url, op_id).event_count == row.event_count + 1
+
+
+def test_a_load_runs_the_ordered_pause_lookup_only_when_its_provider_has_a_pause(
+    database_url: str,
+) -> None:
+    # Issue 37: the load probes for an active pause of the operation's provider with a
+    # plain EXISTS and sorts the candidates only when one is there; the sort on every
+    # poll was a fifth of the load's Postgres time. EXPLAIN ANALYZE shows which parts ran.
+    from jobwarden.models.persistence import pause_store
+
+    provider = f"p-{uuid.uuid4().hex[:12]}"  # no other test pauses it
+    op_id = _insert(database_url, _new_row(S.observing, provider=provider))
+
+    def plan() -> list[str]:
+        with transaction(database_url) as session:
+            raw = session.connection().connection.driver_connection
+            assert raw is not None
+            explained = raw.execute(
+                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + store._LOAD_ONE,
+                {"operation_id": op_id},
+            )
+            return [str(line[0]) for line in explained]
+
+    sorts = [line for line in plan() if "Sort" in line and "Sort Key" not in line]
+    assert sorts and all("never executed" in line for line in sorts), sorts
+    assert _load(database_url, op_id).hold is None
+    with transaction(database_url) as session:
+        pause, _ = pause_store.start(
+            session,
+            provider=provider,
+            tenant="t1",
+            operation_id=op_id,
+            reason="maintenance",
+            evidence=None,
+            author="tester",
+            author_kind="person",
+            now=NOW,
+        )
+    sorts = [line for line in plan() if "Sort" in line and "Sort Key" not in line]
+    assert sorts and not any("never executed" in line for line in sorts), sorts
+    hold = _load(database_url, op_id).hold
+    assert hold is not None and hold.pause_id == pause.pause_id
+
+
 def test_a_write_that_changes_a_colder_column_updates_both_rows_under_one_fence(
     database_url: str,
 ) -> None:
