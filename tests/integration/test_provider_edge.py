@@ -311,6 +311,9 @@ def test_numbers_past_64_bits_are_read_exactly(secured: SandboxServer) -> None:
         (b"\xff\xfe{}", "undecodable"),  # not UTF-8
         (b'{"a": "\\u0000"}', "undecodable"),  # NUL: Postgres text and JSONB cannot hold it
         (b'{"a": "\\ud800"}', "undecodable"),  # a lone surrogate is not Unicode text
+        (b'{"\\u0000": [{"b": 1}]}', "undecodable"),  # a key is text too
+        (b'[1, {"c": "x\\udfff"}]', "undecodable"),
+        (b'{"a": "\x00"}', "malformed_json"),  # raw, a control character JSON refuses
         (b'{"a": NaN}', "malformed_json"),  # json.loads would accept it; JSON does not
         (b'{"a": Infinity}', "malformed_json"),
         (b'{"a": 1e400}', "number_out_of_range"),  # a float would silently become inf

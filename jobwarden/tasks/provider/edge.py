@@ -301,7 +301,10 @@ def parse_json(data: bytes) -> tuple[object | None, str | None]:
     except (ValueError, RecursionError):
         # The depth scan misjudges only broken JSON (an unterminated string), which fails here.
         return None, "malformed_json"
-    if not _storable(body):
+    # Text decoded as strict UTF-8 holds no lone surrogate, and json.loads refuses a raw
+    # control character in a string: only a \u escape can put a NUL or a lone surrogate
+    # into the body, so without one the walk over every string has nothing to find.
+    if "\\u" in text and not _storable(body):
         return None, "undecodable"
     return body, None
 
