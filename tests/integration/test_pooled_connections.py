@@ -12,12 +12,15 @@ restarted.
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 
 from jobwarden.api.app import create_app
 from jobwarden.config.settings import get_settings
@@ -79,3 +82,44 @@ def test_a_request_after_its_pooled_backends_were_terminated_is_answered_not_a_5
     assert replayed.status_code == 201, replayed.text
     assert replayed.headers["Idempotent-Replayed"] == "true"
     assert not set(ended) & set(_idle_backends(claims) + _idle_backends(lookups))
+
+
+def _backend(session: Session) -> int:
+    return int(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def test_a_workers_steps_share_one_held_connection_and_a_lost_one_is_replaced(
+    database_url: str,
+) -> None:
+    # A prefork worker runs every step in its main thread: the step's connection is held
+    # from one step to the next (a checkout, its reset and the check-in were a twentieth
+    # of a poll's CPU), so consecutive steps meet the same backend and the pool lends
+    # nothing more. One the server ended fails its step's first statement, which marks it
+    # invalidated (the step is retried, tasks/pipeline.py), and the next step gets a new
+    # one. Other threads check one out per step and give it back.
+    db.dispose_all()
+    with db.step_session(database_url) as session:
+        first = _backend(session)
+    with db.step_session(database_url) as session:
+        assert _backend(session) == first
+    engine = db._step_engines[next(k for k in db._step_engines if k[1] == database_url)]
+    assert engine.pool.checkedout() == 1  # type: ignore[attr-defined]
+
+    def in_a_thread() -> None:
+        with db.step_session(database_url) as session:
+            seen.append(_backend(session))
+
+    seen: list[int] = []
+    worker = threading.Thread(target=in_a_thread)
+    worker.start()
+    worker.join(timeout=30)
+    assert seen and seen[0] != first
+    assert engine.pool.checkedout() == 1  # type: ignore[attr-defined]
+
+    _terminate(database_url, [first])
+    with pytest.raises(DBAPIError) as lost, db.step_session(database_url) as session:
+        db.driver_execute(session, "SELECT 1", {})
+    assert lost.value.connection_invalidated
+    with db.step_session(database_url) as session:
+        assert _backend(session) != first
+    db.dispose_all()

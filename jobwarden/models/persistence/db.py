@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import select
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, cast
 
 import psycopg
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
@@ -119,10 +120,16 @@ def claim_session(url: str, *, lock_timeout: str) -> Iterator[Session]:
 
 
 _step_engines: dict[tuple[int, str], Engine] = {}
+# A process's main thread keeps its step connection from one step to the next (a prefork
+# worker runs every task there); other threads check one out per step.
+_step_connections: dict[tuple[int, str], Connection] = {}
 _DRIVER = "jobwarden.driver"  # session.info: a step or claim session's connection, its psycopg one
 
 
 def dispose_all() -> None:
+    for connection in _step_connections.values():
+        connection.close()
+    _step_connections.clear()
     for engine in (*_engines.values(), *_step_engines.values(), *_claim_engines.values()):
         engine.dispose()
     _engines.clear()
@@ -149,8 +156,20 @@ def step_session(url: str) -> Iterator[Session]:
             url, pool_pre_ping=False, pool_size=2, max_overflow=3, isolation_level="AUTOCOMMIT"
         )
         _step_engines[key] = engine
-    with engine.connect() as connection, Session(connection, expire_on_commit=False) as session:
-        session.info[_DRIVER] = (connection, connection.connection.driver_connection)
+    if threading.current_thread() is not threading.main_thread():
+        with engine.connect() as connection, Session(connection, expire_on_commit=False) as session:
+            session.info[_DRIVER] = (connection, connection.connection.driver_connection)
+            yield session
+        return
+    # The main thread's connection is held between steps: a checkout, its reset and the
+    # check-in were a twentieth of a poll's CPU in a worker (py-spy, issue 37), and in
+    # autocommit a step leaves nothing open on it. One invalidated by a lost server (the
+    # step that met it is retried, see above) or closed is replaced here.
+    held = _step_connections.get(key)
+    if held is None or held.closed or held.invalidated:
+        held = _step_connections[key] = engine.connect()
+    with Session(held, expire_on_commit=False) as session:
+        session.info[_DRIVER] = (held, held.connection.driver_connection)
         yield session
 
 
