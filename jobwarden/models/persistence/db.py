@@ -167,6 +167,8 @@ def step_session(url: str) -> Iterator[Session]:
     # step that met it is retried, see above) or closed is replaced here.
     held = _step_connections.get(key)
     if held is None or held.closed or held.invalidated:
+        if held is not None:
+            held.close()  # an invalidated one goes back to its pool, which discards it
         held = _step_connections[key] = engine.connect()
     with Session(held, expire_on_commit=False) as session:
         session.info[_DRIVER] = (held, held.connection.driver_connection)
