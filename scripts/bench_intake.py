@@ -461,6 +461,14 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each phase")
     parser.add_argument("--procs", type=int, nargs="+", default=[1, 4], help="client processes")
     parser.add_argument(
+        "--only",
+        choices=DOORS,
+        nargs="+",
+        default=None,
+        help="run only these doors (no ratios printed): to profile one server under load",
+    )
+    parser.add_argument("--modes", choices=("new", "replay"), nargs="+", default=["new", "replay"])
+    parser.add_argument(
         "--api-workers", type=int, default=None, help="uvicorn workers (default: settings)"
     )
     parser.add_argument(
@@ -540,14 +548,15 @@ def main() -> int:
             )
         ctx = mp.get_context("spawn")
         table: dict[tuple[str, str, int], Figures] = {}
-        for mode in ("new", "replay"):
+        for mode in args.modes:
             for procs in args.procs:
                 # The floors and the HTTP path back to back, so all see the same machine.
-                for door in DOORS:
+                for door in args.only or DOORS:
                     phase = (door, mode, procs)
                     table[phase] = figures = _phase(ctx, phase, args, servers[door])
                     print(_line(f"{door} {mode} x{procs}", figures), flush=True)
-        met = _report(table, args)
+        complete = args.only is None and len(args.modes) == 2
+        met = _report(table, args) if complete else True
     finally:
         for process in (server, *floors.values()):
             if process is not None:

@@ -39,6 +39,7 @@ from jobwarden.models.persistence import (
 )
 from jobwarden.models.persistence.api_store import IntakeEntry
 from jobwarden.models.persistence.db import claim_session, transaction
+from jobwarden.models.persistence.intake_store import Stored
 from jobwarden.models.persistence.tables import Base, EventRow, OperationRow
 from jobwarden.models.states import TERMINAL
 from jobwarden.models.states import OperationState as S
@@ -325,17 +326,23 @@ def _submit(
             )
             # Every answer is on the record, in the transaction that decided it: the
             # created entry in the insert's own statement, any other answer after it.
-            entry = _logged(door, who, actor, sub, created)
-            stored = intake_store.insert(
+            # A taken key is answered (replayed or conflict) and logged by the claim's own
+            # statement when it can see the stored operation; else read and logged here.
+            claim = intake_store.claim(
                 session,
                 op,
                 intent,
-                entry,
+                _logged(door, who, actor, sub, created),
                 lock_timeout=LOCK_TIMEOUT if keyed else None,
                 contract_text=version.text,
+                answer_taken=True,
+                http_statuses=who.http_statuses,
             )
+            stored = claim.inserted
             if stored is not None:
                 result = created
+            elif claim.taken is not None:
+                result = _answer(claim.taken, fingerprint, contract)
             else:
                 result = _existing(session, sub, fingerprint, contract)
                 intake_store.log(session, _logged(door, who, actor, sub, result))
@@ -387,16 +394,7 @@ def _existing(
 ) -> SubmitResult:
     taken = intake_store.stored(session, sub.tenant, sub.idempotency_key)
     if taken is not None:
-        # Conflict is checked before anything else, and the stored operation is not touched.
-        replayed = taken.request_fingerprint == fingerprint
-        return SubmitResult(
-            outcome=SubmitOutcome.replayed if replayed else SubmitOutcome.conflict,
-            operation_id=str(taken.operation_id),
-            state=taken.state,
-            fingerprint=fingerprint,
-            trace_id=taken.trace_id,
-            created_state=_created_state(taken.created_state, contract) if replayed else None,
-        )
+        return _answer(taken, fingerprint, contract)
     if sub.source_event_id is not None:
         row = store.find_by_source_event(session, sub.tenant, sub.provider, sub.source_event_id)
         if row is not None:
@@ -409,6 +407,20 @@ def _existing(
             )
     return SubmitResult(
         outcome=SubmitOutcome.in_progress, operation_id=None, state=None, fingerprint=fingerprint
+    )
+
+
+def _answer(taken: Stored, fingerprint: str, contract: ProviderContract) -> SubmitResult:
+    """A taken key's answer: conflict is checked before anything else, and the stored
+    operation is not touched (the same rule as the claim's statement, intake_store._TAKEN)."""
+    replayed = taken.request_fingerprint == fingerprint
+    return SubmitResult(
+        outcome=SubmitOutcome.replayed if replayed else SubmitOutcome.conflict,
+        operation_id=str(taken.operation_id),
+        state=taken.state,
+        fingerprint=fingerprint,
+        trace_id=taken.trace_id,
+        created_state=_created_state(taken.created_state, contract) if replayed else None,
     )
 
 

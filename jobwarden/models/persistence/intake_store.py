@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
@@ -128,22 +128,59 @@ def _positional(sql: str) -> _Positional:
 
 
 @lru_cache(maxsize=64)
-def _claim(
+def _claim(  # noqa: PLR0913 - the statement's shape, one argument per optional part
     columns: tuple[str, ...],
     events: int = 1,
     notifications: int = 0,
     pinned: bool = False,
     answers: int = 0,
+    *,
+    answering: bool = False,
 ) -> _Positional:
-    return _positional(_claim_sql(columns, events, notifications, pinned, answers))
+    return _positional(
+        _claim_sql(columns, events, notifications, pinned, answers, answering=answering)
+    )
 
 
-def _claim_sql(
+# A taken key's answer, decided and logged by the claim's own statement (issue 37: a
+# replay was three statements, the claim, the stored read and its log entry). ``taken``
+# runs only when nothing was claimed (a one-time filter: a new key pays no probe), and
+# it reads the statement's snapshot: a key whose holder committed after the statement
+# began, or a taken source event, is not seen here, and the caller reads it afresh.
+# Conflict is decided by the fingerprint before anything else; the operation is only read.
+_TAKEN: Final = (
+    "taken AS (SELECT o.operation_id, o.request_fingerprint, o.state::text AS state, "
+    "o.trace_id, o.request_fingerprint = %(l_fingerprint)s::text AS same, "
+    "(SELECT l.state FROM intake_log l WHERE l.operation_id = o.operation_id "
+    "AND l.outcome = 'created' ORDER BY l.entry_id LIMIT 1) AS created_state "
+    "FROM operations o WHERE NOT EXISTS (SELECT 1 FROM claimed) "
+    "AND o.tenant = %(o_tenant)s::text AND o.idempotency_key = %(o_idempotency_key)s::text)"
+)
+# The answer's entry: the created entry's fields, with the taken operation's and the outcome.
+_ANSWERED: Final = {
+    "outcome": "CASE WHEN taken.same THEN 'replayed' ELSE 'conflict' END",
+    "operation_id": "taken.operation_id",
+    "state": "taken.state",
+    "http_status": "CASE WHEN taken.same THEN %(a_replayed)s::integer "
+    "ELSE %(a_conflict)s::integer END",
+    "trace_id": "taken.trace_id",
+}
+
+
+def _answered_sql() -> str:
+    names = ", ".join(f'"{c}"' for c in _ENTRY_CASTS)
+    values = ", ".join(_ANSWERED.get(c, f"%(l_{c})s::{t}") for c, t in _ENTRY_CASTS.items())
+    return f"answered AS (INSERT INTO intake_log ({names}) SELECT {values} FROM taken)"
+
+
+def _claim_sql(  # noqa: PLR0913 - as _claim
     columns: tuple[str, ...],
     events: int = 1,
     notifications: int = 0,
     pinned: bool = False,
     answers: int = 0,
+    *,
+    answering: bool = False,
 ) -> str:
     unknown = set(columns) - set(_OPERATION_CASTS) - HOT_COLUMNS
     if unknown:
@@ -169,7 +206,13 @@ def _claim_sql(
         + (", " + outbox.cte("noted", notifications, "FROM claimed") + " " if notifications else "")
         # A history opened with answers in it (tests' rows) counts them (answer_tallies.py).
         + (", " + answer_tallies.cte("tallied", answers, "FROM claimed") + " " if answers else "")
-        + "SELECT count(*) FROM claimed"
+        + (
+            f", {_TAKEN}, {_answered_sql()} SELECT (SELECT count(*) FROM claimed), "
+            "taken.operation_id, taken.request_fingerprint, taken.state, taken.trace_id, "
+            "taken.created_state FROM (SELECT) AS one LEFT JOIN taken ON true"
+            if answering
+            else "SELECT count(*) FROM claimed"
+        )
     )
 
 
@@ -244,6 +287,29 @@ def _columns(op: Operation) -> dict[str, Any]:
     return values
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stored:
+    """What a replay or a conflict answers from: the operation a taken key names."""
+
+    operation_id: uuid.UUID
+    request_fingerprint: str
+    state: str
+    trace_id: str
+    created_state: str | None  # the state its ``created`` answer named, if on the log
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What the claim's one statement did with a key."""
+
+    # The snapshot as stored when this claim recorded the operation; None if the key (or
+    # the source event) was taken.
+    inserted: Operation | None
+    # The operation a taken key names as the statement saw it, its replay or conflict
+    # entry logged by the same statement; None when it saw none (the caller reads afresh).
+    taken: Stored | None = None
+
+
 def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the call
     session: Session,
     op: Operation,
@@ -253,6 +319,23 @@ def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the
     lock_timeout: str | None,
     contract_text: str | None = None,
 ) -> Operation | None:
+    """``claim``'s inserted snapshot, for a writer that answers a taken key itself."""
+    return claim(
+        session, op, plan, created, lock_timeout=lock_timeout, contract_text=contract_text
+    ).inserted
+
+
+def claim(  # noqa: PLR0913 - as insert
+    session: Session,
+    op: Operation,
+    plan: Plan,
+    created: IntakeEntry,
+    *,
+    lock_timeout: str | None,
+    contract_text: str | None = None,
+    answer_taken: bool = False,
+    http_statuses: Mapping[str, int] | None = None,
+) -> Claim:
     """Insert a new operation with its plan's events and the ``created`` intake entry,
     unless (tenant, key) or its source event is taken; the snapshot as stored when this
     call recorded them, None when the key (or source event) was already taken.
@@ -266,6 +349,8 @@ def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the
     already carries it (db.claim_session, autocommit: the statement is its transaction).
     ``contract_text``: the text of the contract ``op.contract_digest`` names, kept unless
     it already is (its foreign key is checked at the statement's end, after every insert).
+    ``answer_taken``: a taken key the statement sees is answered by it too, replayed or
+    conflict, with ``created``'s fields and ``http_statuses``' codes (``Claim.taken``).
     """
     if not plan.events:
         raise ValueError("an operation is inserted with its intent event")
@@ -314,28 +399,24 @@ def insert(  # noqa: PLR0913 - the claim's one statement, each part named at the
         )
     answered = answer_tallies.classes(chained)
     params.update(answer_tallies.params(opened.provider, answered))
-    claim = _claim(tuple(columns), len(chained), outbox.rows(notices), pinned, len(answered))
+    if answer_taken:
+        statuses = http_statuses or {}
+        params.update(a_replayed=statuses.get("replayed"), a_conflict=statuses.get("conflict"))
+    shape = (tuple(columns), len(chained), outbox.rows(notices), pinned, len(answered))
+    statement = _claim(*shape, answering=answer_taken)
     if lock_timeout is not None:
         session.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
     in_progress = {
         LOCK_NOT_AVAILABLE: lambda: SubmissionInProgressError(opened.tenant, opened.idempotency_key)
     }
     with wrap_exceptions(in_progress):
-        inserted = raw_execute(session, claim.sql, claim.values(params)).fetchone()[0]  # type: ignore[index]
-    if not inserted:
-        return None
-    return opened.with_changes(head)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Stored:
-    """What a replay or a conflict answers from: the operation a taken key names."""
-
-    operation_id: uuid.UUID
-    request_fingerprint: str
-    state: str
-    trace_id: str
-    created_state: str | None  # the state its ``created`` answer named, if on the log
+        found = raw_execute(session, statement.sql, statement.values(params)).fetchone()
+    assert found is not None  # count(*) and the LEFT JOIN answer exactly one row
+    if found[0]:
+        return Claim(inserted=opened.with_changes(head))
+    if not answer_taken or found[1] is None:
+        return Claim(inserted=None)
+    return Claim(inserted=None, taken=_stored(found[1:]))
 
 
 # One round trip for a taken key's answer: the operation's four columns and the state its
@@ -353,8 +434,10 @@ def stored(session: Session, tenant: str, key: str) -> Stored | None:
     # On the session's psycopg connection: SQLAlchemy's result machinery around this one
     # read cost a replay more than the read's own driver work.
     row = driver_execute(session, _STORED, {"tenant": tenant, "key": key}).fetchone()
-    if row is None:
-        return None
+    return None if row is None else _stored(row)
+
+
+def _stored(row: Sequence[Any]) -> Stored:
     operation_id, fingerprint, state, trace_id, created_state = row
     return Stored(
         operation_id=operation_id,
