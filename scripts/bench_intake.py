@@ -255,10 +255,11 @@ def _statements(args: argparse.Namespace, door: str) -> int:
         return int(redis.get(f"{_probe_prefix(door)}:pg") or 0)
 
 
-def _probe_env(door: str, site: Path) -> dict[str, str]:
-    """What a server process needs to load the probe at start (through ``site``)."""
+def _probe_env(door: str, site: Path, code: Path = REPO) -> dict[str, str]:
+    """What a server process needs to load the probe at start (through ``site``), with
+    ``code`` ahead of the installed jobwarden (an editable install yields to PYTHONPATH)."""
     return {
-        "PYTHONPATH": f"{site}:{REPO / 'scripts'}:{REPO}",
+        "PYTHONPATH": f"{site}:{REPO / 'scripts'}:{code}",
         "BENCH_PROBE_REDIS_URL": os.environ["JOBWARDEN_REDIS_URL"],
         "BENCH_PROBE_PREFIX": _probe_prefix(door),
     }
@@ -301,11 +302,13 @@ def _free_port() -> int:
         return port
 
 
-def _start_api(args: argparse.Namespace, logs: Path) -> subprocess.Popen[bytes]:
+def _start_api(args: argparse.Namespace, logs: Path, door: str = "http") -> subprocess.Popen[bytes]:
+    """``jobwarden api`` on ``door``'s port: this checkout's code, or ``--baseline``'s."""
+    code = args.baseline if door == "base" else REPO
     env = {
         **os.environ,
-        **_probe_env("http", args.site),
-        "JOBWARDEN_API_PORT": str(args.ports["http"]),
+        **_probe_env(door, args.site, code),
+        "JOBWARDEN_API_PORT": str(args.ports[door]),
     }
     if args.api_workers is not None:
         env["JOBWARDEN_API_WORKERS"] = str(args.api_workers)
@@ -420,6 +423,9 @@ def _report(table: dict[tuple[str, str, int], Figures], args: argparse.Namespace
             print(f"{label}, {procs} process{'es' if procs > 1 else ''}:")
             print(_line("in-process", floor))
             print(_line("HTTP", http))
+            base = table.get(("base", mode, procs))
+            if base is not None:
+                print(_line("baseline", base))
             print(_line("FastAPI", fastapi))
             print(_line("honest", honest))
             print(
@@ -428,6 +434,17 @@ def _report(table: dict[tuple[str, str, int], Figures], args: argparse.Namespace
                 f"   HTTP / honest floor: {http.rate / honest.rate:.2f} (issue 37's figure)"
                 f"   honest / FastAPI floor: {honest.rate / fastapi.rate:.2f}"
             )
+            if base is not None:
+                print(
+                    f"  HTTP / baseline: {http.rate / base.rate:.2f}"
+                    f"   baseline / honest floor: {base.rate / honest.rate:.2f}"
+                    + (
+                        f"   server CPU per submission, HTTP / baseline: "
+                        f"{http.server_cpu_ms / base.server_cpu_ms:.2f}"
+                        if http.server_cpu_ms and base.server_cpu_ms
+                        else ""
+                    )
+                )
     if 4 in args.procs:
         print("issue 10 targets (four processes):")
         for mode in ("new", "replay"):
@@ -468,6 +485,14 @@ def main() -> int:
         help="run only these doors (no ratios printed): to profile one server under load",
     )
     parser.add_argument("--modes", choices=("new", "replay"), nargs="+", default=["new", "replay"])
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a checkout of an earlier commit (git worktree add DIR REF) whose API runs as "
+        "door 'base' beside this one, phase after phase, on this tree's schema: before and "
+        "after in one run, as a noisy machine needs",
+    )
     parser.add_argument(
         "--api-workers", type=int, default=None, help="uvicorn workers (default: settings)"
     )
@@ -526,7 +551,8 @@ def main() -> int:
             "floor": secrets.token_urlsafe(24),
             "honest": secrets.token_urlsafe(24),
         }
-        args.ports = {door: _free_port() for door in ("http", "floor", "honest")}
+        args.tokens["base"] = args.tokens["http"]
+        args.ports = {door: _free_port() for door in ("http", "base", "floor", "honest")}
         args.ports["python"] = args.ports["http"]  # its clients open (and never use) one
         args.workers_used = args.api_workers or get_settings().api_workers
         args.cache_used = (
@@ -537,8 +563,13 @@ def main() -> int:
         server = _start_api(args, logs)
         for door in ("floor", "honest"):
             floors[door] = _start_floor(args, door, url, logs)
+        if args.baseline is not None:
+            floors["base"] = _start_api(args, logs, "base")
         servers = {"python": None, "http": server, **floors}
-        for door in DOORS[1:]:
+        doors = list(args.only or DOORS)
+        if args.baseline is not None:
+            doors.insert(doors.index("http") + 1 if "http" in doors else 0, "base")
+        for door in [d for d in doors if d != "python"]:
             process = servers[door]
             assert process is not None
             wait_until(
@@ -551,7 +582,7 @@ def main() -> int:
         for mode in args.modes:
             for procs in args.procs:
                 # The floors and the HTTP path back to back, so all see the same machine.
-                for door in args.only or DOORS:
+                for door in doors:
                     phase = (door, mode, procs)
                     table[phase] = figures = _phase(ctx, phase, args, servers[door])
                     print(_line(f"{door} {mode} x{procs}", figures), flush=True)
