@@ -14,11 +14,13 @@ of one statement, built as text once per shape (which operation columns are give
     SELECT count(*) FROM claimed
 
 So the events and the ``created`` entry exist exactly when the row was inserted, in the
-same atomic statement; a taken key inserts nothing and the caller reads the stored row
-and logs its own answer. Every bind is cast to its column's type: a NULL or a string in
-a SELECT list would otherwise be typed text. The one driver error the claim expects
-(the key held by a concurrent submission past the lock timeout) leaves here as
-``SubmissionInProgressError``.
+same atomic statement; a taken key inserts nothing. For intake (``claim``) the statement
+also answers it: two more CTEs read the operation the key names and log the ``replayed``
+or ``conflict`` entry, so a replay is one statement too; a key the statement's snapshot
+cannot see yet is read and logged by the caller. Every bind is cast to its column's
+type: a NULL or a string in a SELECT list would otherwise be typed text. The one driver
+error the claim expects (the key held by a concurrent submission past the lock timeout)
+leaves here as ``SubmissionInProgressError``.
 """
 
 from __future__ import annotations
