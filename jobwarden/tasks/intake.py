@@ -325,9 +325,9 @@ def _submit(
                 trace_id=op.trace_id,
             )
             # Every answer is on the record, in the transaction that decided it: the
-            # created entry in the insert's own statement, any other answer after it.
-            # A taken key is answered (replayed or conflict) and logged by the claim's own
-            # statement when it can see the stored operation; else read and logged here.
+            # created entry in the claim's own statement, and so a replay's or a
+            # conflict's when that statement can see the stored operation; else the
+            # answer is read and logged here, after it.
             claim = intake_store.claim(
                 session,
                 op,

@@ -339,8 +339,9 @@ def claim(  # noqa: PLR0913 - as insert
     http_statuses: Mapping[str, int] | None = None,
 ) -> Claim:
     """Insert a new operation with its plan's events and the ``created`` intake entry,
-    unless (tenant, key) or its source event is taken; the snapshot as stored when this
-    call recorded them, None when the key (or source event) was already taken.
+    unless (tenant, key) or its source event is taken. ``Claim.inserted`` is the snapshot
+    as stored when this call recorded them, None when the key (or source event) was
+    already taken.
 
     ``op`` is the snapshot the core opened (``plan.changes``, if any, applied to it);
     ``plan.events`` are chained here, once, from the genesis hash, the last with the
