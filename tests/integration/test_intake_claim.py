@@ -312,14 +312,14 @@ def test_a_key_committed_after_the_claim_began_is_read_afresh_and_answered_once(
 
 
 def _until_a_claim_waits_on_a_lock(url: str) -> None:
-    """Until a backend of this database waits on a lock (the claim, on the held key)."""
+    """Until a claim in this database waits on a lock (the held key's, in this test)."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         with transaction(url) as session:
             waiting = session.execute(
                 text(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock'"
+                    " AND wait_event_type = 'Lock' AND query LIKE 'WITH claimed AS%'"
                 )
             ).scalar_one()
         if waiting:
