@@ -127,6 +127,24 @@ ADMIN_URL, REDIS_URL = _configure_environment()
 socket_origins.watch(urlsplit(REDIS_URL).port or 6379)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Delete the keys this process's run left under its own prefix (every queue, lease,
+    counter and nested prefix it made starts with it) on the shared Redis, which it did
+    not start and never flushes: nothing of another run, or of anyone else, is touched."""
+    from redis import Redis
+    from redis.exceptions import RedisError
+
+    with contextlib.suppress(RedisError, OSError), Redis.from_url(REDIS_URL) as redis:
+        batch: list[bytes] = []
+        for key in redis.scan_iter(match=f"jwtest-{RUN_ID}*", count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                redis.unlink(*batch)
+                batch.clear()
+        if batch:
+            redis.unlink(*batch)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # The doors x promises grid (DESIGN.md invariant 18), printed after the run.
     door_matrix_report.register(config)
