@@ -9,6 +9,7 @@ worker takes either message.
 
 from __future__ import annotations
 
+import os
 import secrets
 
 from redis import Redis
@@ -20,7 +21,8 @@ from jobwarden.demo.harness import Stack
 
 def test_a_worker_that_polls_never_receives_a_notification_delivery(database_url: str) -> None:
     run = secrets.token_hex(4)
-    queue, prefix = f"jwtest-polls-{run}", f"jwtest-polls-{run}"
+    # Under the run's own prefix, so the session's end deletes what the worker leaves.
+    queue = prefix = f"{os.environ['JOBWARDEN_KEY_PREFIX']}-polls-{run}"
     settings = Settings(database_url=database_url, queue=queue, key_prefix=prefix)
     env = {"JOBWARDEN_DATABASE_URL": database_url, "JOBWARDEN_QUEUE": queue}
     stack = Stack({**env, "JOBWARDEN_KEY_PREFIX": prefix})
