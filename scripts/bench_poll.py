@@ -42,6 +42,14 @@ Polls are the status requests the sandbox received for the round's jobs. Databas
 and key prefixes are private to the run and removed at the end. Machines are noisy:
 read the ratios of one run, not absolute figures. Linux only (/proc).
 
+``--dbos PYTHON`` adds D, DBOS Transact (issue 37's "against DBOS" figure):
+scripts/_poll_dbos.py, run by that Python (``scripts/install_dbos`` makes a venv of its
+own and prints it), --concurrency processes dequeuing one DBOS queue, --dbos-threads
+workflows at once each. Each operation is one workflow looping ``step(GET); DBOS.sleep``
+until the same budget, DBOS's own durable poll loop; its statements are counted by the
+same probe, its "event rows" are DBOS's ``operation_outputs`` (a step's output, a sleep).
+DBOS polls its queue every 10 ms while it runs (its default is 1 s), counted in its figures.
+
 ``--private-redis`` runs a redis-server of the run's own (the machine's serves other
 work too) and prints its CPU per poll beside the workers' and Postgres's.
 
@@ -61,7 +69,9 @@ import dataclasses
 import os
 import secrets
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -84,6 +94,7 @@ from _bench_support import (  # noqa: E402 - after the path set-up above
     start_worker,
     wait_until,
 )
+from _poll_dbos import READY  # noqa: E402 - no dbos import here: main() has them
 
 SYSTEMS = ("jobwarden", "floor", "durable")
 # The Celery app, task and table names of the two hand-written floors.
@@ -92,6 +103,14 @@ FLOORS = {
     "durable": ("_poll_floor_durable", "durable.poll", "durable_ops", "durable_events"),
 }
 BEHAVIOUR = {"never_finish": True, "progress": False}
+# --dbos: DBOS Transact's own poll loop (scripts/_poll_dbos.py, run by DBOS's venv), its
+# bench table and the table of the durable rows it writes (a step's output, a sleep).
+DBOS = ("_poll_dbos", "dbos_ops", "dbos.operation_outputs")
+
+
+def systems_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """The systems of a run: jobwarden, the two floors, and DBOS with ``--dbos``."""
+    return (*SYSTEMS, "dbos") if getattr(args, "dbos", None) else SYSTEMS
 
 
 def _dsn(database: str) -> str:
@@ -159,6 +178,10 @@ class Bench:
     # each floor's (op id, sandbox job id), per round
     jobs: dict[str, list[list[tuple[int, str]]]] = field(default_factory=dict)
 
+    @property
+    def systems(self) -> tuple[str, ...]:
+        return systems_of(self.args)
+
     def database(self, system: str) -> str:
         if system == "jobwarden" and self.kept_database:
             return self.kept_database
@@ -187,7 +210,7 @@ class Bench:
                 "JOBWARDEN_SANDBOX_TOKEN": self.token,
                 "JOBWARDEN_SANDBOX_URL": self.sandbox.url,
             }
-        return common | {
+        floor = {
             "BENCH_FLOOR_PREFIX": self.prefix(system),
             "BENCH_FLOOR_QUEUE": self.prefix(system),
             "BENCH_FLOOR_BROKER": self.redis_url,
@@ -195,6 +218,12 @@ class Bench:
             "BENCH_FLOOR_SANDBOX": self.sandbox.url,
             "BENCH_FLOOR_TOKEN": self.token,
         }
+        if system == "dbos":
+            floor |= {
+                "BENCH_DBOS_URL": "postgresql://postgres@127.0.0.1:5432/" + self.database(system),
+                "BENCH_DBOS_THREADS": str(self.args.dbos_threads),
+            }
+        return common | floor
 
 
 def run_workers(
@@ -237,11 +266,11 @@ def run_workers(
     bench.sandbox = SandboxServer(token=bench.token)
     bench.sandbox.start()
     try:
-        for system in SYSTEMS:
+        for system in bench.systems:
             os.environ.update(bench.env(system))
         get_settings.cache_clear()  # read again with this run's database and prefix
         _set_up_jobwarden(bench)
-        for system in FLOORS:
+        for system in bench.systems[1:]:
             _set_up_floor(bench, system)
         summary = _measure(bench)
         if inspect is not None:
@@ -293,7 +322,7 @@ def _set_up_floor(bench: Bench, system: str) -> None:
 
     import psycopg
 
-    module, _, ops_table, _ = FLOORS[system]
+    module, ops_table = (DBOS[0], DBOS[1]) if system == "dbos" else FLOORS[system][::2]
     # Both floors read BENCH_FLOOR_* at import (their broker key prefix): this process
     # imports each with its own system's variables, once.
     os.environ.update(bench.env(system))
@@ -333,6 +362,63 @@ def _set_up_floor(bench: Bench, system: str) -> None:
             bench.jobs[system].append(batch)
 
 
+@dataclass
+class DbosWorkers:
+    """``--dbos``: DBOS's worker processes (--concurrency of them, each starting its share
+    of a round), one process group, as a Celery worker and its children are. Stopped
+    (SIGSTOP) outside DBOS's own rounds: DBOS's background threads (its notification
+    listener, its scheduler) then cost the other systems' rounds nothing."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    processes: int
+
+    def ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"dbos exited:\n{self.log.read_text()[-3000:]}")
+        return self.log.read_text(errors="replace").count(READY) >= self.processes
+
+    def pause(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.resume()  # a stopped process would hold SIGTERM until continued
+        Worker.stop(self)  # type: ignore[arg-type]  # the same group stop: SIGTERM, then SIGKILL
+
+
+def _start_dbos(bench: Bench) -> DbosWorkers:
+    """DBOS's processes, with the statement probe loaded first, as the Celery workers'."""
+    args = bench.args
+    log = bench.tmp / "dbos.log"
+    boot = (
+        "import os, _bench_probe, _poll_dbos;"
+        " _bench_probe.install(os.environ['BENCH_PROBE_REDIS_URL'],"
+        " os.environ['BENCH_PROBE_PREFIX']); _poll_dbos.main()"
+    )
+    env = {**os.environ, **bench.env("dbos"), "PYTHONPATH": str(REPO / "scripts")}
+    procs: list[subprocess.Popen[bytes]] = []
+    with log.open("ab") as out:
+        for i in range(args.concurrency):
+            procs.append(
+                subprocess.Popen(
+                    [args.dbos, "-c", boot],
+                    env=env
+                    | {"BENCH_DBOS_INDEX": str(i), "BENCH_DBOS_PROCESSES": str(args.concurrency)},
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=str(REPO),
+                    # The first leads a group of its own; the others join it.
+                    process_group=0 if i == 0 else procs[0].pid,
+                )
+            )
+    return DbosWorkers("dbos", procs[0], log, args.concurrency)
+
+
 class Meter:
     """Server-side counters read from the maintenance database (never counted)."""
 
@@ -342,7 +428,7 @@ class Meter:
         self.own = own | {self.admin.pid}
 
     def commits(self) -> dict[str, int]:
-        names = {self.bench.database(s): s for s in SYSTEMS}
+        names = {self.bench.database(s): s for s in self.bench.systems}
         self.admin.conn.execute("SELECT pg_stat_clear_snapshot()")
         rows = self.admin.conn.execute(
             "SELECT datname, xact_commit FROM pg_stat_database WHERE datname = ANY(%s)",
@@ -394,7 +480,7 @@ def _hot_report(
     """Print and return, per system and table, (updates, of them HOT) over the run."""
     print("\nHOT updates over the whole run (pg_stat_user_tables; no index entry each):")
     out: dict[str, dict[str, tuple[int, int]]] = {}
-    for s in SYSTEMS:
+    for s in bench.systems:
         after = _updates(bench.database(s))
         out[s] = {}
         for table, (upd, hot) in sorted(after.items()):
@@ -415,20 +501,26 @@ def _measure(bench: Bench) -> Summary:
     from jobwarden.tasks.runtime import current
 
     args = bench.args
+    systems = bench.systems
     apps = {"jobwarden": "jobwarden.config.celery_app"} | {s: f[0] for s, f in FLOORS.items()}
     for system, app in apps.items():
         bench.workers.append(start_worker(args, bench.tmp, system, app, bench.env(system)))
+    dbos = _start_dbos(bench) if "dbos" in systems else None
+    if dbos is not None:
+        bench.workers.append(dbos)
     for worker in bench.workers:
         wait_until(worker.ready, 60, f"worker {worker.name} to be ready", interval=0.1)
+    if dbos is not None:
+        dbos.pause()
     group = {w.name: w.proc.pid for w in bench.workers}
-    db = {s: Counted(bench.database(s)) for s in SYSTEMS}
+    db = {s: Counted(bench.database(s)) for s in systems}
     meter = Meter(bench, {c.pid for c in db.values()})
     commits_before = meter.settled_commits()
-    updates_before = {s: _updates(bench.database(s)) for s in SYSTEMS}
+    updates_before = {s: _updates(bench.database(s)) for s in systems}
     all_ops = [op for batch in bench.ops for op in batch]
     count_events = "SELECT count(*) FROM operation_events WHERE operation_id = ANY(%s::uuid[])"
     events_before = int(db["jobwarden"].scalar(count_events, (all_ops,)))
-    statements_before = {s: db[s].statements for s in SYSTEMS}
+    statements_before = {s: db[s].statements for s in systems}
     stopped = [s.value for s in TERMINAL | AUTOMATION_STOPPED]
     rt = current()
 
@@ -481,9 +573,35 @@ def _measure(bench: Bench) -> Summary:
 
         return run_floor, floor_polls
 
+    def dbos_steps() -> tuple[Callable[[int], None], Callable[[int], int]]:
+        import json
+
+        from _poll_dbos import CHANNEL
+
+        def run_dbos(r: int) -> None:
+            # The leader enqueues the round's workflows on DBOS's queue; both processes
+            # run them. The last step of each marks its row done.
+            round_ = {"operations": bench.jobs["dbos"][r], "polls": args.polls}
+            db["dbos"].scalar("SELECT pg_notify(%s, %s)", (CHANNEL, json.dumps(round_)))
+            finished = f"SELECT count(*) FROM {DBOS[1]} WHERE round = %s AND done"
+            wait_until(
+                lambda: db["dbos"].scalar(finished, (r,)) == len(bench.jobs["dbos"][r]),
+                args.timeout,
+                f"dbos round {r}",
+            )
+
+        def dbos_polls(r: int) -> int:
+            return int(
+                db["dbos"].scalar(f"SELECT sum(polls) FROM {DBOS[1]} WHERE round = %s", (r,))
+            )
+
+        return run_dbos, dbos_polls
+
     steps = {"jobwarden": (run_jobwarden, jobwarden_polls)} | {s: floor_steps(s) for s in FLOORS}
+    if "dbos" in systems:
+        steps["dbos"] = dbos_steps()
     results: list[Round] = []
-    total_polls = dict.fromkeys(SYSTEMS, 0)
+    total_polls = dict.fromkeys(systems, 0)
     redis_pid = bench.redis_pid
     print(
         f"{'round':>5} {'system':<10}{'polls':>7}{'seconds':>9}{'polls/s':>9}"
@@ -491,8 +609,10 @@ def _measure(bench: Bench) -> Summary:
         + (f"{'redis ms/poll':>15}" if redis_pid else "")
     )
     for r in range(args.rounds + 1):
-        for system in SYSTEMS:
+        for system in systems:
             run, polls_of = steps[system]
+            if system == "dbos" and dbos is not None:
+                dbos.resume()
             cpu0, pg0 = group_cpu(group[system]), meter.backends(system)
             redis0 = cpu_seconds(redis_pid) if redis_pid else 0.0
             start = time.perf_counter()
@@ -501,6 +621,8 @@ def _measure(bench: Bench) -> Summary:
             cpu1, pg1 = group_cpu(group[system]), meter.backends(system)
             redis1 = cpu_seconds(redis_pid) if redis_pid else 0.0
             polls = polls_of(r)
+            if system == "dbos" and dbos is not None:
+                dbos.pause()
             total_polls[system] += polls
             main = group[system]
             res = Round(
@@ -528,18 +650,20 @@ def _measure(bench: Bench) -> Summary:
             name: int(bench.redis.get(f"{bench.prefix(s)}:probe:{name}") or 0)
             for name in ("pg", "redis")
         }
-        for s in SYSTEMS
+        for s in systems
     }
     events = {
         "jobwarden": int(db["jobwarden"].scalar(count_events, (all_ops,))) - events_before,
     } | {s: int(db[s].scalar(f"SELECT count(*) FROM {f[3]}")) for s, f in FLOORS.items()}
-    own = {s: db[s].statements - statements_before[s] for s in SYSTEMS}
+    if "dbos" in systems:
+        events["dbos"] = int(db["dbos"].scalar(f"SELECT count(*) FROM {DBOS[2]}"))
+    own = {s: db[s].statements - statements_before[s] for s in systems}
     for worker in bench.workers:
         worker.stop()
     for conn in db.values():
         conn.conn.close()
     commits_after = meter.settled_commits()
-    for s in SYSTEMS:
+    for s in systems:
         probes[s]["commits"] = commits_after[s] - commits_before[s] - own[s]
         probes[s]["events"] = events[s]
     summary = _report(args, results, total_polls, probes)
@@ -553,6 +677,7 @@ def _report(
     counts: dict[str, dict[str, int]],
 ) -> Summary:
     """Print medians and ratios; `counts[system]`: pg, redis, commits and events totals."""
+    systems = systems_of(args)
 
     def median(system: str, per: str) -> float:
         values = []
@@ -567,24 +692,27 @@ def _report(
                 values.append(value if per == "rate" else 1000 * value / x.polls)
         return statistics.median(values)
 
-    rate = {s: median(s, "rate") for s in SYSTEMS}
-    cpu = {s: median(s, "cpu") for s in SYSTEMS}
-    pg = {s: median(s, "pg") for s in SYSTEMS}
+    rate = {s: median(s, "rate") for s in systems}
+    cpu = {s: median(s, "cpu") for s in systems}
+    pg = {s: median(s, "pg") for s in systems}
     measured_redis = all(x.redis_cpu is not None for x in results)
-    redis = {s: median(s, "redis") for s in SYSTEMS} if measured_redis else None
+    redis = {s: median(s, "redis") for s in systems} if measured_redis else None
     print(f"\nmedians over {args.rounds} rounds each (warm-up left out):")
-    for s in SYSTEMS:
+    for s in systems:
         extra = f"   Redis CPU {redis[s]:5.2f} ms/poll" if redis else ""
         together = cpu[s] + pg[s] + (redis[s] if redis else 0.0)
         print(
             f"  {s:<10}{rate[s]:8.1f} polls/s   worker CPU {cpu[s]:6.2f} ms/poll"
             f"   Postgres CPU {pg[s]:5.2f} ms/poll{extra}   together {together:6.2f} ms/poll"
         )
-    for a, b, target in (
+    pairs = [
         ("jobwarden", "durable", "  <- issue 37's figure"),
         ("jobwarden", "floor", " (issue 12: polls/s >= 0.85, worker CPU <= 1.3)"),
         ("durable", "floor", "  <- what durability costs by hand"),
-    ):
+    ]
+    if "dbos" in systems:
+        pairs.append(("jobwarden", "dbos", "  <- issue 37: polls/s >= 1.4"))
+    for a, b, target in pairs:
         print(
             f"  ratio {a} / {b}: polls/s {rate[a] / rate[b]:.2f},"
             f" worker CPU {cpu[a] / cpu[b]:.2f},"
@@ -594,8 +722,8 @@ def _report(
     # Rounds alternate A, B, C, A, B, C ...: the systems of one round shared the machine's
     # load, so the per-round ratio is the steadier figure on a busy machine.
     by_round = [
-        {x.system: x for x in results[i : i + len(SYSTEMS)]}
-        for i in range(0, len(results), len(SYSTEMS))
+        {x.system: x for x in results[i : i + len(systems)]}
+        for i in range(0, len(results), len(systems))
     ]
 
     def paired(a: str, b: str, per: Callable[[Round], float]) -> float:
@@ -610,6 +738,13 @@ def _report(
     def pg_ms(x: Round) -> float:
         return x.pg_cpu / max(x.polls, 1) or 1e-9
 
+    if "dbos" in systems:
+        print(
+            f"  ratio jobwarden / dbos per round (median): polls/s"
+            f" {paired('jobwarden', 'dbos', per_second):.2f} (issue 37: >= 1.4),"
+            f" worker CPU {paired('jobwarden', 'dbos', worker_ms):.2f},"
+            f" Postgres CPU {paired('jobwarden', 'dbos', pg_ms):.2f}"
+        )
     paired_rate = paired("jobwarden", "floor", per_second)
     paired_rate_durable = paired("jobwarden", "durable", per_second)
     for a, b in (("jobwarden", "durable"), ("jobwarden", "floor"), ("durable", "floor")):
@@ -619,7 +754,7 @@ def _report(
             f" Postgres CPU {paired(a, b, pg_ms):.2f}"
         )
     print("\nper poll over the whole run (warm-up included):")
-    for s in SYSTEMS:
+    for s in systems:
         n = polls[s]
         c = counts[s]
         print(
@@ -635,7 +770,7 @@ def _report(
         redis_ms=redis,
         paired_rate=paired_rate,
         paired_rate_durable=paired_rate_durable,
-        per_poll={s: {k: v / polls[s] for k, v in counts[s].items()} for s in SYSTEMS},
+        per_poll={s: {k: v / polls[s] for k, v in counts[s].items()} for s in systems},
         hot={},
     )
 
@@ -652,10 +787,10 @@ def _clean_up(bench: Bench) -> None:
     runtime.reset()
     dispose_all()
     with psycopg.connect(_dsn("postgres"), autocommit=True) as admin:
-        for system in SYSTEMS:
+        for system in bench.systems:
             if bench.database(system) != bench.kept_database:
                 admin.execute(f'DROP DATABASE IF EXISTS "{bench.database(system)}" WITH (FORCE)')
-    for system in SYSTEMS:
+    for system in bench.systems:
         for key in bench.redis.scan_iter(f"{bench.prefix(system)}*"):
             bench.redis.delete(key)
     shutil.rmtree(bench.tmp, ignore_errors=True)
@@ -675,6 +810,18 @@ def main() -> int:
         metavar="DIR",
         help="cProfile every pool process on CPU time into DIR/<queue>-<pid>.pstats"
         " (slows both systems; for finding costs, not for the ratios)",
+    )
+    parser.add_argument(
+        "--dbos",
+        metavar="PYTHON",
+        help="also run DBOS Transact's own poll loop (scripts/_poll_dbos.py) as a fourth system,"
+        " with this Python (scripts/install_dbos prints one): issue 37's 'against DBOS' figure",
+    )
+    parser.add_argument(
+        "--dbos-threads",
+        type=int,
+        default=4,
+        help="workflows each DBOS process runs at once (its queue's worker_concurrency)",
     )
     parser.add_argument(
         "--private-redis",

@@ -130,3 +130,21 @@ def test_the_honest_intake_claims_with_its_first_event_in_one_statement(
     assert conn.execute("SELECT count(*) FROM honest_events").fetchone() == (1,)
     with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
         conn.execute("UPDATE honest_events SET seq = 2")
+
+
+def test_the_dbos_reference_loads_in_jobwardens_venv_and_its_table_counts_a_round(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """scripts/bench_poll.py --dbos reads the DBOS loop's names and table from jobwarden's
+    venv, where DBOS is not installed: the module may import it only inside main()."""
+    sys.modules.pop("dbos", None)
+    dbos_loop = _floor("_poll_dbos")
+    assert "dbos" not in sys.modules
+    conn.execute(dbos_loop.SCHEMA)
+    conn.execute(dbos_loop.SCHEMA)  # idempotent: each run's database is fresh, but still
+    conn.execute("INSERT INTO dbos_ops (id, job_id, round) VALUES (1, 'j1', 0), (2, 'j2', 0)")
+    conn.execute("UPDATE dbos_ops SET done = true, polls = 50 WHERE id = 1")
+    # What the bench waits for and counts (scripts/bench_poll.py, dbos_steps).
+    assert conn.execute("SELECT count(*) FROM dbos_ops WHERE round = 0 AND done").fetchone() == (1,)
+    assert conn.execute("SELECT sum(polls) FROM dbos_ops WHERE round = 0").fetchone() == (50,)
+    assert dbos_loop.READY.endswith(".") and dbos_loop.CHANNEL.isidentifier()
