@@ -44,11 +44,12 @@ read the ratios of one run, not absolute figures. Linux only (/proc).
 
 ``--dbos PYTHON`` adds D, DBOS Transact (issue 37's "against DBOS" figure):
 scripts/_poll_dbos.py, run by that Python (``scripts/install_dbos`` makes a venv of its
-own and prints it), --concurrency processes dequeuing one DBOS queue, --dbos-threads
-workflows at once each. Each operation is one workflow looping ``step(GET); DBOS.sleep``
-until the same budget, DBOS's own durable poll loop; its statements are counted by the
-same probe, its "event rows" are DBOS's ``operation_outputs`` (a step's output, a sleep).
-DBOS polls its queue every 10 ms while it runs (its default is 1 s), counted in its figures.
+own and prints it) in --concurrency processes, each starting its share of a round's
+workflows (``DBOS.start_workflow``, no queue to poll), --dbos-threads at once. Each
+operation is one workflow looping ``step(GET); DBOS.sleep`` until the same budget, DBOS's
+own durable poll loop; its statements are counted by the same probe, its "event rows" are
+DBOS's ``operation_outputs`` (a step's output, a sleep). Its processes are stopped
+(SIGSTOP) outside its own rounds, so its background threads load no other system's.
 
 ``--private-redis`` runs a redis-server of the run's own (the machine's serves other
 work too) and prints its CPU per poll beside the workers' and Postgres's.
@@ -579,8 +580,8 @@ def _measure(bench: Bench) -> Summary:
         from _poll_dbos import CHANNEL
 
         def run_dbos(r: int) -> None:
-            # The leader enqueues the round's workflows on DBOS's queue; both processes
-            # run them. The last step of each marks its row done.
+            # Every DBOS process hears the round and starts its share of the workflows;
+            # the last step of each marks its row done.
             round_ = {"operations": bench.jobs["dbos"][r], "polls": args.polls}
             db["dbos"].scalar("SELECT pg_notify(%s, %s)", (CHANNEL, json.dumps(round_)))
             finished = f"SELECT count(*) FROM {DBOS[1]} WHERE round = %s AND done"
