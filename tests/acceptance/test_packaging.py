@@ -33,7 +33,7 @@ from sqlalchemy.engine import make_url
 from jobwarden.demo.harness import wait_for
 from jobwarden.models.persistence.migrate import upgrade
 from tests.acceptance.conftest import STOPPED
-from tests.conftest import ADMIN_URL
+from tests.conftest import ADMIN_URL, RUN_ID
 
 pytestmark = pytest.mark.slow
 
@@ -202,8 +202,9 @@ def packaged_env(worker_env: dict[str, str]) -> Iterator[dict[str, str]]:
             {
                 **worker_env,
                 "JOBWARDEN_DATABASE_URL": url,
-                "JOBWARDEN_QUEUE": f"jwpkg-{run}",
-                "JOBWARDEN_KEY_PREFIX": f"jwpkg-{run}",
+                # Under the run's prefix: the session's end deletes what the worker left.
+                "JOBWARDEN_QUEUE": f"jwtest-{RUN_ID}-pkg-{run}",
+                "JOBWARDEN_KEY_PREFIX": f"jwtest-{RUN_ID}-pkg-{run}",
                 "JOBWARDEN_WORKER_NAME": "packaged",
             }
         )

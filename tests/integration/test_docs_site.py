@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import scratch_database
+from tests.conftest import RUN_ID, scratch_database
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -234,7 +234,8 @@ def test_the_readmes_first_operation_runs_from_a_fresh_clone(
     port = _free_port()
     script = first_operation(fresh_clone / "README.md", FIRST_OPERATION)
     script = script.replace("--port 8765", f"--port {port}")
-    own = f"jwnewcomer-{secrets.token_hex(4)}"
+    # Under the run's prefix: the session's end deletes what the README's worker left.
+    own = f"jwtest-{RUN_ID}-newcomer-{secrets.token_hex(4)}"
     env = _clean_env(
         PYTHONPATH=str(fresh_clone),
         JOBWARDEN_DATABASE_URL=newcomer_database,
